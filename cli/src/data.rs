@@ -1,0 +1,1 @@
+//! Loading data directories (work in progress).

@@ -1,0 +1,110 @@
+//! `culprit`: find the misbehaving server among peers, and the functions that show it.
+//!
+//! The binary is a thin `main.rs` over this library. [`run`] parses the command line into the
+//! arguments of one verb and hands them to that verb's module; each module validates its raw
+//! flags into a config before doing anything else, so the analysis is testable without the CLI.
+//!
+//! Verbs (in the manner of perf and uftrace):
+//!
+//! * `record` — run a program built with `-finstrument-functions` with the runtime injected;
+//! * `sample` — the system-wide perf_event sampler daemon;
+//! * `report` — per-node, per-process function profiles from a data directory;
+//! * `train` / `diagnose` — peer-comparison diagnosis;
+//! * `doctor` — what this machine allows (perf access, events, tracefs, namespaces…);
+//! * `demo` — the live demo on an emulated cluster.
+//!
+//! Exit status: 0 success (for `diagnose`: no node flagged), 1 a faulty node found
+//! (`diagnose`), 2 an error.
+
+use std::ffi::OsString;
+use std::io::Write as _;
+
+use clap::{Parser, Subcommand};
+
+pub mod data;
+pub mod demo;
+pub mod diagnose;
+pub mod doctor;
+pub mod record;
+pub mod report;
+pub mod sample;
+
+/// Exit status for an error (like `diff`).
+pub const EXIT_ERROR: i32 = 2;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "culprit",
+    version,
+    about = "Find the misbehaving server among peers, and the functions that show it",
+    long_about = None,
+    after_help = "Workflow: build servers with `gcc -finstrument-functions`, run them under \
+                  `culprit record` (or with libculprit_rt.so linked in), run `culprit sample` \
+                  on every node, then `culprit diagnose DATA`."
+)]
+struct Cli {
+    #[command(subcommand)]
+    verb: Verb,
+}
+
+#[derive(Debug, Subcommand)]
+enum Verb {
+    /// Run a program built with -finstrument-functions, tracing its function calls.
+    Record(record::Args),
+    /// Sample instruction pointers system-wide with perf_event (the sampler daemon).
+    Sample(sample::Args),
+    /// Show per-node, per-process function profiles from a data directory.
+    Report(report::Args),
+    /// Learn per-node anomaly thresholds from fault-free runs.
+    Train(diagnose::TrainArgs),
+    /// Find the faulty node among peers and the functions that show it.
+    Diagnose(diagnose::DiagnoseArgs),
+    /// Report what this machine allows: perf access, events, tracefs, namespaces, nftables.
+    Doctor(doctor::Args),
+    /// Run the live demo: an emulated 4-node cluster, one injected fault, the diagnosis.
+    Demo(demo::Args),
+}
+
+/// Runs the command line `args` (including the program name) and returns the exit status.
+pub fn run<I, T>(args: I) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { EXIT_ERROR } else { 0 };
+            let _ = e.print();
+            return code;
+        }
+    };
+    let result = match cli.verb {
+        Verb::Record(a) => record::run(a),
+        Verb::Sample(a) => sample::run(a),
+        Verb::Report(a) => report::run(a),
+        Verb::Train(a) => diagnose::run_train(a),
+        Verb::Diagnose(a) => diagnose::run_diagnose(a),
+        Verb::Doctor(a) => doctor::run(a),
+        Verb::Demo(a) => demo::run(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            if is_broken_pipe(&err) {
+                return 0;
+            }
+            let _ = std::io::stdout().flush();
+            eprintln!("culprit: error: {err:#}");
+            EXIT_ERROR
+        }
+    }
+}
+
+/// A closed pipe on stdout (`culprit report | head`) is not an error.
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| {
+        e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}

@@ -1,0 +1,627 @@
+//! The validating reader. Nothing here trusts the bytes: every length is checked, every record's
+//! CRC verified, and a problem becomes a [`FormatError`] that says where and what, never a panic.
+
+use std::fmt;
+
+use crate::crc::crc32;
+use crate::layout::*;
+
+/// What is wrong with a file or a record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FormatError {
+    /// The file is shorter than a header, or does not start with [`MAGIC`].
+    NotCulprit,
+    /// The file needs a newer reader.
+    TooNew {
+        /// Version the writer used.
+        version: u16,
+        /// Reader version needed.
+        min_reader_version: u16,
+    },
+    /// The header is inconsistent.
+    BadHeader(&'static str),
+    /// A record failed validation at the given file offset.
+    Corrupt {
+        /// File offset of the record.
+        offset: u64,
+        /// What is wrong.
+        reason: &'static str,
+    },
+}
+
+impl fmt::Display for FormatError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FormatError::NotCulprit => write!(f, "not a culprit data file (bad magic)"),
+            FormatError::TooNew {
+                version,
+                min_reader_version,
+            } => write!(
+                f,
+                "written by a newer culprit (format {version}, needs reader {min_reader_version}, \
+                 this reader is {READER_VERSION}); upgrade culprit to read it"
+            ),
+            FormatError::BadHeader(why) => write!(f, "corrupt file header: {why}"),
+            FormatError::Corrupt { offset, reason } => {
+                write!(f, "corrupt record at byte {offset}: {reason}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for FormatError {}
+
+/// A whole file's bytes with its decoded header.
+#[derive(Clone, Debug)]
+pub struct ParsedFile<'a> {
+    /// The header.
+    pub header: FileHeader,
+    /// What the header's kind field says.
+    pub kind: FileKind,
+    /// True when the file ends before the header's `committed_end` (the file was cut short).
+    pub truncated: bool,
+    bytes: &'a [u8],
+    end: usize,
+}
+
+fn le16(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+
+fn le32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn le64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+impl<'a> ParsedFile<'a> {
+    /// Validates the header of `bytes` (a whole file, or as much of it as was read).
+    pub fn parse(bytes: &'a [u8]) -> Result<Self, FormatError> {
+        if bytes.len() < 128 || bytes[0..8] != MAGIC {
+            return Err(FormatError::NotCulprit);
+        }
+        let header = FileHeader {
+            magic: MAGIC,
+            version: le16(bytes, 8),
+            min_reader_version: le16(bytes, 10),
+            header_size: le32(bytes, 12),
+            kind: le32(bytes, 16),
+            state: le32(bytes, 20),
+            data_offset: le64(bytes, 24),
+            committed_end: le64(bytes, 32),
+            created_ns: le64(bytes, 40),
+            pid: le32(bytes, 48),
+            reserved0: 0,
+            reserved: [0; 9],
+        };
+        if header.min_reader_version > READER_VERSION {
+            return Err(FormatError::TooNew {
+                version: header.version,
+                min_reader_version: header.min_reader_version,
+            });
+        }
+        let kind = FileKind::from_u32(header.kind).ok_or(FormatError::BadHeader("unknown kind"))?;
+        if header.header_size < 128 || header.data_offset < header.header_size as u64 {
+            return Err(FormatError::BadHeader("header size / data offset"));
+        }
+        if header.committed_end < header.data_offset {
+            return Err(FormatError::BadHeader("committed end before data"));
+        }
+        let truncated = (bytes.len() as u64) < header.committed_end;
+        let end = header.committed_end.min(bytes.len() as u64) as usize;
+        Ok(ParsedFile {
+            header,
+            kind,
+            truncated,
+            bytes,
+            end,
+        })
+    }
+
+    /// True when the writer marked the file as cleanly ended.
+    pub fn ended(&self) -> bool {
+        self.header.state == file_state::ENDED
+    }
+
+    /// The committed records, in file order.
+    pub fn records(&self) -> Records<'a> {
+        let start = (self.header.data_offset as usize).min(self.end);
+        Records {
+            bytes: self.bytes,
+            pos: start,
+            end: self.end,
+            truncated: self.truncated,
+            done: false,
+        }
+    }
+}
+
+/// Iterator over a file's committed records. After an error it yields nothing more: records
+/// before the error are good, nothing after it is trusted.
+#[derive(Clone, Debug)]
+pub struct Records<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+    end: usize,
+    truncated: bool,
+    done: bool,
+}
+
+impl<'a> Records<'a> {
+    /// File offset of the next record.
+    pub fn offset(&self) -> u64 {
+        self.pos as u64
+    }
+
+    fn corrupt(&mut self, reason: &'static str) -> Option<Result<Record<'a>, FormatError>> {
+        self.done = true;
+        Some(Err(FormatError::Corrupt {
+            offset: self.pos as u64,
+            reason,
+        }))
+    }
+}
+
+impl<'a> Iterator for Records<'a> {
+    type Item = Result<Record<'a>, FormatError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done || self.pos >= self.end {
+            return None;
+        }
+        let left = self.end - self.pos;
+        if left < RECORD_HEADER_SIZE {
+            return self.corrupt(if self.truncated {
+                "file cut short inside a record"
+            } else {
+                "record header past committed end"
+            });
+        }
+        let h = &self.bytes[self.pos..];
+        let kind = le16(h, 0);
+        let len = le32(h, 4);
+        let crc = le32(h, 8);
+        if len < RECORD_HEADER_SIZE as u32 || len % RECORD_ALIGN as u32 != 0 || len > MAX_RECORD_LEN
+        {
+            return self.corrupt("bad record length");
+        }
+        if len as usize > left {
+            return self.corrupt(if self.truncated {
+                "file cut short inside a record"
+            } else {
+                "record extends past committed end"
+            });
+        }
+        let payload = &h[RECORD_HEADER_SIZE..len as usize];
+        if crc32(payload) != crc {
+            return self.corrupt("checksum mismatch");
+        }
+        let offset = self.pos as u64;
+        let rec = match RecordKind::from_u16(kind) {
+            None => Ok(Record::Unknown { kind }),
+            Some(k) => decode_payload(k, payload),
+        };
+        match rec {
+            Ok(r) => {
+                self.pos += len as usize;
+                Some(Ok(r))
+            }
+            Err(reason) => {
+                self.done = true;
+                Some(Err(FormatError::Corrupt { offset, reason }))
+            }
+        }
+    }
+}
+
+/// One decoded record. Entry lists are decoded lazily from the borrowed bytes.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum Record<'a> {
+    /// `key=value` pairs.
+    Info(Info),
+    /// A loaded ELF object.
+    Object(ObjectRec<'a>),
+    /// A tracer interval profile.
+    Interval(IntervalRec<'a>),
+    /// Clean end.
+    End(EndRec),
+    /// String-table entries.
+    Strings(StringsRec<'a>),
+    /// A sampler interval profile.
+    Samples(SamplesRec<'a>),
+    /// Kernel event counts for an interval.
+    Events(EventsRec<'a>),
+    /// A record kind this reader does not know (written by a newer compatible writer).
+    Unknown {
+        /// The kind number.
+        kind: u16,
+    },
+}
+
+/// Decoded [`RecordKind::Info`] pairs, in file order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Info {
+    /// The pairs.
+    pub pairs: Vec<(String, String)>,
+}
+
+impl Info {
+    /// The value of `key`, if present (the last one wins).
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.pairs
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A decoded [`RecordKind::Object`] record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectRec<'a> {
+    /// Writer-assigned id.
+    pub id: u32,
+    /// [`object_flags`] bits.
+    pub flags: u32,
+    /// Load bias (runtime address − ELF virtual address).
+    pub bias: u64,
+    /// Lowest runtime address.
+    pub start: u64,
+    /// One past the highest runtime address.
+    pub end: u64,
+    /// Build-id bytes (may be empty).
+    pub build_id: &'a [u8],
+    /// Path as recorded (lossy UTF-8).
+    pub path: std::borrow::Cow<'a, str>,
+}
+
+/// One function's counters in an interval.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IntervalEntry {
+    /// Runtime address of the function (the `fn` argument of the hooks).
+    pub addr: u64,
+    /// Calls that returned during the interval.
+    pub calls: u64,
+    /// Exclusive (self) wall-clock ns of those calls.
+    pub excl_ns: u64,
+    /// Inclusive (total) wall-clock ns of those calls, recursion counted once.
+    pub incl_ns: u64,
+}
+
+/// A decoded [`RecordKind::Interval`] record.
+#[derive(Clone, Debug)]
+pub struct IntervalRec<'a> {
+    /// Interval start, wall-clock ns.
+    pub start_ns: u64,
+    /// Interval length, ns.
+    pub dur_ns: u64,
+    /// [`interval_flags`] bits.
+    pub flags: u32,
+    /// Threads with a table during the interval.
+    pub threads: u32,
+    /// Frames dropped recovering from mismatched exits.
+    pub lost_frames: u32,
+    /// Calls not accounted for lack of room.
+    pub overflows: u32,
+    n: u32,
+    entries: &'a [u8],
+}
+
+impl<'a> IntervalRec<'a> {
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.n as usize
+    }
+
+    /// True without entries.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// The entries.
+    pub fn entries(&self) -> impl ExactSizeIterator<Item = IntervalEntry> + 'a {
+        let b = self.entries;
+        (0..self.n as usize).map(move |i| {
+            let o = i * INTERVAL_ENTRY_SIZE;
+            IntervalEntry {
+                addr: le64(b, o),
+                calls: le64(b, o + 8),
+                excl_ns: le64(b, o + 16),
+                incl_ns: le64(b, o + 24),
+            }
+        })
+    }
+}
+
+/// A decoded [`RecordKind::End`] record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EndRec {
+    /// Wall-clock ns of the end.
+    pub end_ns: u64,
+    /// [`end_reason`] value.
+    pub reason: u32,
+}
+
+/// A decoded [`RecordKind::Strings`] record.
+#[derive(Clone, Debug)]
+pub struct StringsRec<'a> {
+    payload: &'a [u8],
+}
+
+impl<'a> StringsRec<'a> {
+    /// The `(id, string)` pairs (lossy UTF-8).
+    pub fn items(&self) -> impl Iterator<Item = (u32, std::borrow::Cow<'a, str>)> + 'a {
+        let b = self.payload;
+        let mut pos = 0usize;
+        std::iter::from_fn(move || {
+            if pos + 8 > b.len() {
+                return None;
+            }
+            let id = le32(b, pos);
+            let len = le32(b, pos + 4) as usize;
+            let s = String::from_utf8_lossy(&b[pos + 8..pos + 8 + len]);
+            pos += 8 + pad8(len);
+            Some((id, s))
+        })
+    }
+}
+
+/// One (program, image, function) count in a sampler interval; the fields are string ids.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SampleEntry {
+    /// String id of the program name.
+    pub program: u32,
+    /// String id of the binary image (executable, library, `[kernel.kallsyms]`, module).
+    pub image: u32,
+    /// String id of the function (or `image+0xoffset` when unresolved).
+    pub function: u32,
+    /// Samples.
+    pub count: u64,
+}
+
+/// A decoded [`RecordKind::Samples`] record.
+#[derive(Clone, Debug)]
+pub struct SamplesRec<'a> {
+    /// Interval start, wall-clock ns.
+    pub start_ns: u64,
+    /// Interval length, ns.
+    pub dur_ns: u64,
+    /// [`interval_flags`] | [`samples_flags`] bits.
+    pub flags: u32,
+    /// String id of the event name.
+    pub event_sid: u32,
+    /// Period (or frequency with [`samples_flags::FREQ`]).
+    pub period: u64,
+    /// Samples taken.
+    pub total: u64,
+    /// Samples lost.
+    pub lost: u64,
+    n: u32,
+    entries: &'a [u8],
+}
+
+impl<'a> SamplesRec<'a> {
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.n as usize
+    }
+
+    /// True without entries.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// The entries.
+    pub fn entries(&self) -> impl ExactSizeIterator<Item = SampleEntry> + 'a {
+        let b = self.entries;
+        (0..self.n as usize).map(move |i| {
+            let o = i * SAMPLES_ENTRY_SIZE;
+            SampleEntry {
+                program: le32(b, o),
+                image: le32(b, o + 4),
+                function: le32(b, o + 8),
+                count: le64(b, o + 16),
+            }
+        })
+    }
+}
+
+/// One kernel event count; `event` is a string id.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct EventEntry {
+    /// String id of the event name (e.g. `tcp:tcp_retransmit_skb`).
+    pub event: u32,
+    /// Occurrences in the interval.
+    pub count: u64,
+}
+
+/// A decoded [`RecordKind::Events`] record.
+#[derive(Clone, Debug)]
+pub struct EventsRec<'a> {
+    /// Interval start, wall-clock ns.
+    pub start_ns: u64,
+    /// Interval length, ns.
+    pub dur_ns: u64,
+    /// [`interval_flags`] bits.
+    pub flags: u32,
+    n: u32,
+    entries: &'a [u8],
+}
+
+impl<'a> EventsRec<'a> {
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.n as usize
+    }
+
+    /// True without entries.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// The entries.
+    pub fn entries(&self) -> impl ExactSizeIterator<Item = EventEntry> + 'a {
+        let b = self.entries;
+        (0..self.n as usize).map(move |i| {
+            let o = i * EVENTS_ENTRY_SIZE;
+            EventEntry {
+                event: le32(b, o),
+                count: le64(b, o + 8),
+            }
+        })
+    }
+}
+
+fn entries_slice(
+    p: &[u8],
+    fixed: usize,
+    n: u32,
+    size: usize,
+) -> Result<&[u8], &'static str> {
+    let need = (n as usize)
+        .checked_mul(size)
+        .and_then(|x| x.checked_add(fixed))
+        .ok_or("entry count overflows")?;
+    if need > p.len() {
+        return Err("entry count exceeds record length");
+    }
+    Ok(&p[fixed..need])
+}
+
+fn decode_payload(kind: RecordKind, p: &[u8]) -> Result<Record<'_>, &'static str> {
+    Ok(match kind {
+        RecordKind::Info => {
+            let text = std::str::from_utf8(p.split(|&b| b == 0).next().unwrap_or(&[]))
+                .map_err(|_| "info record is not UTF-8")?;
+            let mut pairs = Vec::new();
+            for line in text.lines() {
+                if line.is_empty() {
+                    continue;
+                }
+                let (k, v) = line.split_once('=').ok_or("info line without '='")?;
+                pairs.push((k.to_string(), unescape(v)));
+            }
+            Record::Info(Info { pairs })
+        }
+        RecordKind::Object => {
+            if p.len() < OBJECT_FIXED_SIZE {
+                return Err("object record too short");
+            }
+            let bid_len = le16(p, 32) as usize;
+            let path_len = le16(p, 34) as usize;
+            if OBJECT_FIXED_SIZE + bid_len + path_len > p.len() {
+                return Err("object record lengths exceed record");
+            }
+            let bid = &p[OBJECT_FIXED_SIZE..OBJECT_FIXED_SIZE + bid_len];
+            let path = &p[OBJECT_FIXED_SIZE + bid_len..OBJECT_FIXED_SIZE + bid_len + path_len];
+            Record::Object(ObjectRec {
+                id: le32(p, 0),
+                flags: le32(p, 4),
+                bias: le64(p, 8),
+                start: le64(p, 16),
+                end: le64(p, 24),
+                build_id: bid,
+                path: String::from_utf8_lossy(path),
+            })
+        }
+        RecordKind::Interval => {
+            if p.len() < INTERVAL_FIXED_SIZE {
+                return Err("interval record too short");
+            }
+            let n = le32(p, 24);
+            Record::Interval(IntervalRec {
+                start_ns: le64(p, 0),
+                dur_ns: le64(p, 8),
+                flags: le32(p, 16),
+                threads: le32(p, 20),
+                lost_frames: le32(p, 28),
+                overflows: le32(p, 32),
+                n,
+                entries: entries_slice(p, INTERVAL_FIXED_SIZE, n, INTERVAL_ENTRY_SIZE)?,
+            })
+        }
+        RecordKind::End => {
+            if p.len() < END_SIZE {
+                return Err("end record too short");
+            }
+            Record::End(EndRec {
+                end_ns: le64(p, 0),
+                reason: le32(p, 8),
+            })
+        }
+        RecordKind::Strings => {
+            // Validate the whole table up front so `items` cannot run off the end.
+            let mut pos = 0usize;
+            while pos + 8 <= p.len() {
+                let len = le32(p, pos + 4) as usize;
+                let next = pos
+                    .checked_add(8)
+                    .and_then(|x| x.checked_add(pad8(len)))
+                    .ok_or("string length overflows")?;
+                if pos + 8 + len > p.len() {
+                    return Err("string exceeds record");
+                }
+                pos = next;
+            }
+            Record::Strings(StringsRec {
+                payload: &p[..pos.min(p.len())],
+            })
+        }
+        RecordKind::Samples => {
+            if p.len() < SAMPLES_FIXED_SIZE {
+                return Err("samples record too short");
+            }
+            let n = le32(p, 48);
+            Record::Samples(SamplesRec {
+                start_ns: le64(p, 0),
+                dur_ns: le64(p, 8),
+                flags: le32(p, 16),
+                event_sid: le32(p, 20),
+                period: le64(p, 24),
+                total: le64(p, 32),
+                lost: le64(p, 40),
+                n,
+                entries: entries_slice(p, SAMPLES_FIXED_SIZE, n, SAMPLES_ENTRY_SIZE)?,
+            })
+        }
+        RecordKind::Events => {
+            if p.len() < EVENTS_FIXED_SIZE {
+                return Err("events record too short");
+            }
+            let n = le32(p, 20);
+            Record::Events(EventsRec {
+                start_ns: le64(p, 0),
+                dur_ns: le64(p, 8),
+                flags: le32(p, 16),
+                n,
+                entries: entries_slice(p, EVENTS_FIXED_SIZE, n, EVENTS_ENTRY_SIZE)?,
+            })
+        }
+    })
+}
+
+fn unescape(v: &str) -> String {
+    if !v.contains('\\') {
+        return v.to_string();
+    }
+    let mut out = String::with_capacity(v.len());
+    let mut it = v.chars();
+    while let Some(c) = it.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match it.next() {
+            Some('n') => out.push('\n'),
+            Some('r') => out.push('\r'),
+            Some('0') => out.push('\0'),
+            Some(other) => out.push(other),
+            None => out.push('\\'),
+        }
+    }
+    out
+}

@@ -1,0 +1,284 @@
+//! Building records into a byte buffer. Writers append the finished bytes to a file or a mapping
+//! past `committed_end`, then advance `committed_end`.
+
+use crate::crc::crc32;
+use crate::decode::{EventEntry, IntervalEntry, SampleEntry};
+use crate::layout::*;
+
+/// Description of a loaded object for an [`RecordKind::Object`] record.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ObjectDesc<'a> {
+    /// Writer-assigned id, unique within the file (a reload gets a new id).
+    pub id: u32,
+    /// [`object_flags`] bits.
+    pub flags: u32,
+    /// Load bias: runtime address − ELF virtual address (`dlpi_addr`).
+    pub bias: u64,
+    /// Lowest runtime address of the object's loaded segments.
+    pub start: u64,
+    /// One past the highest runtime address of the object's loaded segments.
+    pub end: u64,
+    /// GNU build-id note contents, empty if none.
+    pub build_id: &'a [u8],
+    /// Path of the object as the dynamic loader knows it (absolute when known).
+    pub path: &'a str,
+}
+
+/// Fixed fields of an [`RecordKind::Interval`] record.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IntervalHead {
+    /// Interval start, wall-clock ns since the epoch, a multiple of `dur_ns`.
+    pub start_ns: u64,
+    /// Interval length in ns.
+    pub dur_ns: u64,
+    /// [`interval_flags`] bits.
+    pub flags: u32,
+    /// Threads that had a profile table during the interval.
+    pub threads: u32,
+    /// Stack frames dropped to recover from exits that did not match the top of the stack
+    /// (longjmp, exceptions, cancellation) during the interval.
+    pub lost_frames: u32,
+    /// Calls not accounted because a thread's shadow stack or function table was full.
+    pub overflows: u32,
+}
+
+/// Fixed fields of a [`RecordKind::Samples`] record.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SamplesHead {
+    /// Interval start, wall-clock ns since the epoch, a multiple of `dur_ns`.
+    pub start_ns: u64,
+    /// Interval length in ns.
+    pub dur_ns: u64,
+    /// [`interval_flags`] and [`samples_flags`] bits.
+    pub flags: u32,
+    /// String id of the event name.
+    pub event_sid: u32,
+    /// Events per sample, or frequency in Hz with [`samples_flags::FREQ`].
+    pub period: u64,
+    /// Samples taken in the interval (including those not attributed to any entry).
+    pub total: u64,
+    /// Samples the kernel reported lost in the interval.
+    pub lost: u64,
+}
+
+/// A growable buffer of encoded records.
+#[derive(Clone, Debug, Default)]
+pub struct RecordBuf {
+    buf: Vec<u8>,
+}
+
+impl RecordBuf {
+    /// An empty buffer.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An empty buffer with room for `n` bytes.
+    pub fn with_capacity(n: usize) -> Self {
+        RecordBuf {
+            buf: Vec::with_capacity(n),
+        }
+    }
+
+    /// The encoded records.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf
+    }
+
+    /// Number of encoded bytes.
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// True when nothing is encoded.
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    /// Forgets the encoded records, keeping the allocation.
+    pub fn clear(&mut self) {
+        self.buf.clear();
+    }
+
+    fn begin(&mut self, kind: RecordKind, flags: u16) -> usize {
+        let start = self.buf.len();
+        self.buf.extend_from_slice(&(kind as u16).to_le_bytes());
+        self.buf.extend_from_slice(&flags.to_le_bytes());
+        self.buf.extend_from_slice(&[0u8; 12]);
+        start
+    }
+
+    fn finish(&mut self, start: usize) {
+        let padded = pad8(self.buf.len() - start);
+        self.buf.resize(start + padded, 0);
+        let len = padded as u32;
+        let crc = crc32(&self.buf[start + RECORD_HEADER_SIZE..]);
+        self.buf[start + 4..start + 8].copy_from_slice(&len.to_le_bytes());
+        self.buf[start + 8..start + 12].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    fn u32(&mut self, v: u32) {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+    }
+
+    fn u64(&mut self, v: u64) {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+    }
+
+    fn patch_u32(&mut self, at: usize, v: u32) {
+        self.buf[at..at + 4].copy_from_slice(&v.to_le_bytes());
+    }
+
+    /// Appends an [`RecordKind::Info`] record. Keys should be `[a-z0-9_]+`; values may contain
+    /// anything (newlines and backslashes are escaped).
+    pub fn info<'k, 'v>(&mut self, pairs: impl IntoIterator<Item = (&'k str, &'v str)>) {
+        let start = self.begin(RecordKind::Info, 0);
+        for (k, v) in pairs {
+            self.buf.extend_from_slice(k.as_bytes());
+            self.buf.push(b'=');
+            escape_into(v, &mut self.buf);
+            self.buf.push(b'\n');
+        }
+        self.finish(start);
+    }
+
+    /// Appends an [`RecordKind::Object`] record.
+    pub fn object(&mut self, o: &ObjectDesc<'_>) {
+        let start = self.begin(RecordKind::Object, 0);
+        self.u32(o.id);
+        self.u32(o.flags);
+        self.u64(o.bias);
+        self.u64(o.start);
+        self.u64(o.end);
+        let build_id = &o.build_id[..o.build_id.len().min(u16::MAX as usize)];
+        let path = &o.path.as_bytes()[..o.path.len().min(u16::MAX as usize)];
+        self.buf
+            .extend_from_slice(&(build_id.len() as u16).to_le_bytes());
+        self.buf.extend_from_slice(&(path.len() as u16).to_le_bytes());
+        self.u32(0);
+        self.buf.extend_from_slice(build_id);
+        self.buf.extend_from_slice(path);
+        self.finish(start);
+    }
+
+    /// Appends an [`RecordKind::Interval`] record with the given entries. Returns the number of
+    /// entries written.
+    pub fn interval(
+        &mut self,
+        head: &IntervalHead,
+        entries: impl IntoIterator<Item = IntervalEntry>,
+    ) -> u32 {
+        let start = self.begin(RecordKind::Interval, 0);
+        self.u64(head.start_ns);
+        self.u64(head.dur_ns);
+        self.u32(head.flags);
+        self.u32(head.threads);
+        let n_at = self.buf.len();
+        self.u32(0);
+        self.u32(head.lost_frames);
+        self.u32(head.overflows);
+        self.u32(0);
+        let mut n = 0u32;
+        for e in entries {
+            self.u64(e.addr);
+            self.u64(e.calls);
+            self.u64(e.excl_ns);
+            self.u64(e.incl_ns);
+            n += 1;
+        }
+        self.patch_u32(n_at, n);
+        self.finish(start);
+        n
+    }
+
+    /// Appends an [`RecordKind::End`] record.
+    pub fn end(&mut self, end_ns: u64, reason: u32) {
+        let start = self.begin(RecordKind::End, 0);
+        self.u64(end_ns);
+        self.u32(reason);
+        self.u32(0);
+        self.finish(start);
+    }
+
+    /// Appends a [`RecordKind::Strings`] record defining `(id, string)` pairs.
+    pub fn strings<'s>(&mut self, items: impl IntoIterator<Item = (u32, &'s str)>) {
+        let start = self.begin(RecordKind::Strings, 0);
+        for (id, s) in items {
+            self.u32(id);
+            self.u32(s.len() as u32);
+            self.buf.extend_from_slice(s.as_bytes());
+            let pad = pad8(s.len()) - s.len();
+            self.buf.extend(std::iter::repeat_n(0u8, pad));
+        }
+        self.finish(start);
+    }
+
+    /// Appends a [`RecordKind::Samples`] record. Returns the number of entries written.
+    pub fn samples(
+        &mut self,
+        head: &SamplesHead,
+        entries: impl IntoIterator<Item = SampleEntry>,
+    ) -> u32 {
+        let start = self.begin(RecordKind::Samples, 0);
+        self.u64(head.start_ns);
+        self.u64(head.dur_ns);
+        self.u32(head.flags);
+        self.u32(head.event_sid);
+        self.u64(head.period);
+        self.u64(head.total);
+        self.u64(head.lost);
+        let n_at = self.buf.len();
+        self.u32(0);
+        self.u32(0);
+        let mut n = 0u32;
+        for e in entries {
+            self.u32(e.program);
+            self.u32(e.image);
+            self.u32(e.function);
+            self.u32(0);
+            self.u64(e.count);
+            n += 1;
+        }
+        self.patch_u32(n_at, n);
+        self.finish(start);
+        n
+    }
+
+    /// Appends an [`RecordKind::Events`] record. Returns the number of entries written.
+    pub fn events(
+        &mut self,
+        start_ns: u64,
+        dur_ns: u64,
+        flags: u32,
+        entries: impl IntoIterator<Item = EventEntry>,
+    ) -> u32 {
+        let start = self.begin(RecordKind::Events, 0);
+        self.u64(start_ns);
+        self.u64(dur_ns);
+        self.u32(flags);
+        let n_at = self.buf.len();
+        self.u32(0);
+        let mut n = 0u32;
+        for e in entries {
+            self.u32(e.event);
+            self.u32(0);
+            self.u64(e.count);
+            n += 1;
+        }
+        self.patch_u32(n_at, n);
+        self.finish(start);
+        n
+    }
+}
+
+fn escape_into(v: &str, out: &mut Vec<u8>) {
+    for &b in v.as_bytes() {
+        match b {
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\0' => out.extend_from_slice(b"\\0"),
+            _ => out.push(b),
+        }
+    }
+}

@@ -1,0 +1,294 @@
+//! Byte layout: the file header, the record header, record kinds, flags and fixed sizes.
+//!
+//! The structs here are `#[repr(C)]` so the runtime can place a [`FileHeader`] at the start of a
+//! shared mapping and update `committed_end` / `state` atomically in place. Readers never cast
+//! bytes to these structs: they decode field by field ([`crate::decode`]).
+
+use std::mem::{offset_of, size_of};
+
+/// First 8 bytes of every `.cul` file.
+pub const MAGIC: [u8; 8] = *b"CULPRIT\0";
+/// Format version this crate writes.
+pub const FORMAT_VERSION: u16 = 1;
+/// Oldest reader version able to read what this crate writes.
+pub const MIN_READER_VERSION: u16 = 1;
+/// Reader version this crate implements: it reads files whose `min_reader_version` is at most this.
+pub const READER_VERSION: u16 = 1;
+/// File offset of the first record. The header page is separate so it can be mapped alone.
+pub const DATA_OFFSET: u64 = 4096;
+/// Size of [`RecordHeader`] in bytes.
+pub const RECORD_HEADER_SIZE: usize = 16;
+/// Records are padded to a multiple of this many bytes.
+pub const RECORD_ALIGN: usize = 8;
+/// Largest record a reader accepts (256 MiB): a larger length field means corruption.
+pub const MAX_RECORD_LEN: u32 = 256 << 20;
+/// Extension of culprit's data files.
+pub const FILE_EXTENSION: &str = "cul";
+
+/// What a file holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum FileKind {
+    /// Function-call profiles of one process, written by `libculprit_rt.so`.
+    Trace = 1,
+    /// IP-sample profiles and kernel event counts of one node, written by `culprit sample`.
+    Samples = 2,
+}
+
+impl FileKind {
+    /// Decodes the header's `kind` field.
+    pub fn from_u32(v: u32) -> Option<Self> {
+        match v {
+            1 => Some(Self::Trace),
+            2 => Some(Self::Samples),
+            _ => None,
+        }
+    }
+}
+
+/// Values of the header's `state` field.
+pub mod file_state {
+    /// The writer is running, or died without writing an end marker.
+    pub const OPEN: u32 = 0;
+    /// The writer wrote an [`End`](crate::RecordKind::End) record and closed the file.
+    pub const ENDED: u32 = 1;
+}
+
+/// The fixed header at offset 0 of every `.cul` file (128 bytes; the rest of the first 4096-byte
+/// page is zero).
+///
+/// `committed_end` and `state` are updated in place by the writer; when the file is a shared
+/// mapping they are accessed as atomics (`AtomicU64::from_ptr`, `AtomicU32::from_ptr`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+pub struct FileHeader {
+    /// [`MAGIC`].
+    pub magic: [u8; 8],
+    /// Format version the writer used.
+    pub version: u16,
+    /// Oldest reader version that can read this file.
+    pub min_reader_version: u16,
+    /// `size_of::<FileHeader>()` as the writer knew it (128 for version 1).
+    pub header_size: u32,
+    /// [`FileKind`] as `u32`.
+    pub kind: u32,
+    /// [`file_state`] value.
+    pub state: u32,
+    /// File offset of the first record ([`DATA_OFFSET`]).
+    pub data_offset: u64,
+    /// File offset up to which records are complete and valid.
+    pub committed_end: u64,
+    /// Wall-clock time the file was created, ns since the Unix epoch.
+    pub created_ns: u64,
+    /// Writer's process id.
+    pub pid: u32,
+    /// Reserved, zero.
+    pub reserved0: u32,
+    /// Reserved, zero.
+    pub reserved: [u64; 9],
+}
+
+const _: () = assert!(size_of::<FileHeader>() == 128);
+
+/// Byte offset of [`FileHeader::committed_end`] (for atomic in-place updates).
+pub const HEADER_COMMITTED_END_OFFSET: usize = offset_of!(FileHeader, committed_end);
+/// Byte offset of [`FileHeader::state`] (for atomic in-place updates).
+pub const HEADER_STATE_OFFSET: usize = offset_of!(FileHeader, state);
+
+impl FileHeader {
+    /// A fresh header for a new, empty file.
+    pub fn new(kind: FileKind, created_ns: u64, pid: u32) -> Self {
+        FileHeader {
+            magic: MAGIC,
+            version: FORMAT_VERSION,
+            min_reader_version: MIN_READER_VERSION,
+            header_size: size_of::<FileHeader>() as u32,
+            kind: kind as u32,
+            state: file_state::OPEN,
+            data_offset: DATA_OFFSET,
+            committed_end: DATA_OFFSET,
+            created_ns,
+            pid,
+            reserved0: 0,
+            reserved: [0; 9],
+        }
+    }
+
+    /// The header as its 128 little-endian bytes.
+    pub fn to_bytes(&self) -> [u8; 128] {
+        let mut b = [0u8; 128];
+        b[0..8].copy_from_slice(&self.magic);
+        b[8..10].copy_from_slice(&self.version.to_le_bytes());
+        b[10..12].copy_from_slice(&self.min_reader_version.to_le_bytes());
+        b[12..16].copy_from_slice(&self.header_size.to_le_bytes());
+        b[16..20].copy_from_slice(&self.kind.to_le_bytes());
+        b[20..24].copy_from_slice(&self.state.to_le_bytes());
+        b[24..32].copy_from_slice(&self.data_offset.to_le_bytes());
+        b[32..40].copy_from_slice(&self.committed_end.to_le_bytes());
+        b[40..48].copy_from_slice(&self.created_ns.to_le_bytes());
+        b[48..52].copy_from_slice(&self.pid.to_le_bytes());
+        b
+    }
+}
+
+const _: () = assert!(HEADER_STATE_OFFSET == 20);
+const _: () = assert!(HEADER_COMMITTED_END_OFFSET == 32);
+
+/// Record kinds (the first field of every record header).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u16)]
+pub enum RecordKind {
+    /// `key=value` lines, UTF-8 ([`info_keys`]).
+    Info = 1,
+    /// A loaded ELF object (tracer).
+    Object = 2,
+    /// One interval's function-call profile (tracer).
+    Interval = 3,
+    /// Clean end of the file.
+    End = 4,
+    /// New string-table entries (sampler).
+    Strings = 5,
+    /// One interval's IP-sample counts (sampler).
+    Samples = 6,
+    /// One interval's kernel event counts (sampler).
+    Events = 7,
+}
+
+impl RecordKind {
+    /// Decodes a record header's kind; `None` for kinds this reader does not know.
+    pub fn from_u16(v: u16) -> Option<Self> {
+        Some(match v {
+            1 => Self::Info,
+            2 => Self::Object,
+            3 => Self::Interval,
+            4 => Self::End,
+            5 => Self::Strings,
+            6 => Self::Samples,
+            7 => Self::Events,
+            _ => return None,
+        })
+    }
+}
+
+/// The 16-byte header of every record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+pub struct RecordHeader {
+    /// [`RecordKind`] as `u16`.
+    pub kind: u16,
+    /// Kind-specific flags (none defined in version 1; zero).
+    pub flags: u16,
+    /// Total length of the record including this header, a multiple of [`RECORD_ALIGN`].
+    pub len: u32,
+    /// CRC-32 of the payload (bytes `16..len`).
+    pub crc: u32,
+    /// Reserved, zero.
+    pub reserved: u32,
+}
+
+const _: () = assert!(size_of::<RecordHeader>() == RECORD_HEADER_SIZE);
+
+/// Flags of [`RecordKind::Interval`], [`RecordKind::Samples`] and [`RecordKind::Events`] records.
+pub mod interval_flags {
+    /// The writer could not observe this interval (it was stopped or starved): the interval is
+    /// missing data, not zero activity. Such a record has no entries.
+    pub const MISSED: u32 = 1;
+    /// The interval is only partly covered: the writer started or stopped inside it.
+    pub const PARTIAL: u32 = 2;
+}
+
+/// Flags of [`RecordKind::Object`] records.
+pub mod object_flags {
+    /// The object is the main executable.
+    pub const MAIN: u32 = 1;
+    /// The object was unloaded (`dlclose`); addresses in its range no longer belong to it.
+    pub const UNLOADED: u32 = 2;
+    /// The object is the kernel-provided vDSO (no file on disk).
+    pub const VDSO: u32 = 4;
+}
+
+/// Flags of [`RecordKind::Samples`] records beyond [`interval_flags`].
+pub mod samples_flags {
+    /// `period` is a frequency in Hz (the kernel adjusts the period), not a fixed event period.
+    pub const FREQ: u32 = 0x100;
+}
+
+/// `reason` of [`RecordKind::End`] records.
+pub mod end_reason {
+    /// The process exited normally (`exit`, return from `main`).
+    pub const EXIT: u32 = 1;
+    /// The writer was stopped by a signal it handles (sampler: SIGINT/SIGTERM).
+    pub const SIGNAL: u32 = 2;
+    /// The writer's run ended as configured (sampler `--duration`).
+    pub const DONE: u32 = 3;
+}
+
+/// Fixed part of an [`RecordKind::Interval`] payload, in bytes.
+pub const INTERVAL_FIXED_SIZE: usize = 40;
+/// Size of one [`RecordKind::Interval`] entry: addr, calls, exclusive ns, inclusive ns.
+pub const INTERVAL_ENTRY_SIZE: usize = 32;
+/// Fixed part of an [`RecordKind::Object`] payload, in bytes (variable build-id and path follow).
+pub const OBJECT_FIXED_SIZE: usize = 40;
+/// Fixed part of a [`RecordKind::Samples`] payload, in bytes.
+pub const SAMPLES_FIXED_SIZE: usize = 56;
+/// Size of one [`RecordKind::Samples`] entry: program, image, function string ids, count.
+pub const SAMPLES_ENTRY_SIZE: usize = 24;
+/// Fixed part of a [`RecordKind::Events`] payload, in bytes.
+pub const EVENTS_FIXED_SIZE: usize = 24;
+/// Size of one [`RecordKind::Events`] entry: event string id, count.
+pub const EVENTS_ENTRY_SIZE: usize = 16;
+/// Size of an [`RecordKind::End`] payload.
+pub const END_SIZE: usize = 16;
+
+/// Keys used in [`RecordKind::Info`] records. Writers may add others; readers ignore unknown keys.
+pub mod info_keys {
+    /// Node name the data belongs to.
+    pub const NODE: &str = "node";
+    /// Host name of the machine.
+    pub const HOST: &str = "host";
+    /// Process id.
+    pub const PID: &str = "pid";
+    /// Parent process id.
+    pub const PPID: &str = "ppid";
+    /// Short program name (`comm`, or the executable's base name).
+    pub const PROGRAM: &str = "program";
+    /// Path of the executable.
+    pub const EXE: &str = "exe";
+    /// Command line, arguments separated by spaces (shell-quoted where needed).
+    pub const CMDLINE: &str = "cmdline";
+    /// Process start time from /proc (wall-clock ns): pid + this identifies the process.
+    pub const PROC_START_NS: &str = "proc_start_ns";
+    /// Interval length in ns.
+    pub const INTERVAL_NS: &str = "interval_ns";
+    /// Timestamp source of the tracer: `tsc` or `monotonic`.
+    pub const CLOCK: &str = "clock";
+    /// Version of the writer (crate version).
+    pub const WRITER_VERSION: &str = "writer_version";
+    /// Name of the file of the process this one was forked from (same node directory).
+    pub const FORKED_FROM: &str = "forked_from";
+    /// Name of the file this process image replaced by `exec` (same pid).
+    pub const EXEC_FROM: &str = "exec_from";
+    /// `CULPRIT_INCLUDE` in effect.
+    pub const INCLUDE: &str = "include";
+    /// `CULPRIT_EXCLUDE` in effect.
+    pub const EXCLUDE: &str = "exclude";
+    /// Kernel release (`uname -r`).
+    pub const KERNEL: &str = "kernel";
+    /// `/proc/sys/kernel/random/boot_id`.
+    pub const BOOT_ID: &str = "boot_id";
+    /// Sampler: event name (e.g. `cycles`, `cpu-clock`).
+    pub const EVENT: &str = "event";
+    /// Sampler: sampling period (events per sample) when fixed.
+    pub const PERIOD: &str = "period";
+    /// Sampler: sampling frequency in Hz when in frequency mode.
+    pub const FREQ: &str = "freq";
+    /// Sampler: number of CPUs sampled.
+    pub const CPUS: &str = "cpus";
+    /// Sampler: scope (`system`, `pid:<n>`, `cgroup:<path>`).
+    pub const SCOPE: &str = "scope";
+}
+
+/// Rounds `n` up to the record alignment.
+pub const fn pad8(n: usize) -> usize {
+    (n + RECORD_ALIGN - 1) & !(RECORD_ALIGN - 1)
+}

@@ -1,0 +1,101 @@
+//! A plain-file writer: append records with `pwrite`, then advance `committed_end`.
+//!
+//! The sampler (an ordinary process) and tests use this. The tracer runtime writes the same
+//! layout through a shared mapping instead, so the file survives the traced program's death
+//! without a system call per record.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::encode::RecordBuf;
+use crate::layout::*;
+
+/// An open `.cul` file being appended to.
+#[derive(Debug)]
+pub struct FileWriter {
+    file: File,
+    path: PathBuf,
+    end: u64,
+}
+
+impl FileWriter {
+    /// Creates `dir/<name_for(seq)>` for the first `seq` in `0..1000` whose name is free
+    /// (`O_EXCL`), and writes an empty header.
+    pub fn create_unique(
+        dir: &Path,
+        name_for: impl Fn(u32) -> String,
+        kind: FileKind,
+        created_ns: u64,
+        pid: u32,
+    ) -> io::Result<Self> {
+        for seq in 0..1000 {
+            let path = dir.join(name_for(seq));
+            match OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .mode(0o644)
+                .open(&path)
+            {
+                Ok(file) => {
+                    let header = FileHeader::new(kind, created_ns, pid);
+                    let mut page = vec![0u8; DATA_OFFSET as usize];
+                    page[..128].copy_from_slice(&header.to_bytes());
+                    file.write_all_at(&page, 0)?;
+                    return Ok(FileWriter {
+                        file,
+                        path,
+                        end: DATA_OFFSET,
+                    });
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!("no free file name in {}", dir.display()),
+        ))
+    }
+
+    /// Path of the file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Offset up to which records are committed.
+    pub fn committed_end(&self) -> u64 {
+        self.end
+    }
+
+    /// Appends the records in `buf` and commits them. On error nothing is committed (the bytes
+    /// past `committed_end` are ignored by readers) and the buffer can be retried.
+    pub fn append(&mut self, buf: &RecordBuf) -> io::Result<()> {
+        if buf.is_empty() {
+            return Ok(());
+        }
+        self.file.write_all_at(buf.as_bytes(), self.end)?;
+        let new_end = self.end + buf.len() as u64;
+        self.file
+            .write_all_at(&new_end.to_le_bytes(), HEADER_COMMITTED_END_OFFSET as u64)?;
+        self.end = new_end;
+        Ok(())
+    }
+
+    /// Appends an [`End`](RecordKind::End) record and marks the file ended.
+    pub fn finish(mut self, end_ns: u64, reason: u32) -> io::Result<PathBuf> {
+        let mut buf = RecordBuf::new();
+        buf.end(end_ns, reason);
+        self.append(&buf)?;
+        self.file
+            .write_all_at(&file_state::ENDED.to_le_bytes(), HEADER_STATE_OFFSET as u64)?;
+        Ok(self.path)
+    }
+
+    /// Asks the kernel to write the file to disk (`fdatasync`).
+    pub fn sync(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+}

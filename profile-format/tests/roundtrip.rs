@@ -1,0 +1,287 @@
+//! Round trips through the encoder and the reader, and what the reader does with damaged files.
+
+use culprit_format::names::trace_file_name;
+use culprit_format::writer::FileWriter;
+use culprit_format::*;
+use proptest::prelude::*;
+
+fn sample_file() -> Vec<u8> {
+    let mut header = FileHeader::new(FileKind::Trace, 1_000, 77);
+    let mut buf = RecordBuf::new();
+    buf.info([("node", "n1"), ("cmdline", "a\nb\\c")]);
+    buf.object(&ObjectDesc {
+        id: 1,
+        flags: object_flags::MAIN,
+        bias: 0x5555_0000,
+        start: 0x5555_1000,
+        end: 0x5555_9000,
+        build_id: &[0xab; 20],
+        path: "/usr/bin/prog",
+    });
+    buf.interval(
+        &IntervalHead {
+            start_ns: 2_000_000_000,
+            dur_ns: 1_000_000_000,
+            flags: 0,
+            threads: 3,
+            lost_frames: 1,
+            overflows: 0,
+        },
+        [
+            IntervalEntry {
+                addr: 0x5555_1234,
+                calls: 10,
+                excl_ns: 500,
+                incl_ns: 900,
+            },
+            IntervalEntry {
+                addr: 0x5555_2000,
+                calls: 1,
+                excl_ns: 7,
+                incl_ns: 7,
+            },
+        ],
+    );
+    buf.strings([(1, "dd"), (2, "[kernel.kallsyms]"), (3, "")]);
+    buf.samples(
+        &SamplesHead {
+            start_ns: 10,
+            dur_ns: 10,
+            flags: samples_flags::FREQ,
+            event_sid: 1,
+            period: 1000,
+            total: 5,
+            lost: 2,
+        },
+        [SampleEntry {
+            program: 1,
+            image: 2,
+            function: 3,
+            count: 5,
+        }],
+    );
+    buf.events(10, 10, 0, [EventEntry { event: 2, count: 9 }]);
+    buf.end(3_000_000_000, end_reason::EXIT);
+    header.committed_end = DATA_OFFSET + buf.len() as u64;
+    header.state = file_state::ENDED;
+    let mut bytes = vec![0u8; DATA_OFFSET as usize];
+    bytes[..128].copy_from_slice(&header.to_bytes());
+    bytes.extend_from_slice(buf.as_bytes());
+    bytes
+}
+
+#[test]
+fn every_record_kind_round_trips() {
+    let bytes = sample_file();
+    let f = ParsedFile::parse(&bytes).unwrap();
+    assert_eq!(f.kind, FileKind::Trace);
+    assert!(f.ended());
+    assert!(!f.truncated);
+    assert_eq!(f.header.pid, 77);
+    let recs: Vec<_> = f.records().collect::<Result<_, _>>().unwrap();
+    assert_eq!(recs.len(), 7);
+    match &recs[0] {
+        Record::Info(i) => {
+            assert_eq!(i.get("node"), Some("n1"));
+            assert_eq!(i.get("cmdline"), Some("a\nb\\c"));
+        }
+        r => panic!("{r:?}"),
+    }
+    match &recs[1] {
+        Record::Object(o) => {
+            assert_eq!(o.path, "/usr/bin/prog");
+            assert_eq!(o.build_id, &[0xab; 20]);
+            assert_eq!(o.bias, 0x5555_0000);
+            assert_eq!(o.flags, object_flags::MAIN);
+        }
+        r => panic!("{r:?}"),
+    }
+    match &recs[2] {
+        Record::Interval(iv) => {
+            assert_eq!(iv.start_ns, 2_000_000_000);
+            assert_eq!(iv.threads, 3);
+            assert_eq!(iv.lost_frames, 1);
+            let e: Vec<_> = iv.entries().collect();
+            assert_eq!(e.len(), 2);
+            assert_eq!(e[0].calls, 10);
+            assert_eq!(e[0].incl_ns, 900);
+            assert_eq!(e[1].addr, 0x5555_2000);
+        }
+        r => panic!("{r:?}"),
+    }
+    match &recs[3] {
+        Record::Strings(s) => {
+            let items: Vec<_> = s.items().map(|(i, s)| (i, s.into_owned())).collect();
+            assert_eq!(
+                items,
+                vec![
+                    (1, "dd".to_string()),
+                    (2, "[kernel.kallsyms]".to_string()),
+                    (3, String::new())
+                ]
+            );
+        }
+        r => panic!("{r:?}"),
+    }
+    match &recs[4] {
+        Record::Samples(s) => {
+            assert_eq!(s.lost, 2);
+            assert_eq!(s.flags & samples_flags::FREQ, samples_flags::FREQ);
+            assert_eq!(s.entries().next().unwrap().count, 5);
+        }
+        r => panic!("{r:?}"),
+    }
+    match &recs[5] {
+        Record::Events(e) => assert_eq!(e.entries().next().unwrap().count, 9),
+        r => panic!("{r:?}"),
+    }
+    match &recs[6] {
+        Record::End(e) => assert_eq!(e.reason, end_reason::EXIT),
+        r => panic!("{r:?}"),
+    }
+}
+
+#[test]
+fn truncated_file_keeps_complete_records() {
+    let bytes = sample_file();
+    // Cut inside the third record (the interval).
+    let f = ParsedFile::parse(&bytes).unwrap();
+    let mut it = f.records();
+    it.next();
+    it.next();
+    let third = it.offset() as usize;
+    let cut = &bytes[..third + 20];
+    let f = ParsedFile::parse(cut).unwrap();
+    assert!(f.truncated);
+    let recs: Vec<_> = f.records().collect();
+    assert_eq!(recs.len(), 3);
+    assert!(recs[0].is_ok() && recs[1].is_ok());
+    let err = recs[2].as_ref().unwrap_err().to_string();
+    assert!(err.contains("cut short"), "{err}");
+}
+
+#[test]
+fn corrupt_record_stops_iteration_with_offset() {
+    let mut bytes = sample_file();
+    let f = ParsedFile::parse(&bytes).unwrap();
+    let mut it = f.records();
+    it.next();
+    let second = it.offset() as usize;
+    bytes[second + 20] ^= 0xff;
+    let f = ParsedFile::parse(&bytes).unwrap();
+    let recs: Vec<_> = f.records().collect();
+    assert_eq!(recs.len(), 2);
+    assert_eq!(
+        recs[1].as_ref().unwrap_err(),
+        &FormatError::Corrupt {
+            offset: second as u64,
+            reason: "checksum mismatch"
+        }
+    );
+}
+
+#[test]
+fn uncommitted_bytes_are_ignored() {
+    let mut bytes = sample_file();
+    let committed = bytes.len();
+    bytes.extend_from_slice(&[0x55; 100]);
+    let f = ParsedFile::parse(&bytes).unwrap();
+    assert_eq!(f.records().count(), 7);
+    assert_eq!(f.header.committed_end as usize, committed);
+}
+
+#[test]
+fn header_errors_are_clear() {
+    assert_eq!(
+        ParsedFile::parse(b"hello").unwrap_err(),
+        FormatError::NotCulprit
+    );
+    let mut bytes = sample_file();
+    bytes[10] = 9; // min_reader_version
+    let e = ParsedFile::parse(&bytes).unwrap_err();
+    assert!(matches!(e, FormatError::TooNew { .. }));
+    assert!(e.to_string().contains("upgrade culprit"));
+    let mut bytes = sample_file();
+    bytes[16] = 99; // kind
+    assert!(matches!(
+        ParsedFile::parse(&bytes).unwrap_err(),
+        FormatError::BadHeader(_)
+    ));
+}
+
+#[test]
+fn unknown_record_kinds_are_skipped() {
+    let mut bytes = sample_file();
+    let f = ParsedFile::parse(&bytes).unwrap();
+    let first = f.records().offset() as usize;
+    // Re-label the info record as kind 200: still valid, yields Unknown.
+    bytes[first] = 200;
+    let f = ParsedFile::parse(&bytes).unwrap();
+    let recs: Vec<_> = f.records().collect::<Result<_, _>>().unwrap();
+    assert!(matches!(recs[0], Record::Unknown { kind: 200 }));
+    assert_eq!(recs.len(), 7);
+}
+
+#[test]
+fn file_writer_commits_and_ends() {
+    let dir = std::env::temp_dir().join(format!("culprit-format-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut w = FileWriter::create_unique(
+        &dir,
+        |seq| trace_file_name(1, 2, seq),
+        FileKind::Samples,
+        5,
+        1,
+    )
+    .unwrap();
+    // A second writer with the same identity gets another name.
+    let w2 = FileWriter::create_unique(
+        &dir,
+        |seq| trace_file_name(1, 2, seq),
+        FileKind::Samples,
+        5,
+        1,
+    )
+    .unwrap();
+    assert_ne!(w.path(), w2.path());
+    let mut buf = RecordBuf::new();
+    buf.info([("node", "x")]);
+    w.append(&buf).unwrap();
+    let live = std::fs::read(w.path()).unwrap();
+    let f = ParsedFile::parse(&live).unwrap();
+    assert!(!f.ended());
+    assert_eq!(f.records().count(), 1);
+    let path = w.finish(9, end_reason::DONE).unwrap();
+    let done = std::fs::read(&path).unwrap();
+    let f = ParsedFile::parse(&done).unwrap();
+    assert!(f.ended());
+    assert_eq!(f.records().count(), 2);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+proptest! {
+    /// Whatever the damage, the reader returns errors, never panics, and never yields more
+    /// records than were written.
+    #[test]
+    fn damaged_files_never_panic(flips in proptest::collection::vec((0usize..1000, any::<u8>()), 0..8),
+                                 cut in 0usize..2000) {
+        let mut bytes = sample_file();
+        let data = DATA_OFFSET as usize;
+        for (at, v) in flips {
+            let i = data + at % (bytes.len() - data);
+            bytes[i] = v;
+        }
+        bytes.truncate(bytes.len().saturating_sub(cut).max(128));
+        if let Ok(f) = ParsedFile::parse(&bytes) {
+            let n = f.records().take(100).count();
+            prop_assert!(n <= 7);
+            for r in f.records().flatten() {
+                match r {
+                    Record::Strings(s) => { let _ = s.items().count(); }
+                    Record::Interval(i) => { let _ = i.entries().count(); }
+                    _ => {}
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! The shared symbolizer on real binaries built with gcc at test time.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use culprit_sampler::symbolize::{read_build_id, ImageAddr, Symbolizer};
+
+fn build(src: &str, name: &str, flags: &[&str]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("culprit-sym-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let c = dir.join(format!("{name}.c"));
+    std::fs::write(&c, src).unwrap();
+    let out = dir.join(name);
+    let st = Command::new("gcc")
+        .args(flags)
+        .arg("-o")
+        .arg(&out)
+        .arg(&c)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    out
+}
+
+/// `nm` value of `sym` in `bin` (an ELF virtual address).
+fn nm(bin: &PathBuf, sym: &str) -> u64 {
+    let o = Command::new("nm").arg(bin).output().unwrap();
+    let text = String::from_utf8(o.stdout).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.split_whitespace().nth(2) == Some(sym))
+        .unwrap_or_else(|| panic!("{sym} not in nm output"));
+    u64::from_str_radix(line.split_whitespace().next().unwrap(), 16).unwrap()
+}
+
+#[test]
+fn static_and_global_functions_resolve_in_a_pie() {
+    let src = "static int __attribute__((noinline)) hidden_helper(int x) { return x * 3; }\n\
+               int visible(int x) { return hidden_helper(x) + 1; }\n\
+               int main(int c, char **v) { (void)v; return visible(c); }\n";
+    let bin = build(src, "pie", &["-O1", "-fPIE", "-pie", "-Wl,--build-id"]);
+    let mut s = Symbolizer::new();
+    let h = nm(&bin, "hidden_helper");
+    let v = nm(&bin, "visible");
+    assert_eq!(s.resolve(&bin, ImageAddr::Virt(h)).as_deref(), Some("hidden_helper"));
+    // An address inside the function resolves to it too.
+    assert_eq!(s.resolve(&bin, ImageAddr::Virt(v + 1)).as_deref(), Some("visible"));
+    assert!(read_build_id(&bin).is_some_and(|b| b.len() == 20));
+    // Cached: a second lookup hits the cache.
+    let before = s.cached();
+    s.resolve(&bin, ImageAddr::Virt(h));
+    assert_eq!(s.cached(), before);
+}
+
+#[test]
+fn cpp_names_are_demangled() {
+    let dir = std::env::temp_dir().join(format!("culprit-sym-cpp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let c = dir.join("x.cc");
+    std::fs::write(
+        &c,
+        "namespace ns { int __attribute__((noinline)) f(int x) { return x + 1; } }\n\
+         int main(int c, char **) { return ns::f(c); }\n",
+    )
+    .unwrap();
+    let out = dir.join("x");
+    assert!(Command::new("g++")
+        .args(["-O1", "-o"])
+        .arg(&out)
+        .arg(&c)
+        .status()
+        .unwrap()
+        .success());
+    let addr = nm(&out, "_ZN2ns1fEi");
+    let mut s = Symbolizer::new();
+    assert_eq!(
+        s.resolve(&out, ImageAddr::Virt(addr)).as_deref(),
+        Some("ns::f(int)")
+    );
+}
+
+#[test]
+fn missing_image_degrades_to_none() {
+    let mut s = Symbolizer::new();
+    let p = PathBuf::from("/nonexistent/libnothing.so");
+    assert_eq!(s.resolve(&p, ImageAddr::Virt(0x1000)), None);
+    assert_eq!(s.resolve(&p, ImageAddr::FileOffset(0x1000)), None);
+}

@@ -1,0 +1,1 @@
+//! culprit testbed (work in progress).

@@ -1,0 +1,198 @@
+//! Helpers for culprit's end-to-end tests: finding the built `culprit` binary and
+//! `libculprit_rt.so`, compiling C programs with gcc at test time, temporary directories, and
+//! the privilege rule of ../shared/DESIGN.md (in CI a missing privilege fails the test;
+//! elsewhere the test skips with a printed reason).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+/// The workspace root (the directory holding the root `Cargo.toml`).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
+}
+
+/// The cargo profile directory the test binary was built into (`target/debug` or
+/// `target/release`), where `culprit` and `libculprit_rt.so` are built too.
+pub fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    // target/<profile>/deps/<test-binary>
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("test binary lives in target/<profile>/deps")
+        .to_path_buf()
+}
+
+/// Builds the `culprit` binary and `libculprit_rt.so` (once per test process) in the same
+/// profile as the tests, so `cargo test` alone is enough.
+pub fn ensure_built() {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let release = profile_dir().file_name().is_some_and(|n| n == "release");
+        let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+        cmd.current_dir(workspace_root())
+            .args(["build", "-q", "-p", "culprit", "-p", "culprit-rt"]);
+        if release {
+            cmd.arg("--release");
+        }
+        let st = cmd.status().expect("run cargo build");
+        assert!(st.success(), "cargo build of culprit and culprit-rt failed");
+    });
+}
+
+/// Path of the built `culprit` binary.
+pub fn culprit_bin() -> PathBuf {
+    ensure_built();
+    profile_dir().join("culprit")
+}
+
+/// Path of the built `libculprit_rt.so`.
+pub fn runtime_lib() -> PathBuf {
+    ensure_built();
+    profile_dir().join("libculprit_rt.so")
+}
+
+/// A `Command` for the built `culprit` binary.
+pub fn culprit() -> Command {
+    Command::new(culprit_bin())
+}
+
+/// A temporary directory removed on drop (kept when `CULPRIT_KEEP_TEST_DIRS` is set).
+#[derive(Debug)]
+pub struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    /// Creates a fresh directory named after `tag`.
+    pub fn new(tag: &str) -> Self {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!(
+            "culprit-test-{tag}-{}-{n}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("create temp dir");
+        TempDir { path }
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// `self.path().join(p)`.
+    pub fn join(&self, p: impl AsRef<Path>) -> PathBuf {
+        self.path.join(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if std::env::var_os("CULPRIT_KEEP_TEST_DIRS").is_none() {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+/// Compiles C `sources` into the executable or shared object `out` with gcc and `flags`.
+/// Panics with gcc's output on failure.
+pub fn gcc(sources: &[&Path], out: &Path, flags: &[&str]) {
+    let mut cmd = Command::new("gcc");
+    cmd.args(flags).arg("-o").arg(out);
+    for s in sources {
+        cmd.arg(s);
+    }
+    let o = cmd.output().expect("run gcc");
+    assert!(
+        o.status.success(),
+        "gcc {:?} failed:\n{}",
+        cmd,
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// Path of a C source under `tests/c/`.
+pub fn c_source(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("c").join(name)
+}
+
+/// Path of the committed C header directory (`include/`).
+pub fn include_dir() -> PathBuf {
+    workspace_root().join("include")
+}
+
+/// True when running in CI (`CI=true`), where missing privileges fail tests instead of
+/// skipping them.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// True when running as root.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Decides whether a test needing a privilege can run: returns true when `have` is true;
+/// otherwise panics in CI and prints a visible skip reason elsewhere, returning false.
+pub fn require(have: bool, what: &str) -> bool {
+    if have {
+        return true;
+    }
+    if in_ci() {
+        panic!("this test needs {what}, which CI must provide");
+    }
+    eprintln!("SKIPPED: this test needs {what}");
+    false
+}
+
+/// Serializes tests that change machine state (namespaces, nft tables, cgroups, system-wide
+/// perf sessions) across test processes with an advisory lock on a file in /tmp.
+pub fn machine_lock() -> MachineLock {
+    let path = std::env::temp_dir().join("culprit-tests.machine.lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .expect("open machine lock");
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a file descriptor we own; blocks until the lock is ours.
+    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
+    assert_eq!(rc, 0, "flock {}", path.display());
+    MachineLock { _file: f }
+}
+
+/// Held while a test changes machine state; released on drop.
+#[derive(Debug)]
+pub struct MachineLock {
+    _file: std::fs::File,
+}
+
+/// Runs `cmd`, panicking with its stderr unless it succeeds; returns the output.
+pub fn run_ok(cmd: &mut Command) -> Output {
+    let o = cmd.output().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+    assert!(
+        o.status.success(),
+        "{cmd:?} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+/// Parses a command's stdout as JSON, panicking with the text on failure.
+pub fn stdout_json(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}):\n{}",
+            String::from_utf8_lossy(&o.stdout)
+        )
+    })
+}

@@ -1,0 +1,1 @@
+//! `libculprit_rt.so`: the `-finstrument-functions` runtime (work in progress).
