@@ -1,8 +1,7 @@
 /* rogue: the rogue processes of the fault injector (seed 000 §"Fault injection").
  *
- *   rogue diskhog FILE [BLOCK]   read FILE with O_DIRECT in BLOCK-byte reads (default 1 MiB)
- *                                forever, like seed 000's `dd` disk hog (creates FILE, 64 MiB,
- *                                if it does not exist)
+ *   rogue diskhog FILE [BLOCK]   write and read back FILE with O_DIRECT in BLOCK-byte
+ *                                requests (default 1 MiB) forever, like seed 000's `dd` disk hog
  *   rogue cpuhog                 spin on the CPU
  *   rogue netsink PORT           accept TCP connections and discard what arrives (write-network
  *                                hog's sink on the faulty node; read-network-hog's third party)
@@ -24,7 +23,6 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #define ALIGN 4096
@@ -35,34 +33,23 @@ static void die(const char *what)
     exit(1);
 }
 
-static void diskhog_prepare(const char *path, size_t size)
-{
-    struct stat st;
-    if (stat(path, &st) == 0 && (size_t)st.st_size >= size)
-        return;
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0)
-        die(path);
-    char buf[1 << 16];
-    memset(buf, 0x5a, sizeof buf);
-    for (size_t done = 0; done < size; done += sizeof buf)
-        if (write(fd, buf, sizeof buf) != (ssize_t)sizeof buf)
-            die("write");
-    fsync(fd);
-    close(fd);
-}
-
+/* Seed 000's hog was a `dd` reading the disk. Here a node's disk is a blkio throttle budget,
+ * and reads and writes have separate budgets, so the hog reads *and* writes (1:1, like a copy
+ * job) to contend with whichever the server does. The file wraps at 64 MiB. */
 _Noreturn static void diskhog(const char *path, size_t block)
 {
     const size_t size = 64u << 20;
-    diskhog_prepare(path, size);
-    int fd = open(path, O_RDONLY | O_DIRECT);
+    int fd = open(path, O_RDWR | O_CREAT | O_DIRECT, 0644);
     if (fd < 0)
         die(path);
     char *buf;
-    if (posix_memalign((void **)&buf, ALIGN, block) != 0)
-        die("memory");
-    for (off_t off = 0;; off = (off_t)(((size_t)off + block) % (size - size % block))) {
+    if (block == 0 || block % ALIGN || posix_memalign((void **)&buf, ALIGN, block) != 0)
+        die("block size (a multiple of 4096)");
+    memset(buf, 0x5a, block);
+    const size_t span = size - size % block;
+    for (off_t off = 0;; off = (off_t)(((size_t)off + block) % span)) {
+        if (pwrite(fd, buf, block, off) < 0 && errno != EINTR)
+            die("pwrite");
         if (pread(fd, buf, block, off) < 0 && errno != EINTR)
             die("pread");
     }

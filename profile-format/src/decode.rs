@@ -476,12 +476,7 @@ impl<'a> EventsRec<'a> {
     }
 }
 
-fn entries_slice(
-    p: &[u8],
-    fixed: usize,
-    n: u32,
-    size: usize,
-) -> Result<&[u8], &'static str> {
+fn entries_slice(p: &[u8], fixed: usize, n: u32, size: usize) -> Result<&[u8], &'static str> {
     let need = (n as usize)
         .checked_mul(size)
         .and_then(|x| x.checked_add(fixed))

@@ -13,7 +13,10 @@ fn main() -> Result<()> {
     let secs: f64 = args.first().and_then(|s| s.parse().ok()).unwrap_or(20.0);
     let repeats: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(1);
     let fault: Option<(FaultKind, usize)> = match (args.get(2), args.get(3)) {
-        (Some(f), Some(n)) => Some((f.parse()?, n.parse().map_err(|_| Error::Config("node".into()))?)),
+        (Some(f), Some(n)) => Some((
+            f.parse()?,
+            n.parse().map_err(|_| Error::Config("node".into()))?,
+        )),
         _ => None,
     };
     sys::catch_interrupts();
@@ -38,18 +41,30 @@ fn main() -> Result<()> {
                 println!("  fault cleared, dropped packets {}", r.dropped_packets);
             }
             let mb: f64 = results.iter().map(|r| r.bytes as f64).sum::<f64>() / 1e6;
-            println!("{w} rep {rep}: clients moved {mb:.0} MB in {secs} s ({:.1} MB/s)", mb / secs);
+            println!(
+                "{w} rep {rep}: clients moved {mb:.0} MB in {secs} s ({:.1} MB/s)",
+                mb / secs
+            );
             let mut cpus = Vec::new();
             let mut bytes = Vec::new();
             for (a, b) in after.iter().zip(&before) {
                 let cpu = a.cpu_s - b.cpu_s;
                 let rd = a.disk_read - b.disk_read;
                 let wr = a.disk_write - b.disk_write;
-                println!("  {}: cpu {cpu:.2} s  disk read {:.1} MB  write {:.1} MB", a.node, rd as f64 / 1e6, wr as f64 / 1e6);
+                println!(
+                    "  {}: cpu {cpu:.2} s  disk read {:.1} MB  write {:.1} MB",
+                    a.node,
+                    rd as f64 / 1e6,
+                    wr as f64 / 1e6
+                );
                 cpus.push(cpu);
                 bytes.push((rd + wr) as f64);
             }
-            println!("  spread: cpu {:.1} %  disk bytes {:.1} %", spread(&cpus), spread(&bytes));
+            println!(
+                "  spread: cpu {:.1} %  disk bytes {:.1} %",
+                spread(&cpus),
+                spread(&bytes)
+            );
         }
     }
     drop(cluster);
@@ -61,5 +76,9 @@ fn main() -> Result<()> {
 fn spread(v: &[f64]) -> f64 {
     let max = v.iter().cloned().fold(f64::MIN, f64::max);
     let min = v.iter().cloned().fold(f64::MAX, f64::min);
-    if min > 0.0 { (max / min - 1.0) * 100.0 } else { f64::NAN }
+    if min > 0.0 {
+        (max / min - 1.0) * 100.0
+    } else {
+        f64::NAN
+    }
 }

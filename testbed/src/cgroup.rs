@@ -28,7 +28,8 @@ impl Group {
         let rel = rel.into();
         for h in HIERARCHIES {
             let dir = Path::new(ROOT).join(h).join(&rel);
-            fs::create_dir_all(&dir).map_err(|e| Error::io(format!("create cgroup {}", dir.display()), e))?;
+            fs::create_dir_all(&dir)
+                .map_err(|e| Error::io(format!("create cgroup {}", dir.display()), e))?;
         }
         Ok(Group { rel })
     }
@@ -40,7 +41,8 @@ impl Group {
 
     fn write(&self, h: &str, file: &str, value: &str) -> Result<()> {
         let p = self.dir(h).join(file);
-        fs::write(&p, value).map_err(|e| Error::io(format!("write {value:?} to {}", p.display()), e))
+        fs::write(&p, value)
+            .map_err(|e| Error::io(format!("write {value:?} to {}", p.display()), e))
     }
 
     /// Caps the group at `cpus` CPUs (e.g. 0.25 = a quarter of one CPU); `None` removes the cap.
@@ -71,14 +73,18 @@ impl Group {
     /// CPU time used by the group's tasks so far, in ns (`cpuacct.usage`).
     pub fn cpu_usage_ns(&self) -> Result<u64> {
         let p = self.dir("cpuacct").join("cpuacct.usage");
-        let s = fs::read_to_string(&p).map_err(|e| Error::io(format!("read {}", p.display()), e))?;
-        s.trim().parse().map_err(|_| Error::Parse(format!("{}: {s:?}", p.display())))
+        let s =
+            fs::read_to_string(&p).map_err(|e| Error::io(format!("read {}", p.display()), e))?;
+        s.trim()
+            .parse()
+            .map_err(|_| Error::Parse(format!("{}: {s:?}", p.display())))
     }
 
     /// Bytes read and written by the group on any device (`blkio.throttle.io_service_bytes`).
     pub fn disk_bytes(&self) -> Result<(u64, u64)> {
         let p = self.dir("blkio").join("blkio.throttle.io_service_bytes");
-        let s = fs::read_to_string(&p).map_err(|e| Error::io(format!("read {}", p.display()), e))?;
+        let s =
+            fs::read_to_string(&p).map_err(|e| Error::io(format!("read {}", p.display()), e))?;
         let (mut r, mut w) = (0, 0);
         for line in s.lines() {
             let f: Vec<&str> = line.split_whitespace().collect();
@@ -159,7 +165,14 @@ pub fn destroy_tree(rel: &Path) -> Result<()> {
             break;
         }
         for &pid in &pids {
-            let _ = crate::sys::kill(pid, if round < 10 { libc::SIGTERM } else { libc::SIGKILL });
+            let _ = crate::sys::kill(
+                pid,
+                if round < 10 {
+                    libc::SIGTERM
+                } else {
+                    libc::SIGKILL
+                },
+            );
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
@@ -170,7 +183,9 @@ pub fn destroy_tree(rel: &Path) -> Result<()> {
         for attempt in 0..30 {
             match rmdir_tree(d) {
                 Ok(()) => break,
-                Err(e) if attempt == 29 => last = Err(Error::io(format!("remove cgroup {}", d.display()), e)),
+                Err(e) if attempt == 29 => {
+                    last = Err(Error::io(format!("remove cgroup {}", d.display()), e))
+                }
                 Err(_) => std::thread::sleep(std::time::Duration::from_millis(100)),
             }
         }

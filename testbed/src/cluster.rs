@@ -214,7 +214,10 @@ impl Cluster {
     pub fn create(spec: ClusterSpec, programs: Programs) -> Result<Self> {
         check_machine()?;
         if spec.nodes < 1 || spec.nodes > 200 {
-            return Err(Error::Config(format!("{} nodes: want 1 to 200", spec.nodes)));
+            return Err(Error::Config(format!(
+                "{} nodes: want 1 to 200",
+                spec.nodes
+            )));
         }
         cleanup_stale();
         static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);

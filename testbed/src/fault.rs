@@ -13,8 +13,9 @@ use crate::error::{Error, Result};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum FaultKind {
-    /// A rogue process in the node's cgroups reading its storage with O_DIRECT, 1 MiB at a time
-    /// (seed 000's `dd` disk hog): it competes for the node's disk budget.
+    /// A rogue process in the node's cgroups writing and reading its storage with O_DIRECT,
+    /// 1 MiB at a time (seed 000's `dd` disk hog read only; here a node's read and write budgets
+    /// are separate throttles, so the hog uses both): it competes for the node's disk.
     DiskHog,
     /// The node's disk made slow: its blkio throttle cut to a quarter (stands in for seed 000's
     /// disk-busy, which used SCSI generic devices these machines do not have).
@@ -63,12 +64,20 @@ impl FaultKind {
     /// One line saying what the fault does.
     pub fn describe(self) -> &'static str {
         match self {
-            FaultKind::DiskHog => "a rogue `diskhog` process on the node reads its disk with O_DIRECT",
-            FaultKind::SlowDisk => "the node's disk throttled to a quarter of its bandwidth and IOPS",
+            FaultKind::DiskHog => {
+                "a rogue `diskhog` process on the node writes and reads its disk with O_DIRECT"
+            }
+            FaultKind::SlowDisk => {
+                "the node's disk throttled to a quarter of its bandwidth and IOPS"
+            }
             FaultKind::WriteNetHog => "a third party floods a sink on the node over TCP",
             FaultKind::ReadNetHog => "the node floods a third party over TCP",
-            FaultKind::RecvPktLoss => "5 % of packets arriving at the node dropped (nftables, node ingress)",
-            FaultKind::SendPktLoss => "5 % of the node's packets dropped (nftables, clients' ingress)",
+            FaultKind::RecvPktLoss => {
+                "5 % of packets arriving at the node dropped (nftables, node ingress)"
+            }
+            FaultKind::SendPktLoss => {
+                "5 % of the node's packets dropped (nftables, clients' ingress)"
+            }
             FaultKind::CpuHog => "a rogue `cpuhog` spinner inside the node's CPU share",
             FaultKind::CpuQuota => "the node's CPU quota cut to a third",
         }
@@ -142,17 +151,24 @@ impl Cluster {
                 let file = self.nodes()[node].storage.join("diskhog.dat");
                 let mut c = Command::new(&rogue);
                 c.arg("diskhog").arg(file).arg((1u32 << 20).to_string());
-                fault.pids.push(self.spawn_owned(Place::Node(node), c, &tag)?);
+                fault
+                    .pids
+                    .push(self.spawn_owned(Place::Node(node), c, &tag)?);
             }
             FaultKind::SlowDisk => {
                 let dev = self.storage_device();
-                self.node_group(node)
-                    .set_disk_limits(dev, spec.disk_bps / 4, spec.disk_iops / 4)?;
+                self.node_group(node).set_disk_limits(
+                    dev,
+                    spec.disk_bps / 4,
+                    spec.disk_iops / 4,
+                )?;
             }
             FaultKind::CpuHog => {
                 let mut c = Command::new(&rogue);
                 c.arg("cpuhog");
-                fault.pids.push(self.spawn_owned(Place::Node(node), c, &tag)?);
+                fault
+                    .pids
+                    .push(self.spawn_owned(Place::Node(node), c, &tag)?);
             }
             FaultKind::CpuQuota => {
                 self.node_group(node)
@@ -161,26 +177,34 @@ impl Cluster {
             FaultKind::WriteNetHog => {
                 let mut sink = Command::new(&rogue);
                 sink.args(["netsink", &HOG_PORT.to_string()]);
-                fault
-                    .pids
-                    .push(self.spawn_owned(Place::Node(node), sink, &format!("{tag}-sink"))?);
+                fault.pids.push(self.spawn_owned(
+                    Place::Node(node),
+                    sink,
+                    &format!("{tag}-sink"),
+                )?);
                 let mut src = Command::new(&rogue);
                 src.args(["netsource", &format!("{node_ip}:{HOG_PORT}")]);
-                fault
-                    .pids
-                    .push(self.spawn_owned(Place::ThirdParty, src, &format!("{tag}-source"))?);
+                fault.pids.push(self.spawn_owned(
+                    Place::ThirdParty,
+                    src,
+                    &format!("{tag}-source"),
+                )?);
             }
             FaultKind::ReadNetHog => {
                 let mut sink = Command::new(&rogue);
                 sink.args(["netsink", &HOG_PORT.to_string()]);
-                fault
-                    .pids
-                    .push(self.spawn_owned(Place::ThirdParty, sink, &format!("{tag}-sink"))?);
+                fault.pids.push(self.spawn_owned(
+                    Place::ThirdParty,
+                    sink,
+                    &format!("{tag}-sink"),
+                )?);
                 let mut src = Command::new(&rogue);
                 src.args(["netsource", &format!("{third_ip}:{HOG_PORT}")]);
-                fault
-                    .pids
-                    .push(self.spawn_owned(Place::Node(node), src, &format!("{tag}-source"))?);
+                fault.pids.push(self.spawn_owned(
+                    Place::Node(node),
+                    src,
+                    &format!("{tag}-source"),
+                )?);
             }
             FaultKind::RecvPktLoss => {
                 let table = table_name(self.prefix());

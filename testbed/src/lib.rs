@@ -13,11 +13,15 @@
 
 pub mod cgroup;
 pub mod cluster;
+pub mod demo;
 pub mod error;
+pub mod experiment;
 pub mod fault;
 pub mod net;
 pub mod programs;
+pub mod run;
 pub mod sys;
+pub mod tools;
 pub mod workload;
 
 pub use cluster::{Cluster, ClusterSpec, Place, Tracing};

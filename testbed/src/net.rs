@@ -102,12 +102,24 @@ impl Network {
         ip_in(
             &ns,
             &[
-                "link", "add", "eth0", "type", "veth", "peer", "name", name, "netns", &self.switch,
+                "link",
+                "add",
+                "eth0",
+                "type",
+                "veth",
+                "peer",
+                "name",
+                name,
+                "netns",
+                &self.switch,
             ],
         )?;
         ip_in(&self.switch, &["link", "set", name, "master", "br0"])?;
         ip_in(&self.switch, &["link", "set", name, "up"])?;
-        ip_in(&ns, &["addr", "add", &format!("{}/24", host.ip), "dev", "eth0"])?;
+        ip_in(
+            &ns,
+            &["addr", "add", &format!("{}/24", host.ip), "dev", "eth0"],
+        )?;
         ip_in(&ns, &["link", "set", "eth0", "up"])?;
         ip_in(&ns, &["link", "set", "lo", "up"])?;
         Ok(host)
@@ -118,7 +130,9 @@ impl Network {
     pub fn shape(&self, host: &Host, mbit: u32) -> Result<()> {
         let rate = format!("{mbit}mbit");
         // The burst must hold a whole GSO segment (64 KiB) or tbf drops it.
-        let tbf = ["root", "tbf", "rate", &rate, "burst", "256kb", "latency", "50ms"];
+        let tbf = [
+            "root", "tbf", "rate", &rate, "burst", "256kb", "latency", "50ms",
+        ];
         let mut a = vec!["qdisc", "replace", "dev", "eth0"];
         a.extend_from_slice(&tbf);
         ip_tc(&host.ns, &a)?;
@@ -130,7 +144,13 @@ impl Network {
     /// Drops `percent` % of the IPv4 packets arriving at `receiver` (optionally only those from
     /// `from`), at the ingress of its interface: an nftables netdev table named `table` in the
     /// receiver's namespace. Remove it with [`Network::remove_drop`].
-    pub fn add_drop(&self, receiver: &Host, from: Option<&Host>, percent: u32, table: &str) -> Result<()> {
+    pub fn add_drop(
+        &self,
+        receiver: &Host,
+        from: Option<&Host>,
+        percent: u32,
+        table: &str,
+    ) -> Result<()> {
         let filter = match from {
             Some(h) => format!("ip saddr {} ", h.ip),
             None => "meta protocol ip ".to_string(),
@@ -147,7 +167,8 @@ impl Network {
 
     /// Removes the table made by [`Network::add_drop`]; returns how many packets it dropped.
     pub fn remove_drop(&self, receiver: &Host, table: &str) -> Result<u64> {
-        let listing = in_ns(&receiver.ns, "nft", &["list", "table", "netdev", table]).unwrap_or_default();
+        let listing =
+            in_ns(&receiver.ns, "nft", &["list", "table", "netdev", table]).unwrap_or_default();
         in_ns(&receiver.ns, "nft", &["delete", "table", "netdev", table])?;
         Ok(parse_nft_packets(&listing))
     }

@@ -35,8 +35,18 @@ impl Programs {
         write_if_changed(&dir.join("proto.h"), PROTO_H)?;
         let common = ["-Wall", "-Wextra", "-pthread"];
         let server = compile(dir, "pvfs_server", SERVER_C, SERVER_CFLAGS)?;
-        let client = compile(dir, "pvfs_client", CLIENT_C, &[&common[..], &["-O2"]].concat())?;
-        let rogue = compile(dir, "rogue", ROGUE_C, &[&common[..], &["-O2", "-g"]].concat())?;
+        let client = compile(
+            dir,
+            "pvfs_client",
+            CLIENT_C,
+            &[&common[..], &["-O2"]].concat(),
+        )?;
+        let rogue = compile(
+            dir,
+            "rogue",
+            ROGUE_C,
+            &[&common[..], &["-O2", "-g"]].concat(),
+        )?;
         Ok(Programs {
             server,
             client,

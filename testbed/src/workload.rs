@@ -57,7 +57,11 @@ impl FromStr for Workload {
         Workload::ALL
             .into_iter()
             .find(|w| w.name() == s)
-            .ok_or_else(|| Error::Config(format!("unknown workload {s:?}; workloads: ddw, ddr, postmark")))
+            .ok_or_else(|| {
+                Error::Config(format!(
+                    "unknown workload {s:?}; workloads: ddw, ddr, postmark"
+                ))
+            })
     }
 }
 
@@ -135,7 +139,8 @@ impl Cluster {
         if w != Workload::Ddr {
             return Ok(());
         }
-        let clients = self.start_clients(Workload::Ddw, spec, Bound::Work(spec.file_size), "prepare")?;
+        let clients =
+            self.start_clients(Workload::Ddw, spec, Bound::Work(spec.file_size), "prepare")?;
         clients.wait(Duration::from_secs(600)).map(|_| ())
     }
 
@@ -193,9 +198,10 @@ impl Clients {
                     detail: format!("{st}: {}", crate::cluster::read_tail(&self.logs[i])),
                 });
             }
-            results.push(parse_client_line(&text).ok_or_else(|| {
-                Error::Parse(format!("client output {:?}", text.trim()))
-            })?);
+            results.push(
+                parse_client_line(&text)
+                    .ok_or_else(|| Error::Parse(format!("client output {:?}", text.trim())))?,
+            );
         }
         self.children.clear();
         Ok(results)
@@ -232,8 +238,16 @@ mod tests {
 
     #[test]
     fn client_summary_is_parsed() {
-        let r = parse_client_line("noise\nmode=write bytes=1024 ops=4 elapsed_s=0.500 MBps=0.00\n").unwrap();
-        assert_eq!(r, ClientResult { bytes: 1024, ops: 4, elapsed_s: 0.5 });
+        let r = parse_client_line("noise\nmode=write bytes=1024 ops=4 elapsed_s=0.500 MBps=0.00\n")
+            .unwrap();
+        assert_eq!(
+            r,
+            ClientResult {
+                bytes: 1024,
+                ops: 4,
+                elapsed_s: 0.5
+            }
+        );
         assert!(parse_client_line("pvfs_client: error").is_none());
     }
 
