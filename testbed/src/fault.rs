@@ -30,7 +30,7 @@ pub enum FaultKind {
     SendPktLoss,
     /// A CPU spinner inside the node's cgroup.
     CpuHog,
-    /// The node's CPU quota cut to a third.
+    /// The node's CPU quota cut to a tenth.
     CpuQuota,
 }
 
@@ -79,7 +79,7 @@ impl FaultKind {
                 "5 % of the node's packets dropped (nftables, clients' ingress)"
             }
             FaultKind::CpuHog => "a rogue `cpuhog` spinner inside the node's CPU share",
-            FaultKind::CpuQuota => "the node's CPU quota cut to a third",
+            FaultKind::CpuQuota => "the node's CPU quota cut to a tenth",
         }
     }
 }
@@ -172,7 +172,7 @@ impl Cluster {
             }
             FaultKind::CpuQuota => {
                 self.node_group(node)
-                    .set_cpu_quota(Some(spec.node_cpus / 3.0))?;
+                    .set_cpu_quota(Some(spec.node_cpus / 10.0))?;
             }
             FaultKind::WriteNetHog => {
                 let mut sink = Command::new(&rogue);

@@ -120,6 +120,12 @@ impl Network {
             &ns,
             &["addr", "add", &format!("{}/24", host.ip), "dev", "eth0"],
         )?;
+        // Wire-sized packets: without this a veth carries 64 KiB GSO segments, and a "packet"
+        // dropped by the loss faults would be 44 wire packets lost at once.
+        if std::env::var_os("CULPRIT_TESTBED_GSO").is_none() {
+            ip_in(&ns, &["link", "set", "eth0", "gso_max_segs", "1"])?;
+            ip_in(&self.switch, &["link", "set", name, "gso_max_segs", "1"])?;
+        }
         ip_in(&ns, &["link", "set", "eth0", "up"])?;
         ip_in(&ns, &["link", "set", "lo", "up"])?;
         Ok(host)
