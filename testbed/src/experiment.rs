@@ -224,8 +224,19 @@ pub fn run_experiment(
             _ => None,
         })
         .collect();
-    if previous.is_empty() {
-        append(&results, &ResultLine::Config(cfg.clone()))?;
+    match previous.iter().find_map(|l| match l {
+        ResultLine::Config(c) => Some(c),
+        _ => None,
+    }) {
+        None => append(&results, &ResultLine::Config(cfg.clone()))?,
+        Some(c) if serde_json::to_value(c).ok() != serde_json::to_value(cfg).ok() => {
+            return Err(Error::Config(format!(
+                "{} holds an experiment with other parameters; resume it with the same options \
+                 or choose another output directory",
+                results.display()
+            )));
+        }
+        Some(_) => {}
     }
     let programs = Programs::build(&out.join("bin"))?;
     let mut spec = ClusterSpec::new(out.join("cluster"));

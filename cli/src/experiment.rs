@@ -1,0 +1,116 @@
+//! `culprit experiment`: the accuracy experiment on the emulated cluster (culprit-testbed) —
+//! seed 000's protocol, Table 1 (TP/FP per fault and metric) and Table 2 (overhead).
+
+use std::io::Write as _;
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use culprit_testbed::experiment::{analyze, run_experiment, ExperimentConfig};
+use culprit_testbed::tools::Tools;
+
+/// Arguments of `culprit experiment`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples (as root):\n  \
+culprit experiment --out /var/tmp/exp                  # shortened protocol, all faults\n  \
+culprit experiment --protocol seed --out /var/tmp/seed # 120 s + 300 s + 180 s runs\n  \
+culprit experiment --analyze --out /var/tmp/exp        # re-print the tables\n\n\
+Results are appended to OUT/results.jsonl as they come; running again resumes.")]
+pub struct Args {
+    /// Directory for results (results.jsonl, table.md), thresholds and run data.
+    #[arg(long, default_value = "/var/tmp/culprit-experiment")]
+    out: PathBuf,
+    /// `shortened` (30 s + 60 s + 30 s runs, 10 s / 5 s windows) or `seed` (120 + 300 + 180 s,
+    /// 60 s / 30 s windows, 10 s sampler profiles).
+    #[arg(long, default_value = "shortened")]
+    protocol: String,
+    /// Only print the tables of the results already in OUT.
+    #[arg(long)]
+    analyze: bool,
+    /// Workloads, comma-separated (ddw, ddr, postmark).
+    #[arg(long, value_delimiter = ',')]
+    workloads: Option<Vec<String>>,
+    /// Faults, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    faults: Option<Vec<String>>,
+    /// Faulty runs per workload and fault (the faulty node cycles through the nodes).
+    #[arg(long)]
+    repetitions: Option<usize>,
+    /// Fault-free training runs per workload.
+    #[arg(long)]
+    training_runs: Option<usize>,
+    /// Fault-free test runs per workload (false positives without a fault).
+    #[arg(long)]
+    clean_runs: Option<usize>,
+    /// Seconds of workload before the fault.
+    #[arg(long)]
+    before: Option<f64>,
+    /// Seconds the fault lasts.
+    #[arg(long)]
+    fault_secs: Option<f64>,
+    /// Seconds of workload after the fault.
+    #[arg(long)]
+    after: Option<f64>,
+    /// WinSize and WinShift in seconds, e.g. `10,5`.
+    #[arg(long, value_delimiter = ',', num_args = 2)]
+    windows: Option<Vec<u32>>,
+    /// Overhead runs per workload and setting (0: skip Table 2).
+    #[arg(long)]
+    overhead_reps: Option<usize>,
+}
+
+/// Runs `culprit experiment`.
+pub fn run(args: Args) -> anyhow::Result<i32> {
+    let stdout = std::io::stdout();
+    if args.analyze {
+        let table = analyze(&args.out)?;
+        writeln!(stdout.lock(), "{table}")?;
+        return Ok(0);
+    }
+    let mut cfg = match args.protocol.as_str() {
+        "shortened" => ExperimentConfig::shortened(),
+        "seed" => ExperimentConfig::seed(),
+        other => anyhow::bail!("--protocol {other:?}: use `shortened` or `seed`"),
+    };
+    if let Some(w) = args.workloads {
+        cfg.workloads = w;
+    }
+    if let Some(f) = args.faults {
+        cfg.faults = f;
+    }
+    if let Some(n) = args.repetitions {
+        cfg.repetitions = n;
+    }
+    if let Some(n) = args.training_runs {
+        cfg.training_runs = n.max(1);
+    }
+    if let Some(n) = args.clean_runs {
+        cfg.clean_runs = n;
+    }
+    if let Some(s) = args.before {
+        cfg.phases.before_s = s;
+    }
+    if let Some(s) = args.fault_secs {
+        cfg.phases.fault_s = s;
+    }
+    if let Some(s) = args.after {
+        cfg.phases.after_s = s;
+    }
+    if let Some(w) = args.windows {
+        if w[1] == 0 || w[0] < w[1] {
+            anyhow::bail!("--windows SIZE,SHIFT: want SIZE >= SHIFT > 0");
+        }
+        cfg.windows = (w[0], w[1], cfg.windows.2);
+    }
+    if let Some(n) = args.overhead_reps {
+        cfg.overhead_reps = n;
+    }
+    let exe = std::env::current_exe().context("locate the culprit binary")?;
+    let tools = Tools::beside(exe)?;
+    let mut say = |s: &str| eprintln!("culprit experiment: {s}");
+    run_experiment(&cfg, &tools, &args.out, &mut say)?;
+    let table = analyze(&args.out)?;
+    std::fs::write(args.out.join("table.md"), &table)
+        .with_context(|| format!("write {}", args.out.join("table.md").display()))?;
+    writeln!(stdout.lock(), "{table}")?;
+    Ok(0)
+}
