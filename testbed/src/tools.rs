@@ -38,13 +38,20 @@ impl Windows {
     };
 
     fn args(&self) -> Vec<String> {
+        // Seed 000's dimensionality rule (100 samples or 1 s of time in a 60 s window) scaled
+        // to the window, so shortened windows keep the same functions.
+        let scale = f64::from(self.size_s) / 60.0;
         vec![
             "--win-size".into(),
-            self.size_s.to_string(),
+            format!("{}s", self.size_s),
             "--win-shift".into(),
-            self.shift_s.to_string(),
+            format!("{}s", self.shift_s),
             "--k".into(),
             self.k.to_string(),
+            "--min-time".into(),
+            format!("{}ms", (1000.0 * scale).round() as u64),
+            "--min-samples".into(),
+            format!("{:.1}", 100.0 * scale),
         ]
     }
 }
@@ -250,10 +257,10 @@ impl Drop for Sampler {
     }
 }
 
-/// Reads the flagged nodes per metric out of `culprit diagnose --json`.
-///
-/// The schema is the diagnose verb's (documented with it); this reads its per-node, per-metric
-/// verdicts: `nodes[].{node, verdicts: {<metric>: {faulty: bool}}, faulty: bool}`.
+/// Reads the flagged nodes per metric out of `culprit diagnose --json` (schema
+/// `culprit-diagnosis`, docs/diagnose-json.md): `metrics[].{metric, nodes[].{node, verdict}}`
+/// per metric, `culprits` (nodes whose combined verdict is faulty or stopped) for the combined
+/// verdict.
 pub fn parse_verdicts(json: &serde_json::Value) -> Verdicts {
     let mut v = Verdicts {
         json: json.clone(),
@@ -262,32 +269,77 @@ pub fn parse_verdicts(json: &serde_json::Value) -> Verdicts {
     for m in METRICS {
         v.flagged.insert(m.to_string(), BTreeSet::new());
     }
-    let nodes = json
-        .get("nodes")
-        .and_then(|n| n.as_array())
-        .cloned()
-        .unwrap_or_default();
-    for n in &nodes {
-        let Some(name) = n.get("node").and_then(|s| s.as_str()) else {
+    let flagged = |verdict: Option<&str>| matches!(verdict, Some("faulty") | Some("stopped"));
+    for m in json
+        .get("metrics")
+        .and_then(|x| x.as_array())
+        .into_iter()
+        .flatten()
+    {
+        let Some(metric) = m.get("metric").and_then(|x| x.as_str()) else {
             continue;
         };
-        if let Some(verdicts) = n.get("verdicts").and_then(|x| x.as_object()) {
-            for (metric, verdict) in verdicts {
-                v.metrics.insert(metric.clone());
-                if verdict.get("faulty").and_then(|b| b.as_bool()) == Some(true) {
-                    v.flagged
-                        .entry(metric.clone())
-                        .or_default()
-                        .insert(name.to_string());
-                }
+        v.metrics.insert(metric.to_string());
+        let set = v.flagged.entry(metric.to_string()).or_default();
+        for n in m
+            .get("nodes")
+            .and_then(|x| x.as_array())
+            .into_iter()
+            .flatten()
+        {
+            if let (Some(node), true) = (
+                n.get("node").and_then(|x| x.as_str()),
+                flagged(n.get("verdict").and_then(|x| x.as_str())),
+            ) {
+                set.insert(node.to_string());
             }
         }
-        if n.get("faulty").and_then(|b| b.as_bool()) == Some(true) {
-            v.flagged
-                .entry("combined".into())
-                .or_default()
-                .insert(name.to_string());
+    }
+    let combined = v.flagged.entry("combined".into()).or_default();
+    for c in json
+        .get("culprits")
+        .and_then(|x| x.as_array())
+        .into_iter()
+        .flatten()
+    {
+        if let Some(node) = c.as_str() {
+            combined.insert(node.to_string());
         }
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdicts_are_read_per_metric_and_combined() {
+        let j = serde_json::json!({
+            "schema": "culprit-diagnosis",
+            "culprits": ["io2"],
+            "metrics": [
+                {"metric": "time", "nodes": [
+                    {"node": "io1", "verdict": "ok"},
+                    {"node": "io2", "verdict": "faulty"}]},
+                {"metric": "samples", "nodes": [
+                    {"node": "io0", "verdict": "suspect"},
+                    {"node": "io2", "verdict": "ok"}]}
+            ]
+        });
+        let v = parse_verdicts(&j);
+        assert_eq!(v.flagged["time"], ["io2".to_string()].into_iter().collect());
+        assert!(v.flagged["samples"].is_empty());
+        assert!(v.flagged["count"].is_empty());
+        assert_eq!(
+            v.flagged["combined"],
+            ["io2".to_string()].into_iter().collect()
+        );
+        assert_eq!(
+            v.metrics,
+            ["samples".to_string(), "time".to_string()]
+                .into_iter()
+                .collect()
+        );
+    }
 }
