@@ -84,7 +84,7 @@ impl Default for WorkloadSpec {
             clients: 4,
             chunk: 1 << 20,
             file_size: 64 << 20,
-            files: 100,
+            files: 500,
         }
     }
 }
