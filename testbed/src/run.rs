@@ -228,10 +228,12 @@ pub fn run_once(
     }
     rec.t_fault_off = unix_now();
     snapshots.push(cluster.usage()?);
-    progress(&format!(
-        "{}: fault removed, running {} s more",
-        plan.id, p.after_s
-    ));
+    if plan.fault.is_some() {
+        progress(&format!(
+            "{}: fault removed, running {} s more",
+            plan.id, p.after_s
+        ));
+    }
     let results = clients.wait(Duration::from_secs_f64(p.after_s + 120.0))?;
     rec.t_end = unix_now();
     snapshots.push(cluster.usage()?);
