@@ -19,7 +19,7 @@ pub struct Args {
     /// Directory for results (results.jsonl, table.md), thresholds and run data.
     #[arg(long, default_value = "/var/tmp/culprit-experiment")]
     out: PathBuf,
-    /// `shortened` (30 s + 60 s + 30 s runs, 10 s / 5 s windows) or `seed` (120 + 300 + 180 s,
+    /// `shortened` (15 s + 40 s + 15 s runs, 10 s / 5 s windows) or `seed` (120 + 300 + 180 s,
     /// 60 s / 30 s windows, 10 s sampler profiles).
     #[arg(long, default_value = "shortened")]
     protocol: String,

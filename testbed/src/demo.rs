@@ -212,22 +212,22 @@ pub fn run_demo(cfg: &DemoConfig, tools: &Tools, out: &mut dyn Write) -> Result<
         .filter(|(m, nodes)| m.as_str() != "combined" && nodes.contains(&run.faulty_node))
         .map(|(m, _)| m.clone())
         .collect();
-    say(&format!(
-        "culprit: {}{}",
-        if flagged.is_empty() {
-            "no node flagged".to_string()
-        } else {
-            format!(
-                "flagged {}",
-                flagged.iter().cloned().collect::<Vec<_>>().join(", ")
-            )
-        },
-        if by.is_empty() {
-            String::new()
-        } else {
-            format!(" (by {})", by.join(", "))
-        }
-    ));
+    let verdict = if flagged.is_empty() {
+        "no node flagged by the combined verdict".to_string()
+    } else {
+        format!(
+            "flagged {}",
+            flagged.iter().cloned().collect::<Vec<_>>().join(", ")
+        )
+    };
+    let metrics = if by.is_empty() {
+        String::new()
+    } else if flagged.contains(&run.faulty_node) {
+        format!(" (by {})", by.join(", "))
+    } else {
+        format!(" ({} flagged by {} alone)", run.faulty_node, by.join(", "))
+    };
+    say(&format!("culprit: {verdict}{metrics}"));
     say(if correct {
         "         correct"
     } else {

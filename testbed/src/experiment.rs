@@ -56,7 +56,9 @@ pub struct ExperimentConfig {
 }
 
 impl ExperimentConfig {
-    /// The shortened protocol: 30 s + 60 s + 30 s runs, 10 s / 5 s windows, 1 s intervals.
+    /// The shortened protocol: 15 s + 40 s + 15 s runs, 10 s / 5 s windows, 1 s intervals, two
+    /// faulty runs per workload and fault (six per fault), two training and two fault-free test
+    /// runs per workload. About 80 minutes on this machine.
     pub fn shortened() -> Self {
         ExperimentConfig {
             protocol: "shortened".into(),
@@ -65,14 +67,14 @@ impl ExperimentConfig {
                 .iter()
                 .map(|f| f.name().to_string())
                 .collect(),
-            repetitions: 4,
-            training_runs: 3,
+            repetitions: 2,
+            training_runs: 2,
             clean_runs: 2,
             phases: Phases {
-                settle_s: 3.0,
-                before_s: 30.0,
-                fault_s: 60.0,
-                after_s: 30.0,
+                settle_s: 2.0,
+                before_s: 15.0,
+                fault_s: 40.0,
+                after_s: 15.0,
             },
             windows: (
                 Windows::SHORT.size_s,
@@ -85,9 +87,9 @@ impl ExperimentConfig {
                 tracer_interval_ms: 1000,
                 sampler_interval_ms: 1000,
             },
-            overhead_reps: 5,
-            overhead_bytes: 160 << 20,
-            overhead_transactions: 600,
+            overhead_reps: 3,
+            overhead_bytes: 96 << 20,
+            overhead_transactions: 300,
             nodes: 4,
         }
     }
