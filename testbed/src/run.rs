@@ -172,7 +172,12 @@ pub fn run_once(
         data_dir: data_dir.clone(),
         interval_ms: plan.instrument.tracer_interval_ms,
     };
-    cluster.prepare(plan.workload, &plan.clients)?;
+    if plan.workload == Workload::Ddr {
+        // ddr reads files written beforehand, by untraced servers outside the sampled period.
+        cluster.start_servers(&Tracing::default())?;
+        cluster.prepare(plan.workload, &plan.clients)?;
+        cluster.stop_servers(Duration::from_secs(5));
+    }
     let mut sampler: Option<Sampler> = match (plan.instrument.sampling, tools) {
         (true, Some(t)) => {
             Some(t.start_sampler(&cluster, &data_dir, plan.instrument.sampler_interval_ms)?)

@@ -134,7 +134,8 @@ impl Cluster {
         c
     }
 
-    /// Makes what `w` needs before it runs: for ddr, each client's file is written once.
+    /// Makes what `w` needs before it runs: for ddr, each client's file is written once. The
+    /// servers must be running.
     pub fn prepare(&self, w: Workload, spec: &WorkloadSpec) -> Result<()> {
         if w != Workload::Ddr {
             return Ok(());
