@@ -402,16 +402,20 @@ impl Flusher {
     }
 
     /// The flusher loop: runs until the process exits.
+    ///
+    /// Requesters set a [`PENDING`] bit, then bump [`REQ`]; the flusher acknowledges by
+    /// storing in [`DONE`] the value of `REQ` it read before taking the bits. It sleeps only
+    /// when every request it has seen is acknowledged, so none waits for the next interval.
     pub fn run(mut self) {
         loop {
             let seen = REQ.load(Acquire);
             let now = sys::realtime_ns();
             let deadline = self.open_start + self.cfg.interval_ns;
-            if PENDING.load(Acquire) == 0 && now < deadline {
+            if PENDING.load(Acquire) == 0 && DONE.load(Acquire) == seen && now < deadline {
                 sys::futex_wait_until_realtime(&REQ, seen, deadline);
+                continue;
             }
             let pending = PENDING.swap(0, AcqRel);
-            let now = sys::realtime_ns();
             self.close_ended(now);
             if pending & req::NODE != 0 {
                 self.switch_node(now);
@@ -423,7 +427,8 @@ impl Flusher {
                 self.collect();
                 self.write_interval(self.open_start, interval_flags::PARTIAL);
                 self.end_file(now, end_reason::EXIT);
-                DONE.store(seen, Release);
+                // Nothing is served after this: release every waiter.
+                DONE.store(REQ.load(Acquire), Release);
                 sys::futex_wake_all(&DONE);
                 return;
             }
