@@ -202,7 +202,9 @@ fn unwritable_data_dir_runs_untraced_with_one_line() {
         .enumerate()
     {
         let exe = build(tmp.path(), "tracee.c", &format!("t{i}"), opt, link);
-        let bare = run(std::process::Command::new(&exe).args(["fib", "18"]));
+        let bare = run(std::process::Command::new(&exe)
+            .env("CULPRIT_DIR", tmp.join("bare"))
+            .args(["fib", "18"]));
         let out = run(
             traced(&exe, link, Path::new("/proc/culprit-cannot-exist"), "n1").args(["fib", "18"]),
         );
