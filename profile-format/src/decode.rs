@@ -135,7 +135,23 @@ impl<'a> ParsedFile<'a> {
             end: self.end,
             truncated: self.truncated,
             done: false,
+            base: 0,
         }
+    }
+}
+
+/// Iterates the records in `bytes`, whose first byte is at file offset `base_offset`. Used to
+/// read a growing file incrementally: read the header for `committed_end`, then read and parse
+/// only the bytes between the last position and `committed_end`. Offsets in errors and
+/// [`Records::offset`] are file offsets.
+pub fn records_at(bytes: &[u8], base_offset: u64) -> Records<'_> {
+    Records {
+        bytes,
+        pos: 0,
+        end: bytes.len(),
+        truncated: false,
+        done: false,
+        base: base_offset,
     }
 }
 
@@ -148,18 +164,24 @@ pub struct Records<'a> {
     end: usize,
     truncated: bool,
     done: bool,
+    base: u64,
 }
 
 impl<'a> Records<'a> {
     /// File offset of the next record.
     pub fn offset(&self) -> u64 {
-        self.pos as u64
+        self.base + self.pos as u64
+    }
+
+    /// True when the iterator stopped at an error (nothing after it is trusted).
+    pub fn failed(&self) -> bool {
+        self.done && self.pos < self.end
     }
 
     fn corrupt(&mut self, reason: &'static str) -> Option<Result<Record<'a>, FormatError>> {
         self.done = true;
         Some(Err(FormatError::Corrupt {
-            offset: self.pos as u64,
+            offset: self.offset(),
             reason,
         }))
     }
@@ -199,7 +221,7 @@ impl<'a> Iterator for Records<'a> {
         if crc32(payload) != crc {
             return self.corrupt("checksum mismatch");
         }
-        let offset = self.pos as u64;
+        let offset = self.offset();
         let rec = match RecordKind::from_u16(kind) {
             None => Ok(Record::Unknown { kind }),
             Some(k) => decode_payload(k, payload),
@@ -476,12 +498,7 @@ impl<'a> EventsRec<'a> {
     }
 }
 
-fn entries_slice(
-    p: &[u8],
-    fixed: usize,
-    n: u32,
-    size: usize,
-) -> Result<&[u8], &'static str> {
+fn entries_slice(p: &[u8], fixed: usize, n: u32, size: usize) -> Result<&[u8], &'static str> {
     let need = (n as usize)
         .checked_mul(size)
         .and_then(|x| x.checked_add(fixed))

@@ -154,7 +154,8 @@ impl RecordBuf {
         let path = &o.path.as_bytes()[..o.path.len().min(u16::MAX as usize)];
         self.buf
             .extend_from_slice(&(build_id.len() as u16).to_le_bytes());
-        self.buf.extend_from_slice(&(path.len() as u16).to_le_bytes());
+        self.buf
+            .extend_from_slice(&(path.len() as u16).to_le_bytes());
         self.u32(0);
         self.buf.extend_from_slice(build_id);
         self.buf.extend_from_slice(path);

@@ -68,8 +68,8 @@ pub mod writer;
 
 pub use crc::crc32;
 pub use decode::{
-    EndRec, EventEntry, EventsRec, FormatError, Info, IntervalEntry, IntervalRec, ObjectRec,
-    ParsedFile, Record, Records, SampleEntry, SamplesRec, StringsRec,
+    records_at, EndRec, EventEntry, EventsRec, FormatError, Info, IntervalEntry, IntervalRec,
+    ObjectRec, ParsedFile, Record, Records, SampleEntry, SamplesRec, StringsRec,
 };
 pub use encode::{IntervalHead, ObjectDesc, RecordBuf, SamplesHead};
 pub use layout::*;

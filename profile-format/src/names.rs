@@ -184,7 +184,10 @@ mod tests {
         let n = trace_file_name(42, 7, 2);
         assert_eq!(
             parse_data_file_name(&n),
-            Some(DataFileName::Trace { pid: 42, start_ns: 7 })
+            Some(DataFileName::Trace {
+                pid: 42,
+                start_ns: 7
+            })
         );
         let n = samples_file_name(9, 0);
         assert_eq!(
@@ -198,7 +201,10 @@ mod tests {
     #[test]
     fn node_info_round_trip() {
         let info = NodeInfo {
-            pairs: vec![("host".into(), "h1".into()), ("kernel".into(), "6.1".into())],
+            pairs: vec![
+                ("host".into(), "h1".into()),
+                ("kernel".into(), "6.1".into()),
+            ],
         };
         let back = NodeInfo::parse(&info.to_text()).unwrap();
         assert_eq!(back, info);

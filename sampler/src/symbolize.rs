@@ -188,10 +188,11 @@ impl Symbolizer {
         if let Some(hit) = self.kernel.get(&addr) {
             return hit.clone();
         }
-        let mut k = Kernel::default();
         // vmlinux is rarely present and slow to parse; kallsyms is enough for function names.
-        k.vmlinux = blazesym::MaybeDefault::None;
-        let src = Source::Kernel(k);
+        let src = Source::Kernel(Kernel {
+            vmlinux: blazesym::MaybeDefault::None,
+            ..Kernel::default()
+        });
         let name = match self.inner.symbolize_single(&src, Input::AbsAddr(addr)) {
             Ok(Symbolized::Sym(sym)) => Some(Name::from(sym.name.as_ref())),
             _ => None,

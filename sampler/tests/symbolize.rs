@@ -42,9 +42,15 @@ fn static_and_global_functions_resolve_in_a_pie() {
     let mut s = Symbolizer::new();
     let h = nm(&bin, "hidden_helper");
     let v = nm(&bin, "visible");
-    assert_eq!(s.resolve(&bin, ImageAddr::Virt(h)).as_deref(), Some("hidden_helper"));
+    assert_eq!(
+        s.resolve(&bin, ImageAddr::Virt(h)).as_deref(),
+        Some("hidden_helper")
+    );
     // An address inside the function resolves to it too.
-    assert_eq!(s.resolve(&bin, ImageAddr::Virt(v + 1)).as_deref(), Some("visible"));
+    assert_eq!(
+        s.resolve(&bin, ImageAddr::Virt(v + 1)).as_deref(),
+        Some("visible")
+    );
     assert!(read_build_id(&bin).is_some_and(|b| b.len() == 20));
     // Cached: a second lookup hits the cache.
     let before = s.cached();

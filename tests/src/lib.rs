@@ -33,8 +33,14 @@ pub fn ensure_built() {
     BUILT.get_or_init(|| {
         let release = profile_dir().file_name().is_some_and(|n| n == "release");
         let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-        cmd.current_dir(workspace_root())
-            .args(["build", "-q", "-p", "culprit", "-p", "culprit-rt"]);
+        cmd.current_dir(workspace_root()).args([
+            "build",
+            "-q",
+            "-p",
+            "culprit",
+            "-p",
+            "culprit-rt",
+        ]);
         if release {
             cmd.arg("--release");
         }
@@ -71,10 +77,8 @@ impl TempDir {
     pub fn new(tag: &str) -> Self {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let path = std::env::temp_dir().join(format!(
-            "culprit-test-{tag}-{}-{n}",
-            std::process::id()
-        ));
+        let path =
+            std::env::temp_dir().join(format!("culprit-test-{tag}-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&path);
         std::fs::create_dir_all(&path).expect("create temp dir");
         TempDir { path }
@@ -176,7 +180,9 @@ pub struct MachineLock {
 
 /// Runs `cmd`, panicking with its stderr unless it succeeds; returns the output.
 pub fn run_ok(cmd: &mut Command) -> Output {
-    let o = cmd.output().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+    let o = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
     assert!(
         o.status.success(),
         "{cmd:?} failed ({}):\nstdout:\n{}\nstderr:\n{}",
