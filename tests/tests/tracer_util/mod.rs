@@ -1,9 +1,9 @@
 //! Shared helpers of the tracer tests: build the C test programs with gcc (-O0/-O2, linked
 //! with libculprit_rt.so or not), run them traced, and read what the runtime wrote.
 //!
-//! Until `culprit report` lands, profiles are decoded here with culprit-format and named with
-//! the shared symbolizer (culprit_sampler::symbolize), in the shape of `culprit report --json`
-//! (per process: functions with calls, self and total ns).
+//! Function totals are read through `culprit report --json` (what users see); interval-level
+//! facts the report does not show (flags, order, Info keys, Object records) are decoded from
+//! the same files with culprit-format.
 
 #![allow(dead_code)]
 
@@ -11,8 +11,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use culprit_format::{interval_flags, object_flags, ParsedFile, Record};
-use culprit_sampler::symbolize::{unresolved_name, ImageAddr, Symbolizer};
+use culprit_format::{interval_flags, ParsedFile, Record};
 use culprit_tests::*;
 
 /// How a test program gets the runtime.
@@ -112,7 +111,8 @@ pub struct Interval {
     pub lost_frames: u32,
     pub overflows: u32,
     pub entries: usize,
-    pub calls: BTreeMap<String, u64>,
+    /// Calls of all functions in the interval.
+    pub calls: u64,
 }
 
 /// What one `.cul` trace file says.
@@ -146,31 +146,50 @@ impl Proc {
     }
 }
 
-/// Reads and names every trace file in `node_dir`, sorted by file name.
+/// Every trace file in `node_dir` (`DATA/<node>`), sorted by file name: functions from
+/// `culprit report --json`, the rest decoded from the file.
 pub fn load(node_dir: &Path) -> Vec<Proc> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(node_dir)
-        .unwrap_or_else(|e| panic!("read {}: {e}", node_dir.display()))
-        .map(|e| e.unwrap().path())
-        .filter(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("trace-"))
-        })
-        .collect();
-    files.sort();
-    let mut sym = Symbolizer::new();
-    files.iter().map(|f| load_file(f, &mut sym)).collect()
+    let root = node_dir.parent().expect("DATA/<node>");
+    let node = node_dir
+        .file_name()
+        .expect("node")
+        .to_string_lossy()
+        .into_owned();
+    let out = run_ok(
+        culprit()
+            .arg("report")
+            .arg(root)
+            .args(["--node", &node, "--json"]),
+    );
+    let json = stdout_json(&out);
+    assert_eq!(json["schema"], "culprit-report/1");
+    let mut procs: Vec<Proc> = Vec::new();
+    for n in json["nodes"].as_array().unwrap() {
+        assert_eq!(n["node"], node.as_str());
+        for pj in n["processes"].as_array().unwrap() {
+            let files = pj["files"].as_array().unwrap();
+            assert_eq!(files.len(), 1, "one file per process: {pj}");
+            let mut p = load_file(&node_dir.join(files[0].as_str().unwrap()));
+            for f in pj["functions"].as_array().unwrap() {
+                let e = p
+                    .functions
+                    .entry(f["function"].as_str().unwrap().to_string())
+                    .or_default();
+                e.calls += f["calls"].as_u64().unwrap();
+                e.self_ns += f["self_ns"].as_u64().unwrap();
+                e.total_ns += f["total_ns"].as_u64().unwrap();
+            }
+            assert_eq!(pj["lost_frames"].as_u64().unwrap(), p.lost_frames(), "{pj}");
+            assert_eq!(pj["pid"].as_u64().unwrap(), p.pid() as u64);
+            assert_eq!(pj["status"] == "ended", p.ended, "{pj}");
+            procs.push(p);
+        }
+    }
+    procs.sort_by(|a, b| a.file.cmp(&b.file));
+    procs
 }
 
-#[derive(Clone, Debug)]
-struct ObjMap {
-    bias: u64,
-    start: u64,
-    end: u64,
-    path: PathBuf,
-    unloaded: bool,
-}
-
-fn load_file(path: &Path, sym: &mut Symbolizer) -> Proc {
+fn load_file(path: &Path) -> Proc {
     let bytes = std::fs::read(path).unwrap();
     let pf = ParsedFile::parse(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut p = Proc {
@@ -182,45 +201,12 @@ fn load_file(path: &Path, sym: &mut Symbolizer) -> Proc {
         intervals: Vec::new(),
         objects: Vec::new(),
     };
-    let mut objs: Vec<ObjMap> = Vec::new();
     for rec in pf.records() {
         let rec = rec.unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         match rec {
-            Record::Info(i) => {
-                for (k, v) in i.pairs {
-                    p.info.insert(k, v);
-                }
-            }
-            Record::Object(o) => {
-                p.objects.push((o.id, o.flags, o.path.to_string()));
-                let unloaded = o.flags & object_flags::UNLOADED != 0;
-                if unloaded {
-                    for m in objs
-                        .iter_mut()
-                        .filter(|m| m.start == o.start && m.bias == o.bias)
-                    {
-                        m.unloaded = true;
-                    }
-                } else {
-                    objs.push(ObjMap {
-                        bias: o.bias,
-                        start: o.start,
-                        end: o.end,
-                        path: PathBuf::from(o.path.as_ref()),
-                        unloaded: false,
-                    });
-                }
-            }
+            Record::Info(i) => p.info.extend(i.pairs),
+            Record::Object(o) => p.objects.push((o.id, o.flags, o.path.to_string())),
             Record::Interval(iv) => {
-                let mut calls = BTreeMap::new();
-                for e in iv.entries() {
-                    let name = name_of(&objs, sym, e.addr);
-                    let f = p.functions.entry(name.clone()).or_default();
-                    f.calls += e.calls;
-                    f.self_ns += e.excl_ns;
-                    f.total_ns += e.incl_ns;
-                    *calls.entry(name).or_default() += e.calls;
-                }
                 if iv.flags & interval_flags::MISSED != 0 {
                     assert!(iv.is_empty(), "MISSED interval with entries");
                 }
@@ -232,7 +218,7 @@ fn load_file(path: &Path, sym: &mut Symbolizer) -> Proc {
                     lost_frames: iv.lost_frames,
                     overflows: iv.overflows,
                     entries: iv.len(),
-                    calls,
+                    calls: iv.entries().map(|e| e.calls).sum(),
                 });
             }
             Record::End(_) => p.end_record = true,
@@ -240,19 +226,6 @@ fn load_file(path: &Path, sym: &mut Symbolizer) -> Proc {
         }
     }
     p
-}
-
-fn name_of(objs: &[ObjMap], sym: &mut Symbolizer, addr: u64) -> String {
-    let Some(o) = objs
-        .iter()
-        .rev()
-        .find(|o| !o.unloaded && (o.start..o.end).contains(&addr))
-    else {
-        return format!("{addr:#x}");
-    };
-    sym.resolve(&o.path, ImageAddr::Virt(addr - o.bias))
-        .map(|n| n.to_string())
-        .unwrap_or_else(|| unresolved_name(&o.path, addr - o.bias))
 }
 
 /// The only trace file in `node_dir`.
