@@ -217,3 +217,21 @@ fn function_in_dlopened_library_is_named() {
         );
     }
 }
+
+#[test]
+fn monotonic_clock_fallback_gives_the_same_counts() {
+    // Machines without an invariant TSC use clock_gettime(CLOCK_MONOTONIC); force that path.
+    let tmp = TempDir::new("rt-mono");
+    let exe = build(tmp.path(), "tracee.c", "t", "-O2", Link::Preload);
+    let data = tmp.join("d");
+    run(traced(&exe, Link::Preload, &data, "n1")
+        .env("CULPRIT_CLOCK", "monotonic")
+        .arg("sleep"));
+    let p = load_one(&data.join("n1"));
+    assert_well_formed(&p);
+    assert_eq!(p.info["clock"], "monotonic");
+    let s = p.func("sleeper");
+    assert_eq!(s.calls, 1);
+    assert!(s.self_ns >= 300_000_000 && s.self_ns < 2_000_000_000, "{s:?}");
+    assert_eq!(p.func("spin_ms").calls, 1);
+}

@@ -35,7 +35,7 @@
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 use std::sync::atomic::{compiler_fence, AtomicU16, AtomicU32, AtomicU64, AtomicUsize};
 
-use crate::clock::now_ticks;
+use crate::clock::{self, Ticks, Tsc};
 
 /// Deepest shadow stack; deeper calls are counted as overflows and not traced.
 pub const STACK_DEPTH: usize = 1024;
@@ -118,7 +118,8 @@ pub struct ThreadBlock {
     base_lost: AtomicU64,
     base_overflows: AtomicU64,
     nused: AtomicU32,
-    _pad: u32,
+    /// Copy of the process's timestamp source choice (true: TSC), next to the hot fields.
+    tsc: AtomicU32,
     used: [AtomicU16; TABLE_CAP],
     stack: [Frame; STACK_DEPTH],
     table: [Slot; TABLE_CAP],
@@ -149,6 +150,39 @@ impl ThreadBlock {
     /// Hook on function entry (owner thread only).
     #[inline(always)]
     pub fn enter(&self, addr: usize) {
+        if self.tsc.load(Relaxed) != 0 {
+            self.enter_with::<Tsc>(addr);
+        } else {
+            self.enter_slow_clock(addr);
+        }
+    }
+
+    /// Hook on function exit (owner thread only).
+    #[inline(always)]
+    pub fn exit(&self, addr: usize) {
+        if self.tsc.load(Relaxed) != 0 {
+            self.exit_with::<Tsc>(addr);
+        } else {
+            self.exit_slow_clock(addr);
+        }
+    }
+
+    // The hooks without an invariant TSC: a separate copy, so that the TSC copy makes no call
+    // on its fast path (no register spills, no clock branch).
+    #[cold]
+    #[inline(never)]
+    fn enter_slow_clock(&self, addr: usize) {
+        self.enter_with::<clock::Monotonic>(addr);
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn exit_slow_clock(&self, addr: usize) {
+        self.exit_with::<clock::Monotonic>(addr);
+    }
+
+    #[inline(always)]
+    fn enter_with<C: Ticks>(&self, addr: usize) {
         if self.flags.load(Relaxed) != 0 {
             return;
         }
@@ -165,48 +199,64 @@ impl ThreadBlock {
                 let s = &self.table[(idx - 1) as usize & TABLE_MASK];
                 s.active
                     .store(s.active.load(Relaxed).wrapping_add(1), Relaxed);
-                f.t.store(now_ticks(), Relaxed);
+                f.t.store(C::now(), Relaxed);
             }
             self.depth.store(d as u32 + 1, Relaxed);
         } else {
-            self.deep
-                .store(self.deep.load(Relaxed).wrapping_add(1), Relaxed);
-            bump(&self.overflows, 1);
+            self.stack_full();
         }
         compiler_fence(SeqCst);
         self.flags.store(0, Relaxed);
     }
 
-    /// Hook on function exit (owner thread only).
+    #[cold]
+    #[inline(never)]
+    fn stack_full(&self) {
+        self.deep
+            .store(self.deep.load(Relaxed).wrapping_add(1), Relaxed);
+        bump(&self.overflows, 1);
+    }
+
     #[inline(always)]
-    pub fn exit(&self, addr: usize) {
+    fn exit_with<C: Ticks>(&self, addr: usize) {
         if self.flags.load(Relaxed) != 0 {
             return;
         }
         self.flags.store(BUSY, Relaxed);
         compiler_fence(SeqCst);
-        let deep = self.deep.load(Relaxed);
-        if deep != 0 {
-            self.deep.store(deep - 1, Relaxed);
+        let d = self.depth.load(Relaxed) as usize;
+        if d != 0
+            && d <= STACK_DEPTH
+            && self.deep.load(Relaxed) == 0
+            && self.stack[d - 1].addr.load(Relaxed) == addr
+        {
+            self.pop::<C>(d - 1);
         } else {
-            let d = self.depth.load(Relaxed) as usize;
-            if d != 0 && d <= STACK_DEPTH && self.stack[d - 1].addr.load(Relaxed) == addr {
-                self.pop(d - 1);
-            } else {
-                self.exit_mismatch(addr, d);
-            }
+            self.exit_unusual::<C>(addr, d);
         }
         compiler_fence(SeqCst);
         self.flags.store(0, Relaxed);
     }
 
+    /// An exit of a call that was not pushed (stack full), or one that does not match.
+    #[cold]
+    #[inline(never)]
+    fn exit_unusual<C: Ticks>(&self, addr: usize, d: usize) {
+        let deep = self.deep.load(Relaxed);
+        if deep != 0 {
+            self.deep.store(deep - 1, Relaxed);
+        } else {
+            self.exit_mismatch::<C>(addr, d);
+        }
+    }
+
     #[inline(always)]
-    fn pop(&self, top: usize) {
+    fn pop<C: Ticks>(&self, top: usize) {
         let f = &self.stack[top & (STACK_DEPTH - 1)];
         let idx = f.slot.load(Relaxed);
         let child = f.child.load(Relaxed);
         let carry = if idx != 0 {
-            let elapsed = now_ticks().wrapping_sub(f.t.load(Relaxed));
+            let elapsed = C::now().wrapping_sub(f.t.load(Relaxed));
             let s = &self.table[(idx - 1) as usize & TABLE_MASK];
             bump(&s.calls, 1);
             bump(&s.excl, elapsed.saturating_sub(child));
@@ -232,9 +282,7 @@ impl ThreadBlock {
     /// the frames above it are dropped — they record no call and no time; their completed
     /// children's time passes down, so their own time ends up in the matching frame's
     /// exclusive time — and counted as lost. Otherwise the exit is ignored and counted as lost.
-    #[cold]
-    #[inline(never)]
-    fn exit_mismatch(&self, addr: usize, d: usize) {
+    fn exit_mismatch<C: Ticks>(&self, addr: usize, d: usize) {
         let d = d.min(STACK_DEPTH);
         let Some(i) = (0..d)
             .rev()
@@ -254,7 +302,7 @@ impl ThreadBlock {
             bump(&self.stack[j - 1].child, f.child.load(Relaxed));
             bump(&self.lost, 1);
         }
-        self.pop(i);
+        self.pop::<C>(i);
     }
 
     /// Slot index + 1 of `addr` for a traced call, 0 when the call is not counted.
@@ -337,6 +385,7 @@ impl ThreadBlock {
     /// Prepares a claimed block for a new owner thread: empty stack, nothing paused. Its
     /// table keeps its functions and cumulative counters (the flusher's baselines match them).
     pub fn reset_for_owner(&self) {
+        self.tsc.store(clock::uses_tsc() as u32, Relaxed);
         self.flags.store(0, Relaxed);
         self.depth.store(0, Relaxed);
         self.deep.store(0, Relaxed);

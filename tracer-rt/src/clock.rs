@@ -13,14 +13,37 @@ use crate::sys;
 
 static USE_TSC: AtomicBool = AtomicBool::new(false);
 
-/// The hot path's timestamp: TSC ticks or monotonic ns.
-#[inline(always)]
-pub fn now_ticks() -> u64 {
-    if USE_TSC.load(Relaxed) {
+/// A timestamp source of the hot path.
+pub trait Ticks {
+    /// The current timestamp.
+    fn now() -> u64;
+}
+
+/// The time-stamp counter.
+#[derive(Debug)]
+pub struct Tsc;
+
+impl Ticks for Tsc {
+    #[inline(always)]
+    fn now() -> u64 {
         sys::rdtsc()
-    } else {
+    }
+}
+
+/// `CLOCK_MONOTONIC`, in ns.
+#[derive(Debug)]
+pub struct Monotonic;
+
+impl Ticks for Monotonic {
+    #[inline(always)]
+    fn now() -> u64 {
         sys::monotonic_ns()
     }
+}
+
+/// True when the hooks use the TSC.
+pub fn uses_tsc() -> bool {
+    USE_TSC.load(Relaxed)
 }
 
 /// Name of the timestamp source, for the `clock` info key.

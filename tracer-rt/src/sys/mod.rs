@@ -213,6 +213,7 @@ pub fn claim_block() -> Option<&'static ThreadBlock> {
     // SAFETY: see above; the mapping is never unmapped, so 'static holds.
     let b: &'static ThreadBlock = unsafe { &*(p as *const ThreadBlock) };
     b.state.store(state::LIVE, Relaxed);
+    b.reset_for_owner();
     let mut head = BLOCKS.load(Relaxed);
     loop {
         b.next.store(head, Relaxed);
