@@ -23,6 +23,9 @@ NOINLINE long fib(int n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }
 
 NOINLINE void tiny_leaf(long i) { sink += i; }
 
+/* Recursion deeper than the runtime's shadow stack. */
+NOINLINE long down(int n) { return n == 0 ? 0 : 1 + down(n - 1) + (sink & 0); }
+
 NOINLINE void leaf_loop(long n) {
     for (long i = 0; i < n; i++) tiny_leaf(i);
 }
@@ -103,6 +106,9 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "fib")) {
         int n = argc > 2 ? atoi(argv[2]) : 20;
         printf("fib(%d)=%ld\n", n, fib(n));
+    } else if (!strcmp(mode, "deep")) {
+        int n = argc > 2 ? atoi(argv[2]) : 3000;
+        printf("depth %ld\n", down(n));
     } else if (!strcmp(mode, "leaf")) {
         long n = argc > 2 ? atol(argv[2]) : 1000;
         leaf_loop(n);

@@ -232,6 +232,32 @@ fn monotonic_clock_fallback_gives_the_same_counts() {
     assert_eq!(p.info["clock"], "monotonic");
     let s = p.func("sleeper");
     assert_eq!(s.calls, 1);
-    assert!(s.self_ns >= 300_000_000 && s.self_ns < 2_000_000_000, "{s:?}");
+    assert!(
+        s.self_ns >= 300_000_000 && s.self_ns < 2_000_000_000,
+        "{s:?}"
+    );
     assert_eq!(p.func("spin_ms").calls, 1);
+}
+
+#[test]
+fn recursion_deeper_than_the_stack_counts_overflows() {
+    let tmp = TempDir::new("rt-deep");
+    for (i, (opt, link)) in [("-O0", Link::Preload), ("-O2", Link::Linked)]
+        .into_iter()
+        .enumerate()
+    {
+        let exe = build(tmp.path(), "tracee.c", &format!("t{i}"), opt, link);
+        let data = tmp.join(format!("d{i}"));
+        let out = run(traced(&exe, link, &data, "n1").args(["deep", "3000"]));
+        assert_eq!(stdout(&out), "depth 3000\n");
+        let p = load_one(&data.join("n1"));
+        assert_well_formed(&p);
+        let overflows: u64 = p.intervals.iter().map(|i| i.overflows as u64).sum();
+        let down = p.func("down");
+        // The calls that fit on the shadow stack are counted, the others are overflows.
+        assert!(overflows > 0 && down.calls > 0, "{down:?} {overflows}");
+        assert_eq!(down.calls + overflows, 3001, "{opt} {link:?}");
+        assert_eq!(p.lost_frames(), 0);
+        assert_eq!(p.func("main").calls, 1);
+    }
 }

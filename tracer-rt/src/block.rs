@@ -35,7 +35,7 @@
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 use std::sync::atomic::{compiler_fence, AtomicU16, AtomicU32, AtomicU64, AtomicUsize};
 
-use crate::clock::{self, Ticks, Tsc};
+use crate::clock::{self, Monotonic, Ticks, Tsc};
 
 /// Deepest shadow stack; deeper calls are counted as overflows and not traced.
 pub const STACK_DEPTH: usize = 1024;
@@ -56,8 +56,13 @@ pub mod state {
     pub const DEAD: u32 = 2;
 }
 
+/// `flags`: a hook is running in this thread (a hook that finds it set returns at once).
 const BUSY: u32 = 1;
-const PAUSE_UNIT: u32 = 2;
+/// `flags`: this thread's hooks read `CLOCK_MONOTONIC` instead of the TSC. Folded into `flags`
+/// so that the TSC fast path tests one word.
+const MONO: u32 = 2;
+/// `flags`: one `culprit_pause()` (they nest).
+const PAUSE_UNIT: u32 = 4;
 
 /// Include/exclude decision cached in a slot: low two bits, the decision table generation above.
 pub mod decision {
@@ -91,11 +96,12 @@ pub struct Slot {
 #[repr(C)]
 struct Frame {
     addr: AtomicUsize,
-    /// Entry timestamp (ticks).
+    /// Entry timestamp (ticks); 0 for a frame that is not counted (excluded function, or
+    /// the function table was full).
     t: AtomicU64,
     /// Elapsed ticks of completed children.
     child: AtomicU64,
-    /// Slot index + 1; 0 for a frame that is not counted (excluded, or the table was full).
+    /// Slot index of a counted frame.
     slot: AtomicU32,
     _pad: u32,
 }
@@ -108,9 +114,10 @@ pub struct ThreadBlock {
     /// [`state`] value.
     pub state: AtomicU32,
     flags: AtomicU32,
+    /// Frames on the stack, counting the sentinel at index 0; above [`STACK_DEPTH`], the calls
+    /// not pushed because the stack was full (their exits are skipped likewise).
     depth: AtomicU32,
-    /// Calls not pushed because the stack was full (their exits are skipped likewise).
-    deep: AtomicU32,
+    _pad0: u32,
     /// Registry link (address of the next block, 0 at the end); set before publication.
     pub next: AtomicUsize,
     lost: AtomicU64,
@@ -118,8 +125,7 @@ pub struct ThreadBlock {
     base_lost: AtomicU64,
     base_overflows: AtomicU64,
     nused: AtomicU32,
-    /// Copy of the process's timestamp source choice (true: TSC), next to the hot fields.
-    tsc: AtomicU32,
+    _pad1: u32,
     used: [AtomicU16; TABLE_CAP],
     stack: [Frame; STACK_DEPTH],
     table: [Slot; TABLE_CAP],
@@ -148,133 +154,155 @@ fn bump(a: &AtomicU64, by: u64) {
 
 impl ThreadBlock {
     /// Hook on function entry (owner thread only).
+    ///
+    /// The fast path is a traced function already in the table at its home slot, with room
+    /// on the stack, using the TSC; everything else is a tail call to a cold function.
     #[inline(always)]
     pub fn enter(&self, addr: usize) {
-        if self.tsc.load(Relaxed) != 0 {
-            self.enter_with::<Tsc>(addr);
-        } else {
-            self.enter_slow_clock(addr);
-        }
-    }
-
-    /// Hook on function exit (owner thread only).
-    #[inline(always)]
-    pub fn exit(&self, addr: usize) {
-        if self.tsc.load(Relaxed) != 0 {
-            self.exit_with::<Tsc>(addr);
-        } else {
-            self.exit_slow_clock(addr);
-        }
-    }
-
-    // The hooks without an invariant TSC: a separate copy, so that the TSC copy makes no call
-    // on its fast path (no register spills, no clock branch).
-    #[cold]
-    #[inline(never)]
-    fn enter_slow_clock(&self, addr: usize) {
-        self.enter_with::<clock::Monotonic>(addr);
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn exit_slow_clock(&self, addr: usize) {
-        self.exit_with::<clock::Monotonic>(addr);
-    }
-
-    #[inline(always)]
-    fn enter_with<C: Ticks>(&self, addr: usize) {
         if self.flags.load(Relaxed) != 0 {
-            return;
+            return self.enter_flagged(addr);
         }
         self.flags.store(BUSY, Relaxed);
         compiler_fence(SeqCst);
         let d = self.depth.load(Relaxed) as usize;
-        if d < STACK_DEPTH {
-            let idx = self.slot_for(addr);
+        let i = hash(addr);
+        let s = &self.table[i];
+        if d < STACK_DEPTH
+            && s.addr.load(Relaxed) == addr
+            && s.decision.load(Relaxed) & decision::MASK == decision::INCLUDE
+        {
             let f = &self.stack[d];
             f.addr.store(addr, Relaxed);
             f.child.store(0, Relaxed);
-            f.slot.store(idx, Relaxed);
-            if idx != 0 {
-                let s = &self.table[(idx - 1) as usize & TABLE_MASK];
-                s.active
-                    .store(s.active.load(Relaxed).wrapping_add(1), Relaxed);
-                f.t.store(C::now(), Relaxed);
-            }
+            f.slot.store(i as u32, Relaxed);
+            s.active
+                .store(s.active.load(Relaxed).wrapping_add(1), Relaxed);
+            f.t.store(Tsc::now(), Relaxed);
             self.depth.store(d as u32 + 1, Relaxed);
-        } else {
-            self.stack_full();
-        }
-        compiler_fence(SeqCst);
-        self.flags.store(0, Relaxed);
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn stack_full(&self) {
-        self.deep
-            .store(self.deep.load(Relaxed).wrapping_add(1), Relaxed);
-        bump(&self.overflows, 1);
-    }
-
-    #[inline(always)]
-    fn exit_with<C: Ticks>(&self, addr: usize) {
-        if self.flags.load(Relaxed) != 0 {
+            compiler_fence(SeqCst);
+            self.flags.store(0, Relaxed);
             return;
+        }
+        self.enter_general::<Tsc>(addr, 0)
+    }
+
+    /// Hook on function exit (owner thread only). Fast path: the top frame is this function's
+    /// and counted, with the TSC.
+    #[inline(always)]
+    pub fn exit(&self, addr: usize) {
+        if self.flags.load(Relaxed) != 0 {
+            return self.exit_flagged(addr);
         }
         self.flags.store(BUSY, Relaxed);
         compiler_fence(SeqCst);
         let d = self.depth.load(Relaxed) as usize;
-        if d != 0
-            && d <= STACK_DEPTH
-            && self.deep.load(Relaxed) == 0
-            && self.stack[d - 1].addr.load(Relaxed) == addr
-        {
-            self.pop::<C>(d - 1);
-        } else {
-            self.exit_unusual::<C>(addr, d);
+        if d.wrapping_sub(2) < STACK_DEPTH - 1 {
+            let f = &self.stack[d - 1];
+            let t = f.t.load(Relaxed);
+            if f.addr.load(Relaxed) == addr && t != 0 {
+                let elapsed = Tsc::now().wrapping_sub(t);
+                self.account(f, elapsed);
+                self.depth.store(d as u32 - 1, Relaxed);
+                bump(&self.stack[d - 2].child, elapsed);
+                compiler_fence(SeqCst);
+                self.flags.store(0, Relaxed);
+                return;
+            }
         }
-        compiler_fence(SeqCst);
-        self.flags.store(0, Relaxed);
+        self.exit_general::<Tsc>(addr, 0)
     }
 
-    /// An exit of a call that was not pushed (stack full), or one that does not match.
+    /// Adds a returning counted frame's call to its slot.
+    #[inline(always)]
+    fn account(&self, f: &Frame, elapsed: u64) {
+        let s = &self.table[f.slot.load(Relaxed) as usize & TABLE_MASK];
+        bump(&s.calls, 1);
+        bump(&s.excl, elapsed.saturating_sub(f.child.load(Relaxed)));
+        let a = s.active.load(Relaxed).wrapping_sub(1);
+        s.active.store(a, Relaxed);
+        if a == 0 {
+            bump(&s.incl, elapsed);
+        }
+    }
+
+    /// Entry with `flags` set: busy or paused (nothing to do), or the monotonic clock.
     #[cold]
     #[inline(never)]
-    fn exit_unusual<C: Ticks>(&self, addr: usize, d: usize) {
-        let deep = self.deep.load(Relaxed);
-        if deep != 0 {
-            self.deep.store(deep - 1, Relaxed);
+    fn enter_flagged(&self, addr: usize) {
+        if self.flags.load(Relaxed) == MONO {
+            self.enter_general::<Monotonic>(addr, MONO);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn exit_flagged(&self, addr: usize) {
+        if self.flags.load(Relaxed) == MONO {
+            self.exit_general::<Monotonic>(addr, MONO);
+        }
+    }
+
+    /// Every entry off the fast path. `base` is the thread's idle `flags` value.
+    #[inline(never)]
+    fn enter_general<C: Ticks>(&self, addr: usize, base: u32) {
+        self.flags.store(base | BUSY, Relaxed);
+        compiler_fence(SeqCst);
+        let d = self.depth.load(Relaxed) as usize;
+        if d < STACK_DEPTH {
+            let f = &self.stack[d];
+            f.addr.store(addr, Relaxed);
+            f.child.store(0, Relaxed);
+            match self.slot_for(addr) {
+                Some(i) => {
+                    let s = &self.table[i];
+                    f.slot.store(i as u32, Relaxed);
+                    s.active
+                        .store(s.active.load(Relaxed).wrapping_add(1), Relaxed);
+                    f.t.store(C::now().max(1), Relaxed);
+                }
+                None => f.t.store(0, Relaxed),
+            }
+        } else {
+            bump(&self.overflows, 1);
+        }
+        self.depth.store(d as u32 + 1, Relaxed);
+        compiler_fence(SeqCst);
+        self.flags.store(base, Relaxed);
+    }
+
+    /// Every exit off the fast path: calls that were not pushed (stack full), frames that are
+    /// not counted (excluded), exits that do not match the top of the stack.
+    #[inline(never)]
+    fn exit_general<C: Ticks>(&self, addr: usize, base: u32) {
+        self.flags.store(base | BUSY, Relaxed);
+        compiler_fence(SeqCst);
+        let d = self.depth.load(Relaxed) as usize;
+        if d > STACK_DEPTH {
+            self.depth.store(d as u32 - 1, Relaxed);
+        } else if d >= 2 && self.stack[d - 1].addr.load(Relaxed) == addr {
+            self.pop::<C>(d - 1);
         } else {
             self.exit_mismatch::<C>(addr, d);
         }
+        compiler_fence(SeqCst);
+        self.flags.store(base, Relaxed);
     }
 
-    #[inline(always)]
+    /// Pops frame `top` (≥ 1) as returning now.
     fn pop<C: Ticks>(&self, top: usize) {
-        let f = &self.stack[top & (STACK_DEPTH - 1)];
-        let idx = f.slot.load(Relaxed);
-        let child = f.child.load(Relaxed);
-        let carry = if idx != 0 {
-            let elapsed = C::now().wrapping_sub(f.t.load(Relaxed));
-            let s = &self.table[(idx - 1) as usize & TABLE_MASK];
-            bump(&s.calls, 1);
-            bump(&s.excl, elapsed.saturating_sub(child));
-            let a = s.active.load(Relaxed).saturating_sub(1);
-            s.active.store(a, Relaxed);
-            if a == 0 {
-                bump(&s.incl, elapsed);
-            }
+        let f = &self.stack[top];
+        let t = f.t.load(Relaxed);
+        let carry = if t != 0 {
+            let elapsed = C::now().wrapping_sub(t);
+            self.account(f, elapsed);
             elapsed
         } else {
             // Not counted (excluded): behaves as if not instrumented, so its counted children's
             // time passes to the parent and its own time stays in the parent's exclusive time.
-            child
+            f.child.load(Relaxed)
         };
         self.depth.store(top as u32, Relaxed);
-        if top > 0 {
-            bump(&self.stack[(top - 1) & (STACK_DEPTH - 1)].child, carry);
-        }
+        bump(&self.stack[top - 1].child, carry);
     }
 
     /// An exit that does not match the top of the stack (longjmp, exceptions, cancellation,
@@ -284,7 +312,7 @@ impl ThreadBlock {
     /// exclusive time — and counted as lost. Otherwise the exit is ignored and counted as lost.
     fn exit_mismatch<C: Ticks>(&self, addr: usize, d: usize) {
         let d = d.min(STACK_DEPTH);
-        let Some(i) = (0..d)
+        let Some(i) = (1..d)
             .rev()
             .find(|&i| self.stack[i].addr.load(Relaxed) == addr)
         else {
@@ -293,9 +321,8 @@ impl ThreadBlock {
         };
         for j in (i + 1..d).rev() {
             let f = &self.stack[j];
-            let idx = f.slot.load(Relaxed);
-            if idx != 0 {
-                let s = &self.table[(idx - 1) as usize & TABLE_MASK];
+            if f.t.load(Relaxed) != 0 {
+                let s = &self.table[f.slot.load(Relaxed) as usize & TABLE_MASK];
                 s.active
                     .store(s.active.load(Relaxed).saturating_sub(1), Relaxed);
             }
@@ -305,9 +332,9 @@ impl ThreadBlock {
         self.pop::<C>(i);
     }
 
-    /// Slot index + 1 of `addr` for a traced call, 0 when the call is not counted.
-    #[inline(always)]
-    fn slot_for(&self, addr: usize) -> u32 {
+    /// The slot of `addr` for a traced call; `None` when the call is not counted (excluded,
+    /// or the table is full).
+    fn slot_for(&self, addr: usize) -> Option<usize> {
         let mut i = hash(addr);
         loop {
             let s = &self.table[i];
@@ -315,7 +342,7 @@ impl ThreadBlock {
             if k == addr {
                 let d = s.decision.load(Relaxed);
                 if d & decision::MASK == decision::INCLUDE {
-                    return i as u32 + 1;
+                    return Some(i);
                 }
                 return self.redecide(i, d);
             }
@@ -326,9 +353,7 @@ impl ThreadBlock {
         }
     }
 
-    #[cold]
-    #[inline(never)]
-    fn redecide(&self, i: usize, d: u32) -> u32 {
+    fn redecide(&self, i: usize, d: u32) -> Option<usize> {
         let s = &self.table[i];
         let d = if d & decision::PROVISIONAL != 0 && d >> 2 != crate::decide::generation() {
             let nd = crate::decide::decide(s.addr.load(Relaxed));
@@ -337,20 +362,14 @@ impl ThreadBlock {
         } else {
             d
         };
-        if d & decision::EXCLUDE != 0 {
-            0
-        } else {
-            i as u32 + 1
-        }
+        (d & decision::EXCLUDE == 0).then_some(i)
     }
 
-    #[cold]
-    #[inline(never)]
-    fn insert(&self, i: usize, addr: usize) -> u32 {
+    fn insert(&self, i: usize, addr: usize) -> Option<usize> {
         let n = self.nused.load(Relaxed);
         if n >= TABLE_MAX_USED {
             bump(&self.overflows, 1);
-            return 0;
+            return None;
         }
         let s = &self.table[i];
         let d = crate::decide::decide(addr);
@@ -359,11 +378,7 @@ impl ThreadBlock {
         s.addr.store(addr, Release);
         self.used[n as usize & TABLE_MASK].store(i as u16, Relaxed);
         self.nused.store(n + 1, Release);
-        if d & decision::EXCLUDE != 0 {
-            0
-        } else {
-            i as u32 + 1
-        }
+        (d & decision::EXCLUDE == 0).then_some(i)
     }
 
     /// `culprit_pause()`: stop tracing this thread (nests).
@@ -375,7 +390,7 @@ impl ThreadBlock {
     /// `culprit_resume()`: undo one [`pause`](Self::pause). Returns false when not paused.
     pub fn resume(&self) -> bool {
         let f = self.flags.load(Relaxed);
-        if f < PAUSE_UNIT {
+        if f & !(MONO | BUSY) == 0 {
             return false;
         }
         self.flags.store(f - PAUSE_UNIT, Relaxed);
@@ -385,10 +400,10 @@ impl ThreadBlock {
     /// Prepares a claimed block for a new owner thread: empty stack, nothing paused. Its
     /// table keeps its functions and cumulative counters (the flusher's baselines match them).
     pub fn reset_for_owner(&self) {
-        self.tsc.store(clock::uses_tsc() as u32, Relaxed);
-        self.flags.store(0, Relaxed);
-        self.depth.store(0, Relaxed);
-        self.deep.store(0, Relaxed);
+        let base = if clock::uses_tsc() { 0 } else { MONO };
+        self.flags.store(base, Relaxed);
+        // Index 0 is a sentinel root frame, so every real frame has a parent to pass time to.
+        self.depth.store(1, Relaxed);
         for s in self.used_slots() {
             s.active.store(0, Relaxed);
         }
