@@ -26,7 +26,7 @@ use culprit_format::names;
     culprit record --exclude 'hash_*,list_*' -- ./server\n  \
     culprit report data")]
 pub struct Args {
-    /// Data directory (CULPRIT_DIR); files go to DIR/<node>/ [default: $CULPRIT_DIR or
+    /// Data directory (CULPRIT_DIR); files go to DIR/NODE/ [default: $CULPRIT_DIR or
     /// ./culprit-data]
     #[arg(short = 'o', long = "output", value_name = "DIR")]
     pub output: Option<PathBuf>,

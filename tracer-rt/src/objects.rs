@@ -12,7 +12,7 @@ pub struct Obj {
     pub id: u32,
     /// `object_flags` bits.
     pub flags: u32,
-    /// Absolute path ("[vdso]" for the vDSO).
+    /// Absolute path (`[vdso]` for the vDSO).
     pub path: String,
     /// Load bias.
     pub bias: u64,

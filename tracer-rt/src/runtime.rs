@@ -23,7 +23,7 @@ const ENDED: u32 = 3;
 static STATE: AtomicU32 = AtomicU32::new(UNINIT);
 static CONFIG: Publish<Config> = Publish::new();
 
-/// Requests to the flusher ([`request`]).
+/// Requests to the flusher (see `request`).
 pub mod req {
     /// Write what the current interval has so far.
     pub const FLUSH: u32 = 1;
