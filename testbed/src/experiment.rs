@@ -612,6 +612,8 @@ pub fn render(lines: &[ResultLine]) -> String {
     }
     let _ = writeln!(s);
 
+    render_effects(lines, &mut s);
+
     // Table 2.
     let mut runtimes: BTreeMap<(String, String), Vec<f64>> = BTreeMap::new();
     for l in lines {
@@ -664,6 +666,85 @@ pub fn render(lines: &[ResultLine]) -> String {
         }
     }
     s
+}
+
+/// Table 3: what each fault did to the cluster (the ground truth the metrics had to see):
+/// throughput during the fault relative to before it, and the faulty node's CPU and disk bytes
+/// during the fault relative to the median of its peers.
+fn render_effects(lines: &[ResultLine], s: &mut String) {
+    // (fault, workload) → (throughput ratios, cpu ratios, disk ratios)
+    type Ratios = (Vec<f64>, Vec<f64>, Vec<f64>);
+    let mut by: BTreeMap<(String, String), Ratios> = BTreeMap::new();
+    for l in lines {
+        let ResultLine::Run {
+            role, record: r, ..
+        } = l
+        else {
+            continue;
+        };
+        if role != "faulty" || r.usage.len() < 2 {
+            continue;
+        }
+        let e = by.entry((r.fault.clone(), r.workload.clone())).or_default();
+        if r.disk_mbps[0] > 0.0 {
+            e.0.push(r.disk_mbps[1] / r.disk_mbps[0]);
+        }
+        let during = &r.usage[1];
+        let Some(me) = during.iter().find(|u| u.node == r.faulty_node) else {
+            continue;
+        };
+        let peers: Vec<&crate::run::PhaseUsage> =
+            during.iter().filter(|u| u.node != r.faulty_node).collect();
+        let med = |f: &dyn Fn(&crate::run::PhaseUsage) -> f64| {
+            let mut v: Vec<f64> = peers.iter().map(|u| f(u)).collect();
+            v.sort_by(f64::total_cmp);
+            v.get(v.len() / 2).copied().unwrap_or(0.0)
+        };
+        let (mc, md) = (med(&|u| u.cpu_s), med(&|u| u.disk_bytes as f64));
+        if mc > 0.0 {
+            e.1.push(me.cpu_s / mc);
+        }
+        if md > 0.0 {
+            e.2.push(me.disk_bytes as f64 / md);
+        }
+    }
+    if by.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "\nTable 3 — what the faults did (mean over runs): disk throughput of all nodes during the"
+    );
+    let _ = writeln!(
+        s,
+        "fault ÷ before it; the faulty node's CPU seconds and disk bytes during the fault ÷ the"
+    );
+    let _ = writeln!(s, "median of its peers'.\n");
+    let _ = writeln!(
+        s,
+        "| fault | workload | throughput | faulty CPU ÷ peers | faulty disk ÷ peers |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|");
+    let mean = |v: &[f64]| {
+        if v.is_empty() {
+            f64::NAN
+        } else {
+            v.iter().sum::<f64>() / v.len() as f64
+        }
+    };
+    for f in FaultKind::ALL {
+        for w in Workload::ALL {
+            if let Some((t, c, d)) = by.get(&(f.name().to_string(), w.name().to_string())) {
+                let _ = writeln!(
+                    s,
+                    "| {f} | {w} | {:.2} | {:.2} | {:.2} |",
+                    mean(t),
+                    mean(c),
+                    mean(d)
+                );
+            }
+        }
+    }
 }
 
 /// Mean and standard error of the mean.
@@ -777,6 +858,33 @@ mod tests {
         );
         let cells: Vec<&str> = none.split('|').map(str::trim).collect();
         assert_eq!(cells[2], "–", "no TP without a fault: {none}");
+    }
+
+    #[test]
+    fn fault_effects_compare_the_faulty_node_with_its_peers() {
+        let u = |node: &str, cpu_s: f64, disk_bytes: u64| crate::run::PhaseUsage {
+            node: node.into(),
+            cpu_s,
+            disk_bytes,
+        };
+        let before = vec![u("io0", 1.0, 100), u("io1", 1.0, 100), u("io2", 1.0, 100)];
+        let during = vec![u("io0", 1.0, 50), u("io1", 3.0, 150), u("io2", 1.0, 50)];
+        let line = ResultLine::Run {
+            role: "faulty".into(),
+            record: RunRecord {
+                fault: "cpu-hog".into(),
+                workload: "ddw".into(),
+                faulty_node: "io1".into(),
+                disk_mbps: [10.0, 5.0, 10.0],
+                usage: vec![before, during],
+                ..RunRecord::default()
+            },
+            flagged: BTreeMap::new(),
+            metrics: BTreeSet::new(),
+            exit: 0,
+        };
+        let t = render(&[line]);
+        assert!(t.contains("| cpu-hog | ddw | 0.50 | 3.00 | 3.00 |"), "{t}");
     }
 
     #[test]
