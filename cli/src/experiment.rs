@@ -56,6 +56,13 @@ pub struct Args {
     /// Overhead runs per workload and setting (0: skip Table 2).
     #[arg(long)]
     overhead_reps: Option<usize>,
+    /// Only measure the overhead (Table 2), no accuracy runs.
+    #[arg(long)]
+    overhead_only: bool,
+    /// Each node's disk bandwidth in MB/s and IOPS, e.g. `12,300`; `0,0` leaves the disks
+    /// unthrottled (CPU-bound workloads: the worst case for overhead).
+    #[arg(long, value_delimiter = ',', num_args = 2)]
+    disk: Option<Vec<u64>>,
 }
 
 /// Runs `culprit experiment`.
@@ -104,6 +111,10 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     if let Some(n) = args.overhead_reps {
         cfg.overhead_reps = n;
     }
+    if let Some(d) = args.disk {
+        cfg.disk = (d[0] * 1_000_000, d[1]);
+    }
+    cfg.accuracy = !args.overhead_only;
     let exe = std::env::current_exe().context("locate the culprit binary")?;
     let tools = Tools::beside(exe)?;
     let mut say = |s: &str| eprintln!("culprit experiment: {s}");

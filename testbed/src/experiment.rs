@@ -53,6 +53,23 @@ pub struct ExperimentConfig {
     pub overhead_transactions: u64,
     /// Nodes in the cluster.
     pub nodes: usize,
+    /// Each node's disk bandwidth and IOPS budget (0 = unthrottled: the workloads become
+    /// CPU-bound, the worst case for instrumentation overhead).
+    #[serde(default = "default_disk")]
+    pub disk: (u64, u64),
+    /// Run the accuracy part (training, fault-free and faulty runs); false measures only the
+    /// overhead.
+    #[serde(default = "default_true")]
+    pub accuracy: bool,
+}
+
+fn default_disk() -> (u64, u64) {
+    let s = ClusterSpec::new("");
+    (s.disk_bps, s.disk_iops)
+}
+
+fn default_true() -> bool {
+    true
 }
 
 impl ExperimentConfig {
@@ -91,6 +108,8 @@ impl ExperimentConfig {
             overhead_bytes: 96 << 20,
             overhead_transactions: 300,
             nodes: 4,
+            disk: default_disk(),
+            accuracy: true,
         }
     }
 
@@ -243,6 +262,7 @@ pub fn run_experiment(
     let programs = Programs::build(&out.join("bin"))?;
     let mut spec = ClusterSpec::new(out.join("cluster"));
     spec.nodes = cfg.nodes;
+    (spec.disk_bps, spec.disk_iops) = cfg.disk;
     let clients = WorkloadSpec::default();
     let windows = cfg.windows();
     let plan = |id: String, w: Workload, fault: Option<(FaultKind, usize)>| RunPlan {
@@ -255,93 +275,95 @@ pub fn run_experiment(
         clients: clients.clone(),
     };
 
-    // 1. Fault-free training runs, then train.
-    let mut train_dirs: Vec<PathBuf> = Vec::new();
-    for w in &workloads {
-        for r in 0..cfg.training_runs {
-            let id = format!("train-{w}-{r}");
-            let dir = out.join("runs").join(&id);
-            if !done.contains(&id) {
-                let rec = run_once(
-                    &plan(id.clone(), *w, None),
-                    &programs,
-                    Some(tools),
-                    &dir,
-                    say,
-                )?;
-                append(
-                    &results,
-                    &ResultLine::Run {
-                        role: "train".into(),
-                        record: rec,
-                        flagged: BTreeMap::new(),
-                        metrics: BTreeSet::new(),
-                        exit: 0,
-                    },
-                )?;
+    if cfg.accuracy {
+        // 1. Fault-free training runs, then train.
+        let mut train_dirs: Vec<PathBuf> = Vec::new();
+        for w in &workloads {
+            for r in 0..cfg.training_runs {
+                let id = format!("train-{w}-{r}");
+                let dir = out.join("runs").join(&id);
+                if !done.contains(&id) {
+                    let rec = run_once(
+                        &plan(id.clone(), *w, None),
+                        &programs,
+                        Some(tools),
+                        &dir,
+                        say,
+                    )?;
+                    append(
+                        &results,
+                        &ResultLine::Run {
+                            role: "train".into(),
+                            record: rec,
+                            flagged: BTreeMap::new(),
+                            metrics: BTreeSet::new(),
+                            exit: 0,
+                        },
+                    )?;
+                }
+                train_dirs.push(dir.join("data"));
             }
-            train_dirs.push(dir.join("data"));
         }
-    }
-    let thresholds = out.join("thresholds.json");
-    say(&format!("training on {} fault-free runs", train_dirs.len()));
-    tools.train(&train_dirs, &thresholds, windows)?;
+        let thresholds = out.join("thresholds.json");
+        say(&format!("training on {} fault-free runs", train_dirs.len()));
+        tools.train(&train_dirs, &thresholds, windows)?;
 
-    // 2. Fault-free test runs and faulty runs, each diagnosed.
-    // (run id, role, workload, fault and faulty node)
-    type Job = (String, String, Workload, Option<(FaultKind, usize)>);
-    let mut jobs: Vec<Job> = Vec::new();
-    for w in &workloads {
-        for r in 0..cfg.clean_runs {
-            jobs.push((format!("clean-{w}-{r}"), "clean".into(), *w, None));
-        }
-    }
-    for r in 0..cfg.repetitions {
-        for f in &faults {
-            for w in &workloads {
-                let node = r % cfg.nodes;
-                jobs.push((
-                    format!("faulty-{w}-{f}-{r}"),
-                    "faulty".into(),
-                    *w,
-                    Some((*f, node)),
-                ));
+        // 2. Fault-free test runs and faulty runs, each diagnosed.
+        // (run id, role, workload, fault and faulty node)
+        type Job = (String, String, Workload, Option<(FaultKind, usize)>);
+        let mut jobs: Vec<Job> = Vec::new();
+        for w in &workloads {
+            for r in 0..cfg.clean_runs {
+                jobs.push((format!("clean-{w}-{r}"), "clean".into(), *w, None));
             }
         }
-    }
-    let total = jobs.len();
-    for (i, (id, role, w, fault)) in jobs.into_iter().enumerate() {
-        if done.contains(&id) {
-            continue;
+        for r in 0..cfg.repetitions {
+            for f in &faults {
+                for w in &workloads {
+                    let node = r % cfg.nodes;
+                    jobs.push((
+                        format!("faulty-{w}-{f}-{r}"),
+                        "faulty".into(),
+                        *w,
+                        Some((*f, node)),
+                    ));
+                }
+            }
         }
-        say(&format!("run {}/{total}: {id}", i + 1));
-        let dir = out.join("runs").join(&id);
-        let rec = run_once(
-            &plan(id.clone(), w, fault),
-            &programs,
-            Some(tools),
-            &dir,
-            say,
-        )?;
-        let v = tools.diagnose(&rec.data_dir, Some(&thresholds), windows)?;
-        say(&format!(
-            "  {id}: truth {} {}; flagged {:?}",
-            rec.fault,
-            rec.faulty_node,
-            v.flagged.get("combined").cloned().unwrap_or_default()
-        ));
-        append(
-            &results,
-            &ResultLine::Run {
-                role,
-                record: rec,
-                flagged: v.flagged,
-                metrics: v.metrics,
-                exit: v.exit,
-            },
-        )?;
-        // The traces of scored runs are kept (re-analysis needs only the JSON lines; the data
-        // lets a changed diagnosis be re-run). Storage is removed by the cluster's teardown.
+        let total = jobs.len();
+        for (i, (id, role, w, fault)) in jobs.into_iter().enumerate() {
+            if done.contains(&id) {
+                continue;
+            }
+            say(&format!("run {}/{total}: {id}", i + 1));
+            let dir = out.join("runs").join(&id);
+            let rec = run_once(
+                &plan(id.clone(), w, fault),
+                &programs,
+                Some(tools),
+                &dir,
+                say,
+            )?;
+            let v = tools.diagnose(&rec.data_dir, Some(&thresholds), windows)?;
+            say(&format!(
+                "  {id}: truth {} {}; flagged {:?}",
+                rec.fault,
+                rec.faulty_node,
+                v.flagged.get("combined").cloned().unwrap_or_default()
+            ));
+            append(
+                &results,
+                &ResultLine::Run {
+                    role,
+                    record: rec,
+                    flagged: v.flagged,
+                    metrics: v.metrics,
+                    exit: v.exit,
+                },
+            )?;
+            // The traces of scored runs are kept (re-analysis needs only the JSON lines; the data
+            // lets a changed diagnosis be re-run). Storage is removed by the cluster's teardown.
+        }
     }
 
     // 3. Overhead: fixed work, uninstrumented vs instrumented, interleaved.
@@ -507,12 +529,19 @@ pub fn analyze(out: &Path) -> Result<String> {
 pub fn render(lines: &[ResultLine]) -> String {
     let mut s = String::new();
     if let Some(ResultLine::Config(c)) = lines.iter().find(|l| matches!(l, ResultLine::Config(_))) {
+        let disk = if c.disk.0 == 0 {
+            "unthrottled disks".to_string()
+        } else {
+            format!(
+                "disks {} MB/s + {} IOPS per node",
+                c.disk.0 / 1_000_000,
+                c.disk.1
+            )
+        };
         let _ = writeln!(
             s,
-            "Protocol: {} — {} nodes, settle {} s, fault-free {} s, fault {} s, after {} s; \
-             WinSize {} s, WinShift {} s, k = {}; tracer {} ms, sampler {} ms intervals; \
-             {} training and {} fault-free test runs per workload, {} faulty runs per workload \
-             and fault.\n",
+            "Protocol: {} — {} nodes, {disk}; settle {} s, fault-free {} s, fault {} s, after {} s; \
+             WinSize {} s, WinShift {} s, k = {}; tracer {} ms, sampler {} ms intervals; {}.\n",
             c.protocol,
             c.nodes,
             c.phases.settle_s,
@@ -524,9 +553,15 @@ pub fn render(lines: &[ResultLine]) -> String {
             c.windows.2,
             c.instrument.tracer_interval_ms,
             c.instrument.sampler_interval_ms,
-            c.training_runs,
-            c.clean_runs,
-            c.repetitions
+            if c.accuracy {
+                format!(
+                    "{} training and {} fault-free test runs per workload, {} faulty runs per \
+                     workload and fault",
+                    c.training_runs, c.clean_runs, c.repetitions
+                )
+            } else {
+                format!("overhead only, {} runs per setting", c.overhead_reps)
+            }
         );
     }
     // rows: fault name → metric → (tp, fp)
