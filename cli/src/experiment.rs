@@ -5,8 +5,11 @@ use std::io::Write as _;
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use culprit_testbed::experiment::{analyze, run_experiment, ExperimentConfig};
+use culprit_testbed::experiment::{
+    analyze, analyze_file, rediagnose, run_experiment, ExperimentConfig,
+};
 use culprit_testbed::tools::Tools;
+use culprit_testbed::Workload;
 
 /// Arguments of `culprit experiment`.
 #[derive(Debug, clap::Args)]
@@ -26,6 +29,11 @@ pub struct Args {
     /// Only print the tables of the results already in OUT.
     #[arg(long)]
     analyze: bool,
+    /// Re-train on the training runs of these workloads and re-diagnose the runs of
+    /// `--workloads` from the data kept in OUT, e.g. `--rediagnose ddw,ddr --workloads ddw,ddr`
+    /// (seed 000's "without postmark" columns). Writes OUT/results-<workloads>.jsonl.
+    #[arg(long, value_delimiter = ',', value_name = "TRAIN_WORKLOADS")]
+    rediagnose: Option<Vec<String>>,
     /// Workloads, comma-separated (ddw, ddr, postmark).
     #[arg(long, value_delimiter = ',')]
     workloads: Option<Vec<String>>,
@@ -70,6 +78,29 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let stdout = std::io::stdout();
     if args.analyze {
         let table = analyze(&args.out)?;
+        writeln!(stdout.lock(), "{table}")?;
+        return Ok(0);
+    }
+    if let Some(train) = &args.rediagnose {
+        let parse = |v: &[String]| -> anyhow::Result<Vec<Workload>> {
+            v.iter().map(|s| Ok(s.parse::<Workload>()?)).collect()
+        };
+        let train = parse(train)?;
+        let test = match &args.workloads {
+            Some(w) => parse(w)?,
+            None => train.clone(),
+        };
+        let tag = format!(
+            "train-{}-test-{}",
+            train.iter().map(|w| w.name()).collect::<Vec<_>>().join("+"),
+            test.iter().map(|w| w.name()).collect::<Vec<_>>().join("+")
+        );
+        let exe = std::env::current_exe().context("locate the culprit binary")?;
+        let tools = Tools::beside(exe)?;
+        let mut say = |s: &str| eprintln!("culprit experiment: {s}");
+        let path = rediagnose(&args.out, &tools, &train, &test, &tag, &mut say)?;
+        let table = analyze_file(&path)?;
+        std::fs::write(path.with_extension("md"), &table)?;
         writeln!(stdout.lock(), "{table}")?;
         return Ok(0);
     }

@@ -514,15 +514,94 @@ impl Rate {
 
 /// Table 1 and Table 2 from the results of an experiment, as Markdown.
 pub fn analyze(out: &Path) -> Result<String> {
-    let lines = read_results(&out.join("results.jsonl"))?;
+    analyze_file(&out.join("results.jsonl"))
+}
+
+/// The tables of one results file.
+pub fn analyze_file(path: &Path) -> Result<String> {
+    let lines = read_results(path)?;
     if lines.is_empty() {
         return Err(Error::Config(format!(
-            "{} has no results (run `culprit experiment --out {}` first)",
-            out.join("results.jsonl").display(),
-            out.display()
+            "{} has no results (run `culprit experiment` first)",
+            path.display()
         )));
     }
     Ok(render(&lines))
+}
+
+/// Re-trains on the fault-free training runs of `train` workloads and re-diagnoses the scored
+/// runs of `test` workloads from the data an experiment kept — seed 000's Table 1 has a column
+/// set "without postmark training or testing" and one "with". Writes
+/// `OUT/results-<tag>.jsonl` (overhead lines copied) and returns its path.
+pub fn rediagnose(
+    out: &Path,
+    tools: &Tools,
+    train: &[Workload],
+    test: &[Workload],
+    tag: &str,
+    say: &mut dyn FnMut(&str),
+) -> Result<PathBuf> {
+    let lines = read_results(&out.join("results.jsonl"))?;
+    let Some(cfg) = lines.iter().find_map(|l| match l {
+        ResultLine::Config(c) => Some(c.clone()),
+        _ => None,
+    }) else {
+        return Err(Error::Config(format!("no experiment in {}", out.display())));
+    };
+    let windows = cfg.windows();
+    let named = |w: &[Workload], name: &str| w.iter().any(|x| x.name() == name);
+    let train_dirs: Vec<PathBuf> = lines
+        .iter()
+        .filter_map(|l| match l {
+            ResultLine::Run { role, record, .. }
+                if role == "train" && named(train, &record.workload) =>
+            {
+                Some(record.data_dir.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    if train_dirs.is_empty() {
+        return Err(Error::Config("no training runs of those workloads".into()));
+    }
+    let thresholds = out.join(format!("thresholds-{tag}.json"));
+    say(&format!("training on {} fault-free runs", train_dirs.len()));
+    tools.train(&train_dirs, &thresholds, windows)?;
+    let path = out.join(format!("results-{tag}.jsonl"));
+    let _ = std::fs::remove_file(&path);
+    let mut c2 = cfg.clone();
+    c2.protocol = format!("{} ({tag})", cfg.protocol);
+    c2.workloads = test.iter().map(|w| w.name().to_string()).collect();
+    append(&path, &ResultLine::Config(c2))?;
+    for l in &lines {
+        match l {
+            ResultLine::Run { role, record, .. }
+                if role != "train" && named(test, &record.workload) =>
+            {
+                let v = tools.diagnose(&record.data_dir, Some(&thresholds), windows)?;
+                say(&format!(
+                    "{}: truth {} {}; flagged {:?}",
+                    record.id,
+                    record.fault,
+                    record.faulty_node,
+                    v.flagged.get("combined").cloned().unwrap_or_default()
+                ));
+                append(
+                    &path,
+                    &ResultLine::Run {
+                        role: role.clone(),
+                        record: record.clone(),
+                        flagged: v.flagged,
+                        metrics: v.metrics,
+                        exit: v.exit,
+                    },
+                )?;
+            }
+            ResultLine::Overhead { .. } => append(&path, l)?,
+            _ => {}
+        }
+    }
+    Ok(path)
 }
 
 /// Renders the tables from result lines.
