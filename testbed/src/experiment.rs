@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::fault::FaultKind;
 use crate::programs::Programs;
 use crate::run::{run_once, Instrument, Phases, RunPlan, RunRecord};
-use crate::tools::{Tools, Windows, METRICS};
+use crate::tools::{Tools, Windows};
 use crate::workload::{Bound, Workload, WorkloadSpec};
 
 /// The experiment's parameters.
@@ -604,6 +604,10 @@ pub fn rediagnose(
     Ok(path)
 }
 
+/// Columns of Table 1: each metric, diagnose's combined verdict, and `any` (flagged by at least
+/// one metric).
+const COLUMNS: [&str; 6] = ["samples", "count", "time", "events", "combined", "any"];
+
 /// Renders the tables from result lines.
 pub fn render(lines: &[ResultLine]) -> String {
     let mut s = String::new();
@@ -665,11 +669,22 @@ pub fn render(lines: &[ResultLine]) -> String {
             continue;
         }
         let row = rows.entry(record.fault.clone()).or_default();
-        for m in METRICS {
-            if m != "combined" && !metrics.contains(m) {
+        // `any`: flagged by at least one metric — the most a combination rule could find, and
+        // the false positives of OR-ing the detectors.
+        let any: BTreeSet<String> = flagged
+            .iter()
+            .filter(|(m, _)| m.as_str() != "combined")
+            .flat_map(|(_, nodes)| nodes.iter().cloned())
+            .collect();
+        for m in COLUMNS {
+            if !matches!(m, "combined" | "any") && !metrics.contains(m) {
                 continue;
             }
-            let f = flagged.get(m).cloned().unwrap_or_default();
+            let f = if m == "any" {
+                any.clone()
+            } else {
+                flagged.get(m).cloned().unwrap_or_default()
+            };
             let e = row
                 .entry(m)
                 .or_insert((Rate { x: 0, n: 0 }, Rate { x: 0, n: 0 }));
@@ -687,15 +702,15 @@ pub fn render(lines: &[ResultLine]) -> String {
         "fault-free node was flagged; x/n (95 % Wilson interval, %).\n"
     );
     let _ = write!(s, "| fault |");
-    for m in METRICS {
+    for m in COLUMNS {
         let _ = write!(s, " {m} TP | {m} FP |");
     }
     let _ = writeln!(s);
-    let _ = writeln!(s, "|---|{}", "---|---|".repeat(METRICS.len()));
+    let _ = writeln!(s, "|---|{}", "---|---|".repeat(COLUMNS.len()));
     for f in &order {
         let Some(row) = rows.get(f) else { continue };
         let _ = write!(s, "| {f} |");
-        for m in METRICS {
+        for m in COLUMNS {
             match row.get(m) {
                 Some((tp, fp)) => {
                     let _ = write!(s, " {} | {} |", tp.cell(), fp.cell());
@@ -709,7 +724,7 @@ pub fn render(lines: &[ResultLine]) -> String {
     }
     // Totals over faulty runs.
     let _ = write!(s, "| all faults |");
-    for m in METRICS {
+    for m in COLUMNS {
         let (mut tp, mut fp) = (Rate { x: 0, n: 0 }, Rate { x: 0, n: 0 });
         for (f, row) in &rows {
             if f == "none" {
