@@ -837,6 +837,7 @@ fn render_effects(lines: &[ResultLine], s: &mut String) {
             e.2.push(me.disk_bytes as f64 / md);
         }
     }
+    render_balance(lines, s);
     if by.is_empty() {
         return;
     }
@@ -873,6 +874,66 @@ fn render_effects(lines: &[ResultLine], s: &mut String) {
                 );
             }
         }
+    }
+}
+
+/// Balance of the fault-free runs (training and test): per run, the spread (max ÷ min − 1) of the
+/// nodes' CPU seconds and disk bytes over the whole workload; mean and worst per workload.
+fn render_balance(lines: &[ResultLine], s: &mut String) {
+    let mut by: BTreeMap<String, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
+    for l in lines {
+        let ResultLine::Run { record: r, .. } = l else {
+            continue;
+        };
+        if r.fault != "none" || r.usage.is_empty() {
+            continue;
+        }
+        let mut cpu: BTreeMap<&str, f64> = BTreeMap::new();
+        let mut disk: BTreeMap<&str, f64> = BTreeMap::new();
+        for phase in &r.usage {
+            for u in phase {
+                *cpu.entry(&u.node).or_default() += u.cpu_s;
+                *disk.entry(&u.node).or_default() += u.disk_bytes as f64;
+            }
+        }
+        let spread = |m: &BTreeMap<&str, f64>| {
+            let max = m.values().cloned().fold(f64::MIN, f64::max);
+            let min = m.values().cloned().fold(f64::MAX, f64::min);
+            if min > 0.0 {
+                max / min - 1.0
+            } else {
+                f64::NAN
+            }
+        };
+        let e = by.entry(r.workload.clone()).or_default();
+        e.0.push(spread(&cpu));
+        e.1.push(spread(&disk));
+    }
+    if by.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "\nBalance of the fault-free runs: spread of the nodes' CPU seconds and disk bytes over a"
+    );
+    let _ = writeln!(s, "run (max ÷ min − 1), mean and worst over the runs.\n");
+    let _ = writeln!(
+        s,
+        "| workload | runs | CPU spread mean | worst | disk spread mean | worst |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|");
+    for (w, (c, d)) in &by {
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+        let worst = |v: &[f64]| v.iter().cloned().fold(0.0, f64::max);
+        let _ = writeln!(
+            s,
+            "| {w} | {} | {:.1} % | {:.1} % | {:.1} % | {:.1} % |",
+            c.len(),
+            mean(c) * 100.0,
+            worst(c) * 100.0,
+            mean(d) * 100.0,
+            worst(d) * 100.0
+        );
     }
 }
 
