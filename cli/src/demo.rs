@@ -17,7 +17,7 @@ send-pktloss, cpu-hog, cpu-quota. Needs root (network namespaces, cgroups, nftab
 )]
 pub struct Args {
     /// The fault to inject.
-    #[arg(long, default_value = "disk-hog")]
+    #[arg(long, default_value = "slow-disk")]
     fault: String,
     /// The faulty node, 0–3 (default: chosen at random).
     #[arg(long)]

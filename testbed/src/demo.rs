@@ -41,10 +41,10 @@ pub struct DemoConfig {
 }
 
 impl DemoConfig {
-    /// The demo's defaults: a disk hog on a random node under ddw.
+    /// The demo's defaults: a slow disk on a random node under ddw.
     pub fn new(work_dir: impl Into<PathBuf>) -> Self {
         DemoConfig {
-            fault: FaultKind::DiskHog,
+            fault: FaultKind::SlowDisk,
             node: None,
             workload: Workload::Ddw,
             train_s: 40.0,
