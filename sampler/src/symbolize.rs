@@ -16,12 +16,21 @@
 //! address is resolved once; images that cannot be opened are remembered and not retried.
 //! Addresses are ELF virtual addresses (what `st_value` holds, i.e. runtime address minus the
 //! load bias) or file offsets (what `/proc/<pid>/maps` and perf's MMAP2 records give).
+//!
+//! # Kernel and vDSO
+//!
+//! Kernel addresses are looked up in a table read once from `/proc/kallsyms` (text symbols,
+//! sorted; binary search), which also names the module a symbol belongs to, so samples in
+//! modules get the module as their image, as OProfile's `--separate=kernel` does. The table is
+//! read again, at most once a minute, when an address falls outside it (a module loaded later).
+//! The vDSO has no file: [`Symbolizer::vdso`] resolves offsets in a copy of this process's
+//! vDSO (the same image the kernel maps into every 64-bit process).
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use blazesym::symbolize::source::{Elf, Kernel, Source};
+use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized};
 
 /// A symbol name shared between caches and results.
@@ -44,6 +53,9 @@ pub struct Symbolizer {
     images: HashMap<PathBuf, Arc<Path>>,
     unreadable: HashSet<Arc<Path>>,
     kernel: HashMap<u64, Option<Name>>,
+    kallsyms: Option<KernelSymbols>,
+    kallsyms_read_at: Option<std::time::Instant>,
+    vdso: Option<Option<VdsoCopy>>,
 }
 
 impl std::fmt::Debug for Symbolizer {
@@ -75,6 +87,9 @@ impl Symbolizer {
             images: HashMap::new(),
             unreadable: HashSet::new(),
             kernel: HashMap::new(),
+            kallsyms: None,
+            kallsyms_read_at: None,
+            vdso: None,
         }
     }
 
@@ -188,22 +203,163 @@ impl Symbolizer {
         if let Some(hit) = self.kernel.get(&addr) {
             return hit.clone();
         }
-        // vmlinux is rarely present and slow to parse; kallsyms is enough for function names.
-        let src = Source::Kernel(Kernel {
-            vmlinux: blazesym::MaybeDefault::None,
-            ..Kernel::default()
-        });
-        let name = match self.inner.symbolize_single(&src, Input::AbsAddr(addr)) {
-            Ok(Symbolized::Sym(sym)) => Some(Name::from(sym.name.as_ref())),
-            _ => None,
-        };
+        let name = self.kernel_symbol(addr).map(|(name, _)| name);
         self.kernel.insert(addr, name.clone());
         name
+    }
+
+    /// The kernel function containing `addr` and the module it belongs to (`None` for the
+    /// kernel image itself). Not cached per address: the table lookup is a binary search.
+    pub fn kernel_symbol(&mut self, addr: u64) -> Option<(Name, Option<Name>)> {
+        let fresh = |at: Option<std::time::Instant>| {
+            at.is_some_and(|t| t.elapsed() < std::time::Duration::from_secs(60))
+        };
+        if self.kallsyms.is_none() && !fresh(self.kallsyms_read_at) {
+            self.reload_kallsyms();
+        }
+        if let Some(hit) = self.kallsyms.as_ref().and_then(|k| k.lookup(addr)) {
+            return Some(hit);
+        }
+        // Maybe a module loaded since the table was read.
+        if !fresh(self.kallsyms_read_at) {
+            self.reload_kallsyms();
+            return self.kallsyms.as_ref().and_then(|k| k.lookup(addr));
+        }
+        None
+    }
+
+    fn reload_kallsyms(&mut self) {
+        self.kallsyms_read_at = Some(std::time::Instant::now());
+        self.kallsyms = std::fs::read_to_string("/proc/kallsyms")
+            .ok()
+            .and_then(|t| KernelSymbols::parse(&t));
+    }
+
+    /// The function containing `offset` in the vDSO, resolved in a copy of this process's
+    /// vDSO (written once to a temporary file, removed when the symbolizer is dropped).
+    pub fn vdso(&mut self, offset: u64) -> Option<Name> {
+        if self.vdso.is_none() {
+            self.vdso = Some(VdsoCopy::make());
+        }
+        let path = self.vdso.as_ref()?.as_ref()?.path.clone();
+        self.resolve(&path, ImageAddr::FileOffset(offset))
+    }
+
+    /// Forgets what is cached for the image at `path` (its file was replaced).
+    pub fn forget_image(&mut self, path: &Path) {
+        if let Some(image) = self.images.get(path).cloned() {
+            self.cache.retain(|(p, _), _| *p != image);
+            self.unreadable.remove(&image);
+        }
     }
 
     /// Number of cached (image, address) results.
     pub fn cached(&self) -> usize {
         self.cache.len() + self.kernel.len()
+    }
+}
+
+/// Text symbols of `/proc/kallsyms`, sorted by address.
+#[derive(Debug)]
+struct KernelSymbols {
+    addrs: Vec<u64>,
+    names: Vec<Name>,
+    modules: Vec<Option<Name>>,
+}
+
+/// Addresses further than this past the nearest symbol are not attributed to it.
+const KERNEL_MAX_SYMBOL_DISTANCE: u64 = 1 << 20;
+
+impl KernelSymbols {
+    /// Parses kallsyms text; `None` when it has no usable addresses (all zero: hidden by
+    /// `kernel.kptr_restrict`).
+    fn parse(text: &str) -> Option<KernelSymbols> {
+        let mut rows: Vec<(u64, Name, Option<Name>)> = Vec::new();
+        let mut modules: HashMap<&str, Name> = HashMap::new();
+        for line in text.lines() {
+            let mut f = line.split_ascii_whitespace();
+            let (Some(addr), Some(kind), Some(name)) = (f.next(), f.next(), f.next()) else {
+                continue;
+            };
+            if !matches!(kind, "t" | "T" | "w" | "W") {
+                continue;
+            }
+            let Ok(addr) = u64::from_str_radix(addr, 16) else {
+                continue;
+            };
+            if addr == 0 {
+                continue;
+            }
+            let module = f
+                .next()
+                .and_then(|m| m.strip_prefix('[')?.strip_suffix(']'))
+                .map(|m| {
+                    modules
+                        .entry(m)
+                        .or_insert_with(|| Name::from(format!("[{m}]").as_str()))
+                        .clone()
+                });
+            rows.push((addr, Name::from(name), module));
+        }
+        if rows.is_empty() {
+            return None;
+        }
+        rows.sort_by_key(|r| r.0);
+        let mut k = KernelSymbols {
+            addrs: Vec::with_capacity(rows.len()),
+            names: Vec::with_capacity(rows.len()),
+            modules: Vec::with_capacity(rows.len()),
+        };
+        for (a, n, m) in rows {
+            k.addrs.push(a);
+            k.names.push(n);
+            k.modules.push(m);
+        }
+        Some(k)
+    }
+
+    fn lookup(&self, addr: u64) -> Option<(Name, Option<Name>)> {
+        let i = self.addrs.partition_point(|&a| a <= addr).checked_sub(1)?;
+        if addr - self.addrs[i] > KERNEL_MAX_SYMBOL_DISTANCE {
+            return None;
+        }
+        Some((self.names[i].clone(), self.modules[i].clone()))
+    }
+}
+
+/// A copy of this process's vDSO in a temporary file.
+#[derive(Debug)]
+struct VdsoCopy {
+    path: PathBuf,
+}
+
+impl VdsoCopy {
+    fn make() -> Option<VdsoCopy> {
+        use std::os::unix::fs::FileExt as _;
+        let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+        let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
+        let (s, e) = line.split_whitespace().next()?.split_once('-')?;
+        let (start, end) = (
+            u64::from_str_radix(s, 16).ok()?,
+            u64::from_str_radix(e, 16).ok()?,
+        );
+        let mut bytes = vec![0u8; end.checked_sub(start)? as usize];
+        std::fs::File::open("/proc/self/mem")
+            .ok()?
+            .read_exact_at(&mut bytes, start)
+            .ok()?;
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path =
+            std::env::temp_dir().join(format!("culprit-vdso-{}-{n}.so", std::process::id()));
+        std::fs::write(&path, &bytes).ok()?;
+        Some(VdsoCopy { path })
+    }
+}
+
+impl Drop for VdsoCopy {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
     }
 }
 
