@@ -208,6 +208,9 @@ pub fn sampling_attr(s: &Sampling, side_band: bool, wakeup_bytes: u32) -> perf_e
         a.set_exclude_idle(1);
     }
     if side_band {
+        // The kernel only emits mapping records while some event has `mmap` set (it counts
+        // those alone); with `mmap2` set too they come in the MMAP2 format, as perf does it.
+        a.set_mmap(1);
         a.set_mmap2(1);
         a.set_comm(1);
         a.set_comm_exec(1);
