@@ -105,9 +105,13 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "s" | "" => v,
         "m" | "min" => v * 60.0,
         "h" => v * 3600.0,
-        other => return Err(format!("unknown duration unit {other:?} in {s:?} (use ms, s, m, h)")),
+        other => {
+            return Err(format!(
+                "unknown duration unit {other:?} in {s:?} (use ms, s, m, h)"
+            ))
+        }
     };
-    if !secs.is_finite() || secs < 0.0 || secs > 1e9 {
+    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
         return Err(format!("{s:?} is out of range"));
     }
     Ok(Duration::from_secs_f64(secs))
@@ -124,7 +128,11 @@ fn split_rule<'a>(flag: &str, v: &'a str) -> anyhow::Result<(&'a str, &'a str)> 
 fn output_dir(a: &Args) -> PathBuf {
     a.output
         .clone()
-        .or_else(|| std::env::var_os("CULPRIT_DIR").filter(|v| !v.is_empty()).map(PathBuf::from))
+        .or_else(|| {
+            std::env::var_os("CULPRIT_DIR")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        })
         .unwrap_or_else(|| PathBuf::from("culprit-data"))
 }
 

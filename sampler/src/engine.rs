@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 
-use crate::nodes::NodeIdx;
+use crate::nodes::{NodeIdx, ProcFacts};
 use crate::procs::{ProcInfo, Tracker};
 use crate::profile::Intervals;
 use crate::record::{self, Layout, Rec, MISC_CPUMODE_MASK, MISC_KERNEL};
@@ -69,13 +69,49 @@ enum TpKey {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Ev {
-    Sample { pid: u32, ip: u64, kernel: bool },
-    Tp { tp: u16, pid: u32, key: TpKey },
-    Mmap { pid: u32, start: u64, len: u64, pgoff: u64, path: Box<[u8]>, dev_ino: Option<(u32, u32, u64)> },
-    Comm { pid: u32, tid: u32, comm: Box<[u8]>, exec: bool },
-    Fork { pid: u32, ppid: u32, tid: u32 },
-    Exit { pid: u32, tid: u32 },
-    Lost { events: bool, n: u64 },
+    Sample {
+        pid: u32,
+        ip: u64,
+        kernel: bool,
+    },
+    Tp {
+        tp: u16,
+        pid: u32,
+        key: TpKey,
+    },
+    Mmap {
+        pid: u32,
+        start: u64,
+        len: u64,
+        pgoff: u64,
+        path: Box<[u8]>,
+        dev_ino: Option<(u32, u32, u64)>,
+    },
+    Comm {
+        pid: u32,
+        tid: u32,
+        comm: Box<[u8]>,
+        exec: bool,
+        facts: Option<Box<ProcFacts>>,
+    },
+    Netns {
+        pid: u32,
+        tid: u32,
+        ino: u64,
+    },
+    Fork {
+        pid: u32,
+        ppid: u32,
+        tid: u32,
+    },
+    Exit {
+        pid: u32,
+        tid: u32,
+    },
+    Lost {
+        events: bool,
+        n: u64,
+    },
     Throttle,
 }
 
@@ -153,7 +189,12 @@ pub struct Engine {
 
 impl Engine {
     /// A pipeline over `tracker` counting into `intervals`.
-    pub fn new(tracker: Tracker, intervals: Intervals, clock: ClockMap, tps: Vec<TpSpec>) -> Engine {
+    pub fn new(
+        tracker: Tracker,
+        intervals: Intervals,
+        clock: ClockMap,
+        tps: Vec<TpSpec>,
+    ) -> Engine {
         Engine {
             tracker,
             intervals,
@@ -250,7 +291,21 @@ impl Engine {
                 tid,
                 comm: comm.into(),
                 exec,
+                // Read the new program's cgroup / namespace now, while it surely runs: by the
+                // time the record is processed a short-lived program may be gone.
+                facts: if exec {
+                    self.tracker.read_facts_now(pid).map(Box::new)
+                } else {
+                    None
+                },
             },
+            Rec::Namespaces {
+                pid,
+                tid,
+                netns: Some(ino),
+                ..
+            } => Ev::Netns { pid, tid, ino },
+            Rec::Namespaces { netns: None, .. } => return,
             Rec::Fork { pid, ppid, tid, .. } => Ev::Fork { pid, ppid, tid },
             Rec::Exit { pid, tid, .. } => Ev::Exit { pid, tid },
             Rec::Lost { id, lost, .. } => Ev::Lost {
@@ -283,7 +338,10 @@ impl Engine {
         match &spec.decoder {
             Decoder::Process => TpKey::None,
             Decoder::Block { dev, sector, .. } => {
-                match (tracefs::read_uint(raw, dev), tracefs::read_uint(raw, sector)) {
+                match (
+                    tracefs::read_uint(raw, dev),
+                    tracefs::read_uint(raw, sector),
+                ) {
                     (Some(d), Some(s)) => TpKey::Block {
                         dev: d as u32,
                         sector: s,
@@ -297,7 +355,14 @@ impl Engine {
                 daddr,
                 saddr6,
                 daddr6,
-            } => match tracefs::tcp_addrs(raw, family, saddr, daddr, saddr6.as_ref(), daddr6.as_ref()) {
+            } => match tracefs::tcp_addrs(
+                raw,
+                family,
+                saddr,
+                daddr,
+                saddr6.as_ref(),
+                daddr6.as_ref(),
+            ) {
                 Some((saddr, daddr)) => TpKey::Tcp { saddr, daddr },
                 None => TpKey::None,
             },
@@ -358,7 +423,11 @@ impl Engine {
                 tid,
                 comm,
                 exec,
-            } => self.tracker.on_comm(pid, tid, &comm, exec),
+                facts,
+            } => self
+                .tracker
+                .on_comm(pid, tid, &comm, exec, facts.map(|f| *f)),
+            Ev::Netns { pid, tid, ino } => self.tracker.on_netns(pid, tid, ino),
             Ev::Fork { pid, ppid, tid } => self.tracker.on_fork(pid, ppid, tid),
             Ev::Exit { pid, tid } => self.tracker.on_exit(pid, tid, t.time),
             Ev::Lost { events, n } => {
@@ -386,7 +455,9 @@ impl Engine {
                 .or_else(|| self.tracker.node_of(pid)),
             TpKey::Block { dev, sector } => {
                 let (learns, forgets) = match self.tps.get(tp as usize).map(|s| &s.decoder) {
-                    Some(Decoder::Block { learns, forgets, .. }) => (*learns, *forgets),
+                    Some(Decoder::Block {
+                        learns, forgets, ..
+                    }) => (*learns, *forgets),
                     _ => (false, false),
                 };
                 if learns {

@@ -56,7 +56,11 @@ impl EventSpec {
 
 const EVENTS: &[(&str, u32, u32)] = &[
     ("cycles", b::PERF_TYPE_HARDWARE, b::PERF_COUNT_HW_CPU_CYCLES),
-    ("cpu-cycles", b::PERF_TYPE_HARDWARE, b::PERF_COUNT_HW_CPU_CYCLES),
+    (
+        "cpu-cycles",
+        b::PERF_TYPE_HARDWARE,
+        b::PERF_COUNT_HW_CPU_CYCLES,
+    ),
     (
         "instructions",
         b::PERF_TYPE_HARDWARE,
@@ -77,7 +81,11 @@ const EVENTS: &[(&str, u32, u32)] = &[
         b::PERF_TYPE_HARDWARE,
         b::PERF_COUNT_HW_BRANCH_MISSES,
     ),
-    ("cpu-clock", b::PERF_TYPE_SOFTWARE, b::PERF_COUNT_SW_CPU_CLOCK),
+    (
+        "cpu-clock",
+        b::PERF_TYPE_SOFTWARE,
+        b::PERF_COUNT_SW_CPU_CLOCK,
+    ),
     (
         "task-clock",
         b::PERF_TYPE_SOFTWARE,
@@ -189,12 +197,19 @@ impl fmt::Display for Sampling {
 
 /// Every sample and every side-band record carries these, so that records of all events of a
 /// CPU can share one ring and be merged in time order across CPUs.
-pub const SAMPLE_ID_TYPE: u64 = (b::PERF_SAMPLE_IDENTIFIER | b::PERF_SAMPLE_TID | b::PERF_SAMPLE_TIME) as u64;
+pub const SAMPLE_ID_TYPE: u64 =
+    (b::PERF_SAMPLE_IDENTIFIER | b::PERF_SAMPLE_TID | b::PERF_SAMPLE_TIME) as u64;
 
 /// The attr of the sampling event (one per CPU). `side_band` asks for the COMM, MMAP2 and
-/// FORK/EXIT records process tracking needs. `wakeup_bytes` wakes `poll` when that much is
+/// FORK/EXIT records process tracking needs, `namespaces` for NAMESPACES records (a task's
+/// network namespace, for `--node-netns`). `wakeup_bytes` wakes `poll` when that much is
 /// waiting in the ring.
-pub fn sampling_attr(s: &Sampling, side_band: bool, wakeup_bytes: u32) -> perf_event_attr {
+pub fn sampling_attr(
+    s: &Sampling,
+    side_band: bool,
+    namespaces: bool,
+    wakeup_bytes: u32,
+) -> perf_event_attr {
     let mut a = base_attr(s.event.type_, s.event.config, wakeup_bytes);
     match s.rate {
         Rate::Period(p) => a.__bindgen_anon_1.sample_period = p,
@@ -215,6 +230,9 @@ pub fn sampling_attr(s: &Sampling, side_band: bool, wakeup_bytes: u32) -> perf_e
         a.set_comm(1);
         a.set_comm_exec(1);
         a.set_task(1);
+    }
+    if namespaces {
+        a.set_namespaces(1);
     }
     a
 }
@@ -267,7 +285,10 @@ mod tests {
             fallback_reason: None,
         };
         assert_eq!(s.hz(), Some(1000));
-        assert_eq!(s.to_string(), "cpu-clock every 1000000 ns (1000 Hz per busy CPU)");
+        assert_eq!(
+            s.to_string(),
+            "cpu-clock every 1000000 ns (1000 Hz per busy CPU)"
+        );
     }
 
     #[test]
@@ -277,7 +298,7 @@ mod tests {
             rate: Rate::Freq(99),
             fallback_reason: None,
         };
-        let a = sampling_attr(&s, true, 4096);
+        let a = sampling_attr(&s, true, false, 4096);
         assert_eq!(a.freq(), 1);
         assert_eq!(a.mmap2(), 1);
         assert_eq!(a.comm_exec(), 1);
@@ -285,6 +306,9 @@ mod tests {
         assert_eq!(a.exclude_idle(), 0);
         let t = tracepoint_attr(5, true, 4096);
         assert_eq!(t.mmap2(), 0);
-        assert_eq!(t.sample_type & b::PERF_SAMPLE_RAW as u64, b::PERF_SAMPLE_RAW as u64);
+        assert_eq!(
+            t.sample_type & b::PERF_SAMPLE_RAW as u64,
+            b::PERF_SAMPLE_RAW as u64
+        );
     }
 }

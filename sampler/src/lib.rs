@@ -60,7 +60,10 @@ pub mod tracefs;
 
 pub use event::{Rate, Sampling};
 pub use nodes::{NodeRule, Scope};
-pub use sampler::{host_name, online_cpus, perf_event_paranoid, Config, Error, Sampler, Summary, DEFAULT_INTERVAL, DEFAULT_RING_PAGES};
+pub use sampler::{
+    host_name, online_cpus, perf_event_paranoid, Config, Error, Sampler, Summary, DEFAULT_INTERVAL,
+    DEFAULT_RING_PAGES,
+};
 
 /// Installs SIGINT and SIGTERM handlers (once per process) that set the returned flag; pass it
 /// to [`Sampler::run`] so a signal flushes the last interval and ends the files cleanly.

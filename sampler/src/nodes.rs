@@ -115,7 +115,9 @@ pub fn normalize_cgroup(path: &str) -> String {
 
 /// True when `cg` (a path from /proc/<pid>/cgroup) is `rule` or below it.
 fn cgroup_matches(cg: &str, rule: &str) -> bool {
-    rule == "/" || cg == rule || (cg.starts_with(rule) && cg.as_bytes().get(rule.len()) == Some(&b'/'))
+    rule == "/"
+        || cg == rule
+        || (cg.starts_with(rule) && cg.as_bytes().get(rule.len()) == Some(&b'/'))
 }
 
 /// Facts about a process read from /proc, as far as the rules need them.
@@ -301,7 +303,10 @@ mod tests {
 
     #[test]
     fn cgroup_paths() {
-        assert_eq!(normalize_cgroup("/sys/fs/cgroup/cpu/culprit/n1/"), "/culprit/n1");
+        assert_eq!(
+            normalize_cgroup("/sys/fs/cgroup/cpu/culprit/n1/"),
+            "/culprit/n1"
+        );
         assert_eq!(normalize_cgroup("/sys/fs/cgroup/cpu"), "/");
         assert_eq!(normalize_cgroup("culprit/n1"), "/culprit/n1");
         assert!(cgroup_matches("/culprit/n1", "/culprit/n1"));

@@ -112,7 +112,12 @@ pub struct Replay {
 }
 
 /// Replays `path` into `out_dir/<node>/samples-*.cul` with `interval`-long profiles.
-pub fn replay(path: &Path, out_dir: &Path, node: &str, interval: Duration) -> Result<Replay, String> {
+pub fn replay(
+    path: &Path,
+    out_dir: &Path,
+    node: &str,
+    interval: Duration,
+) -> Result<Replay, String> {
     let pd = PerfData::read(path)?;
     let t0 = Instant::now();
     let mut streams = Streams::new();
@@ -149,7 +154,8 @@ pub fn replay(path: &Path, out_dir: &Path, node: &str, interval: Duration) -> Re
         tracepoints: Vec::new(),
     };
     let start_wall = clock.wall(first_time);
-    let mut output = Output::create(out_dir, &names, start_wall, info).map_err(|e| e.to_string())?;
+    let mut output =
+        Output::create(out_dir, &names, start_wall, info).map_err(|e| e.to_string())?;
     let mut namer = Namer::default();
     let last = engine.intervals.dur_ns() + start_wall;
     let end = last.max(clock.wall(sample_times(&pd).max().unwrap_or(first_time)) + 1);

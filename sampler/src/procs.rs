@@ -76,6 +76,8 @@ struct Process {
     tree_scope: bool,
     kthread: bool,
     dead_since: Option<u64>,
+    /// Last known cgroups / network namespace (only when node rules or the scope need them).
+    facts: Option<ProcFacts>,
 }
 
 /// Counters about tracking, for the run summary.
@@ -169,6 +171,7 @@ impl Tracker {
                 tree_scope: false,
                 kthread: true,
                 dead_since: None,
+                facts: None,
             },
         );
         t
@@ -265,7 +268,12 @@ impl Tracker {
         id
     }
 
-    fn classify(&self, tree_node: Option<NodeIdx>, facts: Option<&ProcFacts>, inherit: NodeIdx) -> NodeIdx {
+    fn classify(
+        &self,
+        tree_node: Option<NodeIdx>,
+        facts: Option<&ProcFacts>,
+        inherit: NodeIdx,
+    ) -> NodeIdx {
         if let Some(n) = tree_node {
             return n;
         }
@@ -287,7 +295,9 @@ impl Tracker {
         self.nodes.needs_cgroups() || self.nodes.needs_netns()
     }
 
-    fn facts(&self, pid: u32) -> Option<ProcFacts> {
+    /// Reads the facts the node rules and the scope need about `pid` from /proc, now (`None`
+    /// when none are needed, when replaying, or when the process is gone).
+    pub fn read_facts_now(&self, pid: u32) -> Option<ProcFacts> {
         if !self.read_proc || !self.needs_facts() {
             return None;
         }
@@ -348,7 +358,11 @@ impl Tracker {
         }
         let fallback = self.nodes.fallback();
         let node = self.classify(tree_node, p.facts.as_ref(), fallback);
-        let in_scope = self.scope_of(tree_scope, p.facts.as_ref(), !matches!(self.nodes.scope(), Scope::Cgroup(_)));
+        let in_scope = self.scope_of(
+            tree_scope,
+            p.facts.as_ref(),
+            !matches!(self.nodes.scope(), Scope::Cgroup(_)),
+        );
         self.procs.insert(
             p.pid,
             Process {
@@ -360,6 +374,7 @@ impl Tracker {
                 tree_scope,
                 kthread,
                 dead_since: None,
+                facts: p.facts,
             },
         );
     }
@@ -368,10 +383,11 @@ impl Tracker {
     fn get_or_load(&mut self, pid: u32) -> &mut Process {
         if !self.procs.contains_key(&pid) {
             let loaded = if self.read_proc {
-                read_proc_info(pid, self.needs_facts().then_some((
-                    self.nodes.needs_cgroups(),
-                    self.nodes.needs_netns(),
-                )))
+                read_proc_info(
+                    pid,
+                    self.needs_facts()
+                        .then_some((self.nodes.needs_cgroups(), self.nodes.needs_netns())),
+                )
             } else {
                 None
             };
@@ -403,6 +419,7 @@ impl Tracker {
                             tree_scope: false,
                             kthread: false,
                             dead_since: None,
+                            facts: None,
                         },
                     );
                 }
@@ -420,7 +437,8 @@ impl Tracker {
         self.stats.forks += 1;
         let parent = self.get_or_load(ppid).clone();
         let tree_node = self.nodes.pid_rule(pid).or(parent.tree_node);
-        let tree_scope = matches!(self.nodes.scope(), Scope::Pid(r) if *r == pid) || parent.tree_scope;
+        let tree_scope =
+            matches!(self.nodes.scope(), Scope::Pid(r) if *r == pid) || parent.tree_scope;
         let node = tree_node.unwrap_or(parent.node);
         let in_scope = match self.nodes.scope() {
             Scope::Pid(_) => tree_scope,
@@ -437,39 +455,86 @@ impl Tracker {
                 tree_scope,
                 kthread: parent.kthread || ppid == 2,
                 dead_since: None,
+                facts: parent.facts.clone(),
             },
         );
     }
 
     /// A COMM record. With `exec`, the process runs a new program: old mappings go, and its node
-    /// is looked up again (launchers move themselves into a namespace or cgroup, then exec).
-    pub fn on_comm(&mut self, pid: u32, tid: u32, comm: &[u8], exec: bool) {
+    /// is looked up again (launchers move themselves into a namespace or cgroup, then exec) —
+    /// from `facts` read when the record arrived, else from /proc now.
+    pub fn on_comm(
+        &mut self,
+        pid: u32,
+        tid: u32,
+        comm: &[u8],
+        exec: bool,
+        facts: Option<ProcFacts>,
+    ) {
         if !exec && pid != tid {
             return; // a thread renamed itself; the program keeps the process's name
         }
-        let facts = if exec { self.facts(pid) } else { None };
+        let facts = if exec {
+            facts.or_else(|| self.read_facts_now(pid))
+        } else {
+            None
+        };
         let kthread = self.get_or_load(pid).kthread;
         let prog = self.program(comm, kthread);
-        let (tree_node, tree_scope, node, in_scope) = {
-            let p = &self.procs[&pid];
-            (p.tree_node, p.tree_scope, p.node, p.in_scope)
-        };
-        let new_node = self.classify(tree_node, facts.as_ref(), node);
-        let new_scope = self.scope_of(tree_scope, facts.as_ref(), in_scope);
         let p = self.procs.get_mut(&pid).expect("loaded above");
         p.prog = prog;
         if exec {
             self.stats.execs += 1;
             p.maps = Maps::default();
-            p.node = new_node;
-            p.in_scope = new_scope;
             p.dead_since = None;
+            if facts.is_some() {
+                p.facts = facts;
+            }
+            self.reclassify(pid);
         }
     }
 
+    /// A NAMESPACES record: the task's network namespace (at fork, `setns`, `unshare`).
+    pub fn on_netns(&mut self, pid: u32, tid: u32, ino: u64) {
+        if pid != tid || !self.nodes.needs_netns() {
+            return;
+        }
+        let needs_cgroups = self.nodes.needs_cgroups();
+        let read = self.read_facts_now(pid);
+        let p = self.get_or_load(pid);
+        let f = p.facts.get_or_insert_with(|| read.unwrap_or_default());
+        if f.netns == Some(ino) && !needs_cgroups {
+            return;
+        }
+        f.netns = Some(ino);
+        self.reclassify(pid);
+    }
+
+    /// Classifies `pid` again from its current facts.
+    fn reclassify(&mut self, pid: u32) {
+        let Some(p) = self.procs.get(&pid) else {
+            return;
+        };
+        let node = self.classify(p.tree_node, p.facts.as_ref(), p.node);
+        let in_scope = self.scope_of(p.tree_scope, p.facts.as_ref(), p.in_scope);
+        let p = self.procs.get_mut(&pid).expect("present");
+        p.node = node;
+        p.in_scope = in_scope;
+    }
+
     /// An MMAP / MMAP2 record of an executable mapping.
-    pub fn on_mmap(&mut self, pid: u32, start: u64, len: u64, pgoff: u64, path: &[u8], dev_ino: Option<(u32, u32, u64)>) {
-        let (dev, ino) = dev_ino.map_or((0, 0), |(maj, min, ino)| ((u64::from(maj) << 32) | u64::from(min), ino));
+    pub fn on_mmap(
+        &mut self,
+        pid: u32,
+        start: u64,
+        len: u64,
+        pgoff: u64,
+        path: &[u8],
+        dev_ino: Option<(u32, u32, u64)>,
+    ) {
+        let (dev, ino) = dev_ino.map_or((0, 0), |(maj, min, ino)| {
+            ((u64::from(maj) << 32) | u64::from(min), ino)
+        });
         let image = self.image_id(path, dev, ino);
         let p = self.get_or_load(pid);
         let maps = Arc::make_mut(&mut p.maps);
@@ -533,7 +598,13 @@ impl Tracker {
 
 /// Inserts a mapping, trimming or removing the mappings it overlaps (a new mmap replaces the
 /// old pages).
-fn insert_mapping(maps: &mut BTreeMap<u64, Mapping>, start: u64, end: u64, pgoff: u64, image: ImageId) {
+fn insert_mapping(
+    maps: &mut BTreeMap<u64, Mapping>,
+    start: u64,
+    end: u64,
+    pgoff: u64,
+    image: ImageId,
+) {
     let overlapping: Vec<(u64, Mapping)> = maps
         .range(..end)
         .rev()
@@ -614,7 +685,9 @@ pub fn parse_maps(text: &str) -> Vec<MapLine> {
         };
         let dev = dev
             .split_once(':')
-            .and_then(|(a, b)| Some((u64::from_str_radix(a, 16).ok()? << 32) | u64::from_str_radix(b, 16).ok()?))
+            .and_then(|(a, b)| {
+                Some((u64::from_str_radix(a, 16).ok()? << 32) | u64::from_str_radix(b, 16).ok()?)
+            })
             .unwrap_or(0);
         out.push(MapLine {
             start,
@@ -667,7 +740,7 @@ mod tests {
     #[test]
     fn fork_exec_mmap_and_attribution() {
         let mut t = tracker();
-        t.on_comm(10, 10, b"shell", false);
+        t.on_comm(10, 10, b"shell", false, None);
         t.on_mmap(10, 0x1000, 0x1000, 0, b"/bin/sh", Some((8, 1, 5)));
         // Fork inherits the mappings.
         t.on_fork(11, 10, 11);
@@ -679,14 +752,17 @@ mod tests {
         assert_eq!(offset, 0x10);
         assert_eq!(&*t.image(image).name, "sh");
         // Exec drops them and renames.
-        t.on_comm(11, 11, b"dd", true);
+        t.on_comm(11, 11, b"dd", true, None);
         assert_eq!(t.attribute(11, 0x1010, false).unwrap().2, Loc::Unknown);
         t.on_mmap(11, 0x4000, 0x2000, 0x3000, b"/usr/bin/dd", Some((8, 1, 6)));
         let (_, prog, loc) = t.attribute(11, 0x5000, false).unwrap();
         assert_eq!(&**t.program_name(prog), "dd");
         assert!(matches!(loc, Loc::User { offset: 0x4000, .. }));
         // The parent is untouched.
-        assert!(matches!(t.attribute(10, 0x1010, false).unwrap().2, Loc::User { .. }));
+        assert!(matches!(
+            t.attribute(10, 0x1010, false).unwrap().2,
+            Loc::User { .. }
+        ));
         // Kernel samples keep the program.
         let (_, prog, loc) = t.attribute(11, 0xffff_ffff_8100_0000, true).unwrap();
         assert_eq!(&**t.program_name(prog), "dd");
@@ -704,10 +780,17 @@ mod tests {
         let mut m = BTreeMap::new();
         insert_mapping(&mut m, 0x1000, 0x5000, 0, 1);
         insert_mapping(&mut m, 0x2000, 0x3000, 0x100, 2);
-        let v: Vec<(u64, u64, u64, u32)> = m.iter().map(|(&s, x)| (s, x.end, x.pgoff, x.image)).collect();
+        let v: Vec<(u64, u64, u64, u32)> = m
+            .iter()
+            .map(|(&s, x)| (s, x.end, x.pgoff, x.image))
+            .collect();
         assert_eq!(
             v,
-            vec![(0x1000, 0x2000, 0, 1), (0x2000, 0x3000, 0x100, 2), (0x3000, 0x5000, 0x2000, 1)]
+            vec![
+                (0x1000, 0x2000, 0, 1),
+                (0x2000, 0x3000, 0x100, 2),
+                (0x3000, 0x5000, 0x2000, 1)
+            ]
         );
     }
 
@@ -750,7 +833,7 @@ mod tests {
     fn kworkers_share_a_name() {
         let mut t = tracker();
         t.on_fork(300, 2, 300);
-        t.on_comm(300, 300, b"kworker/u4:2-events_unbound", false);
+        t.on_comm(300, 300, b"kworker/u4:2-events_unbound", false, None);
         let (_, prog, _) = t.attribute(300, 0xffff_ffff_8100_0000, true).unwrap();
         assert_eq!(&**t.program_name(prog), "kworker");
     }

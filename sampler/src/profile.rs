@@ -16,7 +16,10 @@ use std::sync::Arc;
 
 use culprit_format::names::{self, NodeInfo};
 use culprit_format::writer::FileWriter;
-use culprit_format::{end_reason, interval_flags, samples_flags, EventEntry, FileKind, RecordBuf, SampleEntry, SamplesHead};
+use culprit_format::{
+    end_reason, interval_flags, samples_flags, EventEntry, FileKind, RecordBuf, SampleEntry,
+    SamplesHead,
+};
 
 use crate::nodes::NodeIdx;
 use crate::procs::{ImageKind, Loc, ProgId, Tracker};
@@ -267,8 +270,10 @@ impl Namer {
             let addrs: Vec<ImageAddr> = offsets.iter().map(|&o| ImageAddr::FileOffset(o)).collect();
             let names = self.symbolizer.resolve_many(&img.path, &addrs);
             for (offset, name) in offsets.into_iter().zip(names) {
-                let func = name.unwrap_or_else(|| Arc::from(unresolved_name(&img.path, offset).as_str()));
-                self.cache.insert(Loc::User { image, offset }, (img.name.clone(), func));
+                let func =
+                    name.unwrap_or_else(|| Arc::from(unresolved_name(&img.path, offset).as_str()));
+                self.cache
+                    .insert(Loc::User { image, offset }, (img.name.clone(), func));
                 self.named += 1;
             }
         }
@@ -295,7 +300,9 @@ impl Namer {
                         let f = self
                             .symbolizer
                             .resolve(&img.path, ImageAddr::FileOffset(offset))
-                            .unwrap_or_else(|| Arc::from(unresolved_name(&img.path, offset).as_str()));
+                            .unwrap_or_else(|| {
+                                Arc::from(unresolved_name(&img.path, offset).as_str())
+                            });
                         (img.name.clone(), f)
                     }
                 }
@@ -377,7 +384,12 @@ pub struct Output {
 impl Output {
     /// Creates `DATA/<node>/samples-<start_ns>.cul` for every node with its Info record, and
     /// updates each real node's `node.info`.
-    pub fn create(data_dir: &Path, nodes: &[String], start_ns: u64, info: RunInfo) -> io::Result<Output> {
+    pub fn create(
+        data_dir: &Path,
+        nodes: &[String],
+        start_ns: u64,
+        info: RunInfo,
+    ) -> io::Result<Output> {
         let mut files = Vec::with_capacity(nodes.len());
         for node in nodes {
             let dir = data_dir.join(node);
@@ -390,11 +402,17 @@ impl Output {
                 start_ns,
                 std::process::id(),
             )
-            .map_err(|e| io::Error::new(e.kind(), format!("create a samples file in {}: {e}", dir.display())))?;
+            .map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("create a samples file in {}: {e}", dir.display()),
+                )
+            })?;
             let mut f = NodeFile {
                 writer: {
                     let mut buf = RecordBuf::new();
-                    let mut pairs: Vec<(&str, &str)> = vec![(culprit_format::info_keys::NODE, node.as_str())];
+                    let mut pairs: Vec<(&str, &str)> =
+                        vec![(culprit_format::info_keys::NODE, node.as_str())];
                     pairs.extend(info.pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())));
                     buf.info(pairs);
                     writer.append(&buf)?;
@@ -408,7 +426,11 @@ impl Output {
                 samples: 0,
             };
             f.event_sid = f.sid(&Arc::from(info.event.as_str()));
-            f.tp_sids = info.tracepoints.iter().map(|t| f.sid(&Arc::from(t.as_str()))).collect();
+            f.tp_sids = info
+                .tracepoints
+                .iter()
+                .map(|t| f.sid(&Arc::from(t.as_str())))
+                .collect();
             files.push(f);
             if names::is_node_name(node) {
                 write_node_info(&dir, &info)?;
@@ -428,7 +450,13 @@ impl Output {
     pub fn write(&mut self, c: &Closed, namer: &mut Namer, tracker: &Tracker) -> io::Result<()> {
         let missed = c.flags & interval_flags::MISSED != 0;
         if !missed {
-            namer.prepare(tracker, c.acc.nodes.iter().flat_map(|n| n.samples.keys().map(|(_, loc)| loc)));
+            namer.prepare(
+                tracker,
+                c.acc
+                    .nodes
+                    .iter()
+                    .flat_map(|n| n.samples.keys().map(|(_, loc)| loc)),
+            );
         }
         let mut flags = c.flags;
         if self.info.freq {
@@ -441,14 +469,20 @@ impl Output {
             if !missed {
                 for (&(prog, loc), &count) in &n.samples {
                     let (image, func) = namer.get(&loc);
-                    let key = (f.sid(tracker.program_name(prog)), f.sid(&image), f.sid(&func));
+                    let key = (
+                        f.sid(tracker.program_name(prog)),
+                        f.sid(&image),
+                        f.sid(&func),
+                    );
                     *counts.entry(key).or_insert(0) += count;
                 }
             }
-            let lost_sid = (c.acc.lost_events > 0 && !missed).then(|| f.sid(&Arc::from(LOST_EVENTS)));
+            let lost_sid =
+                (c.acc.lost_events > 0 && !missed).then(|| f.sid(&Arc::from(LOST_EVENTS)));
             self.buf.clear();
             if !f.new_strings.is_empty() {
-                self.buf.strings(f.new_strings.iter().map(|(id, s)| (*id, &**s)));
+                self.buf
+                    .strings(f.new_strings.iter().map(|(id, s)| (*id, &**s)));
                 f.new_strings.clear();
             }
             let mut entries: Vec<SampleEntry> = counts
@@ -460,7 +494,11 @@ impl Output {
                     count,
                 })
                 .collect();
-            entries.sort_by(|a, b| b.count.cmp(&a.count).then((a.program, a.image, a.function).cmp(&(b.program, b.image, b.function))));
+            entries.sort_by(|a, b| {
+                b.count
+                    .cmp(&a.count)
+                    .then((a.program, a.image, a.function).cmp(&(b.program, b.image, b.function)))
+            });
             let total = if missed { 0 } else { n.total };
             self.buf.samples(
                 &SamplesHead {
@@ -476,7 +514,12 @@ impl Output {
             );
             let mut events: Vec<EventEntry> = Vec::new();
             if !missed {
-                events.extend(f.tp_sids.iter().zip(n.events.iter().chain(std::iter::repeat(&0))).map(|(&event, &count)| EventEntry { event, count }));
+                events.extend(
+                    f.tp_sids
+                        .iter()
+                        .zip(n.events.iter().chain(std::iter::repeat(&0)))
+                        .map(|(&event, &count)| EventEntry { event, count }),
+                );
                 if let Some(event) = lost_sid {
                     events.push(EventEntry {
                         event,
@@ -495,7 +538,11 @@ impl Output {
 
     /// Writes the End record of every file.
     pub fn finish(self, end_ns: u64, by_signal: bool) -> io::Result<Vec<NodeSummary>> {
-        let reason = if by_signal { end_reason::SIGNAL } else { end_reason::DONE };
+        let reason = if by_signal {
+            end_reason::SIGNAL
+        } else {
+            end_reason::DONE
+        };
         let mut out = Vec::new();
         for (f, node) in self.files.into_iter().zip(self.nodes) {
             let bytes = f.bytes;
@@ -518,7 +565,15 @@ impl Output {
 }
 
 /// Keys the sampler owns in `node.info`.
-const NODE_INFO_SAMPLER_KEYS: &[&str] = &["host", "kernel", "clocksource", "sampler_interval_ns", "sampler_event", "sampler_period", "sampler_freq"];
+const NODE_INFO_SAMPLER_KEYS: &[&str] = &[
+    "host",
+    "kernel",
+    "clocksource",
+    "sampler_interval_ns",
+    "sampler_event",
+    "sampler_period",
+    "sampler_freq",
+];
 
 /// Updates `dir/node.info` with what the sampler knows (host, kernel, clock source, its interval
 /// and event), keeping other writers' keys; replaced atomically (temporary file + rename).
@@ -528,15 +583,35 @@ fn write_node_info(dir: &Path, info: &RunInfo) -> io::Result<()> {
         .ok()
         .and_then(|t| NodeInfo::parse(&t))
         .unwrap_or_default();
-    ni.pairs.retain(|(k, _)| !NODE_INFO_SAMPLER_KEYS.contains(&k.as_str()));
-    let get = |k: &str| info.pairs.iter().find(|(kk, _)| kk == k).map(|(_, v)| v.clone()).unwrap_or_default();
+    ni.pairs
+        .retain(|(k, _)| !NODE_INFO_SAMPLER_KEYS.contains(&k.as_str()));
+    let get = |k: &str| {
+        info.pairs
+            .iter()
+            .find(|(kk, _)| kk == k)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
     ni.pairs.push(("host".into(), get("host")));
     ni.pairs.push(("kernel".into(), get("kernel")));
     ni.pairs.push(("clocksource".into(), clocksource()));
-    ni.pairs.push(("sampler_interval_ns".into(), get("interval_ns")));
+    ni.pairs
+        .push(("sampler_interval_ns".into(), get("interval_ns")));
     ni.pairs.push(("sampler_event".into(), info.event.clone()));
-    ni.pairs.push((if info.freq { "sampler_freq" } else { "sampler_period" }.into(), info.period.to_string()));
-    let tmp = dir.join(format!(".{}.tmp-{}", names::NODE_INFO_FILE, std::process::id()));
+    ni.pairs.push((
+        if info.freq {
+            "sampler_freq"
+        } else {
+            "sampler_period"
+        }
+        .into(),
+        info.period.to_string(),
+    ));
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}",
+        names::NODE_INFO_FILE,
+        std::process::id()
+    ));
     std::fs::write(&tmp, ni.to_text())?;
     std::fs::rename(&tmp, &path)
 }

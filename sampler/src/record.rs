@@ -173,6 +173,17 @@ pub enum Rec<'a> {
         /// Time.
         time: u64,
     },
+    /// The task's namespaces (at fork, `setns`, `unshare`); the network namespace's inode.
+    Namespaces {
+        /// Process id.
+        pid: u32,
+        /// Thread id.
+        tid: u32,
+        /// Inode of the network namespace.
+        netns: Option<u64>,
+        /// Trailer.
+        sid: SampleId,
+    },
     /// The kernel dropped `lost` records of event `id` (ring full).
     Lost {
         /// Event id.
@@ -217,6 +228,7 @@ impl Rec<'_> {
             Rec::Sample(s) => Some(s.time),
             Rec::Mmap(_, sid)
             | Rec::Comm { sid, .. }
+            | Rec::Namespaces { sid, .. }
             | Rec::Lost { sid, .. }
             | Rec::LostSamples { sid, .. }
             | Rec::Other { sid, .. } => sid.time,
@@ -429,6 +441,20 @@ fn decode_opt<'a>(kind: u32, misc: u16, rec: &'a [u8], layout: &Layout) -> Optio
                 Rec::Exit { pid, tid, time }
             }
         }
+        b::PERF_RECORD_NAMESPACES => {
+            let n = u64_at(rec, 16)?;
+            let at = 24 + 16 * b::NET_NS_INDEX as usize;
+            Rec::Namespaces {
+                pid: u32_at(rec, 8)?,
+                tid: u32_at(rec, 12)?,
+                netns: if n > u64::from(b::NET_NS_INDEX) {
+                    Some(u64_at(rec, at + 8)?)
+                } else {
+                    None
+                },
+                sid: trailer(rec, layout)?,
+            }
+        }
         b::PERF_RECORD_LOST => Rec::Lost {
             id: u64_at(rec, 8)?,
             lost: u64_at(rec, 16)?,
@@ -512,7 +538,9 @@ mod tests {
         let rec = header(b::PERF_RECORD_COMM, MISC_COMM_EXEC, &body);
         let r = decode(b::PERF_RECORD_COMM, MISC_COMM_EXEC, &rec, &LAYOUT);
         match r {
-            Rec::Comm { comm, exec, sid, .. } => {
+            Rec::Comm {
+                comm, exec, sid, ..
+            } => {
                 assert_eq!(comm, b"dd");
                 assert!(exec);
                 assert_eq!(sid.time, Some(999));
@@ -555,7 +583,7 @@ mod tests {
 
     #[test]
     fn short_and_garbage_records_do_not_panic() {
-        for kind in [1, 2, 3, 4, 7, 9, 10, 13, 5, 99] {
+        for kind in [1, 2, 3, 4, 7, 9, 10, 13, 16, 5, 99] {
             for len in 8..48 {
                 let rec = vec![0xffu8; len];
                 let _ = decode(kind, 0xffff, &rec, &LAYOUT);

@@ -94,7 +94,7 @@ pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
 /// Default ring size per CPU: 64 pages (256 KiB), several seconds of samples at 1 kHz.
 pub const DEFAULT_RING_PAGES: usize = 64;
 /// How often the rings are drained when no watermark wakes the sampler earlier.
-const TICK: Duration = Duration::from_millis(100);
+const TICK: Duration = Duration::from_millis(50);
 
 impl Config {
     /// Defaults: system-wide, default event and rate, 10 s intervals, default tracepoints.
@@ -246,7 +246,7 @@ impl Sampler {
             sample_type: SAMPLE_ID_TYPE | perf_event_open_sys::bindings::PERF_SAMPLE_IP as u64,
             sample_id_all: true,
         };
-        let attr = sampling_attr(&sampling, true, wakeup);
+        let attr = sampling_attr(&sampling, true, nodes.needs_netns(), wakeup);
         for &cpu in &cpus {
             let fd = PerfFd::open(&attr, -1, cpu as i32, 0).map_err(|e| {
                 if is_permission(&e) {
@@ -285,7 +285,15 @@ impl Sampler {
                 Err(why) => warnings.push(format!("kernel events are not counted: {why}")),
                 Ok(root) => {
                     for name in &wanted {
-                        match open_tracepoint(&root, name, &rings, &cpus, wakeup, tps.len() as u16, &mut streams) {
+                        match open_tracepoint(
+                            &root,
+                            name,
+                            &rings,
+                            &cpus,
+                            wakeup,
+                            tps.len() as u16,
+                            &mut streams,
+                        ) {
                             Ok((spec, fds)) => {
                                 tps.push(spec);
                                 tp_fds.extend(fds);
@@ -407,82 +415,130 @@ impl Sampler {
 
     /// Samples until `stop` is set or the configured duration passes, writing one profile per
     /// interval and node; then flushes the last (partial) interval and ends the files.
-    pub fn run(mut self, stop: &AtomicBool) -> Result<Summary, Error> {
+    ///
+    /// Two threads: a reader that only drains the rings (so they never overflow while names are
+    /// being looked up, which can take a while for a large new image), and this one, which
+    /// decodes, tracks, counts, names and writes.
+    pub fn run(self, stop: &AtomicBool) -> Result<Summary, Error> {
         let interval_ns = self.config.interval.as_nanos() as u64;
         let cpu0 = sys::self_cpu_ns();
         let host = host_name();
         let start_wall = sys::realtime_ns();
         let start_mono = sys::monotonic_ns();
         let info = self.run_info(&host);
-        let mut output = Output::create(&self.config.data_dir, self.nodes.names(), start_wall, info)
-            .map_err(io_err(format!("write to {}", self.config.data_dir.display())))?;
+        let mut output =
+            Output::create(&self.config.data_dir, self.nodes.names(), start_wall, info).map_err(
+                io_err(format!("write to {}", self.config.data_dir.display())),
+            )?;
         let tracker = Tracker::new(self.nodes.clone(), true);
-        let intervals = Intervals::new(interval_ns, start_wall, self.nodes.names().len(), self.tps.len());
+        let intervals = Intervals::new(
+            interval_ns,
+            start_wall,
+            self.nodes.names().len(),
+            self.tps.len(),
+        );
         let mut engine = Engine::new(tracker, intervals, measure_clock(), self.tps.clone());
         let mut namer = Namer::default();
-
-        for r in &self.rings {
-            r.fd().enable().map_err(io_err("enable perf event"))?;
-        }
-        for fd in &self.tp_fds {
-            fd.enable().map_err(io_err("enable tracepoint"))?;
-        }
-        // Processes already running: read /proc after enabling, so nothing falls in between;
-        // records older than the snapshot are applied before it.
-        let snap_time = sys::monotonic_ns();
+        let deadline = self
+            .config
+            .duration
+            .map(|d| start_mono + d.as_nanos() as u64);
         let facts = (self.nodes.needs_cgroups() || self.nodes.needs_netns())
             .then_some((self.nodes.needs_cgroups(), self.nodes.needs_netns()));
-        engine.set_snapshot(snap_time, procs::scan_proc(facts));
+        let Sampler {
+            mut rings,
+            tp_fds,
+            streams,
+            ..
+        } = self;
 
-        let deadline = self.config.duration.map(|d| start_mono + d.as_nanos() as u64);
-        let mut buf = Vec::with_capacity(1 << 20);
-        let mut prev_round = snap_time;
-        let mut stopped = false;
-        loop {
-            let now = sys::monotonic_ns();
-            let mut wait = TICK.as_millis() as u64;
-            if let Some(d) = deadline {
-                wait = wait.min(d.saturating_sub(now) / 1_000_000);
-            }
-            sys::poll_rings(&self.rings, wait as i32);
-            let round = sys::monotonic_ns();
-            let lost = self.drain(&mut engine, &mut buf);
-            if round - prev_round > interval_ns && lost {
-                // The sampler did not run for a whole interval and the rings overflowed:
-                // those intervals were not observed.
-                let (a, b) = (engine.clock.wall(prev_round), engine.clock.wall(round));
-                engine.intervals.mark_missed(a, b);
-            }
-            engine.process_until(prev_round);
-            let closed = engine.intervals.close_until(engine.clock.wall(prev_round));
-            if !closed.is_empty() {
-                namer.forget(&engine.tracker.take_replaced());
-                for c in &closed {
-                    output
-                        .write(c, &mut namer, &engine.tracker)
-                        .map_err(io_err("write a profile"))?;
+        let (tx, rx) = std::sync::mpsc::channel::<Round>();
+        let abort_flag = AtomicBool::new(false);
+        let abort = &abort_flag;
+        let result = std::thread::scope(|scope| -> Result<(bool, u64), Error> {
+            let reader = std::thread::Builder::new()
+                .name("culprit-rings".into())
+                .spawn_scoped(scope, move || {
+                    read_rings(&mut rings, &tp_fds, &tx, stop, deadline, abort)
+                })
+                .map_err(io_err("start the ring reader thread"))?;
+            // On an error: stop the reader and let it end (it owns the sending side).
+            let finish = || {
+                abort.store(true, Ordering::SeqCst);
+                while rx.recv().is_ok() {}
+            };
+            // Processes already running: /proc is read after the events are enabled, so nothing
+            // falls in between; records older than the snapshot are applied before it.
+            let snap_time = match rx.recv() {
+                Ok(Round::Enabled(Ok(()))) => sys::monotonic_ns(),
+                Ok(Round::Enabled(Err(e))) => {
+                    finish();
+                    return Err(io_err("enable the perf events")(e));
                 }
-                engine.tracker.gc(prev_round.saturating_sub(5_000_000_000));
-                engine.clock = measure_clock();
-            }
-            prev_round = round;
-            if stop.load(Ordering::SeqCst) {
-                stopped = true;
-                break;
-            }
-            if deadline.is_some_and(|d| round >= d) {
-                break;
-            }
-        }
+                _ => {
+                    finish();
+                    return Err(Error::Config("the ring reader thread ended early".into()));
+                }
+            };
+            engine.set_snapshot(snap_time, procs::scan_proc(facts));
+            let mut prev_round = snap_time;
+            let mut gap: Option<(u64, u64)> = None;
+            let end = loop {
+                let Ok(msg) = rx.recv() else {
+                    break (stop.load(Ordering::SeqCst), sys::monotonic_ns());
+                };
+                let Round::Data {
+                    time: round,
+                    bufs,
+                    lost,
+                    last,
+                } = msg
+                else {
+                    continue;
+                };
+                for b in &bufs {
+                    engine.ingest(b, &streams);
+                }
+                if let Some(end) = last {
+                    break end;
+                }
+                // The reader did not run for more than an interval (the process was stopped or
+                // starved) and a ring overflowed: the intervals inside the gap were not
+                // observed. The kernel writes its LOST record only once there is room again,
+                // so the evidence may come a round later.
+                if let Some((a, b)) = gap.take() {
+                    if lost {
+                        engine.intervals.mark_missed(a, b);
+                    }
+                }
+                if round.saturating_sub(prev_round) > interval_ns {
+                    let span = (engine.clock.wall(prev_round), engine.clock.wall(round));
+                    if lost {
+                        engine.intervals.mark_missed(span.0, span.1);
+                    } else {
+                        gap = Some(span);
+                    }
+                }
+                engine.process_until(prev_round);
+                let closed = engine.intervals.close_until(engine.clock.wall(prev_round));
+                if !closed.is_empty() {
+                    namer.forget(&engine.tracker.take_replaced());
+                    for c in &closed {
+                        if let Err(e) = output.write(c, &mut namer, &engine.tracker) {
+                            finish();
+                            return Err(io_err("write a profile")(e));
+                        }
+                    }
+                    engine.tracker.gc(prev_round.saturating_sub(5_000_000_000));
+                    engine.clock = measure_clock();
+                }
+                prev_round = round;
+            };
+            let _ = reader.join();
+            Ok(end)
+        });
+        let (stopped, end_mono) = result?;
 
-        for r in &self.rings {
-            let _ = r.fd().disable();
-        }
-        for fd in &self.tp_fds {
-            let _ = fd.disable();
-        }
-        let end_mono = sys::monotonic_ns();
-        self.drain(&mut engine, &mut buf);
         engine.process_until(u64::MAX);
         let end_wall = match deadline {
             // A run of --duration ends at start + duration exactly.
@@ -517,26 +573,102 @@ impl Sampler {
             tracking: engine.tracker.stats(),
         })
     }
+}
 
-    /// Copies every ring's records into the engine. Returns true when records were lost.
-    fn drain(&mut self, engine: &mut Engine, buf: &mut Vec<u8>) -> bool {
-        let before = (engine.stats.lost, engine.stats.lost_events);
-        let mut lost_seen = false;
-        for r in &mut self.rings {
-            buf.clear();
-            if r.drain(buf) > 0 {
-                lost_seen |= has_lost_record(buf);
-                engine.ingest(buf, &self.streams);
+/// What the ring reader thread sends.
+enum Round {
+    /// The events were enabled (or could not be).
+    Enabled(io::Result<()>),
+    /// One drain of every ring.
+    Data {
+        /// Monotonic time the drain started: every record older than the previous round's
+        /// time has been read.
+        time: u64,
+        /// The records, one buffer per ring with data.
+        bufs: Vec<Vec<u8>>,
+        /// Records were lost (a LOST record, or a ring found nearly full).
+        lost: bool,
+        /// Set on the last round (events disabled): (stopped by the flag, end time).
+        last: Option<(bool, u64)>,
+    },
+}
+
+/// The ring reader: enables the events, drains every ring each tick (or when one is half
+/// full), and on stop or deadline disables them, drains once more and says it is the end.
+fn read_rings(
+    rings: &mut [Ring],
+    tp_fds: &[PerfFd],
+    tx: &std::sync::mpsc::Sender<Round>,
+    stop: &AtomicBool,
+    deadline: Option<u64>,
+    abort: &AtomicBool,
+) {
+    let enabled = rings
+        .iter()
+        .map(|r| r.fd())
+        .chain(tp_fds.iter())
+        .try_for_each(PerfFd::enable);
+    let ok = enabled.is_ok();
+    if tx.send(Round::Enabled(enabled)).is_err() || !ok {
+        return;
+    }
+    let drain = |rings: &mut [Ring]| {
+        let mut bufs = Vec::new();
+        let mut lost = false;
+        for r in rings.iter_mut() {
+            let mut b = Vec::new();
+            let n = r.drain(&mut b);
+            if n > 0 {
+                lost |= n * 8 >= r.data_size() * 7 || has_lost_record(&b);
+                bufs.push(b);
             }
         }
-        lost_seen || before != (engine.stats.lost, engine.stats.lost_events)
+        (bufs, lost)
+    };
+    loop {
+        let now = sys::monotonic_ns();
+        let mut wait = TICK.as_millis() as u64;
+        if let Some(d) = deadline {
+            wait = wait.min(d.saturating_sub(now) / 1_000_000);
+        }
+        sys::poll_rings(rings, wait as i32);
+        let time = sys::monotonic_ns();
+        let stopped = stop.load(Ordering::SeqCst);
+        let done = stopped || deadline.is_some_and(|d| time >= d) || abort.load(Ordering::SeqCst);
+        if done {
+            for fd in rings.iter().map(|r| r.fd()).chain(tp_fds.iter()) {
+                let _ = fd.disable();
+            }
+            let end = sys::monotonic_ns();
+            let (bufs, lost) = drain(rings);
+            let _ = tx.send(Round::Data {
+                time: end,
+                bufs,
+                lost,
+                last: Some((stopped, end)),
+            });
+            return;
+        }
+        let (bufs, lost) = drain(rings);
+        if tx
+            .send(Round::Data {
+                time,
+                bufs,
+                lost,
+                last: None,
+            })
+            .is_err()
+        {
+            return;
+        }
     }
 }
 
 /// True when a buffer of records holds a LOST or LOST_SAMPLES record.
 fn has_lost_record(buf: &[u8]) -> bool {
     use perf_event_open_sys::bindings as b;
-    crate::record::split(buf).any(|(k, _, _)| k == b::PERF_RECORD_LOST || k == b::PERF_RECORD_LOST_SAMPLES)
+    crate::record::split(buf)
+        .any(|(k, _, _)| k == b::PERF_RECORD_LOST || k == b::PERF_RECORD_LOST_SAMPLES)
 }
 
 fn kernel_release() -> String {
@@ -576,14 +708,16 @@ fn choose_event(config: &Config, cpu: u32, wakeup: u32) -> Result<Sampling, Erro
     let event = explicit.clone().unwrap_or_else(event::default_event);
     let rate = config.rate.unwrap_or_else(|| event.default_rate());
     if let Rate::Period(0) | Rate::Freq(0) = rate {
-        return Err(Error::Config("the sampling period or frequency must be positive".into()));
+        return Err(Error::Config(
+            "the sampling period or frequency must be positive".into(),
+        ));
     }
     let s = Sampling {
         event: event.clone(),
         rate,
         fallback_reason: None,
     };
-    match PerfFd::open(&sampling_attr(&s, false, wakeup), -1, cpu as i32, 0) {
+    match PerfFd::open(&sampling_attr(&s, false, false, wakeup), -1, cpu as i32, 0) {
         Ok(_) => Ok(s),
         Err(e) if is_permission(&e) => Err(permission_error(e)),
         Err(e) if is_missing_event(&e) && explicit.is_none() => {
@@ -607,16 +741,18 @@ fn choose_event(config: &Config, cpu: u32, wakeup: u32) -> Result<Sampling, Erro
                 rate,
                 fallback_reason: Some(format!("hardware cycles are not available here ({e})")),
             };
-            PerfFd::open(&sampling_attr(&fb, false, wakeup), -1, cpu as i32, 0).map_err(|e| {
-                if is_permission(&e) {
-                    permission_error(e)
-                } else {
-                    Error::Event {
-                        event: fb.event.name.into(),
-                        reason: e.to_string(),
+            PerfFd::open(&sampling_attr(&fb, false, false, wakeup), -1, cpu as i32, 0).map_err(
+                |e| {
+                    if is_permission(&e) {
+                        permission_error(e)
+                    } else {
+                        Error::Event {
+                            event: fb.event.name.into(),
+                            reason: e.to_string(),
+                        }
                     }
-                }
-            })?;
+                },
+            )?;
             Ok(fb)
         }
         Err(e) => Err(Error::Event {
@@ -657,7 +793,8 @@ fn open_tracepoint(
                 e.to_string()
             }
         })?;
-        fd.set_output(ring.fd()).map_err(|e| format!("redirect to the CPU ring: {e}"))?;
+        fd.set_output(ring.fd())
+            .map_err(|e| format!("redirect to the CPU ring: {e}"))?;
         let id = fd.id().map_err(|e| e.to_string())?;
         ids.insert(id, ());
         fds.push(fd);

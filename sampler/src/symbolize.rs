@@ -158,16 +158,9 @@ impl Symbolizer {
                 },
             }
         }
-        let src = Source::Elf(Elf::new(image.to_path_buf()));
-        for (input, list, at, make) in [
+        for (list, at, make) in [
+            (&virt, &virt_at, ImageAddr::Virt as fn(u64) -> ImageAddr),
             (
-                Input::VirtOffset(virt.as_slice()),
-                &virt,
-                &virt_at,
-                ImageAddr::Virt as fn(u64) -> ImageAddr,
-            ),
-            (
-                Input::FileOffset(file.as_slice()),
                 &file,
                 &file_at,
                 ImageAddr::FileOffset as fn(u64) -> ImageAddr,
@@ -176,25 +169,60 @@ impl Symbolizer {
             if list.is_empty() {
                 continue;
             }
-            match self.inner.symbolize(&src, input) {
-                Ok(results) => {
-                    for ((res, &i), &a) in results.iter().zip(at.iter()).zip(list.iter()) {
-                        let name = match res {
-                            Symbolized::Sym(sym) => Some(Name::from(sym.name.as_ref())),
-                            Symbolized::Unknown(_) => None,
-                        };
-                        self.cache.insert((image.clone(), make(a)), name.clone());
-                        out[i] = name;
-                    }
-                }
-                Err(_) => {
+            let is_virt = make(0) == ImageAddr::Virt(0);
+            // ELF symbol tables first: cheap, and enough for nearly every address. DWARF (and
+            // debug files found through debug links) only for what they leave unresolved: parsing
+            // DWARF costs far more than reading .symtab.
+            let mut names = match self.lookup(&image, false, is_virt, list) {
+                Ok(n) => n,
+                Err(()) => {
                     // Missing, unreadable, or not ELF: degrade to image+offset for good.
                     self.unreadable.insert(image.clone());
                     return out;
                 }
+            };
+            let missing: Vec<usize> = (0..names.len()).filter(|&j| names[j].is_none()).collect();
+            if !missing.is_empty() {
+                let retry: Vec<u64> = missing.iter().map(|&j| list[j]).collect();
+                if let Ok(found) = self.lookup(&image, true, is_virt, &retry) {
+                    for (j, name) in missing.into_iter().zip(found) {
+                        names[j] = name;
+                    }
+                }
+            }
+            for ((name, &i), &a) in names.into_iter().zip(at.iter()).zip(list.iter()) {
+                self.cache.insert((image.clone(), make(a)), name.clone());
+                out[i] = name;
             }
         }
         out
+    }
+
+    /// One blazesym call: the names of `addrs` (virtual addresses or file offsets) in `image`,
+    /// with or without debug symbols. `Err` when the image cannot be read.
+    fn lookup(
+        &mut self,
+        image: &Path,
+        debug_syms: bool,
+        virt: bool,
+        addrs: &[u64],
+    ) -> Result<Vec<Option<Name>>, ()> {
+        let mut elf = Elf::new(image.to_path_buf());
+        elf.debug_syms = debug_syms;
+        let src = Source::Elf(elf);
+        let input = if virt {
+            Input::VirtOffset(addrs)
+        } else {
+            Input::FileOffset(addrs)
+        };
+        let results = self.inner.symbolize(&src, input).map_err(|_| ())?;
+        Ok(results
+            .iter()
+            .map(|res| match res {
+                Symbolized::Sym(sym) => Some(Name::from(sym.name.as_ref())),
+                Symbolized::Unknown(_) => None,
+            })
+            .collect())
     }
 
     /// The kernel function containing `addr` (from `/proc/kallsyms`; addresses are visible only
@@ -350,8 +378,7 @@ impl VdsoCopy {
             .ok()?;
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let path =
-            std::env::temp_dir().join(format!("culprit-vdso-{}-{n}.so", std::process::id()));
+        let path = std::env::temp_dir().join(format!("culprit-vdso-{}-{n}.so", std::process::id()));
         std::fs::write(&path, &bytes).ok()?;
         Some(VdsoCopy { path })
     }

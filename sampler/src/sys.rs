@@ -162,6 +162,11 @@ impl Ring {
         &self.fd
     }
 
+    /// Size of the data area in bytes.
+    pub fn data_size(&self) -> usize {
+        self.data_size
+    }
+
     /// Appends every complete record the kernel has written to `out` and frees their space in
     /// the ring. Returns the number of bytes copied.
     pub fn drain(&mut self, out: &mut Vec<u8>) -> usize {
@@ -310,8 +315,8 @@ pub fn stop_on_signals() -> &'static AtomicBool {
             let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
             sa.sa_sigaction = on_stop_signal as extern "C" fn(libc::c_int) as usize;
             sa.sa_flags = 0; // no SA_RESTART: poll returns early with EINTR
-            // SAFETY: installs a handler that only does an atomic store; `sa` is initialised
-            // and its mask is emptied before use.
+                             // SAFETY: installs a handler that only does an atomic store; `sa` is initialised
+                             // and its mask is emptied before use.
             unsafe {
                 libc::sigemptyset(&mut sa.sa_mask);
                 libc::sigaction(sig, &sa, std::ptr::null_mut());

@@ -289,8 +289,15 @@ mod tests {
         raw[32..34].copy_from_slice(&(libc::AF_INET as u16).to_le_bytes());
         raw[34..38].copy_from_slice(&[10, 1, 0, 1]);
         raw[38..42].copy_from_slice(&[10, 1, 0, 2]);
-        let (s, d) = tcp_addrs(&raw, &family, &saddr, &daddr, saddr6.as_ref(), daddr6.as_ref())
-            .unwrap();
+        let (s, d) = tcp_addrs(
+            &raw,
+            &family,
+            &saddr,
+            &daddr,
+            saddr6.as_ref(),
+            daddr6.as_ref(),
+        )
+        .unwrap();
         assert_eq!(s.to_string(), "10.1.0.1");
         assert_eq!(d.to_string(), "10.1.0.2");
         // IPv4-mapped IPv6 addresses come out as IPv4.
@@ -298,8 +305,15 @@ mod tests {
         let mapped: Ipv6Addr = "::ffff:10.9.0.7".parse().unwrap();
         raw[42..58].copy_from_slice(&mapped.octets());
         raw[58..74].copy_from_slice(&mapped.octets());
-        let (s, _) = tcp_addrs(&raw, &family, &saddr, &daddr, saddr6.as_ref(), daddr6.as_ref())
-            .unwrap();
+        let (s, _) = tcp_addrs(
+            &raw,
+            &family,
+            &saddr,
+            &daddr,
+            saddr6.as_ref(),
+            daddr6.as_ref(),
+        )
+        .unwrap();
         assert_eq!(s.to_string(), "10.9.0.7");
         // Short records decode to None, not a panic.
         assert!(tcp_addrs(&raw[..20], &family, &saddr, &daddr, None, None).is_none());

@@ -30,7 +30,10 @@ struct Scenario {
 fn scenario() -> Option<&'static Scenario> {
     static S: OnceLock<Option<Scenario>> = OnceLock::new();
     S.get_or_init(|| {
-        if !require(can_sample(), "root or kernel.perf_event_paranoid=-1 (system-wide perf sampling)") {
+        if !require(
+            can_sample(),
+            "root or kernel.perf_event_paranoid=-1 (system-wide perf sampling)",
+        ) {
             return None;
         }
         let programs = build_programs();
@@ -132,7 +135,10 @@ fn a_second_process_appears_under_its_own_program_name() {
         .filter(|((image, _), _)| image == "[kernel.kallsyms]")
         .map(|(_, c)| c)
         .sum();
-    assert!(kernel * 2 > dd, "dd: {kernel} of {dd} samples in the kernel");
+    assert!(
+        kernel * 2 > dd,
+        "dd: {kernel} of {dd} samples in the kernel"
+    );
 }
 
 #[test]
@@ -157,9 +163,14 @@ fn a_syscall_loop_shows_kernel_functions() {
         .filter(|(f, _)| !f.contains("+0x") && f.as_str() != "[unknown]")
         .map(|(_, c)| c)
         .sum();
-    assert!(named * 10 >= in_kernel * 9, "kernel samples not named: {kernel:?}");
     assert!(
-        kernel.iter().any(|(f, _)| f.contains("sys") || f.contains("entry")),
+        named * 10 >= in_kernel * 9,
+        "kernel samples not named: {kernel:?}"
+    );
+    assert!(
+        kernel
+            .iter()
+            .any(|(f, _)| f.contains("sys") || f.contains("entry")),
         "no system-call function among {kernel:?}"
     );
 }
@@ -172,11 +183,21 @@ fn a_function_in_a_shared_library_is_attributed_to_the_library() {
         .get(&("libsmp_lib.so".into(), "lib_spin".into()))
         .copied()
         .unwrap_or(0);
-    let total: u64 = prog.values().sum();
+    // Interrupts (network softirqs of other processes on a busy machine) land in whatever
+    // process runs; compare with the program's user-space samples.
+    let user = user_samples(&prog);
     assert!(
-        n > 300 && n * 10 >= total * 8,
-        "lib_spin (libsmp_lib.so) has {n} of {total} samples: {prog:?}"
+        n > 300 && n * 10 >= user * 9,
+        "lib_spin (libsmp_lib.so) has {n} of {user} user samples: {prog:?}"
     );
+}
+
+/// Samples outside the kernel.
+fn user_samples(prog: &HashMap<(String, String), u64>) -> u64 {
+    prog.iter()
+        .filter(|((image, _), _)| image != "[kernel.kallsyms]")
+        .map(|(_, c)| c)
+        .sum()
 }
 
 #[test]
@@ -192,8 +213,14 @@ fn a_stripped_binary_keeps_dynsym_names_and_degrades_to_image_offset() {
         .filter(|((i, f), _)| i == "smp_strip" && f.starts_with("smp_strip+0x"))
         .map(|(_, c)| c)
         .sum();
-    assert!(exported > 200, "exported_spin: {exported} samples: {prog:?}");
-    assert!(by_offset > 200, "image+offset names: {by_offset} samples: {prog:?}");
+    assert!(
+        exported > 200,
+        "exported_spin: {exported} samples: {prog:?}"
+    );
+    assert!(
+        by_offset > 200,
+        "image+offset names: {by_offset} samples: {prog:?}"
+    );
 }
 
 #[test]
@@ -206,9 +233,10 @@ fn short_lived_processes_are_still_named() {
         .unwrap_or(0);
     let total: u64 = prog.values().sum();
     // The rest is exec, the dynamic loader and exit: a real part of a short process's life.
+    let user = user_samples(&prog);
     assert!(
-        n > 300 && n * 2 >= total,
-        "short_burn has {n} of {total} smp_short samples: {prog:?}; top:\n{}",
+        n > 300 && n * 10 >= user * 7,
+        "short_burn has {n} of {user} user samples of smp_short: {prog:?}; top:\n{}",
         s.run.top(15)
     );
     // Nothing of the short-lived processes is left without a mapping.
@@ -217,13 +245,20 @@ fn short_lived_processes_are_still_named() {
         .filter(|((i, _), _)| i == "[unknown]")
         .map(|(_, c)| c)
         .sum();
-    assert!(unknown * 50 <= total, "{unknown} of {total} samples unmapped");
+    assert!(
+        unknown * 50 <= total,
+        "{unknown} of {total} samples unmapped"
+    );
 }
 
 #[test]
 fn sigterm_flushes_the_last_interval_and_ends_the_file() {
     let Some(s) = scenario() else { return };
-    assert_eq!(s.exit, 0, "exit status after SIGTERM; stderr:\n{}", s.stderr);
+    assert_eq!(
+        s.exit, 0,
+        "exit status after SIGTERM; stderr:\n{}",
+        s.stderr
+    );
     assert_well_formed(&s.run, 1_000_000_000);
     assert_eq!(s.run.end_reason, Some(end_reason::SIGNAL));
     assert!(
@@ -234,7 +269,10 @@ fn sigterm_flushes_the_last_interval_and_ends_the_file() {
     let iv = &s.run.intervals[0];
     assert_eq!(iv.event, "cpu-clock");
     assert_eq!(iv.period, 100_000);
-    assert_eq!(s.run.info.get("event").map(String::as_str), Some("cpu-clock"));
+    assert_eq!(
+        s.run.info.get("event").map(String::as_str),
+        Some("cpu-clock")
+    );
     assert_eq!(s.run.info.get("node").map(String::as_str), Some(NODE));
     // No samples lost at this rate with the default rings.
     let lost: u64 = s.run.intervals.iter().map(|i| i.lost).sum();
@@ -270,7 +308,10 @@ fn a_damaged_samples_file_reads_up_to_the_damage_with_a_clear_error() {
     let cut = &bytes[..mid];
     let pf = ParsedFile::parse(cut).unwrap();
     assert!(pf.truncated);
-    let err = pf.records().find_map(|r| r.err()).expect("truncation detected");
+    let err = pf
+        .records()
+        .find_map(|r| r.err())
+        .expect("truncation detected");
     assert!(err.to_string().contains("cut short"), "{err}");
     // Not a culprit file at all.
     assert!(ParsedFile::parse(b"hello").is_err());
@@ -293,7 +334,10 @@ fn every_interval_is_contiguous_and_has_its_events_record() {
     let Some(s) = scenario() else { return };
     // Intervals between the partial first and last are whole and not missed.
     for iv in &s.run.intervals[1..s.run.intervals.len().saturating_sub(1)] {
-        assert_eq!(iv.flags & (interval_flags::PARTIAL | interval_flags::MISSED), 0);
+        assert_eq!(
+            iv.flags & (interval_flags::PARTIAL | interval_flags::MISSED),
+            0
+        );
     }
     let totals: HashMap<_, _> = s.run.totals();
     assert!(!totals.is_empty());

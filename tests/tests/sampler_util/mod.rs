@@ -52,7 +52,11 @@ pub fn build_programs() -> Programs {
         &d.join("smp_strip"),
         &["-O2", "-rdynamic"],
     );
-    run_ok(Command::new("strip").arg("--strip-all").arg(d.join("smp_strip")));
+    run_ok(
+        Command::new("strip")
+            .arg("--strip-all")
+            .arg(d.join("smp_strip")),
+    );
     gcc(&[&c_source("smp_sys.c")], &d.join("smp_sys"), &o2);
     gcc(&[&c_source("smp_short.c")], &d.join("smp_short"), &o2);
     gcc(&[&c_source("smp_spawn.c")], &d.join("smp_spawn"), &o2);
@@ -224,7 +228,7 @@ impl SampleRun {
     /// Short text of the top entries, for assertion messages.
     pub fn top(&self, n: usize) -> String {
         let mut v: Vec<_> = self.totals().into_iter().collect();
-        v.sort_by(|a, b| b.1.cmp(&a.1));
+        v.sort_by_key(|e| std::cmp::Reverse(e.1));
         v.iter()
             .take(n)
             .map(|((p, i, f), c)| format!("{c:>7} {p} {f} ({i})\n"))
@@ -287,7 +291,10 @@ pub fn read_run(path: &Path) -> SampleRun {
                     .intervals
                     .last_mut()
                     .expect("an Events record follows its Samples record");
-                assert_eq!(iv.start_ns, rec.start_ns, "Events record of another interval");
+                assert_eq!(
+                    iv.start_ns, rec.start_ns,
+                    "Events record of another interval"
+                );
                 iv.events_flags = rec.flags;
                 for e in rec.entries() {
                     iv.events.insert(s(&strings, e.event), e.count);
@@ -310,7 +317,11 @@ pub fn read_node(data: &Path, node: &str) -> SampleRun {
 /// Checks the structure every run must have: contiguous aligned intervals, each with its
 /// Events record, the first and last PARTIAL, the event and period recorded, ended cleanly.
 pub fn assert_well_formed(run: &SampleRun, interval_ns: u64) {
-    assert!(!run.intervals.is_empty(), "no intervals in {}", run.path.display());
+    assert!(
+        !run.intervals.is_empty(),
+        "no intervals in {}",
+        run.path.display()
+    );
     for (i, iv) in run.intervals.iter().enumerate() {
         assert_eq!(iv.dur_ns, interval_ns);
         assert_eq!(iv.start_ns % interval_ns, 0, "interval not aligned");
@@ -328,10 +339,17 @@ pub fn assert_well_formed(run: &SampleRun, interval_ns: u64) {
             iv.total,
             "entries add up to the interval's total"
         );
-        assert_eq!(iv.flags & interval_flags::MISSED, iv.events_flags & interval_flags::MISSED);
+        assert_eq!(
+            iv.flags & interval_flags::MISSED,
+            iv.events_flags & interval_flags::MISSED
+        );
         let _ = samples_flags::FREQ;
     }
-    assert_ne!(run.intervals[0].flags & interval_flags::PARTIAL, 0, "first interval PARTIAL");
+    assert_ne!(
+        run.intervals[0].flags & interval_flags::PARTIAL,
+        0,
+        "first interval PARTIAL"
+    );
     assert_ne!(
         run.intervals.last().unwrap().flags & interval_flags::PARTIAL,
         0,
