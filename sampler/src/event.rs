@@ -249,6 +249,21 @@ pub fn tracepoint_attr(id: u64, raw: bool, wakeup_bytes: u32) -> perf_event_attr
     a
 }
 
+/// A user-space-only counting event for the calling process: what even an unprivileged process
+/// may open, so it tells whether an event exists here at all.
+pub fn self_counting_attr(e: &EventSpec) -> perf_event_attr {
+    let mut a = perf_event_attr {
+        type_: e.type_,
+        size: size_of::<perf_event_attr>() as u32,
+        config: e.config,
+        ..perf_event_attr::default()
+    };
+    a.set_disabled(1);
+    a.set_exclude_kernel(1);
+    a.set_exclude_hv(1);
+    a
+}
+
 fn base_attr(type_: u32, config: u64, wakeup_bytes: u32) -> perf_event_attr {
     let mut a = perf_event_attr {
         type_,

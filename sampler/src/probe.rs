@@ -48,9 +48,11 @@ pub fn system_wide_sampling() -> Result<(), std::io::Error> {
     try_open("cpu-clock")
 }
 
-/// Do hardware cycles exist (a PMU, not a VM without one)?
+/// Do hardware cycles exist (a PMU, not a VM without one)? Asked with a user-space counter on
+/// this process, which needs no privilege.
 pub fn hardware_cycles() -> Result<(), std::io::Error> {
-    try_open("cycles")
+    let ev = event::event_by_name("cycles").expect("known event");
+    PerfFd::open(&event::self_counting_attr(&ev), 0, -1, 0).map(drop)
 }
 
 /// Where tracefs is, or whether it could be mounted.
@@ -58,6 +60,8 @@ pub fn hardware_cycles() -> Result<(), std::io::Error> {
 pub enum TracefsState {
     /// Mounted at this path.
     Mounted(std::path::PathBuf),
+    /// Mounted at this path, but its events are not readable by this process.
+    Unreadable(std::path::PathBuf),
     /// Not mounted; the kernel has tracefs and we are root, so the sampler mounts it.
     Mountable,
     /// Not mounted and not mountable by this process (why).
@@ -67,7 +71,10 @@ pub enum TracefsState {
 /// The state of tracefs.
 pub fn tracefs() -> TracefsState {
     if let Some(p) = crate::tracefs::mounted() {
-        return TracefsState::Mounted(p);
+        return match std::fs::read_dir(p.join("events")) {
+            Ok(_) => TracefsState::Mounted(p),
+            Err(_) => TracefsState::Unreadable(p),
+        };
     }
     let known = std::fs::read_to_string("/proc/filesystems")
         .map(|t| t.lines().any(|l| l.trim_end().ends_with("tracefs")))

@@ -830,6 +830,28 @@ mod tests {
     }
 
     #[test]
+    fn a_namespace_record_moves_a_process_to_its_node() {
+        use std::os::unix::fs::MetadataExt as _;
+        let rules = vec![NodeRule::Netns {
+            node: "n".into(),
+            path: "/proc/self/ns/net".into(),
+        }];
+        let ino = std::fs::metadata("/proc/self/ns/net").unwrap().ino();
+        let mut t = Tracker::new(Nodes::new("h", &rules, Scope::System).unwrap(), false);
+        t.on_fork(500, 400, 500);
+        // Unknown parent: unassigned (the fallback, index 1).
+        assert_eq!(t.node_of(500), Some(1));
+        t.on_netns(500, 500, ino);
+        assert_eq!(t.node_of(500), Some(0));
+        // A child inherits the node.
+        t.on_fork(501, 500, 501);
+        assert_eq!(t.node_of(501), Some(0));
+        // Another namespace: no node.
+        t.on_netns(501, 501, ino + 1);
+        assert_eq!(t.node_of(501), Some(1));
+    }
+
+    #[test]
     fn kworkers_share_a_name() {
         let mut t = tracker();
         t.on_fork(300, 2, 300);

@@ -233,3 +233,61 @@ fn intervals_the_sampler_could_not_observe_are_flagged_missed() {
     let lost: u64 = run.intervals.iter().map(|i| i.lost).sum();
     assert!(lost > 0, "the overflow is counted as lost samples");
 }
+
+#[test]
+fn doctor_reports_every_check_with_what_to_do() {
+    let o = culprit().args(["doctor", "--json"]).output().unwrap();
+    let v = stdout_json(&o);
+    assert_eq!(v["schema"], "culprit-doctor/1");
+    let checks = v["checks"].as_array().expect("checks");
+    let names: Vec<&str> = checks.iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "perf_access",
+            "hardware_events",
+            "tracefs",
+            "kallsyms",
+            "namespaces",
+            "nftables",
+            "cgroups",
+            "uftrace"
+        ]
+    );
+    for c in checks {
+        assert!(!c["detail"].as_str().unwrap().is_empty());
+        // A failed check says what to do.
+        assert!(c["ok"].as_bool().unwrap() || c["fix"].as_str().is_some_and(|f| !f.is_empty()));
+    }
+    let perf_ok = checks[0]["ok"].as_bool().unwrap();
+    assert_eq!(o.status.code(), Some(if perf_ok { 0 } else { 1 }));
+    if is_root() {
+        assert!(perf_ok, "root may sample: {}", checks[0]);
+        assert_eq!(checks[3]["ok"], true, "root sees kallsyms addresses");
+        // The text form: one line per check, OK or MISSING first.
+        let o = culprit().arg("doctor").output().unwrap();
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(text.lines().count(), 8, "{text}");
+        assert!(text
+            .lines()
+            .all(|l| l.starts_with("OK ") || l.starts_with("MISSING ")));
+        if paranoid() >= 1 {
+            let o = Command::new("setpriv")
+                .args([
+                    "--reuid=65534",
+                    "--regid=65534",
+                    "--clear-groups",
+                    "--inh-caps=-all",
+                ])
+                .arg(culprit_bin())
+                .args(["doctor", "--json"])
+                .output()
+                .unwrap();
+            let v = stdout_json(&o);
+            assert_eq!(o.status.code(), Some(1));
+            assert_eq!(v["checks"][0]["ok"], false);
+            let fix = v["checks"][0]["fix"].as_str().unwrap();
+            assert!(fix.contains("CAP_PERFMON") && fix.contains("kernel.perf_event_paranoid"));
+        }
+    }
+}
