@@ -6,9 +6,9 @@
 //! to which timestamp everything has been read (the start of the previous drain round, as perf's
 //! "finished round" does), and only records before it are processed.
 
-use std::collections::HashMap;
 use std::net::IpAddr;
 
+use crate::fxhash::FxHashMap;
 use crate::nodes::{NodeIdx, ProcFacts};
 use crate::procs::{ProcInfo, Tracker};
 use crate::profile::Intervals;
@@ -27,7 +27,7 @@ pub enum Stream {
 /// How to decode the records of a buffer: by event id, or one layout for all.
 #[derive(Clone, Debug, Default)]
 pub struct Streams {
-    by_id: HashMap<u64, (Layout, Stream)>,
+    by_id: FxHashMap<u64, (Layout, Stream)>,
     default: Option<(Layout, Stream)>,
 }
 
@@ -79,14 +79,7 @@ enum Ev {
         pid: u32,
         key: TpKey,
     },
-    Mmap {
-        pid: u32,
-        start: u64,
-        len: u64,
-        pgoff: u64,
-        path: Box<[u8]>,
-        dev_ino: Option<(u32, u32, u64)>,
-    },
+    Mmap(Box<MmapEv>),
     Comm {
         pid: u32,
         tid: u32,
@@ -115,10 +108,19 @@ enum Ev {
     Throttle,
 }
 
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct MmapEv {
+    pid: u32,
+    start: u64,
+    len: u64,
+    pgoff: u64,
+    path: Box<[u8]>,
+    dev_ino: Option<(u32, u32, u64)>,
+}
+
 #[derive(Clone, Debug)]
 struct Timed {
     time: u64,
-    seq: u64,
     ev: Ev,
 }
 
@@ -180,9 +182,8 @@ pub struct Engine {
     pub clock: ClockMap,
     tps: Vec<TpSpec>,
     pending: Vec<Timed>,
-    seq: u64,
     snapshot: Option<(u64, Vec<ProcInfo>)>,
-    block_owner: HashMap<(u32, u64), NodeIdx>,
+    block_owner: FxHashMap<(u32, u64), NodeIdx>,
     /// Counters.
     pub stats: EngineStats,
 }
@@ -201,9 +202,8 @@ impl Engine {
             clock,
             tps,
             pending: Vec::new(),
-            seq: 0,
             snapshot: None,
-            block_owner: HashMap::new(),
+            block_owner: FxHashMap::default(),
             stats: EngineStats::default(),
         }
     }
@@ -271,14 +271,14 @@ impl Engine {
                 if !m.exec {
                     return;
                 }
-                Ev::Mmap {
+                Ev::Mmap(Box::new(MmapEv {
                     pid: m.pid,
                     start: m.start,
                     len: m.len,
                     pgoff: m.pgoff,
                     path: m.filename.into(),
                     dev_ino: m.dev_ino,
-                }
+                }))
             }
             Rec::Comm {
                 pid,
@@ -323,12 +323,7 @@ impl Engine {
                 return;
             }
         };
-        self.seq += 1;
-        self.pending.push(Timed {
-            time,
-            seq: self.seq,
-            ev,
-        });
+        self.pending.push(Timed { time, ev });
     }
 
     fn tp_key(&self, tp: u16, raw: Option<&[u8]>) -> TpKey {
@@ -372,7 +367,9 @@ impl Engine {
     /// Processes, in timestamp order, every queued record older than `until` (record clock).
     /// Returns true when any records were lost among them.
     pub fn process_until(&mut self, until: u64) -> bool {
-        self.pending.sort_unstable_by_key(|t| (t.time, t.seq));
+        // Each ring's records are already in time order, so the buffer is a few sorted runs: the
+        // stable sort merges runs (and keeps a ring's order among equal timestamps).
+        self.pending.sort_by_key(|t| t.time);
         let n = self.pending.partition_point(|t| t.time < until);
         let batch: Vec<Timed> = self.pending.drain(..n).collect();
         let mut lost = false;
@@ -410,14 +407,9 @@ impl Engine {
                     self.intervals.event(wall, node, tp as usize);
                 }
             }
-            Ev::Mmap {
-                pid,
-                start,
-                len,
-                pgoff,
-                path,
-                dev_ino,
-            } => self.tracker.on_mmap(pid, start, len, pgoff, &path, dev_ino),
+            Ev::Mmap(m) => self
+                .tracker
+                .on_mmap(m.pid, m.start, m.len, m.pgoff, &m.path, m.dev_ino),
             Ev::Comm {
                 pid,
                 tid,

@@ -46,6 +46,7 @@
 
 pub mod engine;
 pub mod event;
+mod fxhash;
 pub mod nodes;
 pub mod perfdata;
 pub mod probe;

@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::fxhash::FxHashMap;
 use crate::nodes::{read_facts, NodeIdx, Nodes, ProcFacts, Scope};
 
 /// Index of an image in the tracker's image table.
@@ -96,7 +97,7 @@ pub struct TrackerStats {
 /// The process table.
 #[derive(Debug)]
 pub struct Tracker {
-    procs: HashMap<u32, Process>,
+    procs: FxHashMap<u32, Process>,
     images: Vec<Image>,
     image_ids: HashMap<(Arc<str>, u64, u64), ImageId>,
     programs: Vec<Arc<str>>,
@@ -146,7 +147,7 @@ impl Tracker {
     /// (live sampling; off when replaying a recording).
     pub fn new(nodes: Nodes, read_proc: bool) -> Tracker {
         let mut t = Tracker {
-            procs: HashMap::new(),
+            procs: FxHashMap::default(),
             images: Vec::new(),
             image_ids: HashMap::new(),
             programs: Vec::new(),

@@ -21,6 +21,7 @@ use culprit_format::{
     SamplesHead,
 };
 
+use crate::fxhash::FxHashMap;
 use crate::nodes::NodeIdx;
 use crate::procs::{ImageKind, Loc, ProgId, Tracker};
 use crate::symbolize::{unresolved_name, ImageAddr, Symbolizer};
@@ -34,7 +35,7 @@ pub const LOST_EVENTS: &str = "culprit:lost_events";
 
 #[derive(Debug, Default)]
 struct NodeAcc {
-    samples: HashMap<(ProgId, Loc), u64>,
+    samples: FxHashMap<(ProgId, Loc), u64>,
     total: u64,
     events: Vec<u64>,
 }
@@ -202,7 +203,7 @@ impl Intervals {
 #[derive(Debug)]
 pub struct Namer {
     symbolizer: Symbolizer,
-    cache: HashMap<Loc, (Arc<str>, Arc<str>)>,
+    cache: FxHashMap<Loc, (Arc<str>, Arc<str>)>,
     kernel_image: Arc<str>,
     unknown: Arc<str>,
     /// Distinct locations named so far.
@@ -223,7 +224,7 @@ impl Namer {
     pub fn new(symbolizer: Symbolizer) -> Namer {
         Namer {
             symbolizer,
-            cache: HashMap::new(),
+            cache: FxHashMap::default(),
             kernel_image: Arc::from(KERNEL_IMAGE),
             unknown: Arc::from(UNKNOWN),
             named: 0,
@@ -247,7 +248,7 @@ impl Namer {
         if self.cache.len() > NAMER_CACHE_MAX {
             self.cache.clear();
         }
-        let mut by_image: HashMap<u32, Vec<u64>> = HashMap::new();
+        let mut by_image: FxHashMap<u32, Vec<u64>> = FxHashMap::default();
         for loc in locs {
             if self.cache.contains_key(loc) {
                 continue;
@@ -342,11 +343,40 @@ struct NodeFile {
     new_strings: Vec<(u32, Arc<str>)>,
     event_sid: u32,
     tp_sids: Vec<u32>,
+    /// String ids of each location's (image, function), so that naming an entry needs no
+    /// string hashing once a location has been written.
+    loc_sids: FxHashMap<Loc, (u32, u32)>,
+    /// String id of each program, by [`ProgId`] (`u32::MAX` when not yet written).
+    prog_sids: Vec<u32>,
     bytes: u64,
     samples: u64,
 }
 
 impl NodeFile {
+    fn prog_sid(&mut self, prog: ProgId, tracker: &Tracker) -> u32 {
+        let i = prog as usize;
+        if i >= self.prog_sids.len() {
+            self.prog_sids.resize(i + 1, u32::MAX);
+        }
+        if self.prog_sids[i] == u32::MAX {
+            self.prog_sids[i] = self.sid(tracker.program_name(prog));
+        }
+        self.prog_sids[i]
+    }
+
+    fn loc_sids(&mut self, loc: Loc, namer: &Namer) -> (u32, u32) {
+        if let Some(&v) = self.loc_sids.get(&loc) {
+            return v;
+        }
+        if self.loc_sids.len() > NAMER_CACHE_MAX {
+            self.loc_sids.clear();
+        }
+        let (image, func) = namer.get(&loc);
+        let v = (self.sid(&image), self.sid(&func));
+        self.loc_sids.insert(loc, v);
+        v
+    }
+
     fn sid(&mut self, s: &Arc<str>) -> u32 {
         if let Some(&id) = self.strings.get(s) {
             return id;
@@ -422,6 +452,8 @@ impl Output {
                 new_strings: Vec::new(),
                 event_sid: 0,
                 tp_sids: Vec::new(),
+                loc_sids: FxHashMap::default(),
+                prog_sids: Vec::new(),
                 bytes: 0,
                 samples: 0,
             };
@@ -465,15 +497,11 @@ impl Output {
         for (i, f) in self.files.iter_mut().enumerate() {
             let empty = NodeAcc::default();
             let n = c.acc.nodes.get(i).unwrap_or(&empty);
-            let mut counts: HashMap<(u32, u32, u32), u64> = HashMap::new();
+            let mut counts: FxHashMap<(u32, u32, u32), u64> = FxHashMap::default();
             if !missed {
                 for (&(prog, loc), &count) in &n.samples {
-                    let (image, func) = namer.get(&loc);
-                    let key = (
-                        f.sid(tracker.program_name(prog)),
-                        f.sid(&image),
-                        f.sid(&func),
-                    );
+                    let (image, func) = f.loc_sids(loc, namer);
+                    let key = (f.prog_sid(prog, tracker), image, func);
                     *counts.entry(key).or_insert(0) += count;
                 }
             }
@@ -534,6 +562,14 @@ impl Output {
         }
         self.intervals += 1;
         Ok(())
+    }
+
+    /// Forgets which string ids locations were written with (their names may change: an
+    /// image's file was replaced).
+    pub fn forget_locations(&mut self) {
+        for f in &mut self.files {
+            f.loc_sids.clear();
+        }
     }
 
     /// Writes the End record of every file.

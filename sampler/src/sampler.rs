@@ -522,7 +522,7 @@ impl Sampler {
                 engine.process_until(prev_round);
                 let closed = engine.intervals.close_until(engine.clock.wall(prev_round));
                 if !closed.is_empty() {
-                    namer.forget(&engine.tracker.take_replaced());
+                    forget_replaced(&mut engine, &mut namer, &mut output);
                     for c in &closed {
                         if let Err(e) = output.write(c, &mut namer, &engine.tracker) {
                             finish();
@@ -545,7 +545,7 @@ impl Sampler {
             Some(d) if !stopped => engine.clock.wall(d.min(end_mono)),
             _ => engine.clock.wall(end_mono),
         };
-        namer.forget(&engine.tracker.take_replaced());
+        forget_replaced(&mut engine, &mut namer, &mut output);
         for c in engine.intervals.close_all(end_wall.max(start_wall + 1)) {
             output
                 .write(&c, &mut namer, &engine.tracker)
@@ -572,6 +572,15 @@ impl Sampler {
             stopped,
             tracking: engine.tracker.stats(),
         })
+    }
+}
+
+/// Drops cached names of images whose files were replaced since the last interval.
+fn forget_replaced(engine: &mut Engine, namer: &mut Namer, output: &mut Output) {
+    let replaced = engine.tracker.take_replaced();
+    if !replaced.is_empty() {
+        namer.forget(&replaced);
+        output.forget_locations();
     }
 }
 

@@ -22,7 +22,8 @@
 //! Kernel addresses are looked up in a table read once from `/proc/kallsyms` (text symbols,
 //! sorted; binary search), which also names the module a symbol belongs to, so samples in
 //! modules get the module as their image, as OProfile's `--separate=kernel` does. The table is
-//! read again, at most once a minute, when an address falls outside it (a module loaded later).
+//! read again, at most every ten minutes, when an address falls outside it (a module loaded
+//! later): reading /proc/kallsyms costs the kernel about a tenth of a second.
 //! The vDSO has no file: [`Symbolizer::vdso`] resolves offsets in a copy of this process's
 //! vDSO (the same image the kernel maps into every 64-bit process).
 
@@ -240,7 +241,7 @@ impl Symbolizer {
     /// kernel image itself). Not cached per address: the table lookup is a binary search.
     pub fn kernel_symbol(&mut self, addr: u64) -> Option<(Name, Option<Name>)> {
         let fresh = |at: Option<std::time::Instant>| {
-            at.is_some_and(|t| t.elapsed() < std::time::Duration::from_secs(60))
+            at.is_some_and(|t| t.elapsed() < std::time::Duration::from_secs(600))
         };
         if self.kallsyms.is_none() && !fresh(self.kallsyms_read_at) {
             self.reload_kallsyms();

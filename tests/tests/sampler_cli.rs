@@ -3,6 +3,7 @@
 
 mod sampler_util;
 
+use std::collections::HashMap;
 use std::io::Write as _;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -290,4 +291,102 @@ fn doctor_reports_every_check_with_what_to_do() {
             assert!(fix.contains("CAP_PERFMON") && fix.contains("kernel.perf_event_paranoid"));
         }
     }
+}
+
+/// Strips GCC clone suffixes (`.constprop.0`, `.isra.0`, `.part.0`, `.cold`), which perf
+/// keeps and blazesym drops for user-space symbols.
+fn base_symbol(s: &str) -> String {
+    let mut s = s.to_string();
+    for marker in [".constprop.", ".isra.", ".part.", ".cold"] {
+        if let Some(i) = s.find(marker) {
+            s.truncate(i);
+        }
+    }
+    s
+}
+
+#[test]
+fn replaying_a_perf_recording_gives_the_counts_perf_report_gives() {
+    if !require(is_root(), "root (perf record with kernel samples)") {
+        return;
+    }
+    let progs = build_programs();
+    let dir = TempDir::new("smp-replay");
+    let data = dir.join("perf.data");
+    run_ok(
+        Command::new("perf")
+            .args(["record", "-q", "-e", "cpu-clock", "-c", "250000", "-o"])
+            .arg(&data)
+            .arg("--")
+            .arg(progs.path("smp_ratio"))
+            .arg("300"),
+    );
+    let out = dir.join("out");
+    run_ok(
+        culprit()
+            .args([
+                "sample",
+                "-q",
+                "--node",
+                "r",
+                "--interval",
+                "1s",
+                "--replay",
+            ])
+            .arg(&data)
+            .arg("-o")
+            .arg(&out),
+    );
+    let ours = read_node(&out, "r").totals();
+    let o = run_ok(
+        Command::new("perf")
+            .args([
+                "report",
+                "--stdio",
+                "--sort",
+                "comm,dso,sym",
+                "-F",
+                "sample,comm,dso,sym",
+            ])
+            .args(["--field-separator", "|", "-i"])
+            .arg(&data),
+    );
+    let mut theirs: HashMap<(String, String, String), u64> = HashMap::new();
+    for line in String::from_utf8_lossy(&o.stdout).lines() {
+        let f: Vec<&str> = line.split('|').map(str::trim).collect();
+        if line.starts_with('#') || f.len() != 4 {
+            continue;
+        }
+        let sym = f[3].split_once("] ").map_or(f[3], |(_, s)| s);
+        let key = (f[1].to_string(), f[2].to_string(), base_symbol(sym));
+        *theirs.entry(key).or_insert(0) += f[0].parse::<u64>().unwrap();
+    }
+    let mut ours_n: HashMap<(String, String, String), u64> = HashMap::new();
+    for ((p, i, f), c) in ours {
+        *ours_n.entry((p, i, base_symbol(&f))).or_insert(0) += c;
+    }
+    let key = |f: &str| {
+        (
+            "smp_ratio".to_string(),
+            "smp_ratio".to_string(),
+            f.to_string(),
+        )
+    };
+    for f in ["burn_two", "burn_one"] {
+        assert_eq!(
+            ours_n.get(&key(f)),
+            theirs.get(&key(f)),
+            "{f}: ours vs perf report"
+        );
+    }
+    let total: u64 = theirs.values().sum();
+    let same: u64 = theirs
+        .iter()
+        .filter(|(k, v)| ours_n.get(*k) == Some(*v))
+        .map(|(_, v)| v)
+        .sum();
+    assert!(
+        same * 100 >= total * 95,
+        "only {same} of {total} samples agree with perf report\nours: {ours_n:?}\nperf: {theirs:?}"
+    );
 }
