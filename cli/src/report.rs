@@ -24,7 +24,7 @@ pub const SCHEMA: &str = "culprit-report/1";
     culprit report DATA --from +60s --to +120s --program pvfs-server\n  \
     culprit report DATA --json | jq '.nodes[0].processes[0].functions[0]'")]
 pub struct Args {
-    /// Data directories (a root holding <node>/ directories, or node directories).
+    /// Data directories (a root holding NODE/ directories, or node directories).
     #[arg(value_name = "DATA", default_value = "culprit-data")]
     pub data: Vec<PathBuf>,
     /// Only this node (repeatable).
