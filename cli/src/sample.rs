@@ -23,7 +23,7 @@ use culprit_sampler::{Config, NodeRule, Rate, Sampler, Scope};
     exist (virtual machines) it falls back to cpu-clock at 1 kHz per CPU and says so. \
     Needs root, CAP_PERFMON, or kernel.perf_event_paranoid <= 0 (see `culprit doctor`).")]
 pub struct Args {
-    /// Data root: profiles go to DIR/<node>/samples-<start_ns>.cul (default: $CULPRIT_DIR,
+    /// Data root: profiles go to `DIR/<node>/samples-<start_ns>.cul` (default: $CULPRIT_DIR,
     /// else ./culprit-data).
     #[arg(short = 'o', long = "output", value_name = "DIR")]
     pub output: Option<PathBuf>,
@@ -57,7 +57,7 @@ pub struct Args {
     #[arg(short = 'G', long, value_name = "PATH")]
     pub cgroup: Option<String>,
     /// Emulated node: processes in this cgroup (path relative to a hierarchy root, or under
-    /// /sys/fs/cgroup/<hierarchy>/) belong to NODE. Repeatable.
+    /// `/sys/fs/cgroup/<hierarchy>/`) belong to NODE. Repeatable.
     #[arg(long = "node-cgroup", value_name = "NODE=PATH")]
     pub node_cgroup: Vec<String>,
     /// Emulated node: processes in this network namespace (/run/netns/NAME) belong to NODE.

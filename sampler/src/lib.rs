@@ -22,8 +22,8 @@
 //! # Dependencies, and why
 //!
 //! * **`perf-event-open-sys`** (raw `bindgen` bindings of `<linux/perf_event.h>` and the
-//!   syscall/ioctl wrappers) with a small ring reader of our own ([`sys`], ~250 lines, the only
-//!   `unsafe` in the crate). The `perf-event` crate only counts; it cannot read a sampling
+//!   syscall/ioctl wrappers) with a small ring reader of our own (module `sys`, ~250 lines, the
+//!   only `unsafe` in the crate). The `perf-event` crate only counts; it cannot read a sampling
 //!   ring. `perf-event-open` 0.7.0 does sample, but (read in its source) it decodes every record
 //!   into a large owned struct with a `Vec` per variable field, needs kernel-version feature
 //!   flags chosen at build time for fields such as MMAP2 build-ids, pulls in `futures`, and its

@@ -113,7 +113,7 @@ pub fn normalize_cgroup(path: &str) -> String {
     }
 }
 
-/// True when `cg` (a path from /proc/<pid>/cgroup) is `rule` or below it.
+/// True when `cg` (a path from `/proc/<pid>/cgroup`) is `rule` or below it.
 fn cgroup_matches(cg: &str, rule: &str) -> bool {
     rule == "/"
         || cg == rule
@@ -123,7 +123,7 @@ fn cgroup_matches(cg: &str, rule: &str) -> bool {
 /// Facts about a process read from /proc, as far as the rules need them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ProcFacts {
-    /// Cgroup paths, one per hierarchy line of /proc/<pid>/cgroup.
+    /// Cgroup paths, one per hierarchy line of `/proc/<pid>/cgroup`.
     pub cgroups: Vec<String>,
     /// Inode of the process's network namespace.
     pub netns: Option<u64>,
@@ -222,7 +222,7 @@ impl Nodes {
         &self.scope
     }
 
-    /// True when classification needs /proc/<pid>/cgroup.
+    /// True when classification needs `/proc/<pid>/cgroup`.
     pub fn needs_cgroups(&self) -> bool {
         !self.cgroup_rules.is_empty() || matches!(self.scope, Scope::Cgroup(_))
     }

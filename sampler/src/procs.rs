@@ -108,7 +108,7 @@ pub struct Tracker {
     stats: TrackerStats,
 }
 
-/// One executable mapping from /proc/<pid>/maps.
+/// One executable mapping from `/proc/<pid>/maps`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MapLine {
     /// Start address.
@@ -649,7 +649,7 @@ pub fn read_proc_info(pid: u32, facts: Option<(bool, bool)>) -> Option<ProcInfo>
     })
 }
 
-/// `(comm, ppid)` from the text of /proc/<pid>/stat (the name may hold spaces and parens).
+/// `(comm, ppid)` from the text of `/proc/<pid>/stat` (the name may hold spaces and parens).
 pub fn parse_stat(stat: &str) -> Option<(String, u32)> {
     let open = stat.find('(')?;
     let close = stat.rfind(')')?;
@@ -660,7 +660,7 @@ pub fn parse_stat(stat: &str) -> Option<(String, u32)> {
     Some((comm, ppid))
 }
 
-/// The executable mappings of /proc/<pid>/maps text.
+/// The executable mappings of `/proc/<pid>/maps` text.
 pub fn parse_maps(text: &str) -> Vec<MapLine> {
     let mut out = Vec::new();
     for line in text.lines() {
