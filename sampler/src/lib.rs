@@ -36,6 +36,26 @@
 //!   third of libc's addresses here. Kernel symbols come from our own `/proc/kallsyms` table,
 //!   which also gives module names (see [`symbolize`]).
 //!
+//! # Use as a library
+//!
+//! The testbed and `culprit record --sample` drive the sampler in-process:
+//!
+//! ```no_run
+//! use std::sync::atomic::AtomicBool;
+//! use std::time::Duration;
+//! use culprit_sampler::{Config, NodeRule, Sampler};
+//!
+//! let mut cfg = Config::new("culprit-data", "io1");
+//! cfg.interval = Duration::from_secs(1);
+//! cfg.node_rules.push(NodeRule::Netns { node: "io2".into(), path: "/run/netns/io2".into() });
+//! let sampler = Sampler::open(cfg)?; // errors say what is missing (privilege, event, …)
+//! eprintln!("{}", sampler.describe()); // which event and rate are in use
+//! let stop = AtomicBool::new(false); // set it from another thread to end the run
+//! let summary = sampler.run(&stop)?;
+//! println!("{} samples, {} lost", summary.samples, summary.lost);
+//! # Ok::<(), culprit_sampler::Error>(())
+//! ```
+//!
 //! # Privileges
 //!
 //! System-wide sampling needs root, CAP_PERFMON (or CAP_SYS_ADMIN), or

@@ -271,8 +271,10 @@ impl Namer {
             let addrs: Vec<ImageAddr> = offsets.iter().map(|&o| ImageAddr::FileOffset(o)).collect();
             let names = self.symbolizer.resolve_many(&img.path, &addrs);
             for (offset, name) in offsets.into_iter().zip(names) {
-                let func =
-                    name.unwrap_or_else(|| Arc::from(unresolved_name(&img.path, offset).as_str()));
+                let func = match name {
+                    Some(f) => f,
+                    None => self.unresolved(&img.path, offset),
+                };
                 self.cache
                     .insert(Loc::User { image, offset }, (img.name.clone(), func));
                 self.named += 1;
@@ -298,18 +300,29 @@ impl Namer {
                     }
                     ImageKind::Anon => (img.name.clone(), img.name.clone()),
                     ImageKind::File => {
-                        let f = self
+                        let f = match self
                             .symbolizer
                             .resolve(&img.path, ImageAddr::FileOffset(offset))
-                            .unwrap_or_else(|| {
-                                Arc::from(unresolved_name(&img.path, offset).as_str())
-                            });
+                        {
+                            Some(f) => f,
+                            None => self.unresolved(&img.path, offset),
+                        };
                         (img.name.clone(), f)
                     }
                 }
             }
             Loc::Unknown => (self.unknown.clone(), self.unknown.clone()),
         }
+    }
+
+    /// The name of an address no symbol covers: `image+<offset of its function's start>` when the
+    /// image's unwind table knows the function, else `image+<offset>`.
+    fn unresolved(&mut self, path: &Path, offset: u64) -> Arc<str> {
+        let at = self
+            .symbolizer
+            .function_start(path, offset)
+            .unwrap_or(offset);
+        Arc::from(unresolved_name(path, at).as_str())
     }
 
     /// The (image, function) of a prepared location.

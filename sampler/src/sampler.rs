@@ -184,6 +184,13 @@ pub struct Sampler {
     warnings: Vec<String>,
 }
 
+// The testbed runs a sampler on its own thread.
+const _: () = {
+    const fn assert_send<T: Send>() {}
+    assert_send::<Sampler>();
+    assert_send::<Config>();
+};
+
 /// What a run did.
 #[derive(Clone, Debug, Default)]
 pub struct Summary {

@@ -57,6 +57,7 @@ pub struct Symbolizer {
     kallsyms: Option<KernelSymbols>,
     kallsyms_read_at: Option<std::time::Instant>,
     vdso: Option<Option<VdsoCopy>>,
+    starts: HashMap<Arc<Path>, Option<FunctionStarts>>,
 }
 
 impl std::fmt::Debug for Symbolizer {
@@ -91,6 +92,7 @@ impl Symbolizer {
             kallsyms: None,
             kallsyms_read_at: None,
             vdso: None,
+            starts: HashMap::new(),
         }
     }
 
@@ -279,12 +281,118 @@ impl Symbolizer {
         if let Some(image) = self.images.get(path).cloned() {
             self.cache.retain(|(p, _), _| *p != image);
             self.unreadable.remove(&image);
+            self.starts.remove(&image);
         }
+    }
+
+    /// For an address no symbol covers (a stripped binary's static function): the file offset
+    /// of the start of the function containing `file_offset`, from the unwind table every x86-64
+    /// binary keeps (`.eh_frame_hdr`, found through the `PT_GNU_EH_FRAME` program header) even
+    /// when stripped. Naming unresolved samples `image+<function start>` keeps them at function
+    /// granularity, so they add up as a function would instead of scattering over addresses.
+    pub fn function_start(&mut self, path: &Path, file_offset: u64) -> Option<u64> {
+        let image = self.image(path);
+        let table = self
+            .starts
+            .entry(image.clone())
+            .or_insert_with(|| FunctionStarts::read(&image))
+            .as_ref()?;
+        table.start_of(file_offset)
     }
 
     /// Number of cached (image, address) results.
     pub fn cached(&self) -> usize {
         self.cache.len() + self.kernel.len()
+    }
+}
+
+/// Function start addresses of an ELF file, from its `.eh_frame_hdr` search table, and the
+/// file-offset ↔ virtual-address map of its loadable segments.
+#[derive(Debug)]
+struct FunctionStarts {
+    /// Sorted virtual addresses of function starts.
+    starts: Vec<u64>,
+    /// (file offset, virtual address, file size) of each PT_LOAD segment.
+    loads: Vec<(u64, u64, u64)>,
+}
+
+/// Beyond this distance from the nearest function start an address is not attributed to it.
+const MAX_FUNCTION_SIZE: u64 = 1 << 20;
+
+impl FunctionStarts {
+    /// Reads the table of a little-endian ELF64 file; `None` for anything else or a table in an
+    /// encoding other than the usual `datarel | sdata4`.
+    fn read(path: &Path) -> Option<FunctionStarts> {
+        use std::os::unix::fs::FileExt as _;
+        let f = std::fs::File::open(path).ok()?;
+        let mut eh = [0u8; 64];
+        f.read_exact_at(&mut eh, 0).ok()?;
+        // ELF64, little-endian.
+        if &eh[0..4] != b"\x7fELF" || eh[4] != 2 || eh[5] != 1 {
+            return None;
+        }
+        let le64 = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8"));
+        let le32 = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4"));
+        let phoff = le64(&eh, 0x20);
+        let phentsize = u16::from_le_bytes([eh[0x36], eh[0x37]]) as usize;
+        let phnum = u16::from_le_bytes([eh[0x38], eh[0x39]]) as usize;
+        if phentsize < 56 || phnum == 0 || phnum > 256 {
+            return None;
+        }
+        let mut ph = vec![0u8; phentsize * phnum];
+        f.read_exact_at(&mut ph, phoff).ok()?;
+        let mut loads = Vec::new();
+        let mut hdr = None;
+        for i in 0..phnum {
+            let p = &ph[i * phentsize..(i + 1) * phentsize];
+            let (kind, off, vaddr, filesz) = (le32(p, 0), le64(p, 8), le64(p, 16), le64(p, 32));
+            match kind {
+                1 => loads.push((off, vaddr, filesz)),
+                0x6474_e550 => hdr = Some((off, vaddr, filesz)),
+                _ => {}
+            }
+        }
+        let (off, hdr_vaddr, size) = hdr?;
+        if !(12..=64 << 20).contains(&size) {
+            return None;
+        }
+        let mut h = vec![0u8; size as usize];
+        f.read_exact_at(&mut h, off).ok()?;
+        // version 1; eh_frame_ptr as pcrel|sdata4; fde_count as udata4; table as datarel|sdata4.
+        if h[0] != 1 || h[1] != 0x1b || h[2] != 0x03 || h[3] != 0x3b {
+            return None;
+        }
+        let count = le32(&h, 8) as usize;
+        if 12 + count.checked_mul(8)? > h.len() {
+            return None;
+        }
+        let mut starts: Vec<u64> = (0..count)
+            .map(|i| {
+                let rel = le32(&h, 12 + i * 8) as i32;
+                hdr_vaddr.wrapping_add_signed(i64::from(rel))
+            })
+            .collect();
+        starts.sort_unstable();
+        Some(FunctionStarts { starts, loads })
+    }
+
+    fn start_of(&self, file_offset: u64) -> Option<u64> {
+        let &(off, vaddr, _) = self
+            .loads
+            .iter()
+            .find(|&&(o, _, n)| file_offset >= o && file_offset < o + n)?;
+        let addr = file_offset - off + vaddr;
+        let i = self.starts.partition_point(|&s| s <= addr).checked_sub(1)?;
+        let start = self.starts[i];
+        if addr - start > MAX_FUNCTION_SIZE {
+            return None;
+        }
+        // Back to a file offset (the start lies in the same segment in practice).
+        let &(o, v, _) = self
+            .loads
+            .iter()
+            .find(|&&(_, v, n)| start >= v && start < v + n)?;
+        Some(start - v + o)
     }
 }
 

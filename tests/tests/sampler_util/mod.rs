@@ -107,7 +107,7 @@ impl SamplerProc {
         s
     }
 
-    /// Sends SIGTERM and waits (at most 20 s); returns (exit code, stderr).
+    /// Sends SIGTERM and waits (see [`SamplerProc::wait`]); returns (exit code, stderr).
     pub fn stop(mut self) -> (i32, String) {
         run_ok(
             Command::new("kill")
@@ -117,7 +117,9 @@ impl SamplerProc {
         self.wait()
     }
 
-    /// Waits for the process to exit on its own (at most 30 s).
+    /// Waits for the process to exit on its own. The last interval is named and written after
+    /// the stop; with a debug build on a machine loaded by other work that can take a while,
+    /// so the limit (90 s) only catches a sampler that does not stop at all.
     pub fn wait(&mut self) -> (i32, String) {
         let t0 = Instant::now();
         loop {
@@ -129,9 +131,9 @@ impl SamplerProc {
                 }
                 return (st.code().unwrap_or(-1), err);
             }
-            if t0.elapsed() > Duration::from_secs(30) {
+            if t0.elapsed() > Duration::from_secs(90) {
                 let _ = self.child.kill();
-                panic!("culprit sample did not exit in 30 s");
+                panic!("culprit sample did not exit in 90 s");
             }
             std::thread::sleep(Duration::from_millis(10));
         }
