@@ -10,14 +10,31 @@
 //! # Pipeline
 //!
 //! One sampling event per online CPU ([`event`]), each with its own mmap'd ring; tracepoint
-//! events ([`tracefs`]) write into the same per-CPU ring. The rings are drained every 100 ms
-//! (or sooner when half full), their records decoded ([`record`]), merged across CPUs in
-//! timestamp order and fed to the process tracker ([`procs`]) and the interval counters
-//! ([`engine`], [`profile`]). Each interval, every distinct location is named once
-//! ([`symbolize`], in batches per image) and one Samples and one Events record per node goes to
+//! events ([`tracefs`]) write into the same per-CPU ring. A reader thread drains the rings every
+//! 50 ms (or as soon as one is half full) and does nothing else, so the rings never wait for
+//! the slow part; the main thread decodes the records ([`record`]), merges them across CPUs in
+//! timestamp order (records older than the previous drain are complete) and feeds the process
+//! tracker ([`procs`], [`nodes`]) and the interval counters ([`engine`], [`profile`]). Each
+//! interval, every distinct location is named once ([`symbolize`], in batches per image, cached
+//! for the whole run) and one Samples and one Events record per node goes to
 //! `DATA/<node>/samples-<start_ns>.cul` ([`culprit_format`]). [`Sampler`] drives it all;
-//! [`perfdata`] replays a `perf.data` file through the same pipeline (for benchmarks against
+//! [`perfdata`] replays a `perf.data` file through the same pipeline (to compare with
 //! `perf report`).
+//!
+//! # What lands where
+//!
+//! * Program: the process's `comm` (kernel worker threads `kworker/…` are all `kworker`, their
+//!   numbering differs from node to node). Kernel-mode samples keep the program they
+//!   interrupted (OProfile's `--separate=kernel`): image `[kernel.kallsyms]`, or `[module]`.
+//! * Image: the base name of the file mapped at the address, `[vdso]`, `[anon]` (JIT code), or
+//!   `[unknown]`. Function: the demangled symbol, else `image+0x<offset of the function start>`
+//!   from the unwind table, else `image+0x<offset>`.
+//! * Interrupts run in whatever process they interrupt. Over veth (emulated nodes) the
+//!   receive-side TCP/IP work of a packet runs in the *sender's* context (veth hands the packet
+//!   to the softirq on the sending CPU): measured here, `tcp_v4_rcv`, `tcp_rcv_established` and
+//!   `ip_rcv_finish_core` land in the sending node's process, the receiving node sees only its
+//!   own copy to user space. Kernel event counts do not have this problem for TCP retransmits
+//!   (attributed by socket address) or block I/O (by the submitting process).
 //!
 //! # Dependencies, and why
 //!
