@@ -184,6 +184,7 @@ pub struct Engine {
     pending: Vec<Timed>,
     snapshot: Option<(u64, Vec<ProcInfo>)>,
     block_owner: FxHashMap<(u32, u64), NodeIdx>,
+    early_facts: FxHashMap<u32, ProcFacts>,
     /// Counters.
     pub stats: EngineStats,
 }
@@ -204,6 +205,7 @@ impl Engine {
             pending: Vec::new(),
             snapshot: None,
             block_owner: FxHashMap::default(),
+            early_facts: FxHashMap::default(),
             stats: EngineStats::default(),
         }
     }
@@ -212,6 +214,13 @@ impl Engine {
     /// the records before it.
     pub fn set_snapshot(&mut self, time: u64, snap: Vec<ProcInfo>) {
         self.snapshot = Some((time, snap));
+    }
+
+    /// Facts about processes that just called `exec`, read by the ring reader right after the
+    /// drain (the earliest moment; a short-lived program may be gone by the time its record is
+    /// decoded). Used for the exec records of the next [`Engine::ingest`].
+    pub fn provide_facts(&mut self, facts: Vec<(u32, ProcFacts)>) {
+        self.early_facts.extend(facts);
     }
 
     /// Records waiting for the watermark.
@@ -294,7 +303,10 @@ impl Engine {
                 // Read the new program's cgroup / namespace now, while it surely runs: by the
                 // time the record is processed a short-lived program may be gone.
                 facts: if exec {
-                    self.tracker.read_facts_now(pid).map(Box::new)
+                    self.early_facts
+                        .remove(&pid)
+                        .or_else(|| self.tracker.read_facts_now(pid))
+                        .map(Box::new)
                 } else {
                     None
                 },

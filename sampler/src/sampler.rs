@@ -13,7 +13,7 @@ use culprit_format::info_keys;
 
 use crate::engine::{ClockMap, Engine, Stream, Streams, TpSpec};
 use crate::event::{self, sampling_attr, tracepoint_attr, Rate, Sampling, SAMPLE_ID_TYPE};
-use crate::nodes::{NodeRule, Nodes, Scope};
+use crate::nodes::{NodeRule, Nodes, ProcFacts, Scope};
 use crate::procs::{self, Tracker, TrackerStats};
 use crate::profile::{Intervals, Namer, NodeSummary, Output, RunInfo};
 use crate::record::Layout;
@@ -466,7 +466,7 @@ impl Sampler {
             let reader = std::thread::Builder::new()
                 .name("culprit-rings".into())
                 .spawn_scoped(scope, move || {
-                    read_rings(&mut rings, &tp_fds, &tx, stop, deadline, abort)
+                    read_rings(&mut rings, &tp_fds, &tx, stop, deadline, abort, facts)
                 })
                 .map_err(io_err("start the ring reader thread"))?;
             // On an error: stop the reader and let it end (it owns the sending side).
@@ -499,10 +499,12 @@ impl Sampler {
                     bufs,
                     lost,
                     last,
+                    facts,
                 } = msg
                 else {
                     continue;
                 };
+                engine.provide_facts(facts);
                 for b in &bufs {
                     engine.ingest(b, &streams);
                 }
@@ -606,6 +608,9 @@ enum Round {
         lost: bool,
         /// Set on the last round (events disabled): (stopped by the flag, end time).
         last: Option<(bool, u64)>,
+        /// Cgroups / network namespace of the processes that called `exec`, read right after
+        /// the drain (only when node rules or the scope need them).
+        facts: Vec<(u32, ProcFacts)>,
     },
 }
 
@@ -618,6 +623,7 @@ fn read_rings(
     stop: &AtomicBool,
     deadline: Option<u64>,
     abort: &AtomicBool,
+    facts_needed: Option<(bool, bool)>,
 ) {
     let enabled = rings
         .iter()
@@ -628,19 +634,26 @@ fn read_rings(
     if tx.send(Round::Enabled(enabled)).is_err() || !ok {
         return;
     }
-    let drain = |rings: &mut [Ring]| {
-        let mut bufs = Vec::new();
-        let mut lost = false;
-        for r in rings.iter_mut() {
-            let mut b = Vec::new();
-            let n = r.drain(&mut b);
-            if n > 0 {
-                lost |= n * 8 >= r.data_size() * 7 || has_lost_record(&b);
-                bufs.push(b);
+    let drain =
+        |rings: &mut [Ring]| {
+            let mut bufs = Vec::new();
+            let mut lost = false;
+            let mut facts = Vec::new();
+            for r in rings.iter_mut() {
+                let mut b = Vec::new();
+                let n = r.drain(&mut b);
+                if n > 0 {
+                    lost |= n * 8 >= r.data_size() * 7 || has_lost_record(&b);
+                    if let Some((cg, ns)) = facts_needed {
+                        facts.extend(exec_pids(&b).filter_map(|pid| {
+                            crate::nodes::read_facts(pid, cg, ns).map(|f| (pid, f))
+                        }));
+                    }
+                    bufs.push(b);
+                }
             }
-        }
-        (bufs, lost)
-    };
+            (bufs, lost, facts)
+        };
     loop {
         let now = sys::monotonic_ns();
         let mut wait = TICK.as_millis() as u64;
@@ -656,28 +669,40 @@ fn read_rings(
                 let _ = fd.disable();
             }
             let end = sys::monotonic_ns();
-            let (bufs, lost) = drain(rings);
+            let (bufs, lost, facts) = drain(rings);
             let _ = tx.send(Round::Data {
                 time: end,
                 bufs,
                 lost,
                 last: Some((stopped, end)),
+                facts,
             });
             return;
         }
-        let (bufs, lost) = drain(rings);
+        let (bufs, lost, facts) = drain(rings);
         if tx
             .send(Round::Data {
                 time,
                 bufs,
                 lost,
                 last: None,
+                facts,
             })
             .is_err()
         {
             return;
         }
     }
+}
+
+/// The pids of the COMM records written by `exec` in a buffer of records.
+fn exec_pids(buf: &[u8]) -> impl Iterator<Item = u32> + '_ {
+    use perf_event_open_sys::bindings as b;
+    crate::record::split(buf)
+        .filter(|(k, misc, _)| {
+            *k == b::PERF_RECORD_COMM && misc & crate::record::MISC_COMM_EXEC != 0
+        })
+        .filter_map(|(_, _, rec)| Some(u32::from_le_bytes(rec.get(8..12)?.try_into().ok()?)))
 }
 
 /// True when a buffer of records holds a LOST or LOST_SAMPLES record.
