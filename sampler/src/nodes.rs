@@ -348,6 +348,16 @@ mod tests {
         assert_eq!(n.by_addrs(b, a), Some(1));
         assert_eq!(n.by_addrs(b, b), None);
 
+        // A cgroup scope keeps that cgroup's subtree, in any hierarchy, by either path form.
+        for rule in ["/sys/fs/cgroup/cpu/t/n1", "/t/n1"] {
+            let scoped = Nodes::new("h", &[], Scope::Cgroup(rule.into())).unwrap();
+            assert!(scoped.needs_cgroups());
+            assert!(scoped.cgroup_scope_matches(&f));
+            assert!(!scoped.cgroup_scope_matches(&ProcFacts {
+                cgroups: vec!["/t/n10".into(), "/".into()],
+                netns: None,
+            }));
+        }
         let single = Nodes::new("host1", &[], Scope::System).unwrap();
         assert_eq!(single.names(), ["host1"]);
         assert!(!single.has_rules());

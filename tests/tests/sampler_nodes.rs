@@ -153,7 +153,8 @@ fn processes_and_tcp_retransmits_are_attributed_to_emulated_nodes() {
             "--period",
             "250000",
             "--tracepoints",
-            "tcp:tcp_retransmit_skb,sched:sched_switch",
+            "tcp:tcp_retransmit_skb,sched:sched_switch,block:block_bio_queue,\
+             block:block_rq_issue,block:block_rq_complete",
             "--node-netns",
             &format!("lossy=/run/netns/{lossy}"),
             "--node-netns",
@@ -199,6 +200,23 @@ fn processes_and_tcp_retransmits_are_attributed_to_emulated_nodes() {
             .spawn()
             .unwrap(),
     ];
+    // Direct I/O from the cgroup node: queued in its context, issued and completed wherever
+    // (a kworker, an interrupt), all three attributed to it through the request's sector.
+    let io_file = data.join("io.bin");
+    work.push(
+        Command::new("sh")
+            .args([
+                "-c",
+                &format!(
+                    "echo $$ > {cg}/cgroup.procs && exec dd if=/dev/zero of={} bs=64k \
+                     count=400 oflag=direct",
+                    io_file.display()
+                ),
+            ])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     tree.stdin.take().unwrap().write_all(b"go\n").unwrap();
     work.push(tree);
     for mut w in work {
@@ -262,6 +280,23 @@ fn processes_and_tcp_retransmits_are_attributed_to_emulated_nodes() {
     let (l, c) = (get("lossy").event_total(rt), get("clean").event_total(rt));
     assert!(l >= 5, "retransmits on the lossy node: {l} (clean {c})");
     assert!(c * 5 <= l, "retransmits on the clean node: {c} (lossy {l})");
+    // Block I/O follows the request to the node that queued it.
+    for ev in [
+        "block:block_bio_queue",
+        "block:block_rq_issue",
+        "block:block_rq_complete",
+    ] {
+        let g = get("grp").event_total(ev);
+        let others: u64 = ["lossy", "clean", "tree"]
+            .iter()
+            .map(|n| get(n).event_total(ev))
+            .sum();
+        assert!(g >= 100, "{ev} on the node doing direct I/O: {g}");
+        assert!(
+            others * 10 <= g,
+            "{ev}: {others} on nodes doing no I/O ({g} on grp)"
+        );
+    }
     // Context switches are counted per node too.
     for n in ["lossy", "clean", "grp", "tree"] {
         assert!(
