@@ -147,3 +147,42 @@ fn stripped_static_functions_get_their_start_from_the_unwind_table() {
         None
     );
 }
+
+#[test]
+fn a_stripped_binary_with_a_debug_link_is_named_from_its_debug_file() {
+    let src = "static volatile int sink;\n\
+               static void __attribute__((noinline)) gamma_fn(int n) { for (int i = 0; i < n; i++) sink += i; }\n\
+               int main(int c, char **v) { (void)v; gamma_fn(c); return 0; }\n";
+    let bin = build(src, "dbglink", &["-O1", "-g", "-fPIE", "-pie"]);
+    let dir = bin.parent().unwrap();
+    let debug = dir.join("dbglink.debug");
+    let stripped = dir.join("dbglink-stripped");
+    let run = |args: &[&std::ffi::OsStr]| {
+        assert!(Command::new("objcopy")
+            .args(args)
+            .status()
+            .unwrap()
+            .success());
+    };
+    run(&[
+        "--only-keep-debug".as_ref(),
+        bin.as_os_str(),
+        debug.as_os_str(),
+    ]);
+    run(&[
+        "--strip-all".as_ref(),
+        bin.as_os_str(),
+        stripped.as_os_str(),
+    ]);
+    let link = format!("--add-gnu-debuglink={}", debug.display());
+    // objcopy records the debug file's base name; the symbolizer looks next to the binary.
+    run(&[link.as_ref(), stripped.as_os_str()]);
+    let start = file_offset(&bin, nm(&bin, "gamma_fn"));
+    let mut s = Symbolizer::new();
+    assert_eq!(
+        s.resolve(&stripped, ImageAddr::FileOffset(start + 2))
+            .as_deref(),
+        Some("gamma_fn"),
+        "the name comes from the debug file"
+    );
+}
