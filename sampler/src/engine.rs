@@ -472,12 +472,17 @@ impl Engine {
                     self.block_owner.insert((dev, sector), node);
                     return Some(node);
                 }
-                let owner = if forgets {
-                    self.block_owner.remove(&(dev, sector))
-                } else {
-                    self.block_owner.get(&(dev, sector)).copied()
-                };
-                owner.or_else(|| self.tracker.node_of(pid))
+                if forgets {
+                    // Completions run in interrupt context: the interrupted process says
+                    // nothing about who asked for the I/O. One whose request was not seen
+                    // queued (before the sampler started, or by a process out of scope) is
+                    // not counted rather than charged to a bystander.
+                    return self.block_owner.remove(&(dev, sector));
+                }
+                self.block_owner
+                    .get(&(dev, sector))
+                    .copied()
+                    .or_else(|| self.tracker.node_of(pid))
             }
         }
     }
