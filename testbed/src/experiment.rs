@@ -394,7 +394,11 @@ pub fn run_experiment(
             },
             programs.clone(),
         )?;
-        cl.prepare(*w, &clients)?;
+        if *w == Workload::Ddr {
+            cl.start_servers(&Tracing::default())?;
+            cl.prepare(*w, &clients)?;
+            cl.stop_servers(Duration::from_secs(5));
+        }
         for rep in 0..cfg.overhead_reps {
             for setting in SETTINGS {
                 if have.contains(&(w.name().into(), setting.to_string(), rep)) {
