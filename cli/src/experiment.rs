@@ -59,7 +59,7 @@ pub struct Args {
     #[arg(long)]
     after: Option<f64>,
     /// WinSize and WinShift in seconds, e.g. `10,5`.
-    #[arg(long, value_delimiter = ',', num_args = 2)]
+    #[arg(long, value_delimiter = ',', value_name = "SIZE,SHIFT")]
     windows: Option<Vec<u32>>,
     /// Overhead runs per workload and setting (0: skip Table 2).
     #[arg(long)]
@@ -69,7 +69,7 @@ pub struct Args {
     overhead_only: bool,
     /// Each node's disk bandwidth in MB/s and IOPS, e.g. `12,300`; `0,0` leaves the disks
     /// unthrottled (CPU-bound workloads: the worst case for overhead).
-    #[arg(long, value_delimiter = ',', num_args = 2)]
+    #[arg(long, value_delimiter = ',', value_name = "MBPS,IOPS")]
     disk: Option<Vec<u64>>,
 }
 
@@ -134,7 +134,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         cfg.phases.after_s = s;
     }
     if let Some(w) = args.windows {
-        if w[1] == 0 || w[0] < w[1] {
+        if w.len() != 2 || w[1] == 0 || w[0] < w[1] {
             anyhow::bail!("--windows SIZE,SHIFT: want SIZE >= SHIFT > 0");
         }
         cfg.windows = (w[0], w[1], cfg.windows.2);
@@ -143,6 +143,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         cfg.overhead_reps = n;
     }
     if let Some(d) = args.disk {
+        if d.len() != 2 {
+            anyhow::bail!("--disk MBPS,IOPS: two numbers, e.g. 12,300 (0,0: unthrottled)");
+        }
         cfg.disk = (d[0] * 1_000_000, d[1]);
     }
     cfg.accuracy = !args.overhead_only;
