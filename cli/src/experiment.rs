@@ -26,7 +26,8 @@ pub struct Args {
     /// 60 s / 30 s windows, 10 s sampler profiles).
     #[arg(long, default_value = "shortened")]
     protocol: String,
-    /// Only print the tables of the results already in OUT.
+    /// Only print the tables of the results already in OUT (a directory, or a results file such
+    /// as docs/accuracy/results-without-postmark.jsonl).
     #[arg(long)]
     analyze: bool,
     /// Re-train on the training runs of these workloads and re-diagnose the runs of
@@ -77,7 +78,12 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let stdout = std::io::stdout();
     if args.analyze {
-        let table = analyze(&args.out)?;
+        // OUT is the experiment's directory, or one of its results files.
+        let table = if args.out.is_file() {
+            analyze_file(&args.out)?
+        } else {
+            analyze(&args.out)?
+        };
         writeln!(stdout.lock(), "{table}")?;
         return Ok(0);
     }
