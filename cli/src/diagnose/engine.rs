@@ -173,8 +173,17 @@ pub struct NodeMetric {
     pub first_ns: Option<u64>,
     /// End of the last data, ns.
     pub last_ns: Option<u64>,
+    /// Start of the first whole (not partial, not missed) interval, ns.
+    pub first_full_ns: Option<u64>,
+    /// End of the last whole interval, ns.
+    pub last_full_ns: Option<u64>,
     /// The threshold applied and whether it is the node's own (trained policy only).
     pub threshold: Option<(f64, bool)>,
+    /// Untrained: the node's scores in its first windows (its own baseline).
+    pub baseline: Vec<f64>,
+    /// Untrained: windows in which the node stood out from its peers without having changed
+    /// from its own baseline (persistently different).
+    pub different: u64,
 }
 
 impl NodeMetric {
@@ -189,7 +198,11 @@ impl NodeMetric {
             root_cause: HashMap::new(),
             first_ns: None,
             last_ns: None,
+            first_full_ns: None,
+            last_full_ns: None,
             threshold: None,
+            baseline: Vec::new(),
+            different: 0,
         }
     }
 
@@ -207,7 +220,6 @@ impl NodeMetric {
 /// One source (process file, sampler run) of a node.
 #[derive(Clone, Debug)]
 struct Source {
-    node: NodeIdx,
     id: u64,
     frontier: u64,
     ended: bool,
@@ -248,7 +260,8 @@ pub struct MetricState {
     buckets: BTreeMap<u64, Vec<NodeBucket>>,
     next_window: Option<u64>,
     closed_any: bool,
-    sources: Vec<Source>,
+    /// Per node.
+    sources: Vec<Vec<Source>>,
     /// Per node.
     pub nodes: Vec<NodeMetric>,
     /// Windows closed.
@@ -326,6 +339,7 @@ impl Engine {
         self.name_map.insert(name.to_string(), i);
         for m in &mut self.metrics {
             m.nodes.push(NodeMetric::new(self.cfg.k));
+            m.sources.push(Vec::new());
         }
         i
     }
@@ -353,11 +367,7 @@ impl Engine {
     /// not wait for it.
     pub fn end_source(&mut self, m: usize, node: NodeIdx, source: u64) {
         let ms = &mut self.metrics[m];
-        if let Some(s) = ms
-            .sources
-            .iter_mut()
-            .find(|s| s.node == node && s.id == source)
-        {
+        if let Some(s) = ms.sources[node].iter_mut().find(|s| s.id == source) {
             s.ended = true;
         }
     }
@@ -388,7 +398,7 @@ impl Engine {
         match iv.data {
             IntervalData::Sparse(v) => {
                 for &(c, x) in v {
-                    if !(x >= 0.0 && x.is_finite()) {
+                    if !valid(x) {
                         return Err(PushError::BadValue(x));
                     }
                     if c as usize >= ms.comps.len() {
@@ -400,9 +410,8 @@ impl Engine {
                 if v.len() > ms.comps.len() {
                     return Err(PushError::UnknownComponent(v.len() as CompIdx - 1));
                 }
-                if let Some(&x) = v.iter().find(|x| !(**x >= 0.0 && x.is_finite())) {
-                    return Err(PushError::BadValue(x));
-                }
+                // Values are checked while they are added (one pass over 10⁹ values a day in
+                // the benchmark); an interval with a bad value is then marked missed.
             }
             IntervalData::Missed => {}
         }
@@ -410,14 +419,13 @@ impl Engine {
         let nm = &mut ms.nodes[node];
         nm.first_ns = Some(nm.first_ns.map_or(iv.start_ns, |f| f.min(iv.start_ns)));
         nm.last_ns = Some(nm.last_ns.map_or(end, |l| l.max(end)));
-        match ms
-            .sources
-            .iter_mut()
-            .find(|s| s.node == node && s.id == source)
-        {
+        if !iv.partial && !matches!(iv.data, IntervalData::Missed) {
+            nm.first_full_ns = Some(nm.first_full_ns.map_or(iv.start_ns, |f| f.min(iv.start_ns)));
+            nm.last_full_ns = Some(nm.last_full_ns.map_or(end, |l| l.max(end)));
+        }
+        match ms.sources[node].iter_mut().find(|s| s.id == source) {
             Some(s) => s.frontier = s.frontier.max(end),
-            None => ms.sources.push(Source {
-                node,
+            None => ms.sources[node].push(Source {
                 id: source,
                 frontier: end,
                 ended: false,
@@ -451,22 +459,25 @@ impl Engine {
         }
         let first = ((iv.start_ns % shift) / slot) as usize;
         let count = (iv.dur_ns / slot) as usize;
+        let ok = add_values(&mut nb.vals, iv.data, n_comps);
         let bits = match iv.data {
             IntervalData::Missed => &mut nb.missed,
-            _ if iv.partial => {
-                // Values count; coverage comes from another source or not at all.
-                add_values(&mut nb.vals, iv.data, n_comps);
-                return Ok(());
-            }
-            _ => {
-                add_values(&mut nb.vals, iv.data, n_comps);
-                &mut nb.full
-            }
+            _ if !ok => &mut nb.missed,
+            // Values count; coverage comes from another source or not at all.
+            _ if iv.partial => return Ok(()),
+            _ => &mut nb.full,
         };
         for s in first..first + count {
             bits[s / 64] |= 1 << (s % 64);
         }
-        Ok(())
+        if ok {
+            return Ok(());
+        }
+        let bad = match iv.data {
+            IntervalData::Dense(v) => v.iter().copied().find(|x| !valid(*x)),
+            _ => None,
+        };
+        Err(PushError::BadValue(bad.unwrap_or(f64::NAN)))
     }
 
     /// Closes every window that can close. `now_ns` is the wall clock in `--follow` (windows
@@ -490,12 +501,19 @@ impl Engine {
     /// The latest window end metric `m` can close at.
     fn close_limit(&self, m: usize, now_ns: Option<u64>) -> u64 {
         let ms = &self.metrics[m];
-        let max = ms.sources.iter().map(|s| s.frontier).max().unwrap_or(0);
+        let max = ms
+            .sources
+            .iter()
+            .flatten()
+            .map(|s| s.frontier)
+            .max()
+            .unwrap_or(0);
         let Some(now) = now_ns else {
             return max;
         };
         ms.sources
             .iter()
+            .flatten()
             .filter(|s| !s.ended && now.saturating_sub(s.frontier) <= ms.cfg.lag_ns)
             .map(|s| s.frontier)
             .min()
@@ -567,7 +585,9 @@ impl Engine {
     }
 }
 
-fn add_values(vals: &mut Vec<f64>, data: IntervalData<'_>, n_comps: usize) {
+/// Adds an interval's values; returns false when a dense value was not [`valid`] (sparse values
+/// are checked before).
+fn add_values(vals: &mut Vec<f64>, data: IntervalData<'_>, n_comps: usize) -> bool {
     match data {
         IntervalData::Sparse(v) => {
             if v.iter().any(|&(c, _)| c as usize >= vals.len()) {
@@ -576,17 +596,28 @@ fn add_values(vals: &mut Vec<f64>, data: IntervalData<'_>, n_comps: usize) {
             for &(c, x) in v {
                 vals[c as usize] += x;
             }
+            true
         }
         IntervalData::Dense(v) => {
             if vals.len() < v.len() {
                 vals.resize(v.len(), 0.0);
             }
+            // No early exit, so that the loop vectorizes.
+            let mut ok = true;
             for (a, &x) in vals.iter_mut().zip(v) {
                 *a += x;
+                ok &= (0.0..=f64::MAX).contains(&x);
             }
+            ok
         }
-        IntervalData::Missed => {}
+        IntervalData::Missed => true,
     }
+}
+
+/// A metric value: finite and not negative (NaN fails both comparisons).
+#[inline]
+fn valid(x: f64) -> bool {
+    (0.0..=f64::MAX).contains(&x)
 }
 
 /// Adds `c` to a kept set, keeping the list sorted by label.
@@ -791,7 +822,18 @@ impl MetricState {
                     self.nodes[node].threshold = Some((t, own));
                     t
                 }
-                Policy::Untrained(_) => cutoff.unwrap_or(f64::INFINITY),
+                Policy::Untrained(rule) => {
+                    let peer = cutoff.unwrap_or(f64::INFINITY);
+                    let nm = &mut self.nodes[node];
+                    let own = rule.baseline_cutoff(&nm.baseline);
+                    if nm.baseline.len() < rule.baseline_windows {
+                        nm.baseline.push(s);
+                    }
+                    if s > peer && s <= own {
+                        nm.different += 1;
+                    }
+                    peer.max(own)
+                }
             };
             let nm = &mut self.nodes[node];
             nm.scored += 1;
@@ -1096,6 +1138,12 @@ mod tests {
         assert!(matches!(
             e.push(0, n, 0, &iv(0, NS_PER_S, IntervalData::Sparse(&bad))),
             Err(PushError::BadValue(_))
+        ));
+        let dense = [1.0, -2.0];
+        let _ = e.component(0, &CompLabel::func("x", "g"));
+        assert!(matches!(
+            e.push(0, n, 0, &iv(0, NS_PER_S, IntervalData::Dense(&dense))),
+            Err(PushError::BadValue(-2.0))
         ));
         let unknown = [(7, 1.0)];
         assert!(matches!(

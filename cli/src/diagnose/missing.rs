@@ -207,13 +207,16 @@ pub fn findings(
                 continue;
             }
             // Incomplete windows inside the node's own span: gaps, missed intervals.
-            let (first, last) = (nm.first_ns.unwrap_or(0), nm.last_ns.unwrap_or(0));
+            // Windows holding the node's partial first or last interval are edges, not gaps.
+            let first = nm.first_full_ns.or(nm.first_ns).unwrap_or(0);
+            let last = nm.last_full_ns.or(nm.last_ns).unwrap_or(0);
             let Some((w0, w1)) = m.window_range else {
                 continue;
             };
-            let inside = nm
-                .incomplete
-                .saturating_sub(edge_windows(engine, first, last, w0, w1));
+            let any = nm.first_ns.unwrap_or(0);
+            let inside =
+                nm.incomplete
+                    .saturating_sub(edge_windows(engine, any, first, last, (w0, w1)));
             if inside > 0 {
                 out.push(Finding::Gaps {
                     node: names[n].clone(),
@@ -227,16 +230,16 @@ pub fn findings(
 }
 
 /// Windows in `[w0, w1]` (starts) that are incomplete for a node only because they begin before
-/// its first data or end after its last: those are "late start"/"stopped", not gaps.
-fn edge_windows(engine: &Engine, first: u64, last: u64, w0: u64, w1: u64) -> u64 {
+/// its first whole interval or end after its last: those are "late start"/"stopped", not gaps.
+/// The engine counts a window incomplete once it ends after the node's first data (`any`).
+fn edge_windows(engine: &Engine, any: u64, first: u64, last: u64, (w0, w1): (u64, u64)) -> u64 {
     let shift = engine.cfg.win_shift_ns;
     let size = engine.cfg.win_size_ns;
     let total = (w1 - w0) / shift + 1;
     (0..total)
         .map(|i| w0 + i * shift)
         .filter(|&s| s < first || s + size > last)
-        // Incomplete counts only windows ending after the node's first data.
-        .filter(|&s| s + size > first)
+        .filter(|&s| s + size > any)
         .count() as u64
 }
 

@@ -669,7 +669,7 @@ pub fn run_diagnose(args: DiagnoseArgs) -> anyhow::Result<i32> {
     let fname = args.thresholds.as_ref().map(|p| p.display().to_string());
     let cfg = resolve(&args.analysis, file.as_ref().zip(fname.as_deref()))?;
     let mut notes = Vec::new();
-    let mut ds = Dataset::open(&args.data, cfg.load.clone())?;
+    let mut ds = open_dataset(&args, &cfg)?;
     check_nodes(&ds, "diagnose", &mut notes)?;
     let survey = adapter::survey(&ds)?;
     let (reported, run) = plan_metrics(&survey, &cfg.metrics, &mut notes)?;
@@ -836,6 +836,50 @@ pub fn run_diagnose(args: DiagnoseArgs) -> anyhow::Result<i32> {
     } else {
         EXIT_CULPRIT
     })
+}
+
+/// Opens the data. With `--follow` the run may have just started: wait (up to `--for`) until
+/// at least [`MIN_NODES`] nodes have written a record.
+fn open_dataset(args: &DiagnoseArgs, cfg: &Config) -> anyhow::Result<Dataset> {
+    if !args.follow {
+        return Dataset::open(&args.data, cfg.load.clone());
+    }
+    let started = Instant::now();
+    let limit = Duration::from_nanos(args.for_.unwrap_or(u64::MAX));
+    let mut ds: Option<Dataset> = None;
+    loop {
+        let ready = match ds.as_mut() {
+            Some(d) => {
+                d.refresh()?;
+                let with_records = d
+                    .nodes
+                    .iter()
+                    .filter(|n| {
+                        n.traces.iter().any(|t| !t.intervals.is_empty())
+                            || n.samples
+                                .iter()
+                                .any(|s| !s.intervals.is_empty() || !s.events.is_empty())
+                    })
+                    .count();
+                with_records >= MIN_NODES
+            }
+            None => {
+                ds = Dataset::open(&args.data, cfg.load.clone()).ok();
+                false
+            }
+        };
+        if ready {
+            return Ok(ds.expect("ready implies opened"));
+        }
+        if started.elapsed() >= limit {
+            // Say what is wrong the way the offline path would.
+            return match ds {
+                Some(d) => Ok(d),
+                None => Dataset::open(&args.data, cfg.load.clone()),
+            };
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// `--follow`: the offline path, fed after each refresh of the dataset.

@@ -122,6 +122,9 @@ pub struct NodeMetricOut {
     pub windows_scored: u64,
     /// Windows with incomplete data for this node.
     pub windows_incomplete: u64,
+    /// Untrained: windows in which the node stood out from its peers without having changed
+    /// from its own baseline (persistently different, not counted as anomalous).
+    pub windows_different: u64,
     /// Largest score.
     pub max_score: f64,
     /// Median of score / threshold over anomalous windows.
@@ -239,19 +242,19 @@ pub fn build(engine: &Engine, input: ReportInput<'_>) -> Report {
     let mut verdicts = Vec::new();
     let mut culprits = Vec::new();
     for &n in &order {
-        let per: Vec<MetricVerdict> = metrics
+        let per: Vec<MetricVerdict> = engine
+            .metrics
             .iter()
-            .map(|m| MetricVerdict {
-                metric: m.cfg.kind,
-                faulty: m.nodes[n].faulty(),
-                evidence: evidence(&m.nodes[n]),
-            })
+            .enumerate()
+            .filter(|(_, m)| input.reported.contains(&m.cfg.kind))
+            .map(|(mi, _)| MetricVerdict::of(engine, mi, n))
             .collect();
         let stopped = input
             .findings
             .iter()
             .any(|f| f.is_stop() && f.node() == names[n]);
-        let combined = combine(&per, analysed, stopped);
+        let slack = (2 * engine.cfg.k as u64 - 1) * engine.cfg.win_shift_ns;
+        let combined = combine(&per, analysed, stopped, slack);
         if combined.verdict.is_culprit() {
             culprits.push(names[n].clone());
         }
@@ -269,6 +272,20 @@ pub fn build(engine: &Engine, input: ReportInput<'_>) -> Report {
         .iter()
         .map(|m| metric_out(engine, m, &order, &suspects, input.top))
         .collect();
+    let mut notes = input.notes;
+    for m in &metrics {
+        for &n in &order {
+            let nm = &m.nodes[n];
+            if nm.scored > 0 && nm.different * 2 >= nm.scored && !nm.faulty() {
+                notes.push(format!(
+                    "{} stands out from its peers in {} in {} of {} windows, but has not changed \
+                     since its data began: a different role or hardware, or a fault older than \
+                     the data. Not flagged; training on fault-free runs tells them apart",
+                    names[n], m.cfg.kind, nm.different, nm.scored
+                ));
+            }
+        }
+    }
     let (mut from, mut to) = (None::<u64>, None::<u64>);
     for m in &metrics {
         if let Some((a, b)) = m.window_range {
@@ -300,7 +317,7 @@ pub fn build(engine: &Engine, input: ReportInput<'_>) -> Report {
         verdicts,
         metrics: metrics_out,
         findings: input.findings,
-        notes: input.notes,
+        notes,
         warnings: input.warnings,
     }
 }
@@ -365,6 +382,7 @@ fn metric_out(
                 threshold_source,
                 windows_scored: nm.scored,
                 windows_incomplete: nm.incomplete,
+                windows_different: nm.different,
                 max_score: nm.max_score,
                 evidence: evidence(nm),
                 episodes: nm

@@ -47,9 +47,19 @@ pub struct Scenario {
     pub noise: f64,
     /// Value of the hottest function per second.
     pub scale: f64,
-    /// Seed: same seed, same data.
+    /// Seed of the noise: same seed, same data.
     pub seed: u64,
-    /// Faults.
+    /// Seed of the persistent per-node differences: the same servers across runs share it.
+    pub node_seed: u64,
+    /// Probability per node and interval of a transient hiccup: one random function does
+    /// `hiccup_factor` times its usual amount for that interval only (a GC pause, a retry).
+    pub hiccup_rate: f64,
+    /// See `hiccup_rate`.
+    pub hiccup_factor: f64,
+    /// A healthy node that is persistently different from its peers (it holds more metadata,
+    /// a different disk): `factor` on functions 2 to 4, in every run.
+    pub odd: Option<(usize, f64)>,
+    /// Faults (or, in evaluations, benign asymmetries: the same mechanism, judged healthy).
     pub faults: Vec<Fault>,
     /// A node that stops producing data at a time (seconds from the start).
     pub stop: Option<(usize, u64)>,
@@ -67,6 +77,10 @@ impl Default for Scenario {
             noise: 0.1,
             scale: 1000.0,
             seed: 1,
+            node_seed: 1,
+            hiccup_rate: 0.0,
+            hiccup_factor: 3.0,
+            odd: None,
             faults: Vec::new(),
             stop: None,
         }
@@ -88,6 +102,7 @@ impl Scenario {
 
     /// Generates the run in time order: `sink(node, interval start ns, values)`.
     pub fn generate(&self, mut sink: impl FnMut(usize, u64, &[f64])) {
+        let mut node_rng = SplitMix64(self.node_seed);
         let mut rng = SplitMix64(self.seed);
         let base: Vec<f64> = (0..self.funcs)
             .map(|i| self.scale / ((i + 1) as f64).powf(0.8))
@@ -95,7 +110,7 @@ impl Scenario {
         let het: Vec<Vec<f64>> = (0..self.nodes)
             .map(|_| {
                 (0..self.funcs)
-                    .map(|_| (1.0 + self.heterogeneity * normal(&mut rng)).max(0.0))
+                    .map(|_| (1.0 + self.heterogeneity * normal(&mut node_rng)).max(0.0))
                     .collect()
             })
             .collect();
@@ -107,10 +122,18 @@ impl Scenario {
                 if self.stop.is_some_and(|(sn, at)| sn == n && t >= at) {
                     continue;
                 }
+                let hiccup = (self.hiccup_rate > 0.0 && rng.unit() < self.hiccup_rate)
+                    .then(|| (rng.next_u64() % self.funcs as u64) as usize);
                 for (i, x) in v.iter_mut().enumerate() {
                     let mut val = base[i] * het_n[i] * step as f64;
                     // Noise shrinks with aggregation like a sum of per-second noises.
                     val *= 1.0 + self.noise / (step as f64).sqrt() * normal(&mut rng);
+                    if self.odd.is_some_and(|(on, _)| on == n) && (2..5).contains(&i) {
+                        val *= self.odd.map_or(1.0, |o| o.1);
+                    }
+                    if hiccup == Some(i) {
+                        val *= self.hiccup_factor;
+                    }
                     for f in &self.faults {
                         if f.node == n && f.func == i && t >= f.from_s && t < f.to_s {
                             val *= f.factor;

@@ -30,15 +30,19 @@ pub enum Policy {
     Untrained(Unsupervised),
 }
 
-/// The unsupervised rule: in each window, a node is anomalous when its score exceeds
+/// The unsupervised rule. In each window, a node is anomalous when its score exceeds both
 ///
-/// `max(median + κ·1.4826·MAD, γ·median, ρ·size)`
-///
-/// over the scores of the window's nodes, where `size` is the distance between the median node
-/// and an empty node (for Manhattan: the median node's total activity). The first term is a
-/// robust z-score (MAD is the median absolute deviation of the scores); the second keeps a node
-/// from being flagged for being merely the noisiest of near-identical peers (MAD ≈ 0); the third
-/// ignores deviations too small to matter compared with the work done.
+/// * the *peer* cut-off `max(median + κ·1.4826·MAD, γ·median, ρ·size)` over the scores of the
+///   window's nodes, where `size` is the distance between the median node and an empty node
+///   (for Manhattan: the median node's total activity). The first term is a robust z-score
+///   (MAD: median absolute deviation of the scores); the second keeps the noisiest of
+///   near-identical peers from being flagged (MAD ≈ 0); the third ignores deviations too small to
+///   matter compared with the work done;
+/// * its *own* cut-off `λ · q₂₅(baseline)`: λ times the lower quartile of its own scores in its
+///   first `baseline_windows` windows. Peer comparison alone cannot tell a faulty node from a
+///   healthy one that is persistently different (it holds the metadata, it has another disk);
+///   a fault is a *change*. A node that stands out from its peers without having changed is
+///   reported as persistently different, not faulty. Training removes the need for this.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Unsupervised {
     /// κ, robust z-score cut-off.
@@ -47,6 +51,10 @@ pub struct Unsupervised {
     pub gamma: f64,
     /// ρ, fraction of the median node's size.
     pub rho: f64,
+    /// λ, multiple of the node's own baseline.
+    pub lambda: f64,
+    /// Windows forming the node's own baseline.
+    pub baseline_windows: usize,
 }
 
 impl Default for Unsupervised {
@@ -55,11 +63,23 @@ impl Default for Unsupervised {
             kappa: 4.0,
             gamma: 3.0,
             rho: 0.05,
+            lambda: 2.0,
+            baseline_windows: 10,
         }
     }
 }
 
 impl Unsupervised {
+    /// The node's own cut-off from its baseline scores (0 while it has none).
+    pub fn baseline_cutoff(&self, baseline: &[f64]) -> f64 {
+        if baseline.is_empty() {
+            return 0.0;
+        }
+        let mut b = baseline.to_vec();
+        b.sort_by(f64::total_cmp);
+        self.lambda * b[(b.len() - 1) / 4]
+    }
+
     /// The cut-off for a window with these scores and this median-node size.
     pub fn cutoff(&self, scores: &[f64], size: f64) -> f64 {
         let mut s = scores.to_vec();
