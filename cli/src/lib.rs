@@ -28,6 +28,7 @@ pub mod doctor;
 pub mod record;
 pub mod report;
 pub mod sample;
+pub mod timefmt;
 
 /// Exit status for an error (like `diff`).
 pub const EXIT_ERROR: i32 = 2;

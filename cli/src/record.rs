@@ -1,10 +1,381 @@
-//! `culprit record` (work in progress).
+//! `culprit record`: run a program built with `-finstrument-functions` with the tracing
+//! runtime (`libculprit_rt.so`) injected through `LD_PRELOAD`.
+//!
+//! The runtime is found without the user naming it: `$CULPRIT_RT_LIB` if set (an explicit
+//! override wins), else next to the `culprit` executable (where cargo builds both, and where
+//! `scripts/install` puts neither), else in `<exe dir>/../lib/` (an installed layout:
+//! `PREFIX/bin/culprit`, `PREFIX/lib/libculprit_rt.so`).
+//!
+//! SIGINT and SIGTERM sent to `culprit` by another process are forwarded to the program (one
+//! typed at the terminal already reaches it: same process group). The exit status is the
+//! program's, or 128 + the signal that killed it.
+
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use anyhow::{bail, Context as _};
+use culprit_format::names;
 
 /// Arguments of `culprit record`.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+#[command(after_help = "Examples:\n  \
+    gcc -finstrument-functions -g -O2 server.c -o server\n  \
+    culprit record -o data --node io1 -- ./server --port 3334\n  \
+    culprit record --exclude 'hash_*,list_*' -- ./server\n  \
+    culprit report data")]
+pub struct Args {
+    /// Data directory (CULPRIT_DIR); files go to DIR/NODE/ [default: $CULPRIT_DIR or
+    /// ./culprit-data]
+    #[arg(short = 'o', long = "output", value_name = "DIR")]
+    pub output: Option<PathBuf>,
+    /// Node name (CULPRIT_NODE) [default: $CULPRIT_NODE or the host name]
+    #[arg(long, value_name = "NAME")]
+    pub node: Option<String>,
+    /// Profile interval in milliseconds (CULPRIT_INTERVAL_MS) [default: 1000]
+    #[arg(long, value_name = "MS")]
+    pub interval: Option<u64>,
+    /// Trace only functions matching these comma-separated globs (CULPRIT_INCLUDE)
+    #[arg(long, value_name = "PATTERNS")]
+    pub include: Option<String>,
+    /// Never trace functions matching these comma-separated globs (CULPRIT_EXCLUDE)
+    #[arg(long, value_name = "PATTERNS")]
+    pub exclude: Option<String>,
+    /// The program to run and its arguments (after `--`)
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    pub command: Vec<OsString>,
+}
+
+/// A validated `record` configuration.
+#[derive(Debug)]
+pub struct Config {
+    /// Absolute data root.
+    pub dir: PathBuf,
+    /// Node name, if set.
+    pub node: Option<String>,
+    /// Variables to set for the program.
+    pub env: Vec<(&'static str, OsString)>,
+    /// The runtime library.
+    pub runtime: PathBuf,
+    /// Program and arguments.
+    pub command: Vec<OsString>,
+}
+
+/// Environment variable naming the runtime library explicitly.
+pub const RT_LIB_VAR: &str = "CULPRIT_RT_LIB";
+/// File name of the runtime library.
+pub const RT_LIB_NAME: &str = "libculprit_rt.so";
+
+/// Where the runtime library is, given the directory of the `culprit` executable and the
+/// value of [`RT_LIB_VAR`].
+pub fn find_runtime(exe_dir: Option<&Path>, explicit: Option<&OsStr>) -> anyhow::Result<PathBuf> {
+    if let Some(p) = explicit.filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        if p.is_file() {
+            return Ok(p);
+        }
+        bail!("{RT_LIB_VAR}={} is not a file", p.display());
+    }
+    let mut tried = Vec::new();
+    if let Some(d) = exe_dir {
+        for cand in [d.join(RT_LIB_NAME), d.join("../lib").join(RT_LIB_NAME)] {
+            if cand.is_file() {
+                return Ok(cand);
+            }
+            tried.push(cand.display().to_string());
+        }
+    }
+    bail!(
+        "cannot find {RT_LIB_NAME} (looked in {}); build it with `cargo build -p culprit-rt`, \
+         install it with scripts/install, or set {RT_LIB_VAR}=/path/to/{RT_LIB_NAME}",
+        tried.join(", ")
+    )
+}
+
+impl Config {
+    /// Validates the arguments against the environment.
+    pub fn from_args(a: Args) -> anyhow::Result<Config> {
+        let cwd = std::env::current_dir().context("cannot read the current directory")?;
+        let dir = a
+            .output
+            .or_else(|| std::env::var_os("CULPRIT_DIR").map(PathBuf::from))
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or_else(|| PathBuf::from("culprit-data"));
+        let dir = cwd.join(dir);
+        let mut env: Vec<(&'static str, OsString)> = vec![("CULPRIT_DIR", dir.clone().into())];
+        if let Some(n) = &a.node {
+            if !names::is_node_name(n) {
+                bail!(
+                    "--node {n:?} is not a valid node name: use 1..{} characters of \
+                     [A-Za-z0-9._-], not starting with '.' or '_'",
+                    names::MAX_NODE_NAME
+                );
+            }
+            env.push(("CULPRIT_NODE", n.into()));
+        }
+        if let Some(ms) = a.interval {
+            if !(1..=3_600_000).contains(&ms) {
+                bail!("--interval {ms}: give milliseconds between 1 and 3600000");
+            }
+            env.push(("CULPRIT_INTERVAL_MS", ms.to_string().into()));
+        }
+        if let Some(p) = a.include {
+            env.push(("CULPRIT_INCLUDE", p.into()));
+        }
+        if let Some(p) = a.exclude {
+            env.push(("CULPRIT_EXCLUDE", p.into()));
+        }
+        let exe = std::env::current_exe().ok();
+        let runtime = find_runtime(
+            exe.as_deref().and_then(Path::parent),
+            std::env::var_os(RT_LIB_VAR).as_deref(),
+        )?;
+        let runtime = runtime.canonicalize().unwrap_or(runtime);
+        let mut preload = runtime.clone().into_os_string();
+        if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+            preload.push(":");
+            preload.push(old);
+        }
+        env.push(("LD_PRELOAD", preload));
+        Ok(Config {
+            dir,
+            node: a.node,
+            env,
+            runtime,
+            command: a.command,
+        })
+    }
+}
 
 /// Runs `culprit record`.
-pub fn run(_args: Args) -> anyhow::Result<i32> {
-    anyhow::bail!("`culprit record` is not built yet")
+pub fn run(args: Args) -> anyhow::Result<i32> {
+    let cfg = Config::from_args(args)?;
+    let program = &cfg.command[0];
+    if let Some(path) = which(program) {
+        if let Some(false) = calls_hooks(&path) {
+            eprintln!(
+                "culprit: warning: {} has no __cyg_profile_func_enter reference (not built with \
+                 -finstrument-functions?): nothing will be traced",
+                path.display()
+            );
+        }
+    }
+    let before = trace_files(&cfg.dir);
+    let mut cmd = Command::new(program);
+    cmd.args(&cfg.command[1..]);
+    for (k, v) in &cfg.env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("cannot run {}", program.to_string_lossy()))?;
+    forward::install(child.id() as i32);
+    let status = child.wait().context("waiting for the program")?;
+    forward::uninstall();
+    let after = trace_files(&cfg.dir);
+    let new: Vec<_> = after.iter().filter(|f| !before.contains(f)).collect();
+    let mut nodes: Vec<String> = new
+        .iter()
+        .filter_map(|f| f.parent().map(|p| p.display().to_string()))
+        .collect();
+    nodes.sort();
+    nodes.dedup();
+    if new.is_empty() {
+        eprintln!(
+            "culprit: no trace data written under {} (see any culprit: line above)",
+            cfg.dir.display()
+        );
+    } else {
+        eprintln!(
+            "culprit: {} trace file{} written to {}; see them with `culprit report {}`",
+            new.len(),
+            if new.len() == 1 { "" } else { "s" },
+            nodes.join(", "),
+            cfg.dir.display()
+        );
+    }
+    Ok(exit_code(status))
+}
+
+/// The shell's convention: the exit status, or 128 + the signal that killed the process.
+pub fn exit_code(st: ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    match (st.code(), st.signal()) {
+        (Some(c), _) => c,
+        (None, Some(s)) => 128 + s,
+        _ => 1,
+    }
+}
+
+/// Every `trace-*.cul` under `dir/<node>/`.
+fn trace_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(nodes) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for n in nodes.flatten() {
+        let Ok(files) = std::fs::read_dir(n.path()) else {
+            continue;
+        };
+        for f in files.flatten() {
+            let name = f.file_name();
+            if matches!(
+                names::parse_data_file_name(&name.to_string_lossy()),
+                Some(names::DataFileName::Trace { .. })
+            ) {
+                out.push(f.path());
+            }
+        }
+    }
+    out
+}
+
+/// Resolves a program name the way `execvp` does.
+fn which(program: &OsStr) -> Option<PathBuf> {
+    let p = Path::new(program);
+    if p.components().count() > 1 {
+        return p.is_file().then(|| p.to_path_buf());
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(p))
+        .find(|c| c.is_file())
+}
+
+/// Whether the ELF file at `path` refers to `__cyg_profile_func_enter` in its dynamic symbol
+/// table (as every object built with `-finstrument-functions` does); `None` when it is not an
+/// ELF64 file (a script) or cannot be read.
+pub fn calls_hooks(path: &Path) -> Option<bool> {
+    let b = std::fs::read(path).ok()?;
+    let u16_at = |o: usize| b.get(o..o + 2).map(|s| u16::from_le_bytes([s[0], s[1]]));
+    let u32_at = |o: usize| {
+        b.get(o..o + 4)
+            .map(|s| u32::from_le_bytes(s.try_into().unwrap()))
+    };
+    let u64_at = |o: usize| {
+        b.get(o..o + 8)
+            .map(|s| u64::from_le_bytes(s.try_into().unwrap()))
+    };
+    if b.get(..6)? != b"\x7fELF\x02\x01" {
+        return None;
+    }
+    let shoff = u64_at(0x28)? as usize;
+    let shnum = u16_at(0x3C)? as usize;
+    let sec = |i: usize| -> Option<(u32, usize, usize, usize)> {
+        let o = shoff.checked_add(i.checked_mul(64)?)?;
+        Some((
+            u32_at(o + 4)?,
+            u64_at(o + 0x18)? as usize,
+            u64_at(o + 0x20)? as usize,
+            u32_at(o + 0x28)? as usize,
+        ))
+    };
+    for i in 0..shnum {
+        let (ty, off, size, link) = sec(i)?;
+        if ty != 11 {
+            continue; // SHT_DYNSYM
+        }
+        let (_, stroff, strsize, _) = sec(link)?;
+        let strs = b.get(stroff..stroff.checked_add(strsize)?)?;
+        let syms = b.get(off..off.checked_add(size)?)?;
+        return Some(syms.chunks_exact(24).any(|s| {
+            let name = u32::from_le_bytes(s[0..4].try_into().unwrap()) as usize;
+            strs.get(name..)
+                .is_some_and(|n| n.starts_with(b"__cyg_profile_func_enter\0"))
+        }));
+    }
+    Some(false)
+}
+
+/// Forwarding of SIGINT/SIGTERM sent by other processes to the program.
+#[allow(unsafe_code)]
+mod forward {
+    use super::*;
+
+    static CHILD: AtomicI32 = AtomicI32::new(0);
+
+    extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+        // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
+        let code = unsafe { (*info).si_code };
+        // A signal typed at the terminal (SI_KERNEL) already went to the whole foreground
+        // process group, program included; one sent with kill() came to us alone.
+        let pid = CHILD.load(Ordering::Relaxed);
+        if code != libc::SI_KERNEL && pid > 0 {
+            // SAFETY: kill is async-signal-safe; pid is our child, not yet reaped.
+            unsafe { libc::kill(pid, sig) };
+        }
+    }
+
+    /// Starts forwarding to `pid`.
+    pub fn install(pid: i32) {
+        CHILD.store(pid, Ordering::Relaxed);
+        for sig in [libc::SIGINT, libc::SIGTERM] {
+            // SAFETY: a zeroed sigaction with an SA_SIGINFO handler that only calls
+            // async-signal-safe functions.
+            unsafe {
+                let mut sa: libc::sigaction = std::mem::zeroed();
+                sa.sa_sigaction = on_signal as *const () as usize;
+                sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+                libc::sigemptyset(&mut sa.sa_mask);
+                libc::sigaction(sig, &sa, std::ptr::null_mut());
+            }
+        }
+    }
+
+    /// Stops forwarding (the child is reaped; its pid may be reused).
+    pub fn uninstall() {
+        CHILD.store(0, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runtime_search_order() {
+        let tmp = std::env::temp_dir().join(format!("culprit-rec-{}", std::process::id()));
+        let bin = tmp.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::create_dir_all(tmp.join("lib")).unwrap();
+        let err = find_runtime(Some(&bin), None).unwrap_err().to_string();
+        assert!(err.contains(RT_LIB_VAR), "{err}");
+        std::fs::write(tmp.join("lib").join(RT_LIB_NAME), b"x").unwrap();
+        assert!(find_runtime(Some(&bin), None)
+            .unwrap()
+            .ends_with("lib/libculprit_rt.so"));
+        std::fs::write(bin.join(RT_LIB_NAME), b"x").unwrap();
+        assert_eq!(
+            find_runtime(Some(&bin), None).unwrap(),
+            bin.join(RT_LIB_NAME)
+        );
+        let other = tmp.join("other.so");
+        std::fs::write(&other, b"x").unwrap();
+        assert_eq!(
+            find_runtime(Some(&bin), Some(other.as_os_str())).unwrap(),
+            other
+        );
+        assert!(find_runtime(Some(&bin), Some(OsStr::new("/nonexistent.so"))).is_err());
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+
+    #[test]
+    fn hook_reference_check() {
+        // The test binary itself is ELF and not instrumented; a text file is not ELF.
+        let exe = std::env::current_exe().unwrap();
+        assert_eq!(calls_hooks(&exe), Some(false));
+        assert_eq!(calls_hooks(Path::new("/etc/hostname")), None);
+    }
+
+    #[test]
+    fn exit_codes() {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(exit_code(ExitStatus::from_raw(3 << 8)), 3);
+        assert_eq!(exit_code(ExitStatus::from_raw(libc::SIGKILL)), 137);
+    }
 }

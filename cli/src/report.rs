@@ -1,10 +1,807 @@
-//! `culprit report` (work in progress).
+//! `culprit report`: per-node, per-process function profiles (calls, self and total time) from
+//! the tracer, sample profiles per (program, image, function) and kernel event counts from the
+//! sampler — over the whole run or a time range, as a table or JSON (schema in
+//! `docs/report-json.md`).
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::path::PathBuf;
+
+use anyhow::bail;
+use serde::Serialize;
+
+use crate::data::{Dataset, FileStatus, FuncId, LoadOptions, NodeData, SampleFile, TraceFile};
+use crate::timefmt;
+
+/// JSON schema identifier of `culprit report --json`.
+pub const SCHEMA: &str = "culprit-report/1";
 
 /// Arguments of `culprit report`.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+#[command(after_help = "Examples:\n  \
+    culprit report                          # ./culprit-data, every node\n  \
+    culprit report DATA --node io2 --sort calls\n  \
+    culprit report DATA --from +60s --to +120s --program pvfs-server\n  \
+    culprit report DATA --json | jq '.nodes[0].processes[0].functions[0]'")]
+pub struct Args {
+    /// Data directories (a root holding NODE/ directories, or node directories).
+    #[arg(value_name = "DATA", default_value = "culprit-data")]
+    pub data: Vec<PathBuf>,
+    /// Only this node (repeatable).
+    #[arg(long = "node", value_name = "NAME")]
+    pub nodes: Vec<String>,
+    /// Only this program (repeatable; traced processes by program name, samples by the
+    /// program they ran in).
+    #[arg(long = "program", value_name = "NAME")]
+    pub programs: Vec<String>,
+    /// Only this process id (repeatable).
+    #[arg(long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
+    /// Start of the time range: ISO time (2026-11-22T13:05:00Z), epoch seconds, or +DURATION
+    /// after the data's start. Intervals starting at or after it are included.
+    #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+    pub from: Option<String>,
+    /// End of the time range (exclusive): same forms as --from, or -DURATION before the data's
+    /// end.
+    #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+    pub to: Option<String>,
+    /// Sort functions by: self (exclusive time), total (inclusive time), calls, avg (self time
+    /// per call), name.
+    #[arg(long, value_enum, default_value_t = SortKey::Self_)]
+    pub sort: SortKey,
+    /// Rows per table (0 = all).
+    #[arg(long, default_value_t = 20)]
+    pub limit: usize,
+    /// Merge the processes of each node (per program) instead of one table per process.
+    #[arg(long)]
+    pub merge: bool,
+    /// Show only: traces, samples or events.
+    #[arg(long, value_enum)]
+    pub only: Option<Only>,
+    /// Also show samples that belong to no node (the `_unassigned` directory).
+    #[arg(long)]
+    pub all: bool,
+    /// Read binaries under this root instead of / (like perf report --symfs).
+    #[arg(long, value_name = "DIR")]
+    pub symfs: Option<PathBuf>,
+    /// Print JSON (schema culprit-report/1, see docs/report-json.md).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Sort order of function tables.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SortKey {
+    /// Exclusive time.
+    #[value(name = "self")]
+    Self_,
+    /// Inclusive time.
+    Total,
+    /// Calls.
+    Calls,
+    /// Exclusive time per call.
+    Avg,
+    /// Function name.
+    Name,
+}
+
+/// Which part of the data to show.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Only {
+    /// Function-call traces.
+    Traces,
+    /// IP samples.
+    Samples,
+    /// Kernel event counts.
+    Events,
+}
+
+/// The whole report (also the JSON document).
+#[derive(Debug, Serialize)]
+pub struct Report {
+    /// [`SCHEMA`].
+    pub schema: &'static str,
+    /// Start of the range shown (wall-clock ns), inclusive.
+    pub from_ns: u64,
+    /// End of the range shown (wall-clock ns), exclusive.
+    pub to_ns: u64,
+    /// Nodes.
+    pub nodes: Vec<NodeReport>,
+    /// Problems found while loading.
+    pub warnings: Vec<String>,
+}
+
+/// One node.
+#[derive(Debug, Serialize)]
+pub struct NodeReport {
+    /// Node name.
+    pub node: String,
+    /// Traced processes (or per-program merges with --merge).
+    pub processes: Vec<ProcessReport>,
+    /// Sampler runs.
+    pub samples: Vec<SamplesReport>,
+    /// Kernel event totals in the range.
+    pub events: Vec<EventRow>,
+}
+
+/// One traced process.
+#[derive(Debug, Serialize)]
+pub struct ProcessReport {
+    /// Process id (0 for merged rows).
+    pub pid: u32,
+    /// Program name.
+    pub program: String,
+    /// Executable path.
+    pub exe: String,
+    /// Data file(s).
+    pub files: Vec<String>,
+    /// `ended`, `running`, `stopped` (no end marker: killed or crashed), or `damaged`.
+    pub status: String,
+    /// Why the file is damaged, when it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub damage: Option<String>,
+    /// First interval start in the range (ns), if any.
+    pub first_ns: Option<u64>,
+    /// End of the last interval in the range (ns), if any.
+    pub last_ns: Option<u64>,
+    /// Interval length (ns).
+    pub interval_ns: u64,
+    /// Intervals in the range.
+    pub intervals: usize,
+    /// Intervals the runtime could not observe (missing data, not zeros).
+    pub missed_intervals: usize,
+    /// Most threads seen in one interval.
+    pub max_threads: u32,
+    /// Frames dropped recovering from mismatched exits (longjmp, exceptions, cancellation).
+    pub lost_frames: u64,
+    /// Calls not accounted for lack of room.
+    pub overflows: u64,
+    /// Functions, sorted as asked.
+    pub functions: Vec<FunctionRow>,
+}
+
+/// One function's totals in the range.
+#[derive(Debug, Serialize, Clone)]
+pub struct FunctionRow {
+    /// Demangled name.
+    pub function: String,
+    /// Image base name.
+    pub image: String,
+    /// Calls.
+    pub calls: u64,
+    /// Exclusive time, ns.
+    pub self_ns: u64,
+    /// Inclusive time, ns.
+    pub total_ns: u64,
+}
+
+/// One sampler run's totals in the range.
+#[derive(Debug, Serialize)]
+pub struct SamplesReport {
+    /// Data file.
+    pub file: String,
+    /// `ended`, `running`/`stopped`, or `damaged`.
+    pub status: String,
+    /// Event sampled.
+    pub event: String,
+    /// Period (events per sample), when fixed.
+    pub period: Option<u64>,
+    /// Frequency in Hz, when in frequency mode.
+    pub freq_hz: Option<u64>,
+    /// Intervals in the range.
+    pub intervals: usize,
+    /// Intervals the sampler could not observe.
+    pub missed_intervals: usize,
+    /// Samples taken.
+    pub total: u64,
+    /// Samples lost.
+    pub lost: u64,
+    /// Counts per (program, image, function), most first.
+    pub entries: Vec<SampleRow>,
+}
+
+/// One (program, image, function) sample count.
+#[derive(Debug, Serialize)]
+pub struct SampleRow {
+    /// Program.
+    pub program: String,
+    /// Image base name.
+    pub image: String,
+    /// Function.
+    pub function: String,
+    /// Samples.
+    pub samples: u64,
+}
+
+/// One kernel event's total.
+#[derive(Debug, Serialize)]
+pub struct EventRow {
+    /// Event name (e.g. `tcp:tcp_retransmit_skb`).
+    pub event: String,
+    /// Occurrences.
+    pub count: u64,
+}
 
 /// Runs `culprit report`.
-pub fn run(_args: Args) -> anyhow::Result<i32> {
-    anyhow::bail!("`culprit report` is not built yet")
+pub fn run(args: Args) -> anyhow::Result<i32> {
+    if args.data.is_empty() {
+        bail!("no data directory given");
+    }
+    let ds = Dataset::open(
+        &args.data,
+        LoadOptions {
+            include_unassigned: args.all,
+            symfs: args.symfs.clone(),
+            nodes: args.nodes.clone(),
+        },
+    )?;
+    let report = build(&ds, &args)?;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &report)?;
+        writeln!(out)?;
+    } else {
+        print_human(&mut out, &report, &args)?;
+    }
+    for w in &report.warnings {
+        eprintln!("culprit: warning: {w}");
+    }
+    Ok(0)
+}
+
+/// Earliest interval start and latest interval end over the whole dataset.
+pub fn data_span(ds: &Dataset) -> Option<(u64, u64)> {
+    let mut lo = u64::MAX;
+    let mut hi = 0u64;
+    for n in &ds.nodes {
+        for t in &n.traces {
+            for iv in &t.intervals {
+                lo = lo.min(iv.start_ns);
+                hi = hi.max(iv.start_ns + iv.dur_ns);
+            }
+        }
+        for s in &n.samples {
+            for iv in &s.intervals {
+                lo = lo.min(iv.start_ns);
+                hi = hi.max(iv.start_ns + iv.dur_ns);
+            }
+            for iv in &s.events {
+                lo = lo.min(iv.start_ns);
+                hi = hi.max(iv.start_ns + iv.dur_ns);
+            }
+        }
+    }
+    (lo <= hi).then_some((lo, hi))
+}
+
+/// Builds the report for `ds` as `args` ask.
+pub fn build(ds: &Dataset, args: &Args) -> anyhow::Result<Report> {
+    let (lo, hi) = data_span(ds).unwrap_or((0, 0));
+    let from = match &args.from {
+        Some(s) => timefmt::parse_time(s)?.resolve(lo, hi),
+        None => 0,
+    };
+    let to = match &args.to {
+        Some(s) => timefmt::parse_time(s)?.resolve(lo, hi),
+        None => u64::MAX,
+    };
+    if from >= to {
+        bail!(
+            "empty time range: --from {} is not before --to {}",
+            timefmt::iso(from),
+            timefmt::iso(to)
+        );
+    }
+    let in_range = |start: u64| start >= from && start < to;
+    let mut nodes = Vec::new();
+    for node in &ds.nodes {
+        let show = |o: Only| args.only.is_none() || args.only == Some(o);
+        let processes = if show(Only::Traces) {
+            trace_reports(ds, node, args, &in_range)
+        } else {
+            Vec::new()
+        };
+        let (samples, events) = sample_reports(ds, node, args, &in_range);
+        nodes.push(NodeReport {
+            node: node.name.clone(),
+            processes,
+            samples: if show(Only::Samples) {
+                samples
+            } else {
+                Vec::new()
+            },
+            events: if show(Only::Events) {
+                events
+            } else {
+                Vec::new()
+            },
+        });
+    }
+    Ok(Report {
+        schema: SCHEMA,
+        from_ns: from.max(lo),
+        to_ns: to.min(hi),
+        nodes,
+        warnings: ds.warnings.clone(),
+    })
+}
+
+fn status_of(t: &TraceFile) -> (String, Option<String>) {
+    match &t.status {
+        FileStatus::Ended => ("ended".into(), None),
+        FileStatus::Damaged(why) => ("damaged".into(), Some(why.clone())),
+        FileStatus::Open => {
+            let alive = process_alive(
+                t.pid,
+                t.info(culprit_format::info_keys::BOOT_ID),
+                t.info(culprit_format::info_keys::PROC_START_NS)
+                    .and_then(|v| v.parse().ok()),
+            );
+            (if alive { "running" } else { "stopped" }.into(), None)
+        }
+    }
+}
+
+/// True when `pid` is a live process on this boot that started at `start_ns` (±2 s).
+fn process_alive(pid: u32, boot_id: Option<&str>, start_ns: Option<u64>) -> bool {
+    let this_boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .ok();
+    if boot_id.is_some() && boot_id.map(str::to_string) != this_boot {
+        return false;
+    }
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let Some(start_ns) = start_ns else {
+        return true;
+    };
+    // Field 22 (starttime, clock ticks since boot) comes after the ")" that ends comm.
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let ticks: Option<u64> = after
+        .split_whitespace()
+        .nth(19)
+        .and_then(|v| v.parse().ok());
+    let btime: Option<u64> = std::fs::read_to_string("/proc/stat").ok().and_then(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("btime "))
+            .and_then(|v| v.trim().parse().ok())
+    });
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    match (ticks, btime) {
+        (Some(t), Some(b)) => {
+            let ns = b * 1_000_000_000 + t * (1_000_000_000 / hz);
+            ns.abs_diff(start_ns) <= 2_000_000_000
+        }
+        _ => true,
+    }
+}
+
+fn trace_reports(
+    ds: &Dataset,
+    node: &NodeData,
+    args: &Args,
+    in_range: &dyn Fn(u64) -> bool,
+) -> Vec<ProcessReport> {
+    let selected: Vec<&TraceFile> = node
+        .traces
+        .iter()
+        .filter(|t| {
+            let prog = ds.names.programs.get(t.program);
+            (args.programs.is_empty() || args.programs.iter().any(|p| **p == **prog))
+                && (args.pids.is_empty() || args.pids.contains(&t.pid))
+        })
+        .collect();
+    // Group: one group per process, or per program with --merge.
+    let mut groups: Vec<(String, Vec<&TraceFile>)> = Vec::new();
+    for t in selected {
+        let key = if args.merge {
+            ds.names.programs.get(t.program).to_string()
+        } else {
+            format!("{}#{}", t.pid, t.path.display())
+        };
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, v)) => v.push(t),
+            None => groups.push((key, vec![t])),
+        }
+    }
+    let mut out = Vec::new();
+    for (_, files) in groups {
+        let first = files[0];
+        let mut acc: HashMap<FuncId, (u64, u64, u64)> = HashMap::new();
+        let (mut intervals, mut missed, mut threads) = (0usize, 0usize, 0u32);
+        let (mut lost, mut overflows) = (0u64, 0u64);
+        let (mut first_ns, mut last_ns) = (None::<u64>, None::<u64>);
+        for t in &files {
+            for iv in t.intervals.iter().filter(|iv| in_range(iv.start_ns)) {
+                intervals += 1;
+                first_ns = Some(first_ns.map_or(iv.start_ns, |f| f.min(iv.start_ns)));
+                let end = iv.start_ns + iv.dur_ns;
+                last_ns = Some(last_ns.map_or(end, |l| l.max(end)));
+                if iv.missed() {
+                    missed += 1;
+                    continue;
+                }
+                threads = threads.max(iv.threads);
+                lost += iv.lost_frames as u64;
+                overflows += iv.overflows as u64;
+                for e in &iv.entries {
+                    let a = acc.entry(e.func).or_default();
+                    a.0 += e.calls;
+                    a.1 += e.excl_ns;
+                    a.2 += e.incl_ns;
+                }
+            }
+        }
+        let mut functions: Vec<FunctionRow> = acc
+            .into_iter()
+            .map(|(f, (calls, s, t))| {
+                let k = ds.names.funcs.get(f);
+                FunctionRow {
+                    function: k.function.to_string(),
+                    image: k.image.to_string(),
+                    calls,
+                    self_ns: s,
+                    total_ns: t,
+                }
+            })
+            .collect();
+        sort_functions(&mut functions, args.sort);
+        if args.limit > 0 && !args.json {
+            functions.truncate(args.limit);
+        }
+        let (status, damage) = if files.len() == 1 {
+            status_of(first)
+        } else {
+            let all: Vec<String> = files.iter().map(|t| status_of(t).0).collect();
+            let s = if all.iter().all(|s| s == "ended") {
+                "ended".to_string()
+            } else if all.iter().any(|s| s == "running") {
+                "running".to_string()
+            } else {
+                "mixed".to_string()
+            };
+            (s, None)
+        };
+        out.push(ProcessReport {
+            pid: if args.merge { 0 } else { first.pid },
+            program: ds.names.programs.get(first.program).to_string(),
+            exe: first
+                .info(culprit_format::info_keys::EXE)
+                .unwrap_or("")
+                .to_string(),
+            files: files
+                .iter()
+                .map(|t| {
+                    t.path
+                        .file_name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_default()
+                })
+                .collect(),
+            status,
+            damage,
+            first_ns,
+            last_ns,
+            interval_ns: first.interval_ns,
+            intervals,
+            missed_intervals: missed,
+            max_threads: threads,
+            lost_frames: lost,
+            overflows,
+            functions,
+        });
+    }
+    out
+}
+
+fn sort_functions(rows: &mut [FunctionRow], key: SortKey) {
+    let avg = |r: &FunctionRow| r.self_ns.checked_div(r.calls).unwrap_or(0);
+    rows.sort_by(|a, b| {
+        let primary = match key {
+            SortKey::Self_ => b.self_ns.cmp(&a.self_ns),
+            SortKey::Total => b.total_ns.cmp(&a.total_ns),
+            SortKey::Calls => b.calls.cmp(&a.calls),
+            SortKey::Avg => avg(b).cmp(&avg(a)),
+            SortKey::Name => a.function.cmp(&b.function),
+        };
+        primary
+            .then_with(|| a.function.cmp(&b.function))
+            .then_with(|| a.image.cmp(&b.image))
+    });
+}
+
+fn sample_status(s: &SampleFile) -> String {
+    match &s.status {
+        FileStatus::Ended => "ended".into(),
+        FileStatus::Damaged(_) => "damaged".into(),
+        FileStatus::Open => "running or stopped".into(),
+    }
+}
+
+fn sample_reports(
+    ds: &Dataset,
+    node: &NodeData,
+    args: &Args,
+    in_range: &dyn Fn(u64) -> bool,
+) -> (Vec<SamplesReport>, Vec<EventRow>) {
+    let mut reports = Vec::new();
+    let mut events: HashMap<u32, u64> = HashMap::new();
+    for s in &node.samples {
+        let mut acc: HashMap<(u32, FuncId), u64> = HashMap::new();
+        let (mut intervals, mut missed, mut total, mut lost) = (0usize, 0usize, 0u64, 0u64);
+        let mut event = String::new();
+        let (mut period, mut freq) = (None, None);
+        for iv in s.intervals.iter().filter(|iv| in_range(iv.start_ns)) {
+            intervals += 1;
+            if iv.missed() {
+                missed += 1;
+                continue;
+            }
+            event = iv.event.to_string();
+            if iv.freq {
+                freq = Some(iv.period);
+            } else {
+                period = Some(iv.period);
+            }
+            total += iv.total;
+            lost += iv.lost;
+            for e in &iv.entries {
+                let prog = ds.names.programs.get(e.program);
+                if !args.programs.is_empty() && !args.programs.iter().any(|p| **p == **prog) {
+                    continue;
+                }
+                *acc.entry((e.program, e.func)).or_default() += e.count;
+            }
+        }
+        for iv in s.events.iter().filter(|iv| in_range(iv.start_ns)) {
+            for &(ev, c) in &iv.counts {
+                *events.entry(ev).or_default() += c;
+            }
+        }
+        let mut entries: Vec<SampleRow> = acc
+            .into_iter()
+            .map(|((p, f), n)| {
+                let k = ds.names.funcs.get(f);
+                SampleRow {
+                    program: ds.names.programs.get(p).to_string(),
+                    image: k.image.to_string(),
+                    function: k.function.to_string(),
+                    samples: n,
+                }
+            })
+            .collect();
+        entries.sort_by(|a, b| {
+            b.samples
+                .cmp(&a.samples)
+                .then_with(|| a.program.cmp(&b.program))
+                .then_with(|| a.function.cmp(&b.function))
+        });
+        if args.limit > 0 && !args.json {
+            entries.truncate(args.limit);
+        }
+        if event.is_empty() {
+            event = s
+                .info(culprit_format::info_keys::EVENT)
+                .unwrap_or("?")
+                .to_string();
+        }
+        reports.push(SamplesReport {
+            file: s
+                .path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            status: sample_status(s),
+            event,
+            period,
+            freq_hz: freq,
+            intervals,
+            missed_intervals: missed,
+            total,
+            lost,
+            entries,
+        });
+    }
+    let mut ev: Vec<EventRow> = events
+        .into_iter()
+        .map(|(e, count)| EventRow {
+            event: ds.names.events.get(e).to_string(),
+            count,
+        })
+        .collect();
+    ev.sort_by(|a, b| a.event.cmp(&b.event));
+    (reports, ev)
+}
+
+fn group_digits(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn print_human(out: &mut dyn std::io::Write, r: &Report, args: &Args) -> std::io::Result<()> {
+    if r.to_ns > r.from_ns {
+        writeln!(
+            out,
+            "culprit report: {} node(s), {} – {} ({})",
+            r.nodes.len(),
+            timefmt::iso(r.from_ns),
+            timefmt::iso(r.to_ns),
+            timefmt::duration(r.to_ns - r.from_ns)
+        )?;
+    } else {
+        writeln!(
+            out,
+            "culprit report: {} node(s), no intervals in range",
+            r.nodes.len()
+        )?;
+    }
+    for n in &r.nodes {
+        writeln!(out)?;
+        writeln!(out, "== node {} ==", n.node)?;
+        for p in &n.processes {
+            let who = if args.merge {
+                format!("{} (merged: {} process files)", p.program, p.files.len())
+            } else {
+                format!("pid {} {}", p.pid, p.program)
+            };
+            let span = match (p.first_ns, p.last_ns) {
+                (Some(a), Some(b)) => {
+                    format!("{}–{}", timefmt::clock(a), timefmt::clock(b))
+                }
+                _ => "no intervals in range".to_string(),
+            };
+            let mut status = p.status.clone();
+            if let Some(d) = &p.damage {
+                status = format!("damaged ({d})");
+            } else if status == "stopped" {
+                status = "stopped without end marker (killed or crashed)".to_string();
+            }
+            writeln!(
+                out,
+                "\n{who}  ·  {} interval(s) of {}  ·  {span}  ·  {status}",
+                p.intervals,
+                timefmt::duration(p.interval_ns)
+            )?;
+            let mut notes = Vec::new();
+            if p.missed_intervals > 0 {
+                notes.push(format!("{} interval(s) missed", p.missed_intervals));
+            }
+            if p.lost_frames > 0 {
+                notes.push(format!(
+                    "{} frame(s) dropped on unmatched exits",
+                    p.lost_frames
+                ));
+            }
+            if p.overflows > 0 {
+                notes.push(format!(
+                    "{} call(s) not accounted (table full)",
+                    p.overflows
+                ));
+            }
+            if !notes.is_empty() {
+                writeln!(out, "  note: {}", notes.join("; "))?;
+            }
+            if p.functions.is_empty() {
+                writeln!(out, "  (no calls in range)")?;
+                continue;
+            }
+            writeln!(
+                out,
+                "  {:>12}  {:>10}  {:>10}  {:>10}  function (image)",
+                "calls", "self", "total", "self/call"
+            )?;
+            for f in &p.functions {
+                let avg = f.self_ns.checked_div(f.calls).unwrap_or(0);
+                writeln!(
+                    out,
+                    "  {:>12}  {:>10}  {:>10}  {:>10}  {} ({})",
+                    group_digits(f.calls),
+                    timefmt::duration(f.self_ns),
+                    timefmt::duration(f.total_ns),
+                    timefmt::duration(avg),
+                    f.function,
+                    f.image
+                )?;
+            }
+        }
+        for s in &n.samples {
+            let rate = match (s.freq_hz, s.period) {
+                (Some(f), _) => format!("{f} Hz"),
+                (None, Some(p)) => format!("period {}", group_digits(p)),
+                _ => "?".to_string(),
+            };
+            writeln!(
+                out,
+                "\nsamples  ·  {} at {rate}  ·  {} interval(s)  ·  {} samples  ·  {} lost  ·  {}",
+                s.event,
+                s.intervals,
+                group_digits(s.total),
+                group_digits(s.lost),
+                s.status
+            )?;
+            if s.missed_intervals > 0 {
+                writeln!(out, "  note: {} interval(s) missed", s.missed_intervals)?;
+            }
+            writeln!(
+                out,
+                "  {:>10}  {:>6}  {:<16}  function (image)",
+                "samples", "%", "program"
+            )?;
+            for e in &s.entries {
+                let pct = if s.total > 0 {
+                    100.0 * e.samples as f64 / s.total as f64
+                } else {
+                    0.0
+                };
+                writeln!(
+                    out,
+                    "  {:>10}  {:>5.1}%  {:<16}  {} ({})",
+                    group_digits(e.samples),
+                    pct,
+                    e.program,
+                    e.function,
+                    e.image
+                )?;
+            }
+        }
+        if !n.events.is_empty() {
+            writeln!(out, "\nkernel events")?;
+            for e in &n.events {
+                writeln!(out, "  {:>12}  {}", group_digits(e.count), e.event)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digits_are_grouped() {
+        assert_eq!(group_digits(0), "0");
+        assert_eq!(group_digits(999), "999");
+        assert_eq!(group_digits(1000), "1,000");
+        assert_eq!(group_digits(1234567), "1,234,567");
+    }
+
+    #[test]
+    fn sort_orders() {
+        let row = |f: &str, calls, s, t| FunctionRow {
+            function: f.into(),
+            image: "x".into(),
+            calls,
+            self_ns: s,
+            total_ns: t,
+        };
+        let mut rows = vec![
+            row("a", 1, 10, 100),
+            row("b", 5, 20, 30),
+            row("c", 2, 20, 40),
+        ];
+        sort_functions(&mut rows, SortKey::Self_);
+        assert_eq!(
+            rows.iter().map(|r| &r.function[..]).collect::<Vec<_>>(),
+            ["b", "c", "a"]
+        );
+        sort_functions(&mut rows, SortKey::Calls);
+        assert_eq!(rows[0].function, "b");
+        sort_functions(&mut rows, SortKey::Total);
+        assert_eq!(rows[0].function, "a");
+        sort_functions(&mut rows, SortKey::Avg);
+        assert_eq!(rows[0].function, "a");
+        sort_functions(&mut rows, SortKey::Name);
+        assert_eq!(rows[0].function, "a");
+    }
 }

@@ -1,0 +1,224 @@
+//! Wall-clock times as users read and write them: UTC ISO-8601 (`2026-11-22T13:05:00Z`), epoch
+//! seconds, and offsets from the start or end of the data (`+30s`, `-2m`). No time-zone
+//! database: output is UTC, input accepts a `Z` or `±HH:MM` suffix.
+
+use anyhow::{bail, Context as _};
+
+const NS: u64 = 1_000_000_000;
+
+/// Days since 1970-01-01 → (year, month, day) (Howard Hinnant's civil_from_days).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// (year, month, day) → days since 1970-01-01.
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let m = m as i64;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d as i64 - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// `2026-11-22T13:05:00Z`, with `.mmm` when the time is not on a whole second.
+pub fn iso(ns: u64) -> String {
+    let secs = (ns / NS) as i64;
+    let ms = (ns % NS) / 1_000_000;
+    let (y, mo, d) = civil_from_days(secs.div_euclid(86_400));
+    let sod = secs.rem_euclid(86_400);
+    let (h, mi, s) = (sod / 3600, (sod / 60) % 60, sod % 60);
+    if ms == 0 {
+        format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z")
+    } else {
+        format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{ms:03}Z")
+    }
+}
+
+/// `13:05:00` (UTC time of day), for compact tables.
+pub fn clock(ns: u64) -> String {
+    let sod = (ns / NS) % 86_400;
+    format!("{:02}:{:02}:{:02}", sod / 3600, (sod / 60) % 60, sod % 60)
+}
+
+/// A duration in ns as `1.23 s`, `45.6 ms`, `789 µs`, `12 ns`.
+pub fn duration(ns: u64) -> String {
+    let f = ns as f64;
+    if ns >= NS {
+        format!("{:.2} s", f / 1e9)
+    } else if ns >= 1_000_000 {
+        format!("{:.1} ms", f / 1e6)
+    } else if ns >= 1_000 {
+        format!("{:.1} µs", f / 1e3)
+    } else {
+        format!("{ns} ns")
+    }
+}
+
+/// A duration like `30s`, `2m`, `1h`, `500ms`, or a bare number of seconds → ns.
+pub fn parse_duration(s: &str) -> anyhow::Result<u64> {
+    let s = s.trim();
+    let (num, mult) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 1e6)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1e9)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60e9)
+    } else if let Some(n) = s.strip_suffix('h') {
+        (n, 3600e9)
+    } else {
+        (s, 1e9)
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .with_context(|| format!("bad duration {s:?} (examples: 30s, 2m, 500ms)"))?;
+    if !v.is_finite() || v < 0.0 {
+        bail!("bad duration {s:?}: must be a non-negative number");
+    }
+    Ok((v * mult).round() as u64)
+}
+
+/// A point in time given by the user.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeSpec {
+    /// Absolute wall-clock ns.
+    At(u64),
+    /// ns after the start of the data.
+    FromStart(u64),
+    /// ns before the end of the data.
+    FromEnd(u64),
+}
+
+impl TimeSpec {
+    /// Resolves against the data's first and last times.
+    pub fn resolve(self, data_start: u64, data_end: u64) -> u64 {
+        match self {
+            TimeSpec::At(t) => t,
+            TimeSpec::FromStart(d) => data_start.saturating_add(d),
+            TimeSpec::FromEnd(d) => data_end.saturating_sub(d),
+        }
+    }
+}
+
+/// Parses `2026-11-22T13:05:00Z` (also with a space, fractional seconds, `±HH:MM`), epoch
+/// seconds (`1763816700.5`), `+30s` (after the data's start) or `-2m` (before its end).
+pub fn parse_time(s: &str) -> anyhow::Result<TimeSpec> {
+    let s = s.trim();
+    if let Some(rest) = s.strip_prefix('+') {
+        return Ok(TimeSpec::FromStart(parse_duration(rest)?));
+    }
+    if let Some(rest) = s.strip_prefix('-') {
+        return Ok(TimeSpec::FromEnd(parse_duration(rest)?));
+    }
+    if let Ok(v) = s.parse::<f64>() {
+        if v.is_finite() && v >= 0.0 {
+            return Ok(TimeSpec::At((v * 1e9).round() as u64));
+        }
+    }
+    parse_iso(s).map(TimeSpec::At).with_context(|| {
+        format!(
+            "bad time {s:?} (examples: 2026-11-22T13:05:00Z, 1763816700, +30s after the start, \
+             -2m before the end)"
+        )
+    })
+}
+
+fn parse_iso(s: &str) -> anyhow::Result<u64> {
+    let b = s.as_bytes();
+    if b.len() < 19 || b[4] != b'-' || b[7] != b'-' || !(b[10] == b'T' || b[10] == b' ') {
+        bail!("not an ISO date-time");
+    }
+    let num = |r: std::ops::Range<usize>| -> anyhow::Result<i64> {
+        s.get(r)
+            .and_then(|x| x.parse().ok())
+            .context("not an ISO date-time")
+    };
+    let (y, mo, d) = (num(0..4)?, num(5..7)? as u32, num(8..10)? as u32);
+    let (h, mi, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || sec > 60 {
+        bail!("date-time field out of range");
+    }
+    let mut rest = &s[19..];
+    let mut frac_ns = 0u64;
+    if let Some(r) = rest.strip_prefix('.') {
+        let digits: String = r.chars().take_while(|c| c.is_ascii_digit()).collect();
+        rest = &r[digits.len()..];
+        let mut padded = digits.clone();
+        padded.truncate(9);
+        while padded.len() < 9 {
+            padded.push('0');
+        }
+        frac_ns = padded.parse().unwrap_or(0);
+    }
+    let offset_s: i64 = match rest {
+        "" | "Z" | "z" => 0,
+        o if (o.starts_with('+') || o.starts_with('-')) && o.len() == 6 && &o[3..4] == ":" => {
+            let sign = if o.starts_with('-') { -1 } else { 1 };
+            let oh: i64 = o[1..3].parse().context("bad offset")?;
+            let om: i64 = o[4..6].parse().context("bad offset")?;
+            sign * (oh * 3600 + om * 60)
+        }
+        _ => bail!("bad time-zone suffix"),
+    };
+    let days = days_from_civil(y, mo, d);
+    let secs = days * 86_400 + h * 3600 + mi * 60 + sec - offset_s;
+    if secs < 0 {
+        bail!("time before 1970");
+    }
+    Ok(secs as u64 * NS + frac_ns)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iso_round_trip() {
+        // 2026-11-22T13:05:00Z
+        let t = 1_795_352_700 * NS;
+        assert_eq!(iso(t), "2026-11-22T13:05:00Z");
+        assert_eq!(parse_time("2026-11-22T13:05:00Z").unwrap(), TimeSpec::At(t));
+        assert_eq!(
+            parse_time("2026-11-22 14:05:00.250+01:00").unwrap(),
+            TimeSpec::At(t + 250_000_000)
+        );
+        assert_eq!(iso(t + 250_000_000), "2026-11-22T13:05:00.250Z");
+        assert_eq!(iso(0), "1970-01-01T00:00:00Z");
+        assert_eq!(iso(951_782_400 * NS), "2000-02-29T00:00:00Z");
+        for days in [-1000i64, 0, 59, 60, 365, 11_016, 20_000, 100_000] {
+            let (y, m, d) = civil_from_days(days);
+            assert_eq!(days_from_civil(y, m, d), days);
+        }
+    }
+
+    #[test]
+    fn specs_and_durations() {
+        assert_eq!(parse_time("+30s").unwrap(), TimeSpec::FromStart(30 * NS));
+        assert_eq!(parse_time("-2m").unwrap(), TimeSpec::FromEnd(120 * NS));
+        assert_eq!(parse_time("12.5").unwrap(), TimeSpec::At(12_500_000_000));
+        assert!(parse_time("yesterday").is_err());
+        assert!(parse_time("2026-13-01T00:00:00Z").is_err());
+        assert_eq!(parse_duration("500ms").unwrap(), 500_000_000);
+        assert_eq!(parse_duration("1h").unwrap(), 3600 * NS);
+        assert!(parse_duration("-1").is_err());
+        assert_eq!(TimeSpec::FromEnd(5).resolve(10, 100), 95);
+        assert_eq!(duration(1_500_000_000), "1.50 s");
+        assert_eq!(duration(2_500_000), "2.5 ms");
+        assert_eq!(clock(t_of(13, 5, 9)), "13:05:09");
+    }
+
+    fn t_of(h: u64, m: u64, s: u64) -> u64 {
+        (h * 3600 + m * 60 + s) * NS
+    }
+}

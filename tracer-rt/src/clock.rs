@@ -1,0 +1,144 @@
+//! Timestamps of the hot path and their conversion to nanoseconds.
+//!
+//! The hooks take two timestamps per call, so the source matters: `rdtsc` costs about 10 ns
+//! here, `clock_gettime(CLOCK_MONOTONIC)` through the vDSO about 23 ns. The TSC is used when
+//! `/proc/cpuinfo` says it is invariant (`constant_tsc` and `nonstop_tsc`: same rate on every
+//! CPU, in every power state); otherwise `CLOCK_MONOTONIC` in ns. Ticks are converted to ns by
+//! the flusher, never in the hooks, with a ratio measured against `CLOCK_MONOTONIC` since the
+//! runtime started and refined at every flush (the longer the span, the better the ratio).
+
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+
+use crate::sys;
+
+static USE_TSC: AtomicBool = AtomicBool::new(false);
+
+/// A timestamp source of the hot path.
+pub trait Ticks {
+    /// The current timestamp.
+    fn now() -> u64;
+}
+
+/// The time-stamp counter.
+#[derive(Debug)]
+pub struct Tsc;
+
+impl Ticks for Tsc {
+    #[inline(always)]
+    fn now() -> u64 {
+        sys::rdtsc()
+    }
+}
+
+/// `CLOCK_MONOTONIC`, in ns.
+#[derive(Debug)]
+pub struct Monotonic;
+
+impl Ticks for Monotonic {
+    #[inline(always)]
+    fn now() -> u64 {
+        sys::monotonic_ns()
+    }
+}
+
+/// True when the hooks use the TSC.
+pub fn uses_tsc() -> bool {
+    USE_TSC.load(Relaxed)
+}
+
+/// Name of the timestamp source, for the `clock` info key.
+pub fn source_name() -> &'static str {
+    if USE_TSC.load(Relaxed) {
+        "tsc"
+    } else {
+        "monotonic"
+    }
+}
+
+/// True when /proc/cpuinfo's flags promise an invariant TSC.
+fn tsc_is_invariant(cpuinfo: &str) -> bool {
+    cpuinfo
+        .lines()
+        .find(|l| l.starts_with("flags"))
+        .is_some_and(|l| {
+            let mut words = l.split_whitespace();
+            let (mut constant, mut nonstop) = (false, false);
+            for w in &mut words {
+                constant |= w == "constant_tsc";
+                nonstop |= w == "nonstop_tsc";
+            }
+            constant && nonstop
+        })
+}
+
+/// Converts ticks to ns; refined at every [`Calibration::refine`].
+#[derive(Clone, Copy, Debug)]
+pub struct Calibration {
+    tsc0: u64,
+    mono0: u64,
+    ns_per_tick: f64,
+}
+
+impl Calibration {
+    /// Chooses the timestamp source (once per process) and starts calibrating.
+    pub fn start() -> Self {
+        let tsc = cfg!(target_arch = "x86_64")
+            && std::env::var_os("CULPRIT_CLOCK").is_none_or(|v| v != "monotonic")
+            && std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|s| tsc_is_invariant(&s));
+        USE_TSC.store(tsc, Relaxed);
+        let (tsc0, mono0) = Self::pair();
+        Calibration {
+            tsc0,
+            mono0,
+            ns_per_tick: 1.0,
+        }
+    }
+
+    fn pair() -> (u64, u64) {
+        // Bracket the clock read between two TSC reads and take the midpoint.
+        let a = sys::rdtsc();
+        let m = sys::monotonic_ns();
+        let b = sys::rdtsc();
+        (a / 2 + b / 2, m)
+    }
+
+    /// Refines the ratio with the span since the start. Needs at least 1 ms of span for a
+    /// ratio good to 1e-4; a shorter one (a program that exits at once) waits out the rest.
+    pub fn refine(&mut self) {
+        if !USE_TSC.load(Relaxed) {
+            return;
+        }
+        loop {
+            let (t, m) = Self::pair();
+            let (dt, dm) = (t.saturating_sub(self.tsc0), m.saturating_sub(self.mono0));
+            if dm >= 1_000_000 && dt > 0 {
+                self.ns_per_tick = dm as f64 / dt as f64;
+                return;
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// `ticks` in ns.
+    pub fn to_ns(&self, ticks: u64) -> u64 {
+        if USE_TSC.load(Relaxed) {
+            (ticks as f64 * self.ns_per_tick).round() as u64
+        } else {
+            ticks
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invariant_tsc_needs_both_flags() {
+        assert!(tsc_is_invariant(
+            "flags\t: fpu tsc constant_tsc nonstop_tsc x\n"
+        ));
+        assert!(!tsc_is_invariant("flags\t: fpu tsc constant_tsc\n"));
+        assert!(!tsc_is_invariant("processor: 0\n"));
+    }
+}

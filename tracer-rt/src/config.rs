@@ -1,0 +1,106 @@
+//! The runtime's configuration, from the environment (see the crate docs for the variables).
+
+use std::path::{Path, PathBuf};
+
+use culprit_format::names;
+
+use crate::decide::Filters;
+use crate::glob::parse_list;
+
+/// Default `CULPRIT_DIR`.
+pub const DEFAULT_DIR: &str = "culprit-data";
+/// Default `CULPRIT_INTERVAL_MS`.
+pub const DEFAULT_INTERVAL_MS: u64 = 1000;
+const MAX_INTERVAL_MS: u64 = 3_600_000;
+
+/// Validated configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Absolute data root.
+    pub root: PathBuf,
+    /// Node name (valid per [`names::is_node_name`]).
+    pub node: String,
+    /// Interval length in ns.
+    pub interval_ns: u64,
+    /// Function-name filters.
+    pub filters: Filters,
+    /// `CULPRIT_INCLUDE` as given.
+    pub include_raw: String,
+    /// `CULPRIT_EXCLUDE` as given.
+    pub exclude_raw: String,
+}
+
+fn var(name: &str) -> Option<String> {
+    std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
+}
+
+/// The host name of this machine (UTS namespace).
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+impl Config {
+    /// Reads the environment. Problems that have a safe default push a warning and use it.
+    pub fn from_env(warnings: &mut Vec<String>) -> Config {
+        let dir = var("CULPRIT_DIR")
+            .filter(|d| !d.is_empty())
+            .unwrap_or_else(|| DEFAULT_DIR.to_string());
+        let root = absolute(Path::new(&dir));
+        let node = match var("CULPRIT_NODE").filter(|n| !n.is_empty()) {
+            Some(n) => {
+                let s = names::sanitize_node_name(&n);
+                if s != n {
+                    warnings.push(format!(
+                        "CULPRIT_NODE={n:?} is not a valid node name; using {s:?}"
+                    ));
+                }
+                s
+            }
+            None => names::sanitize_node_name(&host_name()),
+        };
+        let interval_ms = match var("CULPRIT_INTERVAL_MS") {
+            None => DEFAULT_INTERVAL_MS,
+            Some(v) => match v.trim().parse::<u64>() {
+                Ok(ms) if (1..=MAX_INTERVAL_MS).contains(&ms) => ms,
+                _ => {
+                    warnings.push(format!(
+                        "CULPRIT_INTERVAL_MS={v:?} is not a number of milliseconds in \
+                         1..={MAX_INTERVAL_MS}; using {DEFAULT_INTERVAL_MS}"
+                    ));
+                    DEFAULT_INTERVAL_MS
+                }
+            },
+        };
+        let include_raw = var("CULPRIT_INCLUDE").unwrap_or_default();
+        let exclude_raw = var("CULPRIT_EXCLUDE").unwrap_or_default();
+        Config {
+            root,
+            node,
+            interval_ns: interval_ms * 1_000_000,
+            filters: Filters {
+                include: parse_list(&include_raw),
+                exclude: parse_list(&exclude_raw),
+            },
+            include_raw,
+            exclude_raw,
+        }
+    }
+
+    /// `root/<node>`.
+    pub fn node_dir(&self, node: &str) -> PathBuf {
+        self.root.join(node)
+    }
+}
+
+/// `p` made absolute against the current directory (daemons `chdir("/")` later).
+fn absolute(p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        return p.to_path_buf();
+    }
+    match std::env::current_dir() {
+        Ok(cwd) => cwd.join(p),
+        Err(_) => p.to_path_buf(),
+    }
+}

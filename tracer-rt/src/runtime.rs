@@ -1,0 +1,282 @@
+//! The process-wide state of the runtime: start-up, `fork`, `exit`, and the C API's requests
+//! to the flusher thread.
+
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicU32, AtomicU64};
+
+use crate::block::state;
+use crate::clock::Calibration;
+use crate::config::Config;
+use crate::flusher::{Flusher, Origin};
+use crate::sys::{self, Publish};
+use crate::{decide, elf, objects};
+
+/// Not started yet (hooks do nothing).
+const UNINIT: u32 = 0;
+/// Tracing.
+const ACTIVE: u32 = 1;
+/// Not tracing: set-up failed, or the program calls no hook.
+const OFF: u32 = 2;
+/// The process is exiting; the last records are written.
+const ENDED: u32 = 3;
+
+static STATE: AtomicU32 = AtomicU32::new(UNINIT);
+static CONFIG: Publish<Config> = Publish::new();
+
+/// Requests to the flusher (see `request`).
+pub mod req {
+    /// Write what the current interval has so far.
+    pub const FLUSH: u32 = 1;
+    /// Move to the node set by `culprit_set_node`.
+    pub const NODE: u32 = 2;
+    /// The process exits: write the last interval and the end marker.
+    pub const EXIT: u32 = 4;
+}
+
+/// Futex word the flusher sleeps on; bumped by every request.
+pub static REQ: AtomicU32 = AtomicU32::new(0);
+/// Bits of [`req`] not yet handled.
+pub static PENDING: AtomicU32 = AtomicU32::new(0);
+/// Value of [`REQ`] up to which requests are handled; futex word requesters sleep on.
+pub static DONE: AtomicU32 = AtomicU32::new(0);
+/// Node requested by `culprit_set_node`.
+pub static NODE_REQUEST: Publish<String> = Publish::new();
+/// Name of the file this process writes now (for a forked child's `forked_from`).
+pub static CURRENT_FILE: Publish<String> = Publish::new();
+/// Node this process writes to now (a forked child starts there).
+pub static CURRENT_NODE: Publish<String> = Publish::new();
+/// Ticks-to-ns calibration start, shared with forked children.
+static CALIBRATION: Publish<Calibration> = Publish::new();
+/// Wall-clock ns at which the runtime started in this process (or forked child).
+static START_NS: AtomicU64 = AtomicU64::new(0);
+
+/// Environment variable through which a process image tells the next one (after `exec`, or
+/// a forked child's `exec`) which file it wrote: `<pid>:<file name>`. Internal.
+pub const CHAIN_VAR: &str = "CULPRIT_TRACE_FILE";
+
+/// Is the runtime tracing this process?
+pub fn is_active() -> bool {
+    STATE.load(Acquire) == ACTIVE
+}
+
+/// The configuration (after start-up).
+pub fn config() -> Option<&'static Config> {
+    CONFIG.get()
+}
+
+fn say(msg: &str) {
+    sys::stderr_line(&format!("culprit: {msg}"));
+}
+
+/// The constructor: reads the configuration, decides whether to trace, creates the file,
+/// starts the flusher. Fails open: any problem leaves the program running untraced after one
+/// `culprit:` line on stderr.
+pub fn start() {
+    if STATE.load(Acquire) != UNINIT {
+        return;
+    }
+    let objs = objects::scan();
+    // A program (and its libraries) that never calls the hooks is left alone: no file, no
+    // thread. This keeps `culprit record -- sh -c …` from writing files for the shell.
+    if !objs
+        .iter()
+        .any(|o| o.has_file() && elf::calls_hooks(o.path.as_ref()))
+    {
+        STATE.store(OFF, Release);
+        return;
+    }
+    let mut warnings = Vec::new();
+    let cfg = Config::from_env(&mut warnings);
+    for w in &warnings {
+        say(w);
+    }
+    let start_ns = sys::realtime_ns();
+    START_NS.store(start_ns, Relaxed);
+    let cal = Calibration::start();
+    CALIBRATION.set(cal);
+    decide::rebuild(&cfg.filters, &objs);
+    let origin = chain_origin();
+    CONFIG.set(cfg);
+    let cfg = CONFIG.get().expect("just set");
+    CURRENT_NODE.set(cfg.node.clone());
+    let mut flusher = Flusher::new(cfg, cfg.node.clone(), cal, start_ns, origin);
+    if let Err(e) = flusher.open_file() {
+        say(&format!(
+            "cannot write trace data under {}: {e}; running untraced",
+            cfg.node_dir(&cfg.node).display()
+        ));
+        STATE.store(OFF, Release);
+        return;
+    }
+    if let Some(name) = flusher.file_name() {
+        // Constructors run before `main`, normally single-threaded: setenv is safe here.
+        std::env::set_var(CHAIN_VAR, format!("{}:{name}", std::process::id()));
+    }
+    if !(sys::create_exit_key() && sys::at_fork_child(after_fork_child) && sys::at_exit(at_exit)) {
+        say("cannot register thread/fork/exit handlers; running untraced");
+        STATE.store(OFF, Release);
+        return;
+    }
+    STATE.store(ACTIVE, Release);
+    if !sys::spawn_detached(Box::new(move || flusher.run())) {
+        say("cannot start the flusher thread; running untraced");
+        STATE.store(OFF, Release);
+    }
+}
+
+/// What the previous process image left in [`CHAIN_VAR`].
+fn chain_origin() -> Origin {
+    let Some(v) = std::env::var_os(CHAIN_VAR) else {
+        return Origin::Start;
+    };
+    let v = v.to_string_lossy();
+    let Some((pid, name)) = v.split_once(':') else {
+        return Origin::Start;
+    };
+    let pid: u32 = pid.parse().unwrap_or(0);
+    if pid == std::process::id() {
+        Origin::Exec(name.to_string())
+    } else if pid == std::os::unix::process::parent_id() {
+        Origin::Forked(name.to_string())
+    } else {
+        Origin::Start
+    }
+}
+
+/// The first hook of a thread: gives it a block (and traces the call).
+#[cold]
+#[inline(never)]
+pub fn first_enter(addr: usize) {
+    if let Some(b) = ensure_block() {
+        b.enter(addr);
+    }
+}
+
+/// This thread's block, claiming one if it has none; `None` when not tracing or when this
+/// thread's hooks are ignored.
+pub fn ensure_block() -> Option<&'static crate::block::ThreadBlock> {
+    if let Some(b) = sys::current_block() {
+        return Some(b);
+    }
+    if sys::tls_word() != sys::TLS_NONE || STATE.load(Acquire) != ACTIVE {
+        return None;
+    }
+    // Hooks firing while the block is set up (inside mmap, pthread_setspecific) do nothing.
+    sys::tls_ignore();
+    let b = sys::claim_block()?;
+    sys::set_exit_hook(b);
+    sys::set_current_block(b);
+    Some(b)
+}
+
+/// Sends `bits` to the flusher and waits (up to `timeout_ns`) until it has handled them.
+fn request(bits: u32, timeout_ns: u64) -> bool {
+    PENDING.fetch_or(bits, AcqRel);
+    let mine = REQ.fetch_add(1, AcqRel).wrapping_add(1);
+    sys::futex_wake_all(&REQ);
+    let give_up = sys::monotonic_ns() + timeout_ns;
+    loop {
+        let done = DONE.load(Acquire);
+        if done.wrapping_sub(mine) as i32 >= 0 {
+            return true;
+        }
+        let now = sys::monotonic_ns();
+        if now >= give_up {
+            return false;
+        }
+        sys::futex_wait_for(&DONE, done, give_up - now);
+    }
+}
+
+/// `culprit_flush()`.
+pub fn flush() -> i32 {
+    if !is_active() {
+        return -1;
+    }
+    if request(req::FLUSH, 5_000_000_000) {
+        0
+    } else {
+        -2
+    }
+}
+
+/// `culprit_set_node()`.
+pub fn set_node(name: &str) -> i32 {
+    if !culprit_format::names::is_node_name(name) {
+        return -2;
+    }
+    if !is_active() {
+        return -1;
+    }
+    NODE_REQUEST.set(name.to_string());
+    if request(req::NODE, 5_000_000_000) {
+        0
+    } else {
+        -3
+    }
+}
+
+/// `culprit_pause()`.
+pub fn pause() -> i32 {
+    match ensure_block() {
+        Some(b) => {
+            b.pause();
+            0
+        }
+        None => -1,
+    }
+}
+
+/// `culprit_resume()`.
+pub fn resume() -> i32 {
+    match sys::current_block() {
+        Some(b) if b.resume() => 0,
+        Some(_) => -2,
+        None => -1,
+    }
+}
+
+extern "C" fn at_exit() {
+    if STATE
+        .compare_exchange(ACTIVE, ENDED, AcqRel, Acquire)
+        .is_ok()
+    {
+        request(req::EXIT, 3_000_000_000);
+    }
+}
+
+/// `fork` child handler: the child is a new process with one thread. Its counts start from
+/// zero (the parent reports everything up to the fork), it writes its own file (created at
+/// its first write, so a child that `exec`s at once leaves none), with a new flusher thread.
+extern "C" fn after_fork_child() {
+    if STATE.load(Acquire) != ACTIVE {
+        return;
+    }
+    let me = sys::current_block().map(|b| b as *const _);
+    for b in sys::blocks() {
+        b.drop_deltas();
+        if Some(b as *const _) != me {
+            b.state.store(state::FREE, Release);
+        }
+    }
+    PENDING.store(0, Relaxed);
+    REQ.store(0, Relaxed);
+    DONE.store(0, Relaxed);
+    let (Some(cfg), Some(cal)) = (CONFIG.get(), CALIBRATION.get()) else {
+        return;
+    };
+    let node = CURRENT_NODE
+        .get()
+        .cloned()
+        .unwrap_or_else(|| cfg.node.clone());
+    let origin = match CURRENT_FILE.get() {
+        Some(f) => Origin::Forked(f.clone()),
+        None => Origin::Start,
+    };
+    let start_ns = sys::realtime_ns();
+    START_NS.store(start_ns, Relaxed);
+    let flusher = Flusher::new(cfg, node, *cal, start_ns, origin);
+    if !sys::spawn_detached(Box::new(move || flusher.run())) {
+        STATE.store(OFF, Release);
+    }
+}

@@ -1,0 +1,756 @@
+//! Every `unsafe` operation of the runtime, behind safe functions and owner types: the
+//! thread-local pointer, the TSC, anonymous and file-backed mappings, futexes, pthread keys,
+//! `pthread_atfork`, `atexit`, `dl_iterate_phdr`, and (in [`ffi`]) the exported C functions.
+
+use std::ffi::{c_int, c_void, CStr};
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize};
+
+use crate::block::{state, ThreadBlock};
+
+pub mod ffi;
+
+// ---------------------------------------------------------------------------------------------
+// Thread-local pointer to the thread's block.
+//
+// Rust's `thread_local!` in a cdylib uses the general-dynamic TLS model: every access calls
+// `__tls_get_addr`. The hooks read the pointer twice per call, so the runtime declares its own
+// 8-byte TLS variable and reads it with the initial-exec model (`%fs:` plus an offset from the
+// GOT): one load. The trade-off: initial-exec TLS lives in the static TLS block, which is fine
+// when the library is linked or LD_PRELOADed (the supported ways); a `dlopen` of the runtime
+// works only while glibc's static-TLS surplus has 8 bytes left (it normally has ~1.6 KiB).
+// Build with `--features tls-dynamic` to use `thread_local!` instead (to compare).
+
+/// TLS value of a thread with no block yet.
+pub const TLS_NONE: usize = 0;
+/// TLS value of a thread whose hooks must do nothing (the flusher, a thread being set up or
+/// exiting).
+pub const TLS_IGNORE: usize = 1;
+
+#[cfg(all(target_arch = "x86_64", not(feature = "tls-dynamic")))]
+mod tls {
+    std::arch::global_asm!(
+        ".pushsection .tbss,\"awT\",@nobits",
+        ".balign 8",
+        ".globl culprit_rt_tls_block",
+        ".hidden culprit_rt_tls_block",
+        ".type culprit_rt_tls_block,@object",
+        ".size culprit_rt_tls_block,8",
+        "culprit_rt_tls_block:",
+        ".zero 8",
+        ".popsection",
+    );
+
+    #[inline(always)]
+    pub fn get() -> usize {
+        let v: usize;
+        // SAFETY: reads this thread's copy of the 8-byte TLS variable declared above through
+        // its initial-exec GOT offset; touches no other memory.
+        unsafe {
+            std::arch::asm!(
+                "mov {off}, qword ptr [rip + culprit_rt_tls_block@GOTTPOFF]",
+                "mov {v}, qword ptr fs:[{off}]",
+                off = out(reg) _,
+                v = out(reg) v,
+                options(nostack, readonly, preserves_flags),
+            );
+        }
+        v
+    }
+
+    #[inline(always)]
+    pub fn set(v: usize) {
+        // SAFETY: writes this thread's copy of the TLS variable declared above.
+        unsafe {
+            std::arch::asm!(
+                "mov {off}, qword ptr [rip + culprit_rt_tls_block@GOTTPOFF]",
+                "mov qword ptr fs:[{off}], {v}",
+                off = out(reg) _,
+                v = in(reg) v,
+                options(nostack, preserves_flags),
+            );
+        }
+    }
+}
+
+#[cfg(any(not(target_arch = "x86_64"), feature = "tls-dynamic"))]
+mod tls {
+    use std::cell::Cell;
+    thread_local! {
+        static BLOCK: Cell<usize> = const { Cell::new(0) };
+    }
+    #[inline(always)]
+    pub fn get() -> usize {
+        BLOCK.with(|b| b.get())
+    }
+    #[inline(always)]
+    pub fn set(v: usize) {
+        BLOCK.with(|b| b.set(v))
+    }
+}
+
+/// This thread's TLS word ([`TLS_NONE`], [`TLS_IGNORE`] or a block address).
+#[inline(always)]
+pub fn tls_word() -> usize {
+    tls::get()
+}
+
+/// Marks this thread as one whose hooks do nothing.
+pub fn tls_ignore() {
+    tls::set(TLS_IGNORE);
+}
+
+/// This thread's block, if it has one.
+#[inline(always)]
+pub fn current_block() -> Option<&'static ThreadBlock> {
+    let w = tls::get();
+    if w > TLS_IGNORE {
+        // SAFETY: the only values above TLS_IGNORE ever stored are addresses of blocks from
+        // `Registry`, which are never unmapped.
+        Some(unsafe { &*(w as *const ThreadBlock) })
+    } else {
+        None
+    }
+}
+
+/// Makes `b` this thread's block.
+pub fn set_current_block(b: &'static ThreadBlock) {
+    tls::set(b as *const ThreadBlock as usize);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Timestamps.
+
+/// The time-stamp counter.
+#[inline(always)]
+pub fn rdtsc() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: rdtsc has no preconditions on x86_64.
+        #[allow(unused_unsafe)]
+        unsafe {
+            std::arch::x86_64::_rdtsc()
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        monotonic_ns()
+    }
+}
+
+fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid out-pointer; clock_gettime is async-signal-safe.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// `CLOCK_MONOTONIC` in ns.
+#[inline]
+pub fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// `CLOCK_REALTIME` in ns since the epoch.
+pub fn realtime_ns() -> u64 {
+    clock_ns(libc::CLOCK_REALTIME)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The registry of thread blocks: a lock-free list, only ever pushed to.
+
+static BLOCKS: AtomicUsize = AtomicUsize::new(0);
+
+/// Iterates over every block ever allocated.
+pub fn blocks() -> impl Iterator<Item = &'static ThreadBlock> {
+    let mut p = BLOCKS.load(Acquire);
+    std::iter::from_fn(move || {
+        if p == 0 {
+            return None;
+        }
+        // SAFETY: the list holds only blocks from `alloc_block`, never unmapped; `next` was
+        // set before the block was published with a release CAS.
+        let b = unsafe { &*(p as *const ThreadBlock) };
+        p = b.next.load(Acquire);
+        Some(b)
+    })
+}
+
+/// A block for a new thread: a free one if any, else a fresh mapping. `None` when memory
+/// cannot be mapped.
+pub fn claim_block() -> Option<&'static ThreadBlock> {
+    for b in blocks() {
+        if b.state
+            .compare_exchange(state::FREE, state::LIVE, AcqRel, Relaxed)
+            .is_ok()
+        {
+            b.reset_for_owner();
+            return Some(b);
+        }
+    }
+    let size = size_of::<ThreadBlock>();
+    // SAFETY: anonymous private mapping; the result is checked. Zeroed memory is a valid
+    // empty ThreadBlock (all atomics), and page alignment satisfies its 4096 alignment.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return None;
+    }
+    // SAFETY: see above; the mapping is never unmapped, so 'static holds.
+    let b: &'static ThreadBlock = unsafe { &*(p as *const ThreadBlock) };
+    b.state.store(state::LIVE, Relaxed);
+    b.reset_for_owner();
+    let mut head = BLOCKS.load(Relaxed);
+    loop {
+        b.next.store(head, Relaxed);
+        match BLOCKS.compare_exchange_weak(head, p as usize, Release, Relaxed) {
+            Ok(_) => return Some(b),
+            Err(h) => head = h,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Thread exit: a pthread key whose destructor marks the block dead.
+
+static KEY: AtomicU32 = AtomicU32::new(u32::MAX);
+
+extern "C" fn block_destructor(p: *mut c_void) {
+    tls::set(TLS_IGNORE);
+    if !p.is_null() {
+        // SAFETY: the key's value is only ever set to a block address (set_exit_hook).
+        let b = unsafe { &*(p as *const ThreadBlock) };
+        b.state.store(state::DEAD, Release);
+    }
+}
+
+/// Creates the pthread key whose destructor marks a thread's block dead when it exits.
+pub fn create_exit_key() -> bool {
+    let mut key: libc::pthread_key_t = 0;
+    // SAFETY: valid out-pointer and an extern "C" destructor that never unwinds.
+    if unsafe { libc::pthread_key_create(&mut key, Some(block_destructor)) } != 0 {
+        return false;
+    }
+    KEY.store(key, Release);
+    true
+}
+
+/// Arranges for `b` to be marked dead when this thread exits.
+pub fn set_exit_hook(b: &'static ThreadBlock) {
+    let key = KEY.load(Acquire);
+    if key != u32::MAX {
+        // SAFETY: the key was created by create_exit_key; the value is a block address.
+        unsafe { libc::pthread_setspecific(key, b as *const ThreadBlock as *const c_void) };
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Process hooks.
+
+/// Registers `child` to run in the child after `fork`.
+pub fn at_fork_child(child: extern "C" fn()) -> bool {
+    // SAFETY: registers a never-unwinding extern "C" function.
+    unsafe { libc::pthread_atfork(None, None, Some(child)) == 0 }
+}
+
+/// Registers `f` to run at `exit`.
+pub fn at_exit(f: extern "C" fn()) -> bool {
+    // SAFETY: registers a never-unwinding extern "C" function.
+    unsafe { libc::atexit(f) == 0 }
+}
+
+/// Starts a detached thread running `f` with a raw `pthread_create` (safe to call in a
+/// `fork` child handler, unlike `std::thread`, which takes process-wide locks). The thread's
+/// hooks do nothing.
+pub fn spawn_detached(f: Box<dyn FnOnce() + Send>) -> bool {
+    extern "C" fn start(arg: *mut c_void) -> *mut c_void {
+        tls::set(TLS_IGNORE);
+        // SAFETY: arg is the Box<Box<dyn FnOnce>> leaked by spawn_detached, taken once.
+        let f = unsafe { Box::from_raw(arg as *mut Box<dyn FnOnce() + Send>) };
+        // A panic must not unwind into pthread's frames.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        std::ptr::null_mut()
+    }
+    let arg = Box::into_raw(Box::new(f)) as *mut c_void;
+    let mut tid: libc::pthread_t = 0;
+    // SAFETY: valid out-pointer, default attributes, an extern "C" start routine that takes
+    // ownership of arg.
+    let rc = unsafe { libc::pthread_create(&mut tid, std::ptr::null(), start, arg) };
+    if rc != 0 {
+        // SAFETY: the thread was not created, so arg is still ours.
+        drop(unsafe { Box::from_raw(arg as *mut Box<dyn FnOnce() + Send>) });
+        return false;
+    }
+    // SAFETY: tid is a joinable thread we created.
+    unsafe { libc::pthread_detach(tid) };
+    true
+}
+
+// ---------------------------------------------------------------------------------------------
+// Futexes: the flusher sleeps on one until its deadline or a request.
+
+const FUTEX_WAIT: c_int = 0;
+const FUTEX_WAKE: c_int = 1;
+const FUTEX_WAIT_BITSET: c_int = 9;
+const FUTEX_PRIVATE: c_int = 128;
+const FUTEX_CLOCK_REALTIME: c_int = 256;
+
+/// Sleeps while `word == expected`, until the wall-clock time `deadline_ns` at the latest.
+pub fn futex_wait_until_realtime(word: &AtomicU32, expected: u32, deadline_ns: u64) {
+    let ts = libc::timespec {
+        tv_sec: (deadline_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (deadline_ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: the futex word is a live AtomicU32; ts is valid for the call.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            FUTEX_WAIT_BITSET | FUTEX_PRIVATE | FUTEX_CLOCK_REALTIME,
+            expected,
+            &ts as *const libc::timespec,
+            std::ptr::null::<u32>(),
+            u32::MAX,
+        )
+    };
+}
+
+/// Sleeps while `word == expected`, for at most `timeout_ns`.
+pub fn futex_wait_for(word: &AtomicU32, expected: u32, timeout_ns: u64) {
+    let ts = libc::timespec {
+        tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: as above (FUTEX_WAIT takes a relative timeout).
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            FUTEX_WAIT | FUTEX_PRIVATE,
+            expected,
+            &ts as *const libc::timespec,
+        )
+    };
+}
+
+/// Wakes every thread sleeping on `word`.
+pub fn futex_wake_all(word: &AtomicU32) {
+    // SAFETY: the futex word is a live AtomicU32.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            FUTEX_WAKE | FUTEX_PRIVATE,
+            i32::MAX,
+        )
+    };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Small things.
+
+/// Writes `msg` and a newline to stderr with one `write(2)`, bypassing any buffering.
+pub fn stderr_line(msg: &str) {
+    let mut line = Vec::with_capacity(msg.len() + 1);
+    line.extend_from_slice(msg.as_bytes());
+    line.push(b'\n');
+    // SAFETY: writes a valid buffer to fd 2; errors are ignored on purpose.
+    unsafe { libc::write(2, line.as_ptr() as *const c_void, line.len()) };
+}
+
+/// Clock ticks per second of /proc's times.
+pub fn clock_ticks_per_sec() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let v = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if v > 0 {
+        v as u64
+    } else {
+        100
+    }
+}
+
+/// Start address of the vDSO, 0 if none.
+pub fn vdso_base() -> u64 {
+    // SAFETY: getauxval has no preconditions.
+    unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) as u64 }
+}
+
+/// A value published once and read lock-free by any thread; replaced values are leaked, so a
+/// reader's reference stays valid forever (replacement is rare: a `dlopen`).
+#[derive(Debug)]
+pub struct Publish<T> {
+    p: AtomicPtr<T>,
+}
+
+impl<T: Send + Sync> Default for Publish<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T: Send + Sync> Publish<T> {
+    /// Nothing published yet.
+    pub const fn new() -> Self {
+        Publish {
+            p: AtomicPtr::new(std::ptr::null_mut()),
+        }
+    }
+
+    /// Publishes `v`, leaking any previous value.
+    pub fn set(&self, v: T) {
+        self.p.store(Box::into_raw(Box::new(v)), Release);
+    }
+
+    /// The latest published value.
+    pub fn get(&self) -> Option<&'static T> {
+        let p = self.p.load(Acquire);
+        // SAFETY: non-null pointers stored here come from Box::into_raw and are never freed.
+        (!p.is_null()).then(|| unsafe { &*p })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loaded objects.
+
+/// One object of the process's link map.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LoadedObject {
+    /// Name as the loader has it ("" for the main executable).
+    pub name: String,
+    /// Load bias (`dlpi_addr`).
+    pub bias: u64,
+    /// Lowest runtime address of its `PT_LOAD` segments.
+    pub start: u64,
+    /// One past the highest.
+    pub end: u64,
+    /// GNU build-id, empty if none.
+    pub build_id: Vec<u8>,
+}
+
+/// Reads a GNU build-id note from the note segment at `addr..addr+len` (mapped memory).
+fn build_id_in_notes(addr: usize, len: usize) -> Option<Vec<u8>> {
+    // SAFETY: the range is a PT_NOTE segment of a loaded object, inside one of its PT_LOAD
+    // segments, so it is mapped and readable while the object stays loaded (we are inside
+    // dl_iterate_phdr, which holds the loader lock).
+    let notes = unsafe { std::slice::from_raw_parts(addr as *const u8, len) };
+    let mut pos = 0usize;
+    let u32at = |p: usize| u32::from_le_bytes(notes[p..p + 4].try_into().expect("4 bytes"));
+    while pos + 12 <= notes.len() {
+        let namesz = u32at(pos) as usize;
+        let descsz = u32at(pos + 4) as usize;
+        let ty = u32at(pos + 8);
+        let name_at = pos + 12;
+        let desc_at = name_at + namesz.div_ceil(4) * 4;
+        let next = desc_at + descsz.div_ceil(4) * 4;
+        if next > notes.len() {
+            return None;
+        }
+        if ty == 3 && namesz == 4 && &notes[name_at..name_at + 4] == b"GNU\0" {
+            return Some(notes[desc_at..desc_at + descsz].to_vec());
+        }
+        pos = next;
+    }
+    None
+}
+
+unsafe extern "C" fn collect_object(
+    info: *mut libc::dl_phdr_info,
+    _size: usize,
+    data: *mut c_void,
+) -> c_int {
+    // SAFETY: dl_iterate_phdr passes a valid info for the duration of the call; data is the
+    // Vec passed by loaded_objects.
+    let (info, out) = unsafe { (&*info, &mut *(data as *mut Vec<LoadedObject>)) };
+    let name = if info.dlpi_name.is_null() {
+        String::new()
+    } else {
+        // SAFETY: dlpi_name is a NUL-terminated string owned by the loader.
+        unsafe { CStr::from_ptr(info.dlpi_name) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    let phdrs: &[libc::Elf64_Phdr] = if info.dlpi_phdr.is_null() {
+        &[]
+    } else {
+        // SAFETY: dlpi_phdr points to dlpi_phnum program headers.
+        unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) }
+    };
+    let mut o = LoadedObject {
+        name,
+        bias: info.dlpi_addr,
+        start: u64::MAX,
+        end: 0,
+        build_id: Vec::new(),
+    };
+    for ph in phdrs {
+        match ph.p_type {
+            libc::PT_LOAD => {
+                o.start = o.start.min(info.dlpi_addr.wrapping_add(ph.p_vaddr));
+                o.end = o
+                    .end
+                    .max(info.dlpi_addr.wrapping_add(ph.p_vaddr + ph.p_memsz));
+            }
+            libc::PT_NOTE if o.build_id.is_empty() => {
+                let addr = info.dlpi_addr.wrapping_add(ph.p_vaddr) as usize;
+                if let Some(id) = build_id_in_notes(addr, ph.p_memsz as usize) {
+                    o.build_id = id;
+                }
+            }
+            _ => {}
+        }
+    }
+    if o.start < o.end {
+        out.push(o);
+    }
+    0
+}
+
+/// The process's loaded objects, in link-map order.
+pub fn loaded_objects() -> Vec<LoadedObject> {
+    let mut v: Vec<LoadedObject> = Vec::new();
+    // SAFETY: the callback matches dl_iterate_phdr's contract and only touches `v`.
+    unsafe { libc::dl_iterate_phdr(Some(collect_object), &mut v as *mut _ as *mut c_void) };
+    v
+}
+
+unsafe extern "C" fn read_counts(
+    info: *mut libc::dl_phdr_info,
+    size: usize,
+    data: *mut c_void,
+) -> c_int {
+    // SAFETY: as in collect_object; data is the (u64, u64) of link_map_counts. The
+    // dlpi_adds/dlpi_subs fields exist when `size` covers them.
+    unsafe {
+        let out = &mut *(data as *mut (u64, u64));
+        if size >= std::mem::offset_of!(libc::dl_phdr_info, dlpi_subs) + 8 {
+            *out = ((*info).dlpi_adds, (*info).dlpi_subs);
+        }
+    }
+    1
+}
+
+/// The loader's (loads, unloads) counters: they change on `dlopen` / `dlclose`.
+pub fn link_map_counts() -> (u64, u64) {
+    let mut c = (0u64, 0u64);
+    // SAFETY: the callback matches dl_iterate_phdr's contract and only touches `c`.
+    unsafe { libc::dl_iterate_phdr(Some(read_counts), &mut c as *mut _ as *mut c_void) };
+    c
+}
+
+// ---------------------------------------------------------------------------------------------
+// The output file: a file-backed shared mapping.
+
+/// A `.cul` file mapped `MAP_SHARED`: records written into it are in the page cache at once,
+/// so they survive `kill -9` of the process, and readers see them while it runs.
+///
+/// No descriptor is kept open: daemons close every descriptor after forking, and a kept one
+/// could be closed and reused for one of the program's own files. Growing reopens the file by
+/// path and checks it is still the same inode.
+#[derive(Debug)]
+pub struct MappedFile {
+    ptr: *mut u8,
+    len: usize,
+    end: u64,
+    path: PathBuf,
+    id: (u64, u64),
+}
+
+// SAFETY: the mapping is owned by this value; it is only accessed through &mut self.
+unsafe impl Send for MappedFile {}
+
+const INITIAL_FILE_LEN: usize = 256 << 10;
+const MAX_GROW_STEP: usize = 64 << 20;
+
+impl MappedFile {
+    /// Creates `dir/name_for(seq)` for the first free `seq` (`O_EXCL`), sizes and maps it,
+    /// and writes `header` (the 128 header bytes) at its start.
+    pub fn create(
+        dir: &Path,
+        name_for: impl Fn(u32) -> String,
+        header: &[u8; 128],
+    ) -> io::Result<MappedFile> {
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+        let mut last = None;
+        for seq in 0..1000 {
+            let path = dir.join(name_for(seq));
+            match std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .mode(0o644)
+                .custom_flags(libc::O_CLOEXEC)
+                .open(&path)
+            {
+                Ok(f) => {
+                    let meta = f.metadata()?;
+                    let fd = OwnedFd::from(f);
+                    let mapped = reserve(&fd, 0, INITIAL_FILE_LEN).and_then(|()| {
+                        // SAFETY: maps the whole (just sized) file shared; checked below.
+                        let p = unsafe {
+                            libc::mmap(
+                                std::ptr::null_mut(),
+                                INITIAL_FILE_LEN,
+                                libc::PROT_READ | libc::PROT_WRITE,
+                                libc::MAP_SHARED,
+                                fd.as_raw_fd(),
+                                0,
+                            )
+                        };
+                        if p == libc::MAP_FAILED {
+                            Err(io::Error::last_os_error())
+                        } else {
+                            Ok(p)
+                        }
+                    });
+                    let p = match mapped {
+                        Ok(p) => p,
+                        Err(e) => {
+                            let _ = std::fs::remove_file(&path);
+                            return Err(e);
+                        }
+                    };
+                    let mut m = MappedFile {
+                        ptr: p as *mut u8,
+                        len: INITIAL_FILE_LEN,
+                        end: culprit_format::DATA_OFFSET,
+                        path,
+                        id: (meta.dev(), meta.ino()),
+                    };
+                    m.bytes_mut()[..128].copy_from_slice(header);
+                    return Ok(m);
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| io::Error::other("no free file name")))
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: ptr..ptr+len is our live shared mapping; &mut self makes this access unique
+        // within the process.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+
+    /// Path of the file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Bytes committed so far (file offset of the end of the last record).
+    pub fn committed_end(&self) -> u64 {
+        self.end
+    }
+
+    fn header_u64(&self, off: usize) -> &AtomicU64 {
+        // SAFETY: off is 8-aligned inside the header page of the live mapping; the mapping
+        // is page-aligned, so the AtomicU64 is aligned.
+        unsafe { AtomicU64::from_ptr(self.ptr.add(off) as *mut u64) }
+    }
+
+    fn header_u32(&self, off: usize) -> &AtomicU32 {
+        // SAFETY: as header_u64, for a 4-aligned u32.
+        unsafe { AtomicU32::from_ptr(self.ptr.add(off) as *mut u32) }
+    }
+
+    /// Appends encoded records past `committed_end`, then publishes them with a release store
+    /// of `committed_end`. On error nothing is committed.
+    pub fn append(&mut self, records: &[u8]) -> io::Result<()> {
+        let start = self.end as usize;
+        let need = start + records.len();
+        if need > self.len {
+            self.grow(need)?;
+        }
+        self.bytes_mut()[start..need].copy_from_slice(records);
+        self.end = need as u64;
+        self.header_u64(culprit_format::HEADER_COMMITTED_END_OFFSET)
+            .store(self.end, Release);
+        Ok(())
+    }
+
+    /// Opens the file again, checking it is still ours.
+    fn reopen(&self) -> io::Result<OwnedFd> {
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(&self.path)?;
+        let m = f.metadata()?;
+        if (m.dev(), m.ino()) != self.id {
+            return Err(io::Error::other("the file was replaced"));
+        }
+        Ok(OwnedFd::from(f))
+    }
+
+    fn grow(&mut self, need: usize) -> io::Result<()> {
+        let step = self.len.min(MAX_GROW_STEP);
+        let new_len = (self.len + step).max(need.next_multiple_of(4096));
+        reserve(&self.reopen()?, self.len, new_len - self.len)?;
+        // SAFETY: remaps our own mapping to the file's new size; the result is checked and
+        // on success the old range is gone (MREMAP_MAYMOVE).
+        let p = unsafe {
+            libc::mremap(
+                self.ptr as *mut c_void,
+                self.len,
+                new_len,
+                libc::MREMAP_MAYMOVE,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        self.ptr = p as *mut u8;
+        self.len = new_len;
+        Ok(())
+    }
+
+    /// Marks the file cleanly ended and cuts it to its committed length.
+    pub fn finish(self) {
+        self.header_u32(culprit_format::HEADER_STATE_OFFSET)
+            .store(culprit_format::file_state::ENDED, Release);
+        if let Ok(fd) = self.reopen() {
+            // SAFETY: shrinks our own file to what is committed; nothing past it is used.
+            unsafe { libc::ftruncate(fd.as_raw_fd(), self.end as libc::off_t) };
+        }
+    }
+}
+
+impl Drop for MappedFile {
+    fn drop(&mut self) {
+        // SAFETY: unmaps our own mapping exactly once.
+        unsafe { libc::munmap(self.ptr as *mut c_void, self.len) };
+    }
+}
+
+/// Gives the file blocks for `off..off+len` (so writing through the mapping cannot raise
+/// SIGBUS on a full disk), falling back to `ftruncate` where `fallocate` is not supported.
+fn reserve(fd: &OwnedFd, off: usize, len: usize) -> io::Result<()> {
+    // SAFETY: plain system calls on our own descriptor.
+    let rc = unsafe { libc::fallocate(fd.as_raw_fd(), 0, off as libc::off_t, len as libc::off_t) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() != Some(libc::EOPNOTSUPP) {
+        return Err(e);
+    }
+    // SAFETY: as above.
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), (off + len) as libc::off_t) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
