@@ -13,7 +13,9 @@
 #
 # Environment: N nodes (4), R runs per kind (8), SECS per run (10), KINDS (which runs: "ff x m"),
 # SIZE and SHIFT (windows: 1s, 500ms), RT (runtime library; default
-# target/release/libculprit_rt.so), DATA (reuse the runs of an earlier KEEP=1 run), KEEP=1.
+# target/release/libculprit_rt.so), DATA (reuse the runs of an earlier KEEP=1 run), KEEP=1,
+# NICE (run the servers at this niceness, e.g. -10 as root: shields them from the other load of
+# a shared machine, as a node's own CPU share would).
 # Windows are short so runs are short: 3 of 5 windows of 1 s every 500 ms is 1.5 s of
 # persistence, where the defaults (60 s every 30 s) need 90 s.
 set -euo pipefail
@@ -23,6 +25,7 @@ SECS=${SECS:-10}
 KINDS=${KINDS:-ff x m}
 SIZE=${SIZE:-1s}
 SHIFT=${SHIFT:-500ms}
+NICE=${NICE:-0}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 (cd "$root" && cargo build --release -q -p culprit -p culprit-rt)
 CULPRIT=$root/target/release/culprit
@@ -36,13 +39,13 @@ fi
 gcc -O0 -g -finstrument-functions -o "$work/srv" "$root/tests/c/diag_server.c"
 OPTS=(--win-size "$SIZE" --win-shift "$SHIFT" --min-time 1ms)
 
-echo "N=$N, $R runs per kind ($KINDS), $SECS s each, windows $SIZE every $SHIFT; data in $work"
+echo "N=$N, $R runs per kind ($KINDS), $SECS s each, windows $SIZE every $SHIFT, nice $NICE; data in $work"
 for r in $(seq 1 "$R"); do
     [ -n "${DATA:-}" ] && break
     bad=$((r % N))
     for i in $(seq 0 $((N - 1))); do
         CULPRIT_DIR=$work/ff$r CULPRIT_NODE=n$i CULPRIT_INTERVAL_MS=100 LD_PRELOAD=$RT \
-            "$work/srv" "$SECS" >/dev/null &
+            nice -n "$NICE" "$work/srv" "$SECS" >/dev/null &
     done
     wait
     for kind in $KINDS; do
@@ -52,7 +55,7 @@ for r in $(seq 1 "$R"); do
             extra=()
             [ "$i" = "$bad" ] && extra=("${fault[@]}")
             CULPRIT_DIR=$work/$kind$r CULPRIT_NODE=n$i CULPRIT_INTERVAL_MS=100 LD_PRELOAD=$RT \
-                "$work/srv" "$SECS" "${extra[@]}" >/dev/null &
+                nice -n "$NICE" "$work/srv" "$SECS" "${extra[@]}" >/dev/null &
         done
         wait
         echo "n$bad" >"$work/$kind$r.bad"
