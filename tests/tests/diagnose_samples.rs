@@ -537,3 +537,110 @@ fn late_start_is_reported() {
         "{io3:#}"
     );
 }
+
+/// Every distance and score finds the culprit and its function on the same data.
+#[test]
+fn every_distance_and_score_finds_it() {
+    let dir = TempDir::new("diag-distances");
+    let mut specs = five_nodes();
+    specs[1].fault = Some((12, 4.0));
+    write_run(dir.path(), &specs, 40);
+    let d = dir.path().to_str().unwrap();
+    for distance in ["manhattan", "relative", "scaled", "kl"] {
+        for score in ["median-node", "leave-one-out", "pairwise"] {
+            let (code, r) = diagnose_json(&[d, "--distance", distance, "--score", score]);
+            let what = format!("{distance}/{score}");
+            assert_eq!(code, 1, "{what}: {r:#}");
+            assert_eq!(r["culprits"], serde_json::json!(["io1"]), "{what}");
+            assert_eq!(r["settings"]["distance"], distance);
+            assert_eq!(r["settings"]["score"], score);
+            let top = &node(metric(&r, "samples"), "io1")["top"][0];
+            assert_eq!(top["function"], "hot_path", "{what}: {top:#}");
+        }
+    }
+}
+
+/// A node the thresholds were not trained for gets the metric's largest threshold, and the
+/// report says so; data from another program (none of the trained functions) is refused.
+#[test]
+fn thresholds_for_unknown_nodes_and_programs() {
+    let root = TempDir::new("diag-fallback");
+    let train = root.join("train");
+    write_run(&train, &five_nodes(), 30);
+    let th = root.join("t.json");
+    run_ok(culprit().arg("train").arg(&train).arg("--out").arg(&th));
+    let t: Value = serde_json::from_str(&std::fs::read_to_string(&th).unwrap()).unwrap();
+    let largest = t["metrics"]["samples"]["thresholds"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_f64().unwrap())
+        .fold(0.0, f64::max);
+    let data = root.join("data");
+    let mut specs = five_nodes();
+    specs.push(NodeSpec::new("io5", 105));
+    write_run(&data, &specs, 30);
+    let th_s = th.to_str().unwrap();
+    let (code, r) = diagnose_json(&[data.to_str().unwrap(), "--thresholds", th_s]);
+    assert_eq!(code, 0, "{r:#}");
+    let io5 = node(metric(&r, "samples"), "io5");
+    assert_eq!(io5["threshold_source"], "largest");
+    assert_eq!(io5["threshold"].as_f64().unwrap(), largest);
+    assert_eq!(
+        node(metric(&r, "samples"), "io0")["threshold_source"],
+        "own"
+    );
+    let notes = r["notes"].to_string();
+    assert!(
+        notes.contains("io5 has no trained samples threshold of its own"),
+        "{notes}"
+    );
+    // Another program: same sampling, other function names.
+    let other = root.join("other");
+    for n in 0..4 {
+        let dir = other.join(format!("io{n}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut w = FileWriter::create_unique(
+            &dir,
+            |seq| samples_file_name(T0 * NS, seq),
+            FileKind::Samples,
+            T0 * NS,
+            1,
+        )
+        .unwrap();
+        let mut buf = RecordBuf::new();
+        buf.strings([(1, "cpu-clock"), (2, "db"), (3, "db"), (4, "btree_seek")]);
+        for i in 0..12u64 {
+            buf.samples(
+                &SamplesHead {
+                    start_ns: (T0 + 10 * i) * NS,
+                    dur_ns: 10 * NS,
+                    flags: samples_flags::FREQ,
+                    event_sid: 1,
+                    period: 1000,
+                    total: 500,
+                    lost: 0,
+                },
+                [SampleEntry {
+                    program: 2,
+                    image: 3,
+                    function: 4,
+                    count: 500,
+                }],
+            );
+        }
+        w.append(&buf).unwrap();
+    }
+    let o = culprit()
+        .arg("diagnose")
+        .arg(&other)
+        .args(["--thresholds", th_s])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("none of the") && err.contains("another program"),
+        "{err}"
+    );
+}
