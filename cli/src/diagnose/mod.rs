@@ -121,7 +121,7 @@ pub struct TrainArgs {
     Exit status: 0 no node flagged, 1 a faulty (or stopped) node found, 2 error."
 )]
 pub struct DiagnoseArgs {
-    /// Data root (DATA/<node>/…) or node directories
+    /// A data root (one directory per node in it) or node directories
     #[arg(required = true, value_name = "DATA")]
     pub data: Vec<PathBuf>,
     /// Trained thresholds (from `culprit train`); without them an unsupervised rule is used

@@ -28,10 +28,13 @@ pub const DEFAULT_DOMAIN: usize = 10;
 #[serde(rename_all = "kebab-case")]
 pub enum ScoreKind {
     /// Distance to the component-wise median node (robust; the default).
+    #[value(help = "distance to the component-wise median node (robust at 4–6 nodes)")]
     MedianNode,
     /// Distance to the component-wise median of the other nodes.
+    #[value(help = "distance to the component-wise median of the other nodes")]
     LeaveOneOut,
     /// Median of the distances to the other nodes (seed 000).
+    #[value(help = "median of the distances to the other nodes (seed 000)")]
     #[value(name = "pairwise")]
     #[serde(rename = "pairwise")]
     PairwiseMedian,
