@@ -189,6 +189,9 @@ pub struct TraceFile {
     pub end_ns: Option<u64>,
     /// State of the file.
     pub status: FileStatus,
+    /// The file of the program this process image `exec`ed, when there is one: the image
+    /// ended by exec (which runs no exit handler, so there is no end marker).
+    pub exec_successor: Option<PathBuf>,
     /// Intervals in file order.
     pub intervals: Vec<TraceInterval>,
     consumed: u64,
@@ -545,6 +548,21 @@ impl Dataset {
         }
         let node = &mut self.nodes[idx];
         node.traces.sort_by_key(|t| (t.created_ns, t.pid));
+        // Link exec chains: the successor names its predecessor's file in `exec_from`.
+        let links: Vec<(String, PathBuf)> = node
+            .traces
+            .iter()
+            .filter_map(|t| Some((t.info(info_keys::EXEC_FROM)?.to_string(), t.path.clone())))
+            .collect();
+        for (from, succ) in links {
+            if let Some(t) = node.traces.iter_mut().find(|t| {
+                t.path
+                    .file_name()
+                    .is_some_and(|n| n.to_string_lossy() == from)
+            }) {
+                t.exec_successor = Some(succ);
+            }
+        }
         node.samples.sort_by_key(|s| s.created_ns);
     }
 
@@ -919,6 +937,7 @@ fn empty_trace() -> TraceFile {
         created_ns: 0,
         end_ns: None,
         status: FileStatus::Open,
+        exec_successor: None,
         intervals: Vec::new(),
         consumed: DATA_OFFSET,
         objects: Vec::new(),

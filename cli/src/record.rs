@@ -42,6 +42,17 @@ pub struct Args {
     /// Never trace functions matching these comma-separated globs (CULPRIT_EXCLUDE)
     #[arg(long, value_name = "PATTERNS")]
     pub exclude: Option<String>,
+    /// Also sample the program's process tree with perf_event (user and kernel code), into the
+    /// same node directory (needs perf access, like `culprit sample`)
+    #[arg(long)]
+    pub sample: bool,
+    /// Sample profile interval with --sample, e.g. 1s, 10s [default: 10s]
+    #[arg(long, value_name = "DURATION", requires = "sample")]
+    pub sample_interval: Option<String>,
+    /// Event to sample with --sample (e.g. cycles, cpu-clock) [default: cycles, else
+    /// cpu-clock]
+    #[arg(long, value_name = "EVENT", requires = "sample")]
+    pub event: Option<String>,
     /// The program to run and its arguments (after `--`)
     #[arg(
         required = true,
@@ -65,6 +76,17 @@ pub struct Config {
     pub runtime: PathBuf,
     /// Program and arguments.
     pub command: Vec<OsString>,
+    /// Sampling of the program's process tree, with `--sample`.
+    pub sample: Option<SampleOpts>,
+}
+
+/// What `--sample` asks for.
+#[derive(Debug)]
+pub struct SampleOpts {
+    /// Profile interval.
+    pub interval: std::time::Duration,
+    /// Event name, if not the default.
+    pub event: Option<String>,
 }
 
 /// Environment variable naming the runtime library explicitly.
@@ -143,12 +165,28 @@ impl Config {
             preload.push(old);
         }
         env.push(("LD_PRELOAD", preload));
+        let sample = if a.sample {
+            let interval = match &a.sample_interval {
+                Some(s) => crate::timefmt::parse_duration(s)?,
+                None => culprit_sampler::DEFAULT_INTERVAL.as_nanos() as u64,
+            };
+            if interval < 100_000_000 {
+                bail!("--sample-interval must be at least 100ms");
+            }
+            Some(SampleOpts {
+                interval: std::time::Duration::from_nanos(interval),
+                event: a.event,
+            })
+        } else {
+            None
+        };
         Ok(Config {
             dir,
             node: a.node,
             env,
             runtime,
             command: a.command,
+            sample,
         })
     }
 }
@@ -167,6 +205,11 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         }
     }
     let before = trace_files(&cfg.dir);
+    if cfg.sample.is_some() {
+        let status = run_sampled(&cfg)?;
+        report_files(&cfg, &before);
+        return Ok(status);
+    }
     let mut cmd = Command::new(program);
     cmd.args(&cfg.command[1..]);
     for (k, v) in &cfg.env {
@@ -178,6 +221,12 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     forward::install(child.id() as i32);
     let status = child.wait().context("waiting for the program")?;
     forward::uninstall();
+    report_files(&cfg, &before);
+    Ok(exit_code(status))
+}
+
+/// Says on stderr where the trace data went.
+fn report_files(cfg: &Config, before: &[PathBuf]) {
     let after = trace_files(&cfg.dir);
     let new: Vec<_> = after.iter().filter(|f| !before.contains(f)).collect();
     let mut nodes: Vec<String> = new
@@ -200,7 +249,84 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             cfg.dir.display()
         );
     }
-    Ok(exit_code(status))
+}
+
+/// The node name the runtime will use: `--node`, else `$CULPRIT_NODE`, else the host name.
+fn effective_node(cfg: &Config) -> String {
+    cfg.node
+        .clone()
+        .or_else(|| std::env::var("CULPRIT_NODE").ok().filter(|n| !n.is_empty()))
+        .map(|n| names::sanitize_node_name(&n))
+        .unwrap_or_else(|| names::sanitize_node_name(&culprit_sampler::host_name()))
+}
+
+/// `record --sample`: like `perf record -- CMD`, the program is forked but held before `exec`
+/// until the sampler's events are open and scoped to its process tree, so its first
+/// instructions are sampled too. The sampler runs on this thread; a waiter thread reaps the
+/// program and stops the sampler, which then writes its last (partial) interval.
+fn run_sampled(cfg: &Config) -> anyhow::Result<i32> {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+
+    let opts = cfg.sample.as_ref().expect("sampling requested");
+    let program = &cfg.command[0];
+    let path = which(program)
+        .with_context(|| format!("cannot run {}: not found", program.to_string_lossy()))?;
+    let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
+        .filter(|(k, _)| !cfg.env.iter().any(|(o, _)| OsStr::new(o) == k))
+        .collect();
+    env.extend(cfg.env.iter().map(|(k, v)| (OsString::from(k), v.clone())));
+    let held = held::spawn(&path, &cfg.command, &env)
+        .with_context(|| format!("cannot run {}", path.display()))?;
+    let node = effective_node(cfg);
+    let mut sconf = culprit_sampler::Config::new(&cfg.dir, node);
+    sconf.scope = culprit_sampler::Scope::Pid(held.pid() as u32);
+    sconf.interval = opts.interval;
+    sconf.event = opts.event.clone();
+    let sampler = match culprit_sampler::Sampler::open(sconf) {
+        Ok(s) => s,
+        Err(e) => {
+            held.abandon();
+            return Err(anyhow::Error::new(e).context("cannot sample (--sample)"));
+        }
+    };
+    eprintln!("culprit: {}", sampler.describe());
+    for w in sampler.warnings() {
+        eprintln!("culprit: warning: {w}");
+    }
+    let pid = match held.release() {
+        Ok(pid) => pid,
+        Err(e) => {
+            return Err(anyhow::Error::new(e).context(format!("cannot run {}", path.display())))
+        }
+    };
+    forward::install(pid);
+    let stop = Arc::new(AtomicBool::new(false));
+    let waiter = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let st = held::wait(pid);
+            stop.store(true, Ordering::SeqCst);
+            st
+        })
+    };
+    let summary = sampler.run(&stop);
+    let status = waiter
+        .join()
+        .map_err(|_| anyhow::anyhow!("the waiter thread panicked"))?
+        .context("waiting for the program")?;
+    forward::uninstall();
+    match summary {
+        Ok(s) => eprintln!(
+            "culprit: {} samples ({} lost) in {} interval(s) written under {}",
+            s.samples,
+            s.lost,
+            s.intervals,
+            cfg.dir.display()
+        ),
+        Err(e) => eprintln!("culprit: warning: sampling stopped early: {e}"),
+    }
+    Ok(status)
 }
 
 /// The shell's convention: the exit status, or 128 + the signal that killed the process.
@@ -290,6 +416,171 @@ pub fn calls_hooks(path: &Path) -> Option<bool> {
         }));
     }
     Some(false)
+}
+
+/// A child forked now and held before `exec` until released (the `--sample` start-up).
+#[allow(unsafe_code)]
+mod held {
+    use std::ffi::{CString, OsStr, OsString};
+    use std::io;
+    use std::os::unix::ffi::OsStrExt;
+    use std::path::Path;
+
+    /// A forked child waiting on a pipe before `execve`.
+    #[derive(Debug)]
+    pub struct Held {
+        pid: libc::pid_t,
+        go: libc::c_int,
+        err: libc::c_int,
+    }
+
+    fn cstr(s: &OsStr) -> io::Result<CString> {
+        CString::new(s.as_bytes()).map_err(|_| io::Error::other("argument contains a NUL byte"))
+    }
+
+    fn pipe() -> io::Result<[libc::c_int; 2]> {
+        let mut fds = [0; 2];
+        // SAFETY: fds has room for the two descriptors pipe2 writes.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(fds)
+    }
+
+    fn close(fd: libc::c_int) {
+        // SAFETY: closing a descriptor this module created and owns.
+        unsafe { libc::close(fd) };
+    }
+
+    /// Forks a child that will `execve(path, argv, env)` once [`Held::release`] is called.
+    /// Everything the child needs is prepared before the fork: after it, the child only
+    /// calls async-signal-safe functions (read, close, execve, write, _exit).
+    pub fn spawn(path: &Path, argv: &[OsString], env: &[(OsString, OsString)]) -> io::Result<Held> {
+        let path = cstr(path.as_os_str())?;
+        let argv: Vec<CString> = argv.iter().map(|a| cstr(a)).collect::<io::Result<_>>()?;
+        let envp: Vec<CString> = env
+            .iter()
+            .map(|(k, v)| {
+                let mut kv = k.clone();
+                kv.push("=");
+                kv.push(v);
+                cstr(&kv)
+            })
+            .collect::<io::Result<_>>()?;
+        let mut argv_p: Vec<*const libc::c_char> = argv.iter().map(|c| c.as_ptr()).collect();
+        argv_p.push(std::ptr::null());
+        let mut envp_p: Vec<*const libc::c_char> = envp.iter().map(|c| c.as_ptr()).collect();
+        envp_p.push(std::ptr::null());
+        let [go_r, go_w] = pipe()?;
+        let [err_r, err_w] = match pipe() {
+            Ok(p) => p,
+            Err(e) => {
+                close(go_r);
+                close(go_w);
+                return Err(e);
+            }
+        };
+        // SAFETY: after fork the child touches only memory prepared above and calls only
+        // async-signal-safe functions before execve or _exit.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            let e = io::Error::last_os_error();
+            for fd in [go_r, go_w, err_r, err_w] {
+                close(fd);
+            }
+            return Err(e);
+        }
+        if pid == 0 {
+            // SAFETY: child side, see above.
+            unsafe {
+                libc::close(go_w);
+                libc::close(err_r);
+                let mut b = 0u8;
+                loop {
+                    let n = libc::read(go_r, (&mut b as *mut u8).cast(), 1);
+                    if n == 1 {
+                        break;
+                    }
+                    if n < 0 && *libc::__errno_location() == libc::EINTR {
+                        continue;
+                    }
+                    libc::_exit(127); // the parent gave up
+                }
+                libc::execve(path.as_ptr(), argv_p.as_ptr(), envp_p.as_ptr());
+                let e: libc::c_int = *libc::__errno_location();
+                libc::write(err_w, (&e as *const libc::c_int).cast(), 4);
+                libc::_exit(127);
+            }
+        }
+        close(go_r);
+        close(err_w);
+        Ok(Held {
+            pid,
+            go: go_w,
+            err: err_r,
+        })
+    }
+
+    impl Held {
+        /// The child's pid.
+        pub fn pid(&self) -> libc::pid_t {
+            self.pid
+        }
+
+        /// Lets the child `execve`; returns its pid, or the `execve` error (the child is then
+        /// reaped).
+        pub fn release(self) -> io::Result<libc::pid_t> {
+            let b = 1u8;
+            // SAFETY: writing one byte from a valid buffer to our pipe.
+            unsafe { libc::write(self.go, (&b as *const u8).cast(), 1) };
+            close(self.go);
+            let mut e: libc::c_int = 0;
+            let n = loop {
+                // SAFETY: reading at most 4 bytes into `e`.
+                let n = unsafe { libc::read(self.err, (&mut e as *mut libc::c_int).cast(), 4) };
+                if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                break n;
+            };
+            close(self.err);
+            if n == 4 {
+                let _ = wait(self.pid);
+                return Err(io::Error::from_raw_os_error(e));
+            }
+            Ok(self.pid)
+        }
+
+        /// Gives up: the child exits without running anything and is reaped.
+        pub fn abandon(self) {
+            close(self.go);
+            close(self.err);
+            let _ = wait(self.pid);
+        }
+    }
+
+    /// Waits for `pid` and returns its exit code the shell's way (128 + signal).
+    pub fn wait(pid: libc::pid_t) -> io::Result<i32> {
+        let mut st = 0;
+        loop {
+            // SAFETY: waitpid on our own child with a valid status pointer.
+            let r = unsafe { libc::waitpid(pid, &mut st, 0) };
+            if r == pid {
+                break;
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+        Ok(if libc::WIFEXITED(st) {
+            libc::WEXITSTATUS(st)
+        } else if libc::WIFSIGNALED(st) {
+            128 + libc::WTERMSIG(st)
+        } else {
+            1
+        })
+    }
 }
 
 /// Forwarding of SIGINT/SIGTERM sent by other processes to the program.

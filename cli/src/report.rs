@@ -135,7 +135,8 @@ pub struct ProcessReport {
     pub exe: String,
     /// Data file(s).
     pub files: Vec<String>,
-    /// `ended`, `running`, `stopped` (no end marker: killed or crashed), or `damaged`.
+    /// `ended`, `running`, `stopped` (no end marker: killed or crashed), `exec` (the image
+    /// was replaced by `exec`; its successor has its own file), or `damaged`.
     pub status: String,
     /// Why the file is damaged, when it is.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -331,6 +332,7 @@ fn status_of(t: &TraceFile) -> (String, Option<String>) {
     match &t.status {
         FileStatus::Ended => ("ended".into(), None),
         FileStatus::Damaged(why) => ("damaged".into(), Some(why.clone())),
+        FileStatus::Open if t.exec_successor.is_some() => ("exec".into(), None),
         FileStatus::Open => {
             let alive = process_alive(
                 t.pid,
@@ -665,6 +667,8 @@ fn print_human(out: &mut dyn std::io::Write, r: &Report, args: &Args) -> std::io
                 status = format!("damaged ({d})");
             } else if status == "stopped" {
                 status = "stopped without end marker (killed or crashed)".to_string();
+            } else if status == "exec" {
+                status = "replaced by exec (continues in the next file)".to_string();
             }
             writeln!(
                 out,

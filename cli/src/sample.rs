@@ -1,10 +1,305 @@
-//! `culprit sample` (work in progress).
+//! `culprit sample`: the system-wide perf_event sampler daemon (library: `culprit_sampler`).
+//!
+//! Raw flags become a [`culprit_sampler::Config`] here; everything else happens in the library,
+//! which the testbed and `culprit record --sample` drive in-process too.
+
+use std::io::Write as _;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use culprit_sampler::{Config, NodeRule, Rate, Sampler, Scope};
 
 /// Arguments of `culprit sample`.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+#[command(after_help = "Examples:\n  \
+    culprit sample                              # until Ctrl-C, ./culprit-data/<host>/\n  \
+    culprit sample -o DATA --duration 60s --interval 1s\n  \
+    culprit sample --event cpu-clock --freq 999\n  \
+    culprit sample --node-netns io1=/run/netns/io1 --node-netns io2=/run/netns/io2 \\\n      \
+    --node-addr io1=10.0.0.1 --node-addr io2=10.0.0.2   # emulated nodes\n\n\
+    The default event is hardware cycles every 100000 (seed 000); where hardware events do not \
+    exist (virtual machines) it falls back to cpu-clock at 1 kHz per CPU and says so. \
+    Needs root, CAP_PERFMON, or kernel.perf_event_paranoid <= 0 (see `culprit doctor`).")]
+pub struct Args {
+    /// Data root: profiles go to `DIR/<node>/samples-<start_ns>.cul` (default: $CULPRIT_DIR,
+    /// else ./culprit-data).
+    #[arg(short = 'o', long = "output", value_name = "DIR")]
+    pub output: Option<PathBuf>,
+    /// Node name (default: $CULPRIT_NODE, else the host name). Ignored with --node-* rules.
+    #[arg(long, value_name = "NAME")]
+    pub node: Option<String>,
+    /// Profile interval (e.g. 10s, 500ms); profiles start at multiples of it since the epoch.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, conflicts_with = "interval_ms")]
+    pub interval: Duration,
+    /// Profile interval in milliseconds (same as --interval Nms).
+    #[arg(long, value_name = "MS")]
+    pub interval_ms: Option<u64>,
+    /// Stop after this long (default: run until SIGINT / SIGTERM).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Event to sample: cycles, instructions, ref-cycles, cache-misses, branch-misses,
+    /// cpu-clock, task-clock, page-faults, context-switches (default: cycles, or cpu-clock
+    /// where hardware events do not exist).
+    #[arg(short = 'e', long, value_name = "EVENT")]
+    pub event: Option<String>,
+    /// Sample every N events (ns for cpu-clock / task-clock).
+    #[arg(short = 'c', long, value_name = "N", conflicts_with = "freq")]
+    pub period: Option<u64>,
+    /// Sample about HZ times a second per CPU (the kernel adjusts the period).
+    #[arg(short = 'F', long, value_name = "HZ")]
+    pub freq: Option<u64>,
+    /// Only this process and its descendants.
+    #[arg(short = 'p', long, value_name = "PID", conflicts_with = "cgroup")]
+    pub pid: Option<u32>,
+    /// Only processes in this cgroup (or below), e.g. /sys/fs/cgroup/cpu/web or /web.
+    #[arg(short = 'G', long, value_name = "PATH")]
+    pub cgroup: Option<String>,
+    /// Emulated node: processes in this cgroup (path relative to a hierarchy root, or under
+    /// `/sys/fs/cgroup/<hierarchy>/`) belong to NODE. Repeatable.
+    #[arg(long = "node-cgroup", value_name = "NODE=PATH")]
+    pub node_cgroup: Vec<String>,
+    /// Emulated node: processes in this network namespace (/run/netns/NAME) belong to NODE.
+    #[arg(long = "node-netns", value_name = "NODE=PATH")]
+    pub node_netns: Vec<String>,
+    /// Emulated node: this process and its descendants belong to NODE.
+    #[arg(long = "node-pid", value_name = "NODE=PID")]
+    pub node_pid: Vec<String>,
+    /// Emulated node: TCP events (retransmits) of sockets with this address belong to NODE.
+    #[arg(long = "node-addr", value_name = "NODE=IP")]
+    pub node_addr: Vec<String>,
+    /// Tracepoints to count per node, comma-separated, or `none` (default:
+    /// tcp:tcp_retransmit_skb, block:block_bio_queue, block:block_rq_issue,
+    /// block:block_rq_complete, sched:sched_switch).
+    #[arg(long, value_name = "LIST")]
+    pub tracepoints: Option<String>,
+    /// Ring buffer data pages per CPU (a power of two).
+    #[arg(long, value_name = "N", default_value_t = culprit_sampler::DEFAULT_RING_PAGES)]
+    pub ring_pages: usize,
+    /// Do not mount tracefs when it is not mounted (kernel events are then not counted).
+    #[arg(long)]
+    pub no_mount: bool,
+    /// Convert a perf.data file (from `perf record -a`) into profiles instead of sampling.
+    #[arg(long, value_name = "PERF_DATA")]
+    pub replay: Option<PathBuf>,
+    /// Print nothing but errors.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+/// Parses `10s`, `500ms`, `2m`, `1h`, `1.5s`, or a plain number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = match s.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration (examples: 10s, 500ms, 2m)"))?;
+    let secs = match unit.trim() {
+        "ns" => v / 1e9,
+        "us" => v / 1e6,
+        "ms" => v / 1e3,
+        "s" | "" => v,
+        "m" | "min" => v * 60.0,
+        "h" => v * 3600.0,
+        other => {
+            return Err(format!(
+                "unknown duration unit {other:?} in {s:?} (use ms, s, m, h)"
+            ))
+        }
+    };
+    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
+        return Err(format!("{s:?} is out of range"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn split_rule<'a>(flag: &str, v: &'a str) -> anyhow::Result<(&'a str, &'a str)> {
+    match v.split_once('=') {
+        Some((n, x)) if !n.is_empty() && !x.is_empty() => Ok((n, x)),
+        _ => bail!("{flag} takes NODE=VALUE, got {v:?}"),
+    }
+}
+
+/// The data root: --output, else $CULPRIT_DIR, else ./culprit-data.
+fn output_dir(a: &Args) -> PathBuf {
+    a.output
+        .clone()
+        .or_else(|| {
+            std::env::var_os("CULPRIT_DIR")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        })
+        .unwrap_or_else(|| PathBuf::from("culprit-data"))
+}
+
+/// The node name: --node, else $CULPRIT_NODE, else the host name.
+fn node_name(a: &Args) -> String {
+    a.node
+        .clone()
+        .filter(|n| !n.is_empty())
+        .or_else(|| std::env::var("CULPRIT_NODE").ok().filter(|n| !n.is_empty()))
+        .unwrap_or_else(culprit_sampler::host_name)
+}
+
+/// Validates the flags into a sampler configuration.
+pub fn config(a: &Args) -> anyhow::Result<Config> {
+    let mut c = Config::new(output_dir(a), node_name(a));
+    c.event = a.event.clone();
+    c.rate = match (a.period, a.freq) {
+        (Some(p), _) => Some(Rate::Period(p)),
+        (None, Some(f)) => Some(Rate::Freq(f)),
+        (None, None) => None,
+    };
+    c.interval = match a.interval_ms {
+        Some(ms) => Duration::from_millis(ms),
+        None => a.interval,
+    };
+    c.duration = a.duration;
+    c.scope = match (a.pid, &a.cgroup) {
+        (Some(p), _) => Scope::Pid(p),
+        (None, Some(g)) => Scope::Cgroup(g.clone()),
+        (None, None) => Scope::System,
+    };
+    for v in &a.node_cgroup {
+        let (node, path) = split_rule("--node-cgroup", v)?;
+        c.node_rules.push(NodeRule::Cgroup {
+            node: node.into(),
+            path: path.into(),
+        });
+    }
+    for v in &a.node_netns {
+        let (node, path) = split_rule("--node-netns", v)?;
+        c.node_rules.push(NodeRule::Netns {
+            node: node.into(),
+            path: path.into(),
+        });
+    }
+    for v in &a.node_pid {
+        let (node, pid) = split_rule("--node-pid", v)?;
+        let pid = pid
+            .parse()
+            .with_context(|| format!("--node-pid {v}: {pid:?} is not a process id"))?;
+        c.node_rules.push(NodeRule::Pid {
+            node: node.into(),
+            pid,
+        });
+    }
+    for v in &a.node_addr {
+        let (node, addr) = split_rule("--node-addr", v)?;
+        let addr: IpAddr = addr
+            .parse()
+            .with_context(|| format!("--node-addr {v}: {addr:?} is not an IP address"))?;
+        c.node_rules.push(NodeRule::Addr {
+            node: node.into(),
+            addr,
+        });
+    }
+    c.tracepoints = a.tracepoints.as_ref().map(|t| {
+        if t.trim() == "none" {
+            Vec::new()
+        } else {
+            t.split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect()
+        }
+    });
+    c.ring_pages = a.ring_pages;
+    c.mount_tracefs = !a.no_mount;
+    Ok(c)
+}
 
 /// Runs `culprit sample`.
-pub fn run(_args: Args) -> anyhow::Result<i32> {
-    anyhow::bail!("`culprit sample` is not built yet")
+pub fn run(a: Args) -> anyhow::Result<i32> {
+    if let Some(perf_data) = &a.replay {
+        return replay(&a, perf_data);
+    }
+    let cfg = config(&a)?;
+    let stop = culprit_sampler::stop_on_signals();
+    let sampler = Sampler::open(cfg)?;
+    let mut err = std::io::stderr().lock();
+    if !a.quiet {
+        writeln!(err, "culprit: {}", sampler.describe())?;
+        for w in sampler.warnings() {
+            writeln!(err, "culprit: warning: {w}")?;
+        }
+    }
+    drop(err);
+    let s = sampler.run(stop)?;
+    if !a.quiet {
+        let (u, sys) = s.cpu_ns;
+        let secs = s.elapsed_ns as f64 / 1e9;
+        let mut err = std::io::stderr().lock();
+        writeln!(
+            err,
+            "culprit: {} samples ({} lost), {} kernel events ({} lost), {} intervals in {:.1} s; \
+             sampler CPU {:.3} s ({:.2} % of one CPU)",
+            s.samples,
+            s.lost,
+            s.events,
+            s.lost_events,
+            s.intervals,
+            secs,
+            (u + sys) as f64 / 1e9,
+            if secs > 0.0 {
+                (u + sys) as f64 / 1e9 / secs * 100.0
+            } else {
+                0.0
+            }
+        )?;
+        for n in &s.nodes {
+            writeln!(
+                err,
+                "culprit:   {}: {} samples, {} bytes → {}",
+                n.node,
+                n.samples,
+                n.bytes,
+                n.path.display()
+            )?;
+        }
+    }
+    Ok(0)
+}
+
+fn replay(a: &Args, perf_data: &std::path::Path) -> anyhow::Result<i32> {
+    let interval = a.interval_ms.map_or(a.interval, Duration::from_millis);
+    let r = culprit_sampler::perfdata::replay(perf_data, &output_dir(a), &node_name(a), interval)
+        .map_err(anyhow::Error::msg)?;
+    if !a.quiet {
+        let mut err = std::io::stderr().lock();
+        writeln!(
+            err,
+            "culprit: replayed {} samples ({} distinct locations) from {}: attribution {:.3} s, \
+             symbolization and writing {:.3} s",
+            r.samples,
+            r.named,
+            perf_data.display(),
+            r.attribute.as_secs_f64(),
+            r.symbolize_write.as_secs_f64()
+        )?;
+        for n in &r.nodes {
+            writeln!(err, "culprit:   {} → {}", n.node, n.path.display())?;
+        }
+    }
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
+        assert!(parse_duration("ten").is_err());
+        assert!(parse_duration("5 parsecs").is_err());
+        assert!(parse_duration("-1s").is_err());
+    }
 }

@@ -1,4 +1,115 @@
-//! culprit's sampler: system-wide perf_event IP sampling, process and mapping tracking, kernel
-//! event counts, and the symbolizer shared with `culprit report` (work in progress).
+//! culprit's sampler: system-wide perf_event instruction-pointer sampling, process and mapping
+//! tracking, kernel event counts, and the symbolizer shared with `culprit report`.
+//!
+//! Seed 000 §"Sample profiling" is the model: OProfile with `--separate=kernel`, which
+//! attributes every sample to a program name, a binary image and a function, system-wide,
+//! user and kernel, saved as a profile every 10 s. The samples metric is what catches rogue
+//! processes (a `dd` disk hog, a `socat` network hog) and extra kernel TCP work, which the
+//! function-call tracer cannot see.
+//!
+//! # Pipeline
+//!
+//! One sampling event per online CPU ([`event`]), each with its own mmap'd ring; tracepoint
+//! events ([`tracefs`]) write into the same per-CPU ring. A reader thread drains the rings every
+//! 50 ms (or as soon as one is half full) and does nothing else, so the rings never wait for
+//! the slow part; the main thread decodes the records ([`record`]), merges them across CPUs in
+//! timestamp order (records older than the previous drain are complete) and feeds the process
+//! tracker ([`procs`], [`nodes`]) and the interval counters ([`engine`], [`profile`]). Each
+//! interval, every distinct location is named once ([`symbolize`], in batches per image, cached
+//! for the whole run) and one Samples and one Events record per node goes to
+//! `DATA/<node>/samples-<start_ns>.cul` ([`culprit_format`]). [`Sampler`] drives it all;
+//! [`perfdata`] replays a `perf.data` file through the same pipeline (to compare with
+//! `perf report`).
+//!
+//! # What lands where
+//!
+//! * Program: the process's `comm` (kernel worker threads `kworker/…` are all `kworker`, their
+//!   numbering differs from node to node). Kernel-mode samples keep the program they
+//!   interrupted (OProfile's `--separate=kernel`): image `[kernel.kallsyms]`, or `[module]`.
+//! * Image: the base name of the file mapped at the address, `[vdso]`, `[anon]` (JIT code), or
+//!   `[unknown]`. Function: the demangled symbol, else `image+0x<offset of the function start>`
+//!   from the unwind table, else `image+0x<offset>`.
+//! * Interrupts run in whatever process they interrupt. Over veth (emulated nodes) the
+//!   receive-side TCP/IP work of a packet runs in the *sender's* context (veth hands the packet
+//!   to the softirq on the sending CPU): measured here, `tcp_v4_rcv`, `tcp_rcv_established` and
+//!   `ip_rcv_finish_core` land in the sending node's process, the receiving node sees only its
+//!   own copy to user space. Kernel event counts do not have this problem for TCP retransmits
+//!   (attributed by socket address) or block I/O (by the submitting process).
+//!
+//! # Dependencies, and why
+//!
+//! * **`perf-event-open-sys`** (raw `bindgen` bindings of `<linux/perf_event.h>` and the
+//!   syscall/ioctl wrappers) with a small ring reader of our own (module `sys`, ~250 lines, the
+//!   only `unsafe` in the crate). The `perf-event` crate only counts; it cannot read a sampling
+//!   ring. `perf-event-open` 0.7.0 does sample, but (read in its source) it decodes every record
+//!   into a large owned struct with a `Vec` per variable field, needs kernel-version feature
+//!   flags chosen at build time for fields such as MMAP2 build-ids, pulls in `futures`, and its
+//!   API changed in every minor release from 0.4 to 0.7 — while what the sampler needs is small
+//!   and fixed: copy a ring's bytes out, decode five record types from a sample type it chose,
+//!   and put tracepoints into the same ring (`SET_OUTPUT`), which that crate does not expose.
+//!   `perf-event2` also samples but has had no release since 2024.
+//! * **`blazesym`** 0.2 (pinned exactly, pre-1.0) for user-space symbols: `.symtab`, `.dynsym`,
+//!   DWARF, debug links and build-id debug files, demangling; `addr2line` alone resolved about a
+//!   third of libc's addresses here. Kernel symbols come from our own `/proc/kallsyms` table,
+//!   which also gives module names (see [`symbolize`]).
+//!
+//! # Use as a library
+//!
+//! The testbed and `culprit record --sample` drive the sampler in-process:
+//!
+//! ```no_run
+//! use std::sync::atomic::AtomicBool;
+//! use std::time::Duration;
+//! use culprit_sampler::{Config, NodeRule, Sampler};
+//!
+//! let mut cfg = Config::new("culprit-data", "io1");
+//! cfg.interval = Duration::from_secs(1);
+//! cfg.node_rules.push(NodeRule::Netns { node: "io2".into(), path: "/run/netns/io2".into() });
+//! let sampler = Sampler::open(cfg)?; // errors say what is missing (privilege, event, …)
+//! eprintln!("{}", sampler.describe()); // which event and rate are in use
+//! let stop = AtomicBool::new(false); // set it from another thread to end the run
+//! let summary = sampler.run(&stop)?;
+//! println!("{} samples, {} lost", summary.samples, summary.lost);
+//! # Ok::<(), culprit_sampler::Error>(())
+//! ```
+//!
+//! # Privileges
+//!
+//! System-wide sampling needs root, CAP_PERFMON (or CAP_SYS_ADMIN), or
+//! `kernel.perf_event_paranoid` ≤ 0 (−1 for tracepoint fields); [`Error::Permission`] says so.
+//! `culprit doctor` checks what a machine allows ([`probe`]).
 
+#![deny(unsafe_code)]
+
+pub mod engine;
+pub mod event;
+mod fxhash;
+pub mod nodes;
+pub mod perfdata;
+pub mod probe;
+pub mod procs;
+pub mod profile;
+pub mod record;
+mod sampler;
 pub mod symbolize;
+#[allow(unsafe_code)]
+mod sys;
+pub mod tracefs;
+
+pub use event::{Rate, Sampling};
+pub use nodes::{NodeRule, Scope};
+pub use sampler::{
+    host_name, online_cpus, perf_event_paranoid, Config, Error, Sampler, Summary, DEFAULT_INTERVAL,
+    DEFAULT_RING_PAGES,
+};
+
+/// Installs SIGINT and SIGTERM handlers (once per process) that set the returned flag; pass it
+/// to [`Sampler::run`] so a signal flushes the last interval and ends the files cleanly.
+pub fn stop_on_signals() -> &'static std::sync::atomic::AtomicBool {
+    sys::stop_on_signals()
+}
+
+/// This process's user and system CPU time so far, in ns (getrusage), for benchmarks.
+pub fn self_cpu_ns() -> (u64, u64) {
+    sys::self_cpu_ns()
+}

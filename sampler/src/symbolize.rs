@@ -16,12 +16,22 @@
 //! address is resolved once; images that cannot be opened are remembered and not retried.
 //! Addresses are ELF virtual addresses (what `st_value` holds, i.e. runtime address minus the
 //! load bias) or file offsets (what `/proc/<pid>/maps` and perf's MMAP2 records give).
+//!
+//! # Kernel and vDSO
+//!
+//! Kernel addresses are looked up in a table read once from `/proc/kallsyms` (text symbols,
+//! sorted; binary search), which also names the module a symbol belongs to, so samples in
+//! modules get the module as their image, as OProfile's `--separate=kernel` does. The table is
+//! read again, at most every ten minutes, when an address falls outside it (a module loaded
+//! later): reading /proc/kallsyms costs the kernel about a tenth of a second.
+//! The vDSO has no file: [`Symbolizer::vdso`] resolves offsets in a copy of this process's
+//! vDSO (the same image the kernel maps into every 64-bit process).
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use blazesym::symbolize::source::{Elf, Kernel, Source};
+use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized};
 
 /// A symbol name shared between caches and results.
@@ -44,6 +54,10 @@ pub struct Symbolizer {
     images: HashMap<PathBuf, Arc<Path>>,
     unreadable: HashSet<Arc<Path>>,
     kernel: HashMap<u64, Option<Name>>,
+    kallsyms: Option<KernelSymbols>,
+    kallsyms_read_at: Option<std::time::Instant>,
+    vdso: Option<Option<VdsoCopy>>,
+    starts: HashMap<Arc<Path>, Option<FunctionStarts>>,
 }
 
 impl std::fmt::Debug for Symbolizer {
@@ -75,6 +89,10 @@ impl Symbolizer {
             images: HashMap::new(),
             unreadable: HashSet::new(),
             kernel: HashMap::new(),
+            kallsyms: None,
+            kallsyms_read_at: None,
+            vdso: None,
+            starts: HashMap::new(),
         }
     }
 
@@ -143,16 +161,9 @@ impl Symbolizer {
                 },
             }
         }
-        let src = Source::Elf(Elf::new(image.to_path_buf()));
-        for (input, list, at, make) in [
+        for (list, at, make) in [
+            (&virt, &virt_at, ImageAddr::Virt as fn(u64) -> ImageAddr),
             (
-                Input::VirtOffset(virt.as_slice()),
-                &virt,
-                &virt_at,
-                ImageAddr::Virt as fn(u64) -> ImageAddr,
-            ),
-            (
-                Input::FileOffset(file.as_slice()),
                 &file,
                 &file_at,
                 ImageAddr::FileOffset as fn(u64) -> ImageAddr,
@@ -161,25 +172,60 @@ impl Symbolizer {
             if list.is_empty() {
                 continue;
             }
-            match self.inner.symbolize(&src, input) {
-                Ok(results) => {
-                    for ((res, &i), &a) in results.iter().zip(at.iter()).zip(list.iter()) {
-                        let name = match res {
-                            Symbolized::Sym(sym) => Some(Name::from(sym.name.as_ref())),
-                            Symbolized::Unknown(_) => None,
-                        };
-                        self.cache.insert((image.clone(), make(a)), name.clone());
-                        out[i] = name;
-                    }
-                }
-                Err(_) => {
+            let is_virt = make(0) == ImageAddr::Virt(0);
+            // ELF symbol tables first: cheap, and enough for nearly every address. DWARF (and
+            // debug files found through debug links) only for what they leave unresolved: parsing
+            // DWARF costs far more than reading .symtab.
+            let mut names = match self.lookup(&image, false, is_virt, list) {
+                Ok(n) => n,
+                Err(()) => {
                     // Missing, unreadable, or not ELF: degrade to image+offset for good.
                     self.unreadable.insert(image.clone());
                     return out;
                 }
+            };
+            let missing: Vec<usize> = (0..names.len()).filter(|&j| names[j].is_none()).collect();
+            if !missing.is_empty() {
+                let retry: Vec<u64> = missing.iter().map(|&j| list[j]).collect();
+                if let Ok(found) = self.lookup(&image, true, is_virt, &retry) {
+                    for (j, name) in missing.into_iter().zip(found) {
+                        names[j] = name;
+                    }
+                }
+            }
+            for ((name, &i), &a) in names.into_iter().zip(at.iter()).zip(list.iter()) {
+                self.cache.insert((image.clone(), make(a)), name.clone());
+                out[i] = name;
             }
         }
         out
+    }
+
+    /// One blazesym call: the names of `addrs` (virtual addresses or file offsets) in `image`,
+    /// with or without debug symbols. `Err` when the image cannot be read.
+    fn lookup(
+        &mut self,
+        image: &Path,
+        debug_syms: bool,
+        virt: bool,
+        addrs: &[u64],
+    ) -> Result<Vec<Option<Name>>, ()> {
+        let mut elf = Elf::new(image.to_path_buf());
+        elf.debug_syms = debug_syms;
+        let src = Source::Elf(elf);
+        let input = if virt {
+            Input::VirtOffset(addrs)
+        } else {
+            Input::FileOffset(addrs)
+        };
+        let results = self.inner.symbolize(&src, input).map_err(|_| ())?;
+        Ok(results
+            .iter()
+            .map(|res| match res {
+                Symbolized::Sym(sym) => Some(Name::from(sym.name.as_ref())),
+                Symbolized::Unknown(_) => None,
+            })
+            .collect())
     }
 
     /// The kernel function containing `addr` (from `/proc/kallsyms`; addresses are visible only
@@ -188,22 +234,268 @@ impl Symbolizer {
         if let Some(hit) = self.kernel.get(&addr) {
             return hit.clone();
         }
-        // vmlinux is rarely present and slow to parse; kallsyms is enough for function names.
-        let src = Source::Kernel(Kernel {
-            vmlinux: blazesym::MaybeDefault::None,
-            ..Kernel::default()
-        });
-        let name = match self.inner.symbolize_single(&src, Input::AbsAddr(addr)) {
-            Ok(Symbolized::Sym(sym)) => Some(Name::from(sym.name.as_ref())),
-            _ => None,
-        };
+        let name = self.kernel_symbol(addr).map(|(name, _)| name);
         self.kernel.insert(addr, name.clone());
         name
+    }
+
+    /// The kernel function containing `addr` and the module it belongs to (`None` for the
+    /// kernel image itself). Not cached per address: the table lookup is a binary search.
+    pub fn kernel_symbol(&mut self, addr: u64) -> Option<(Name, Option<Name>)> {
+        let fresh = |at: Option<std::time::Instant>| {
+            at.is_some_and(|t| t.elapsed() < std::time::Duration::from_secs(600))
+        };
+        if self.kallsyms.is_none() && !fresh(self.kallsyms_read_at) {
+            self.reload_kallsyms();
+        }
+        if let Some(hit) = self.kallsyms.as_ref().and_then(|k| k.lookup(addr)) {
+            return Some(hit);
+        }
+        // Maybe a module loaded since the table was read.
+        if !fresh(self.kallsyms_read_at) {
+            self.reload_kallsyms();
+            return self.kallsyms.as_ref().and_then(|k| k.lookup(addr));
+        }
+        None
+    }
+
+    fn reload_kallsyms(&mut self) {
+        self.kallsyms_read_at = Some(std::time::Instant::now());
+        self.kallsyms = std::fs::read_to_string("/proc/kallsyms")
+            .ok()
+            .and_then(|t| KernelSymbols::parse(&t));
+    }
+
+    /// The function containing `offset` in the vDSO, resolved in a copy of this process's
+    /// vDSO (written once to a temporary file, removed when the symbolizer is dropped).
+    pub fn vdso(&mut self, offset: u64) -> Option<Name> {
+        if self.vdso.is_none() {
+            self.vdso = Some(VdsoCopy::make());
+        }
+        let path = self.vdso.as_ref()?.as_ref()?.path.clone();
+        self.resolve(&path, ImageAddr::FileOffset(offset))
+    }
+
+    /// Forgets what is cached for the image at `path` (its file was replaced).
+    pub fn forget_image(&mut self, path: &Path) {
+        if let Some(image) = self.images.get(path).cloned() {
+            self.cache.retain(|(p, _), _| *p != image);
+            self.unreadable.remove(&image);
+            self.starts.remove(&image);
+        }
+    }
+
+    /// For an address no symbol covers (a stripped binary's static function): the file offset
+    /// of the start of the function containing `file_offset`, from the unwind table every x86-64
+    /// binary keeps (`.eh_frame_hdr`, found through the `PT_GNU_EH_FRAME` program header) even
+    /// when stripped. Naming unresolved samples `image+<function start>` keeps them at function
+    /// granularity, so they add up as a function would instead of scattering over addresses.
+    pub fn function_start(&mut self, path: &Path, file_offset: u64) -> Option<u64> {
+        let image = self.image(path);
+        let table = self
+            .starts
+            .entry(image.clone())
+            .or_insert_with(|| FunctionStarts::read(&image))
+            .as_ref()?;
+        table.start_of(file_offset)
     }
 
     /// Number of cached (image, address) results.
     pub fn cached(&self) -> usize {
         self.cache.len() + self.kernel.len()
+    }
+}
+
+/// Function start addresses of an ELF file, from its `.eh_frame_hdr` search table, and the
+/// file-offset ↔ virtual-address map of its loadable segments.
+#[derive(Debug)]
+struct FunctionStarts {
+    /// Sorted virtual addresses of function starts.
+    starts: Vec<u64>,
+    /// (file offset, virtual address, file size) of each PT_LOAD segment.
+    loads: Vec<(u64, u64, u64)>,
+}
+
+/// Beyond this distance from the nearest function start an address is not attributed to it.
+const MAX_FUNCTION_SIZE: u64 = 1 << 20;
+
+impl FunctionStarts {
+    /// Reads the table of a little-endian ELF64 file; `None` for anything else or a table in an
+    /// encoding other than the usual `datarel | sdata4`.
+    fn read(path: &Path) -> Option<FunctionStarts> {
+        use std::os::unix::fs::FileExt as _;
+        let f = std::fs::File::open(path).ok()?;
+        let mut eh = [0u8; 64];
+        f.read_exact_at(&mut eh, 0).ok()?;
+        // ELF64, little-endian.
+        if &eh[0..4] != b"\x7fELF" || eh[4] != 2 || eh[5] != 1 {
+            return None;
+        }
+        let le64 = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8"));
+        let le32 = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4"));
+        let phoff = le64(&eh, 0x20);
+        let phentsize = u16::from_le_bytes([eh[0x36], eh[0x37]]) as usize;
+        let phnum = u16::from_le_bytes([eh[0x38], eh[0x39]]) as usize;
+        if phentsize < 56 || phnum == 0 || phnum > 256 {
+            return None;
+        }
+        let mut ph = vec![0u8; phentsize * phnum];
+        f.read_exact_at(&mut ph, phoff).ok()?;
+        let mut loads = Vec::new();
+        let mut hdr = None;
+        for i in 0..phnum {
+            let p = &ph[i * phentsize..(i + 1) * phentsize];
+            let (kind, off, vaddr, filesz) = (le32(p, 0), le64(p, 8), le64(p, 16), le64(p, 32));
+            match kind {
+                1 => loads.push((off, vaddr, filesz)),
+                0x6474_e550 => hdr = Some((off, vaddr, filesz)),
+                _ => {}
+            }
+        }
+        let (off, hdr_vaddr, size) = hdr?;
+        if !(12..=64 << 20).contains(&size) {
+            return None;
+        }
+        let mut h = vec![0u8; size as usize];
+        f.read_exact_at(&mut h, off).ok()?;
+        // version 1; eh_frame_ptr as pcrel|sdata4; fde_count as udata4; table as datarel|sdata4.
+        if h[0] != 1 || h[1] != 0x1b || h[2] != 0x03 || h[3] != 0x3b {
+            return None;
+        }
+        let count = le32(&h, 8) as usize;
+        if 12 + count.checked_mul(8)? > h.len() {
+            return None;
+        }
+        let mut starts: Vec<u64> = (0..count)
+            .map(|i| {
+                let rel = le32(&h, 12 + i * 8) as i32;
+                hdr_vaddr.wrapping_add_signed(i64::from(rel))
+            })
+            .collect();
+        starts.sort_unstable();
+        Some(FunctionStarts { starts, loads })
+    }
+
+    fn start_of(&self, file_offset: u64) -> Option<u64> {
+        let &(off, vaddr, _) = self
+            .loads
+            .iter()
+            .find(|&&(o, _, n)| file_offset >= o && file_offset < o + n)?;
+        let addr = file_offset - off + vaddr;
+        let i = self.starts.partition_point(|&s| s <= addr).checked_sub(1)?;
+        let start = self.starts[i];
+        if addr - start > MAX_FUNCTION_SIZE {
+            return None;
+        }
+        // Back to a file offset (the start lies in the same segment in practice).
+        let &(o, v, _) = self
+            .loads
+            .iter()
+            .find(|&&(_, v, n)| start >= v && start < v + n)?;
+        Some(start - v + o)
+    }
+}
+
+/// Text symbols of `/proc/kallsyms`, sorted by address.
+#[derive(Debug)]
+struct KernelSymbols {
+    addrs: Vec<u64>,
+    names: Vec<Name>,
+    modules: Vec<Option<Name>>,
+}
+
+/// Addresses further than this past the nearest symbol are not attributed to it.
+const KERNEL_MAX_SYMBOL_DISTANCE: u64 = 1 << 20;
+
+impl KernelSymbols {
+    /// Parses kallsyms text; `None` when it has no usable addresses (all zero: hidden by
+    /// `kernel.kptr_restrict`).
+    fn parse(text: &str) -> Option<KernelSymbols> {
+        let mut rows: Vec<(u64, Name, Option<Name>)> = Vec::new();
+        let mut modules: HashMap<&str, Name> = HashMap::new();
+        for line in text.lines() {
+            let mut f = line.split_ascii_whitespace();
+            let (Some(addr), Some(kind), Some(name)) = (f.next(), f.next(), f.next()) else {
+                continue;
+            };
+            if !matches!(kind, "t" | "T" | "w" | "W") {
+                continue;
+            }
+            let Ok(addr) = u64::from_str_radix(addr, 16) else {
+                continue;
+            };
+            if addr == 0 {
+                continue;
+            }
+            let module = f
+                .next()
+                .and_then(|m| m.strip_prefix('[')?.strip_suffix(']'))
+                .map(|m| {
+                    modules
+                        .entry(m)
+                        .or_insert_with(|| Name::from(format!("[{m}]").as_str()))
+                        .clone()
+                });
+            rows.push((addr, Name::from(name), module));
+        }
+        if rows.is_empty() {
+            return None;
+        }
+        rows.sort_by_key(|r| r.0);
+        let mut k = KernelSymbols {
+            addrs: Vec::with_capacity(rows.len()),
+            names: Vec::with_capacity(rows.len()),
+            modules: Vec::with_capacity(rows.len()),
+        };
+        for (a, n, m) in rows {
+            k.addrs.push(a);
+            k.names.push(n);
+            k.modules.push(m);
+        }
+        Some(k)
+    }
+
+    fn lookup(&self, addr: u64) -> Option<(Name, Option<Name>)> {
+        let i = self.addrs.partition_point(|&a| a <= addr).checked_sub(1)?;
+        if addr - self.addrs[i] > KERNEL_MAX_SYMBOL_DISTANCE {
+            return None;
+        }
+        Some((self.names[i].clone(), self.modules[i].clone()))
+    }
+}
+
+/// A copy of this process's vDSO in a temporary file.
+#[derive(Debug)]
+struct VdsoCopy {
+    path: PathBuf,
+}
+
+impl VdsoCopy {
+    fn make() -> Option<VdsoCopy> {
+        use std::os::unix::fs::FileExt as _;
+        let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+        let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
+        let (s, e) = line.split_whitespace().next()?.split_once('-')?;
+        let (start, end) = (
+            u64::from_str_radix(s, 16).ok()?,
+            u64::from_str_radix(e, 16).ok()?,
+        );
+        let mut bytes = vec![0u8; end.checked_sub(start)? as usize];
+        std::fs::File::open("/proc/self/mem")
+            .ok()?
+            .read_exact_at(&mut bytes, start)
+            .ok()?;
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("culprit-vdso-{}-{n}.so", std::process::id()));
+        std::fs::write(&path, &bytes).ok()?;
+        Some(VdsoCopy { path })
+    }
+}
+
+impl Drop for VdsoCopy {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
     }
 }
 

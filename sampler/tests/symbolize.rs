@@ -92,3 +92,97 @@ fn missing_image_degrades_to_none() {
     assert_eq!(s.resolve(&p, ImageAddr::Virt(0x1000)), None);
     assert_eq!(s.resolve(&p, ImageAddr::FileOffset(0x1000)), None);
 }
+
+/// File offset of virtual address `vaddr` in `bin`, from `readelf -lW`'s LOAD segments.
+fn file_offset(bin: &PathBuf, vaddr: u64) -> u64 {
+    let o = Command::new("readelf")
+        .arg("-lW")
+        .arg(bin)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(o.stdout).unwrap();
+    for line in text.lines().filter(|l| l.trim_start().starts_with("LOAD")) {
+        let f: Vec<u64> = line
+            .split_whitespace()
+            .skip(1)
+            .take(5)
+            .map(|x| u64::from_str_radix(x.trim_start_matches("0x"), 16).unwrap())
+            .collect();
+        let (off, va, filesz) = (f[0], f[1], f[3]);
+        if vaddr >= va && vaddr < va + filesz {
+            return vaddr - va + off;
+        }
+    }
+    panic!("{vaddr:#x} in no LOAD segment");
+}
+
+#[test]
+fn stripped_static_functions_get_their_start_from_the_unwind_table() {
+    let src = "static volatile int sink;\n\
+               static void __attribute__((noinline)) alpha(int n) { for (int i = 0; i < n; i++) sink += i; }\n\
+               static void __attribute__((noinline)) beta(int n) { for (int i = 0; i < n; i++) sink ^= i; }\n\
+               int main(int c, char **v) { (void)v; alpha(c); beta(c); return 0; }\n";
+    let bin = build(src, "unwind", &["-O1", "-fPIE", "-pie"]);
+    let stripped = bin.with_file_name("unwind-stripped");
+    assert!(Command::new("strip")
+        .arg("--strip-all")
+        .arg("-o")
+        .arg(&stripped)
+        .arg(&bin)
+        .status()
+        .unwrap()
+        .success());
+    let mut s = Symbolizer::new();
+    for f in ["alpha", "beta"] {
+        let start = file_offset(&bin, nm(&bin, f));
+        // No symbol covers it in the stripped file…
+        assert_eq!(s.resolve(&stripped, ImageAddr::FileOffset(start + 4)), None);
+        // …but the unwind table knows where the function starts.
+        assert_eq!(s.function_start(&stripped, start + 4), Some(start), "{f}");
+        assert_eq!(s.function_start(&stripped, start), Some(start), "{f}");
+    }
+    // Not an ELF file: no table, no panic.
+    assert_eq!(
+        s.function_start(std::path::Path::new("/etc/hostname"), 10),
+        None
+    );
+}
+
+#[test]
+fn a_stripped_binary_with_a_debug_link_is_named_from_its_debug_file() {
+    let src = "static volatile int sink;\n\
+               static void __attribute__((noinline)) gamma_fn(int n) { for (int i = 0; i < n; i++) sink += i; }\n\
+               int main(int c, char **v) { (void)v; gamma_fn(c); return 0; }\n";
+    let bin = build(src, "dbglink", &["-O1", "-g", "-fPIE", "-pie"]);
+    let dir = bin.parent().unwrap();
+    let debug = dir.join("dbglink.debug");
+    let stripped = dir.join("dbglink-stripped");
+    let run = |args: &[&std::ffi::OsStr]| {
+        assert!(Command::new("objcopy")
+            .args(args)
+            .status()
+            .unwrap()
+            .success());
+    };
+    run(&[
+        "--only-keep-debug".as_ref(),
+        bin.as_os_str(),
+        debug.as_os_str(),
+    ]);
+    run(&[
+        "--strip-all".as_ref(),
+        bin.as_os_str(),
+        stripped.as_os_str(),
+    ]);
+    let link = format!("--add-gnu-debuglink={}", debug.display());
+    // objcopy records the debug file's base name; the symbolizer looks next to the binary.
+    run(&[link.as_ref(), stripped.as_os_str()]);
+    let start = file_offset(&bin, nm(&bin, "gamma_fn"));
+    let mut s = Symbolizer::new();
+    assert_eq!(
+        s.resolve(&stripped, ImageAddr::FileOffset(start + 2))
+            .as_deref(),
+        Some("gamma_fn"),
+        "the name comes from the debug file"
+    );
+}

@@ -132,6 +132,16 @@ fn exec_starts_clean_in_a_new_file() {
         // interval in progress at exec is lost (as after kill -9).
         assert!(!old.ended);
         assert_contiguous(old);
+        // culprit report tells the exec'd image from a killed one.
+        let rep = run_ok(culprit().args(["report", "--json"]).arg(&data));
+        let v = stdout_json(&rep);
+        let statuses: Vec<&str> = v["nodes"][0]["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["status"].as_str().unwrap())
+            .collect();
+        assert_eq!(statuses, ["exec", "ended"], "{v}");
     }
 }
 

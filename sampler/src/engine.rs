@@ -1,0 +1,489 @@
+//! The record pipeline shared by live sampling and by replaying a `perf.data` file (STYLE.md
+//! §8: live and offline share one path): decode records, merge them in timestamp order, track
+//! processes, attribute samples and tracepoint hits to nodes, count them per interval.
+//!
+//! Rings are not ordered with each other, so records are buffered and sorted; the caller says up
+//! to which timestamp everything has been read (the start of the previous drain round, as perf's
+//! "finished round" does), and only records before it are processed.
+
+use std::net::IpAddr;
+
+use crate::fxhash::FxHashMap;
+use crate::nodes::{NodeIdx, ProcFacts};
+use crate::procs::{ProcInfo, Tracker};
+use crate::profile::Intervals;
+use crate::record::{self, Layout, Rec, MISC_CPUMODE_MASK, MISC_KERNEL};
+use crate::tracefs::{self, Decoder};
+
+/// Which event a record belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stream {
+    /// The sampling event.
+    Samples,
+    /// Tracepoint `n` (index into the engine's tracepoint list).
+    Tracepoint(u16),
+}
+
+/// How to decode the records of a buffer: by event id, or one layout for all.
+#[derive(Clone, Debug, Default)]
+pub struct Streams {
+    by_id: FxHashMap<u64, (Layout, Stream)>,
+    default: Option<(Layout, Stream)>,
+}
+
+impl Streams {
+    /// Streams told apart by id.
+    pub fn new() -> Streams {
+        Streams::default()
+    }
+
+    /// Adds the event with kernel id `id`.
+    pub fn add(&mut self, id: u64, layout: Layout, stream: Stream) {
+        self.by_id.insert(id, (layout, stream));
+    }
+
+    /// Uses `layout` for records whose id is unknown or absent.
+    pub fn set_default(&mut self, layout: Layout, stream: Stream) {
+        self.default = Some((layout, stream));
+    }
+
+    fn any_layout(&self) -> Option<Layout> {
+        self.default
+            .map(|d| d.0)
+            .or_else(|| self.by_id.values().next().map(|v| v.0))
+    }
+
+    fn lookup(&self, id: Option<u64>) -> Option<(Layout, Stream)> {
+        id.and_then(|id| self.by_id.get(&id).copied())
+            .or(self.default)
+    }
+}
+
+/// Node attribution data decoded from a tracepoint's raw fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TpKey {
+    None,
+    Block { dev: u32, sector: u64 },
+    Tcp { saddr: IpAddr, daddr: IpAddr },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Ev {
+    Sample {
+        pid: u32,
+        ip: u64,
+        kernel: bool,
+    },
+    Tp {
+        tp: u16,
+        pid: u32,
+        key: TpKey,
+    },
+    Mmap(Box<MmapEv>),
+    Comm {
+        pid: u32,
+        tid: u32,
+        comm: Box<[u8]>,
+        exec: bool,
+        facts: Option<Box<ProcFacts>>,
+    },
+    Netns {
+        pid: u32,
+        tid: u32,
+        ino: u64,
+    },
+    Fork {
+        pid: u32,
+        ppid: u32,
+        tid: u32,
+    },
+    Exit {
+        pid: u32,
+        tid: u32,
+    },
+    Lost {
+        events: bool,
+        n: u64,
+    },
+    Throttle,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct MmapEv {
+    pid: u32,
+    start: u64,
+    len: u64,
+    pgoff: u64,
+    path: Box<[u8]>,
+    dev_ino: Option<(u32, u32, u64)>,
+}
+
+#[derive(Clone, Debug)]
+struct Timed {
+    time: u64,
+    ev: Ev,
+}
+
+/// A tracepoint the engine counts.
+#[derive(Clone, Debug)]
+pub struct TpSpec {
+    /// `system:name`.
+    pub name: String,
+    /// How occurrences are attributed.
+    pub decoder: Decoder,
+}
+
+/// Counters of a run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Samples counted (in scope).
+    pub samples: u64,
+    /// Samples outside the scope (`--pid`, `--cgroup`).
+    pub out_of_scope: u64,
+    /// Samples the kernel reported lost.
+    pub lost: u64,
+    /// Tracepoint records the kernel reported lost.
+    pub lost_events: u64,
+    /// Tracepoint hits counted.
+    pub events: u64,
+    /// Throttle records (the kernel slowed sampling down).
+    pub throttles: u64,
+    /// Records that could not be decoded.
+    pub malformed: u64,
+    /// Records of streams the engine does not know.
+    pub unknown_stream: u64,
+}
+
+/// Offset from the records' clock to wall-clock time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClockMap {
+    /// wall ns − record clock ns.
+    pub offset: i64,
+}
+
+impl ClockMap {
+    /// Converts a record timestamp to wall-clock ns.
+    pub fn wall(&self, t: u64) -> u64 {
+        (t as i64).saturating_add(self.offset).max(0) as u64
+    }
+}
+
+/// Beyond this many in-flight block requests the owner map starts over.
+const BLOCK_OWNERS_MAX: usize = 1 << 16;
+
+/// The pipeline.
+#[derive(Debug)]
+pub struct Engine {
+    /// Process table.
+    pub tracker: Tracker,
+    /// Open intervals.
+    pub intervals: Intervals,
+    /// Record clock → wall clock.
+    pub clock: ClockMap,
+    tps: Vec<TpSpec>,
+    pending: Vec<Timed>,
+    snapshot: Option<(u64, Vec<ProcInfo>)>,
+    block_owner: FxHashMap<(u32, u64), NodeIdx>,
+    early_facts: FxHashMap<u32, ProcFacts>,
+    /// Counters.
+    pub stats: EngineStats,
+}
+
+impl Engine {
+    /// A pipeline over `tracker` counting into `intervals`.
+    pub fn new(
+        tracker: Tracker,
+        intervals: Intervals,
+        clock: ClockMap,
+        tps: Vec<TpSpec>,
+    ) -> Engine {
+        Engine {
+            tracker,
+            intervals,
+            clock,
+            tps,
+            pending: Vec::new(),
+            snapshot: None,
+            block_owner: FxHashMap::default(),
+            early_facts: FxHashMap::default(),
+            stats: EngineStats::default(),
+        }
+    }
+
+    /// The /proc snapshot taken at record-clock time `time`: applied in timestamp order, after
+    /// the records before it.
+    pub fn set_snapshot(&mut self, time: u64, snap: Vec<ProcInfo>) {
+        self.snapshot = Some((time, snap));
+    }
+
+    /// Facts about processes that just called `exec`, read by the ring reader right after the
+    /// drain (the earliest moment; a short-lived program may be gone by the time its record is
+    /// decoded). Used for the exec records of the next [`Engine::ingest`].
+    pub fn provide_facts(&mut self, facts: Vec<(u32, ProcFacts)>) {
+        self.early_facts.extend(facts);
+    }
+
+    /// Records waiting for the watermark.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Decodes the whole records in `buf` and queues them.
+    pub fn ingest(&mut self, buf: &[u8], streams: &Streams) {
+        let Some(common) = streams.any_layout() else {
+            return;
+        };
+        for (kind, misc, rec) in record::split(buf) {
+            let layout = if kind == perf_event_open_sys::bindings::PERF_RECORD_SAMPLE {
+                let id = common
+                    .sample_id_pos()
+                    .and_then(|pos| rec.get(8 + pos..16 + pos))
+                    .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
+                match streams.lookup(id) {
+                    Some((l, _)) => l,
+                    None => {
+                        self.stats.unknown_stream += 1;
+                        continue;
+                    }
+                }
+            } else {
+                common
+            };
+            let r = record::decode(kind, misc, rec, &layout);
+            self.queue(r, streams);
+        }
+    }
+
+    fn queue(&mut self, r: Rec<'_>, streams: &Streams) {
+        let Some(time) = r.time() else {
+            self.stats.malformed += 1;
+            return;
+        };
+        let ev = match r {
+            Rec::Sample(s) => match streams.lookup(s.id) {
+                Some((_, Stream::Samples)) => Ev::Sample {
+                    pid: s.pid,
+                    ip: s.ip,
+                    kernel: s.misc & MISC_CPUMODE_MASK == MISC_KERNEL,
+                },
+                Some((_, Stream::Tracepoint(tp))) => Ev::Tp {
+                    tp,
+                    pid: s.pid,
+                    key: self.tp_key(tp, s.raw),
+                },
+                None => {
+                    self.stats.unknown_stream += 1;
+                    return;
+                }
+            },
+            Rec::Mmap(m, _) => {
+                if !m.exec {
+                    return;
+                }
+                Ev::Mmap(Box::new(MmapEv {
+                    pid: m.pid,
+                    start: m.start,
+                    len: m.len,
+                    pgoff: m.pgoff,
+                    path: m.filename.into(),
+                    dev_ino: m.dev_ino,
+                }))
+            }
+            Rec::Comm {
+                pid,
+                tid,
+                comm,
+                exec,
+                ..
+            } => Ev::Comm {
+                pid,
+                tid,
+                comm: comm.into(),
+                exec,
+                // Read the new program's cgroup / namespace now, while it surely runs: by the
+                // time the record is processed a short-lived program may be gone.
+                facts: if exec {
+                    self.early_facts
+                        .remove(&pid)
+                        .or_else(|| self.tracker.read_facts_now(pid))
+                        .map(Box::new)
+                } else {
+                    None
+                },
+            },
+            Rec::Namespaces {
+                pid,
+                tid,
+                netns: Some(ino),
+                ..
+            } => Ev::Netns { pid, tid, ino },
+            Rec::Namespaces { netns: None, .. } => return,
+            Rec::Fork { pid, ppid, tid, .. } => Ev::Fork { pid, ppid, tid },
+            Rec::Exit { pid, tid, .. } => Ev::Exit { pid, tid },
+            Rec::Lost { id, lost, .. } => Ev::Lost {
+                events: matches!(streams.lookup(Some(id)), Some((_, Stream::Tracepoint(_)))),
+                n: lost,
+            },
+            Rec::LostSamples { lost, .. } => Ev::Lost {
+                events: false,
+                n: lost,
+            },
+            Rec::Throttle { on: true, .. } => Ev::Throttle,
+            Rec::Throttle { on: false, .. } | Rec::Other { .. } => return,
+            Rec::Malformed { .. } => {
+                self.stats.malformed += 1;
+                return;
+            }
+        };
+        self.pending.push(Timed { time, ev });
+    }
+
+    fn tp_key(&self, tp: u16, raw: Option<&[u8]>) -> TpKey {
+        let (Some(spec), Some(raw)) = (self.tps.get(tp as usize), raw) else {
+            return TpKey::None;
+        };
+        match &spec.decoder {
+            Decoder::Process => TpKey::None,
+            Decoder::Block { dev, sector, .. } => {
+                match (
+                    tracefs::read_uint(raw, dev),
+                    tracefs::read_uint(raw, sector),
+                ) {
+                    (Some(d), Some(s)) => TpKey::Block {
+                        dev: d as u32,
+                        sector: s,
+                    },
+                    _ => TpKey::None,
+                }
+            }
+            Decoder::Tcp {
+                family,
+                saddr,
+                daddr,
+                saddr6,
+                daddr6,
+            } => match tracefs::tcp_addrs(
+                raw,
+                family,
+                saddr,
+                daddr,
+                saddr6.as_ref(),
+                daddr6.as_ref(),
+            ) {
+                Some((saddr, daddr)) => TpKey::Tcp { saddr, daddr },
+                None => TpKey::None,
+            },
+        }
+    }
+
+    /// Processes, in timestamp order, every queued record older than `until` (record clock).
+    /// Returns true when any records were lost among them.
+    pub fn process_until(&mut self, until: u64) -> bool {
+        // Each ring's records are already in time order, so the buffer is a few sorted runs: the
+        // stable sort merges runs (and keeps a ring's order among equal timestamps).
+        self.pending.sort_by_key(|t| t.time);
+        let n = self.pending.partition_point(|t| t.time < until);
+        let batch: Vec<Timed> = self.pending.drain(..n).collect();
+        let mut lost = false;
+        for t in batch {
+            if self.snapshot.as_ref().is_some_and(|(st, _)| t.time >= *st) {
+                self.apply_snapshot();
+            }
+            lost |= self.handle(t);
+        }
+        if self.snapshot.as_ref().is_some_and(|(st, _)| until > *st) {
+            self.apply_snapshot();
+        }
+        lost
+    }
+
+    fn apply_snapshot(&mut self) {
+        if let Some((_, snap)) = self.snapshot.take() {
+            self.tracker.apply_snapshot(snap);
+        }
+    }
+
+    fn handle(&mut self, t: Timed) -> bool {
+        let wall = self.clock.wall(t.time);
+        match t.ev {
+            Ev::Sample { pid, ip, kernel } => match self.tracker.attribute(pid, ip, kernel) {
+                Some((node, prog, loc)) => {
+                    self.stats.samples += 1;
+                    self.intervals.sample(wall, node, prog, loc);
+                }
+                None => self.stats.out_of_scope += 1,
+            },
+            Ev::Tp { tp, pid, key } => {
+                if let Some(node) = self.tp_node(tp, pid, key) {
+                    self.stats.events += 1;
+                    self.intervals.event(wall, node, tp as usize);
+                }
+            }
+            Ev::Mmap(m) => self
+                .tracker
+                .on_mmap(m.pid, m.start, m.len, m.pgoff, &m.path, m.dev_ino),
+            Ev::Comm {
+                pid,
+                tid,
+                comm,
+                exec,
+                facts,
+            } => self
+                .tracker
+                .on_comm(pid, tid, &comm, exec, facts.map(|f| *f)),
+            Ev::Netns { pid, tid, ino } => self.tracker.on_netns(pid, tid, ino),
+            Ev::Fork { pid, ppid, tid } => self.tracker.on_fork(pid, ppid, tid),
+            Ev::Exit { pid, tid } => self.tracker.on_exit(pid, tid, t.time),
+            Ev::Lost { events, n } => {
+                if events {
+                    self.stats.lost_events += n;
+                } else {
+                    self.stats.lost += n;
+                }
+                self.intervals.lost(wall, n, events);
+                return true;
+            }
+            Ev::Throttle => self.stats.throttles += 1,
+        }
+        false
+    }
+
+    /// The node a tracepoint hit belongs to (see [`crate::nodes`] and [`Decoder`]).
+    fn tp_node(&mut self, tp: u16, pid: u32, key: TpKey) -> Option<NodeIdx> {
+        match key {
+            TpKey::None => self.tracker.node_of(pid),
+            TpKey::Tcp { saddr, daddr } => self
+                .tracker
+                .nodes()
+                .by_addrs(saddr, daddr)
+                .or_else(|| self.tracker.node_of(pid)),
+            TpKey::Block { dev, sector } => {
+                let (learns, forgets) = match self.tps.get(tp as usize).map(|s| &s.decoder) {
+                    Some(Decoder::Block {
+                        learns, forgets, ..
+                    }) => (*learns, *forgets),
+                    _ => (false, false),
+                };
+                if learns {
+                    let node = self.tracker.node_of(pid)?;
+                    if self.block_owner.len() >= BLOCK_OWNERS_MAX {
+                        self.block_owner.clear();
+                    }
+                    self.block_owner.insert((dev, sector), node);
+                    return Some(node);
+                }
+                if forgets {
+                    // Completions run in interrupt context: the interrupted process says
+                    // nothing about who asked for the I/O. One whose request was not seen
+                    // queued (before the sampler started, or by a process out of scope) is
+                    // not counted rather than charged to a bystander.
+                    return self.block_owner.remove(&(dev, sector));
+                }
+                self.block_owner
+                    .get(&(dev, sector))
+                    .copied()
+                    .or_else(|| self.tracker.node_of(pid))
+            }
+        }
+    }
+}

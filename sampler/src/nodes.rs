@@ -1,0 +1,366 @@
+//! Which node a process belongs to, and whether it is in the sampler's scope.
+//!
+//! A real node is the whole host: every sample goes to one node. To emulate several nodes on one
+//! host (DESIGN.md §"Testing on one machine": each emulated node is a set of processes with its
+//! own network namespace and cgroups), the sampler assigns each process to a node by rules:
+//! a process tree (`--node-pid`), a cgroup (`--node-cgroup`), a network namespace
+//! (`--node-netns`); TCP events by socket address (`--node-addr`). Samples matching no rule go
+//! to [`culprit_format::names::UNASSIGNED_DIR`], which diagnosis skips.
+//!
+//! Rules are checked in that order (pid tree first). A process is classified when it is first
+//! seen (the /proc snapshot, or lazily from /proc), again when it calls `exec` (a launcher such
+//! as `ip netns exec` or `cgexec` moves itself, then execs), and otherwise a forked child
+//! inherits its parent's node: a short-lived child that is gone before the sampler reads its
+//! records still lands on its parent's node.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+
+use culprit_format::names;
+
+/// Index of a node in [`Nodes::names`].
+pub type NodeIdx = u16;
+
+/// A rule as the user wrote it: `NODE=VALUE`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeRule {
+    /// Processes in this cgroup (or below it), in any hierarchy: a path relative to the
+    /// hierarchy root (`/culprit/n1`) or a full path under `/sys/fs/cgroup/<hierarchy>/`.
+    Cgroup {
+        /// Node name.
+        node: String,
+        /// Cgroup path.
+        path: String,
+    },
+    /// Processes in this network namespace (`/run/netns/NAME` or `/proc/PID/ns/net`).
+    Netns {
+        /// Node name.
+        node: String,
+        /// Namespace file.
+        path: PathBuf,
+    },
+    /// This process and its descendants (forked after the sampler started, or found in the
+    /// /proc snapshot with it as an ancestor).
+    Pid {
+        /// Node name.
+        node: String,
+        /// Root process id.
+        pid: u32,
+    },
+    /// TCP events whose socket has this address (source first, then destination).
+    Addr {
+        /// Node name.
+        node: String,
+        /// Address.
+        addr: IpAddr,
+    },
+}
+
+impl NodeRule {
+    /// The node the rule assigns to.
+    pub fn node(&self) -> &str {
+        match self {
+            NodeRule::Cgroup { node, .. }
+            | NodeRule::Netns { node, .. }
+            | NodeRule::Pid { node, .. }
+            | NodeRule::Addr { node, .. } => node,
+        }
+    }
+}
+
+/// Restricts what is sampled.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Scope {
+    /// Every process and the kernel.
+    #[default]
+    System,
+    /// A process and its descendants.
+    Pid(u32),
+    /// Processes in a cgroup (or below it), in any hierarchy.
+    Cgroup(String),
+}
+
+impl Scope {
+    /// The value recorded in the Info record (`system`, `pid:<n>`, `cgroup:<path>`).
+    pub fn describe(&self) -> String {
+        match self {
+            Scope::System => "system".into(),
+            Scope::Pid(p) => format!("pid:{p}"),
+            Scope::Cgroup(c) => format!("cgroup:{c}"),
+        }
+    }
+}
+
+/// Cgroup path as seen in `/proc/<pid>/cgroup`: strips a `/sys/fs/cgroup/<hierarchy>` prefix
+/// and trailing slashes.
+pub fn normalize_cgroup(path: &str) -> String {
+    let mut p = path.trim_end_matches('/');
+    if let Some(rest) = p.strip_prefix("/sys/fs/cgroup/") {
+        // Drop the hierarchy's directory (`cpu`, `blkio`, `unified`, `cpu,cpuacct`, …).
+        p = match rest.find('/') {
+            Some(i) => &rest[i..],
+            None => "",
+        };
+    }
+    if p.is_empty() {
+        "/".into()
+    } else if p.starts_with('/') {
+        p.to_string()
+    } else {
+        format!("/{p}")
+    }
+}
+
+/// True when `cg` (a path from `/proc/<pid>/cgroup`) is `rule` or below it.
+fn cgroup_matches(cg: &str, rule: &str) -> bool {
+    rule == "/"
+        || cg == rule
+        || (cg.starts_with(rule) && cg.as_bytes().get(rule.len()) == Some(&b'/'))
+}
+
+/// Facts about a process read from /proc, as far as the rules need them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProcFacts {
+    /// Cgroup paths, one per hierarchy line of `/proc/<pid>/cgroup`.
+    pub cgroups: Vec<String>,
+    /// Inode of the process's network namespace.
+    pub netns: Option<u64>,
+}
+
+/// The node table and the rules.
+#[derive(Clone, Debug)]
+pub struct Nodes {
+    names: Vec<String>,
+    fallback: NodeIdx,
+    cgroup_rules: Vec<(String, NodeIdx)>,
+    netns_rules: Vec<(u64, NodeIdx)>,
+    pid_rules: HashMap<u32, NodeIdx>,
+    addr_rules: HashMap<IpAddr, NodeIdx>,
+    scope: Scope,
+}
+
+impl Nodes {
+    /// Builds the node table: `default_node` alone when there are no rules; otherwise the rules'
+    /// nodes in order of first mention, then [`names::UNASSIGNED_DIR`] for the rest.
+    pub fn new(default_node: &str, rules: &[NodeRule], scope: Scope) -> Result<Nodes, String> {
+        let mut n = Nodes {
+            names: Vec::new(),
+            fallback: 0,
+            cgroup_rules: Vec::new(),
+            netns_rules: Vec::new(),
+            pid_rules: HashMap::new(),
+            addr_rules: HashMap::new(),
+            scope,
+        };
+        if rules.is_empty() {
+            if !names::is_node_name(default_node) {
+                return Err(format!(
+                    "{default_node:?} is not a valid node name (letters, digits, `.`, `_`, `-`; \
+                     not starting with `.` or `_`)"
+                ));
+            }
+            n.names.push(default_node.to_string());
+            return Ok(n);
+        }
+        for r in rules {
+            let node = r.node();
+            if !names::is_node_name(node) {
+                return Err(format!(
+                    "{node:?} is not a valid node name (letters, digits, `.`, `_`, `-`; not \
+                     starting with `.` or `_`)"
+                ));
+            }
+            let idx = match n.names.iter().position(|x| x == node) {
+                Some(i) => i as NodeIdx,
+                None => {
+                    n.names.push(node.to_string());
+                    (n.names.len() - 1) as NodeIdx
+                }
+            };
+            match r {
+                NodeRule::Cgroup { path, .. } => {
+                    n.cgroup_rules.push((normalize_cgroup(path), idx));
+                }
+                NodeRule::Netns { path, .. } => {
+                    let ino = std::fs::metadata(path)
+                        .map_err(|e| format!("network namespace {}: {e}", path.display()))?
+                        .ino();
+                    n.netns_rules.push((ino, idx));
+                }
+                NodeRule::Pid { pid, .. } => {
+                    n.pid_rules.insert(*pid, idx);
+                }
+                NodeRule::Addr { addr, .. } => {
+                    n.addr_rules.insert(*addr, idx);
+                }
+            }
+        }
+        n.names.push(names::UNASSIGNED_DIR.to_string());
+        n.fallback = (n.names.len() - 1) as NodeIdx;
+        Ok(n)
+    }
+
+    /// Node names, indexed by [`NodeIdx`].
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// The node of samples that match no rule.
+    pub fn fallback(&self) -> NodeIdx {
+        self.fallback
+    }
+
+    /// True when nodes are assigned by rules (emulated nodes).
+    pub fn has_rules(&self) -> bool {
+        self.names.len() > 1
+    }
+
+    /// The scope.
+    pub fn scope(&self) -> &Scope {
+        &self.scope
+    }
+
+    /// True when classification needs `/proc/<pid>/cgroup`.
+    pub fn needs_cgroups(&self) -> bool {
+        !self.cgroup_rules.is_empty() || matches!(self.scope, Scope::Cgroup(_))
+    }
+
+    /// True when classification needs the network namespace.
+    pub fn needs_netns(&self) -> bool {
+        !self.netns_rules.is_empty()
+    }
+
+    /// The node of the process tree rooted at `pid`, if a pid rule names it.
+    pub fn pid_rule(&self, pid: u32) -> Option<NodeIdx> {
+        self.pid_rules.get(&pid).copied()
+    }
+
+    /// The node a process belongs to by its cgroup or network namespace.
+    pub fn by_facts(&self, f: &ProcFacts) -> Option<NodeIdx> {
+        for (rule, idx) in &self.cgroup_rules {
+            if f.cgroups.iter().any(|cg| cgroup_matches(cg, rule)) {
+                return Some(*idx);
+            }
+        }
+        let ns = f.netns?;
+        self.netns_rules
+            .iter()
+            .find(|(ino, _)| *ino == ns)
+            .map(|(_, idx)| *idx)
+    }
+
+    /// True when a process with these facts is in a cgroup scope (always true for other scopes).
+    pub fn cgroup_scope_matches(&self, f: &ProcFacts) -> bool {
+        match &self.scope {
+            Scope::Cgroup(rule) => {
+                let rule = normalize_cgroup(rule);
+                f.cgroups.iter().any(|cg| cgroup_matches(cg, &rule))
+            }
+            _ => true,
+        }
+    }
+
+    /// The node of a TCP event with these addresses: the source's node, else the
+    /// destination's, else `None` (then the process decides).
+    pub fn by_addrs(&self, saddr: IpAddr, daddr: IpAddr) -> Option<NodeIdx> {
+        self.addr_rules
+            .get(&saddr)
+            .or_else(|| self.addr_rules.get(&daddr))
+            .copied()
+    }
+}
+
+/// Reads the facts the rules need about `pid`; `None` when the process is gone.
+pub fn read_facts(pid: u32, cgroups: bool, netns: bool) -> Option<ProcFacts> {
+    let mut f = ProcFacts::default();
+    if cgroups {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+        f.cgroups = parse_proc_cgroup(&text);
+    }
+    if netns {
+        f.netns = Some(
+            std::fs::metadata(Path::new(&format!("/proc/{pid}/ns/net")))
+                .ok()?
+                .ino(),
+        );
+    }
+    Some(f)
+}
+
+/// The paths of `/proc/<pid>/cgroup` lines (`id:controllers:path`).
+pub fn parse_proc_cgroup(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| l.splitn(3, ':').nth(2))
+        .map(|p| p.to_string())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cgroup_paths() {
+        assert_eq!(
+            normalize_cgroup("/sys/fs/cgroup/cpu/culprit/n1/"),
+            "/culprit/n1"
+        );
+        assert_eq!(normalize_cgroup("/sys/fs/cgroup/cpu"), "/");
+        assert_eq!(normalize_cgroup("culprit/n1"), "/culprit/n1");
+        assert!(cgroup_matches("/culprit/n1", "/culprit/n1"));
+        assert!(cgroup_matches("/culprit/n1/x", "/culprit/n1"));
+        assert!(!cgroup_matches("/culprit/n10", "/culprit/n1"));
+        let cg = parse_proc_cgroup("12:cpu,cpuacct:/culprit/n1\n0::/\n");
+        assert_eq!(cg, vec!["/culprit/n1".to_string(), "/".to_string()]);
+    }
+
+    #[test]
+    fn rules_and_fallback() {
+        let rules = vec![
+            NodeRule::Cgroup {
+                node: "n1".into(),
+                path: "/sys/fs/cgroup/cpu/t/n1".into(),
+            },
+            NodeRule::Pid {
+                node: "n2".into(),
+                pid: 77,
+            },
+            NodeRule::Addr {
+                node: "n2".into(),
+                addr: "10.0.0.2".parse().unwrap(),
+            },
+        ];
+        let n = Nodes::new("host", &rules, Scope::System).unwrap();
+        assert_eq!(n.names(), ["n1", "n2", "_unassigned"]);
+        assert_eq!(n.fallback(), 2);
+        assert!(n.needs_cgroups());
+        assert_eq!(n.pid_rule(77), Some(1));
+        let f = ProcFacts {
+            cgroups: vec!["/t/n1/sub".into()],
+            netns: None,
+        };
+        assert_eq!(n.by_facts(&f), Some(0));
+        assert_eq!(n.by_facts(&ProcFacts::default()), None);
+        let a: IpAddr = "10.0.0.2".parse().unwrap();
+        let b: IpAddr = "10.0.0.9".parse().unwrap();
+        assert_eq!(n.by_addrs(b, a), Some(1));
+        assert_eq!(n.by_addrs(b, b), None);
+
+        // A cgroup scope keeps that cgroup's subtree, in any hierarchy, by either path form.
+        for rule in ["/sys/fs/cgroup/cpu/t/n1", "/t/n1"] {
+            let scoped = Nodes::new("h", &[], Scope::Cgroup(rule.into())).unwrap();
+            assert!(scoped.needs_cgroups());
+            assert!(scoped.cgroup_scope_matches(&f));
+            assert!(!scoped.cgroup_scope_matches(&ProcFacts {
+                cgroups: vec!["/t/n10".into(), "/".into()],
+                netns: None,
+            }));
+        }
+        let single = Nodes::new("host1", &[], Scope::System).unwrap();
+        assert_eq!(single.names(), ["host1"]);
+        assert!(!single.has_rules());
+        assert!(Nodes::new("_bad", &[], Scope::System).is_err());
+    }
+}

@@ -1,0 +1,863 @@
+//! Process tracking: which program each pid runs, its executable mappings, its node.
+//!
+//! Fed in timestamp order (the caller merges the per-CPU rings) with the kernel's side-band
+//! records — COMM (name; with the exec flag, a new program image), MMAP2 (a new executable
+//! mapping), FORK and EXIT — and, once, with a snapshot of /proc for the processes that were
+//! already running when sampling began. A fork copies the parent's mappings and node (shared
+//! copy-on-write, so fork-heavy workloads stay cheap); an exec drops the old mappings.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::fxhash::FxHashMap;
+use crate::nodes::{read_facts, NodeIdx, Nodes, ProcFacts, Scope};
+
+/// Index of an image in the tracker's image table.
+pub type ImageId = u32;
+/// Index of a program name in the tracker's program table.
+pub type ProgId = u32;
+
+/// Where a sample's instruction pointer was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Loc {
+    /// A kernel address.
+    Kernel(u64),
+    /// A file offset in an image.
+    User {
+        /// The image.
+        image: ImageId,
+        /// Offset in the image file (or in the vDSO).
+        offset: u64,
+    },
+    /// A user address in no known mapping.
+    Unknown,
+}
+
+/// What kind of image a mapping is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ImageKind {
+    /// An ELF file on disk (executable or shared library).
+    File,
+    /// The kernel's vDSO.
+    Vdso,
+    /// Anonymous executable memory (JIT code) or another pseudo mapping.
+    Anon,
+}
+
+/// A binary image.
+#[derive(Clone, Debug)]
+pub struct Image {
+    /// Path as the kernel reported it.
+    pub path: Arc<Path>,
+    /// Name used in profiles: the file's base name, or `[vdso]`, `[anon]`.
+    pub name: Arc<str>,
+    /// Kind.
+    pub kind: ImageKind,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Mapping {
+    end: u64,
+    pgoff: u64,
+    image: ImageId,
+}
+
+type Maps = Arc<BTreeMap<u64, Mapping>>;
+
+#[derive(Clone, Debug)]
+struct Process {
+    prog: ProgId,
+    maps: Maps,
+    node: NodeIdx,
+    in_scope: bool,
+    /// Node from a `--node-pid` tree rule (inherited by descendants).
+    tree_node: Option<NodeIdx>,
+    /// Under the `--pid` scope root.
+    tree_scope: bool,
+    kthread: bool,
+    dead_since: Option<u64>,
+    /// Last known cgroups / network namespace (only when node rules or the scope need them).
+    facts: Option<ProcFacts>,
+}
+
+/// Counters about tracking, for the run summary.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrackerStats {
+    /// Processes created from FORK records.
+    pub forks: u64,
+    /// exec calls seen.
+    pub execs: u64,
+    /// Processes read lazily from /proc (first seen in a sample or record).
+    pub lazy: u64,
+    /// Samples of user addresses outside every known mapping.
+    pub unmapped: u64,
+}
+
+/// The process table.
+#[derive(Debug)]
+pub struct Tracker {
+    procs: FxHashMap<u32, Process>,
+    images: Vec<Image>,
+    image_ids: HashMap<(Arc<str>, u64, u64), ImageId>,
+    programs: Vec<Arc<str>>,
+    prog_ids: HashMap<Arc<str>, ProgId>,
+    nodes: Nodes,
+    read_proc: bool,
+    replaced: Vec<Arc<Path>>,
+    stats: TrackerStats,
+}
+
+/// One executable mapping from `/proc/<pid>/maps`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MapLine {
+    /// Start address.
+    pub start: u64,
+    /// End address.
+    pub end: u64,
+    /// File offset of `start`.
+    pub pgoff: u64,
+    /// Device (major << 32 | minor).
+    pub dev: u64,
+    /// Inode.
+    pub ino: u64,
+    /// Path (or `[vdso]`, empty for anonymous memory).
+    pub path: String,
+}
+
+/// A process as read from /proc.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcInfo {
+    /// Process id.
+    pub pid: u32,
+    /// Parent process id.
+    pub ppid: u32,
+    /// Name (`comm`).
+    pub comm: String,
+    /// Executable mappings.
+    pub maps: Vec<MapLine>,
+    /// Facts for node rules, when they need any.
+    pub facts: Option<ProcFacts>,
+}
+
+const UNKNOWN_PROGRAM: &str = "[unknown]";
+
+impl Tracker {
+    /// An empty table. `read_proc` lets it read /proc for processes it first meets in a sample
+    /// (live sampling; off when replaying a recording).
+    pub fn new(nodes: Nodes, read_proc: bool) -> Tracker {
+        let mut t = Tracker {
+            procs: FxHashMap::default(),
+            images: Vec::new(),
+            image_ids: HashMap::new(),
+            programs: Vec::new(),
+            prog_ids: HashMap::new(),
+            nodes,
+            read_proc,
+            replaced: Vec::new(),
+            stats: TrackerStats::default(),
+        };
+        // The idle task has no /proc entry and no FORK record.
+        let prog = t.program(b"swapper", true);
+        let node = t.nodes.fallback();
+        let in_scope = matches!(t.nodes.scope(), Scope::System);
+        t.procs.insert(
+            0,
+            Process {
+                prog,
+                maps: Maps::default(),
+                node,
+                in_scope,
+                tree_node: None,
+                tree_scope: false,
+                kthread: true,
+                dead_since: None,
+                facts: None,
+            },
+        );
+        t
+    }
+
+    /// The node table.
+    pub fn nodes(&self) -> &Nodes {
+        &self.nodes
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> TrackerStats {
+        self.stats
+    }
+
+    /// Image `id`.
+    pub fn image(&self, id: ImageId) -> &Image {
+        &self.images[id as usize]
+    }
+
+    /// Program name `id`.
+    pub fn program_name(&self, id: ProgId) -> &Arc<str> {
+        &self.programs[id as usize]
+    }
+
+    /// Paths whose file changed (a new inode) since the last call: cached symbols of those
+    /// paths are stale.
+    pub fn take_replaced(&mut self) -> Vec<Arc<Path>> {
+        std::mem::take(&mut self.replaced)
+    }
+
+    /// Number of processes in the table.
+    pub fn len(&self) -> usize {
+        self.procs.len()
+    }
+
+    /// True when only the idle task is known.
+    pub fn is_empty(&self) -> bool {
+        self.procs.len() <= 1
+    }
+
+    fn program(&mut self, comm: &[u8], kthread: bool) -> ProgId {
+        let mut name = String::from_utf8_lossy(comm);
+        // Worker threads are numbered by the kernel in no stable way (kworker/u4:2-events):
+        // keep the family name so nodes compare.
+        if kthread && name.starts_with("kworker/") {
+            name = "kworker".into();
+        }
+        if let Some(&id) = self.prog_ids.get(name.as_ref()) {
+            return id;
+        }
+        let arc: Arc<str> = Arc::from(name.as_ref());
+        let id = self.programs.len() as ProgId;
+        self.programs.push(arc.clone());
+        self.prog_ids.insert(arc, id);
+        id
+    }
+
+    fn image_id(&mut self, path: &[u8], dev: u64, ino: u64) -> ImageId {
+        let path = String::from_utf8_lossy(path);
+        let path = path.strip_suffix(" (deleted)").unwrap_or(&path);
+        let key_path: Arc<str> = Arc::from(path);
+        if let Some(&id) = self.image_ids.get(&(key_path.clone(), dev, ino)) {
+            return id;
+        }
+        let (kind, name): (ImageKind, Arc<str>) = if path == "[vdso]" {
+            (ImageKind::Vdso, Arc::from("[vdso]"))
+        } else if path.starts_with('/') && !path.starts_with("//anon") {
+            let base = Path::new(path)
+                .file_name()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| path.to_string());
+            (ImageKind::File, Arc::from(base.as_str()))
+        } else {
+            (ImageKind::Anon, Arc::from("[anon]"))
+        };
+        let p: Arc<Path> = Arc::from(Path::new(path));
+        if kind == ImageKind::File
+            && self
+                .image_ids
+                .keys()
+                .any(|(k, d, i)| **k == *path && (*d, *i) != (dev, ino) && (*d, *i) != (0, 0))
+            && (dev, ino) != (0, 0)
+        {
+            self.replaced.push(p.clone());
+        }
+        let id = self.images.len() as ImageId;
+        self.images.push(Image {
+            path: p,
+            name,
+            kind,
+        });
+        self.image_ids.insert((key_path, dev, ino), id);
+        id
+    }
+
+    fn classify(
+        &self,
+        tree_node: Option<NodeIdx>,
+        facts: Option<&ProcFacts>,
+        inherit: NodeIdx,
+    ) -> NodeIdx {
+        if let Some(n) = tree_node {
+            return n;
+        }
+        match facts {
+            Some(f) => self.nodes.by_facts(f).unwrap_or(self.nodes.fallback()),
+            None => inherit,
+        }
+    }
+
+    fn scope_of(&self, tree_scope: bool, facts: Option<&ProcFacts>, inherit: bool) -> bool {
+        match self.nodes.scope() {
+            Scope::System => true,
+            Scope::Pid(_) => tree_scope,
+            Scope::Cgroup(_) => facts.map_or(inherit, |f| self.nodes.cgroup_scope_matches(f)),
+        }
+    }
+
+    fn needs_facts(&self) -> bool {
+        self.nodes.needs_cgroups() || self.nodes.needs_netns()
+    }
+
+    /// Reads the facts the node rules and the scope need about `pid` from /proc, now (`None`
+    /// when none are needed, when replaying, or when the process is gone).
+    pub fn read_facts_now(&self, pid: u32) -> Option<ProcFacts> {
+        if !self.read_proc || !self.needs_facts() {
+            return None;
+        }
+        read_facts(pid, self.nodes.needs_cgroups(), self.nodes.needs_netns())
+    }
+
+    /// Replaces what is known about the processes in `snap` (the /proc snapshot taken right
+    /// after the events were enabled). Ancestry decides pid-tree rules and the `--pid` scope.
+    pub fn apply_snapshot(&mut self, snap: Vec<ProcInfo>) {
+        let ppid: HashMap<u32, u32> = snap.iter().map(|p| (p.pid, p.ppid)).collect();
+        let scope_root = match self.nodes.scope() {
+            Scope::Pid(p) => Some(*p),
+            _ => None,
+        };
+        let ancestry = |mut pid: u32| -> (Option<NodeIdx>, bool) {
+            let mut tree_node = None;
+            let mut in_tree = false;
+            for _ in 0..4096 {
+                if tree_node.is_none() {
+                    tree_node = self.nodes.pid_rule(pid);
+                }
+                if scope_root == Some(pid) {
+                    in_tree = true;
+                }
+                match ppid.get(&pid) {
+                    Some(&pp) if pp != 0 && pp != pid => pid = pp,
+                    _ => break,
+                }
+            }
+            (tree_node, in_tree)
+        };
+        let prepared: Vec<(ProcInfo, Option<NodeIdx>, bool)> = snap
+            .into_iter()
+            .map(|p| {
+                let (tn, ts) = ancestry(p.pid);
+                (p, tn, ts)
+            })
+            .collect();
+        for (p, tree_node, tree_scope) in prepared {
+            self.insert_from_proc(p, tree_node, tree_scope);
+        }
+    }
+
+    fn insert_from_proc(&mut self, p: ProcInfo, tree_node: Option<NodeIdx>, tree_scope: bool) {
+        let kthread = p.pid == 2 || p.ppid == 2;
+        let prog = self.program(p.comm.as_bytes(), kthread);
+        let mut maps = BTreeMap::new();
+        for m in &p.maps {
+            let image = self.image_id(m.path.as_bytes(), m.dev, m.ino);
+            maps.insert(
+                m.start,
+                Mapping {
+                    end: m.end,
+                    pgoff: m.pgoff,
+                    image,
+                },
+            );
+        }
+        let fallback = self.nodes.fallback();
+        let node = self.classify(tree_node, p.facts.as_ref(), fallback);
+        let in_scope = self.scope_of(
+            tree_scope,
+            p.facts.as_ref(),
+            !matches!(self.nodes.scope(), Scope::Cgroup(_)),
+        );
+        self.procs.insert(
+            p.pid,
+            Process {
+                prog,
+                maps: Arc::new(maps),
+                node,
+                in_scope,
+                tree_node,
+                tree_scope,
+                kthread,
+                dead_since: None,
+                facts: p.facts,
+            },
+        );
+    }
+
+    /// The process `pid`, read from /proc when unknown (live mode), else a placeholder.
+    fn get_or_load(&mut self, pid: u32) -> &mut Process {
+        if !self.procs.contains_key(&pid) {
+            let loaded = if self.read_proc {
+                read_proc_info(
+                    pid,
+                    self.needs_facts()
+                        .then_some((self.nodes.needs_cgroups(), self.nodes.needs_netns())),
+                )
+            } else {
+                None
+            };
+            match loaded {
+                Some(info) => {
+                    self.stats.lazy += 1;
+                    // Its ancestry is unknown to us unless the parent is in the table.
+                    let parent = self.procs.get(&info.ppid);
+                    let tree_node = self
+                        .nodes
+                        .pid_rule(pid)
+                        .or(parent.and_then(|p| p.tree_node));
+                    let tree_scope = matches!(self.nodes.scope(), Scope::Pid(r) if *r == pid)
+                        || parent.is_some_and(|p| p.tree_scope);
+                    self.insert_from_proc(info, tree_node, tree_scope);
+                }
+                None => {
+                    let prog = self.program(UNKNOWN_PROGRAM.as_bytes(), false);
+                    let node = self.nodes.fallback();
+                    let in_scope = matches!(self.nodes.scope(), Scope::System);
+                    self.procs.insert(
+                        pid,
+                        Process {
+                            prog,
+                            maps: Maps::default(),
+                            node,
+                            in_scope,
+                            tree_node: None,
+                            tree_scope: false,
+                            kthread: false,
+                            dead_since: None,
+                            facts: None,
+                        },
+                    );
+                }
+            }
+        }
+        self.procs.get_mut(&pid).expect("inserted above")
+    }
+
+    /// A FORK record: a new process (pid == tid, pid != ppid) copies its parent; a new thread
+    /// changes nothing.
+    pub fn on_fork(&mut self, pid: u32, ppid: u32, tid: u32) {
+        if pid != tid || pid == ppid {
+            return;
+        }
+        self.stats.forks += 1;
+        let parent = self.get_or_load(ppid).clone();
+        let tree_node = self.nodes.pid_rule(pid).or(parent.tree_node);
+        let tree_scope =
+            matches!(self.nodes.scope(), Scope::Pid(r) if *r == pid) || parent.tree_scope;
+        let node = tree_node.unwrap_or(parent.node);
+        let in_scope = match self.nodes.scope() {
+            Scope::Pid(_) => tree_scope,
+            _ => parent.in_scope,
+        };
+        self.procs.insert(
+            pid,
+            Process {
+                prog: parent.prog,
+                maps: parent.maps.clone(),
+                node,
+                in_scope,
+                tree_node,
+                tree_scope,
+                kthread: parent.kthread || ppid == 2,
+                dead_since: None,
+                facts: parent.facts.clone(),
+            },
+        );
+    }
+
+    /// A COMM record. With `exec`, the process runs a new program: old mappings go, and its node
+    /// is looked up again (launchers move themselves into a namespace or cgroup, then exec) —
+    /// from `facts` read when the record arrived, else from /proc now.
+    pub fn on_comm(
+        &mut self,
+        pid: u32,
+        tid: u32,
+        comm: &[u8],
+        exec: bool,
+        facts: Option<ProcFacts>,
+    ) {
+        if !exec && pid != tid {
+            return; // a thread renamed itself; the program keeps the process's name
+        }
+        let facts = if exec {
+            facts.or_else(|| self.read_facts_now(pid))
+        } else {
+            None
+        };
+        let kthread = self.get_or_load(pid).kthread;
+        let prog = self.program(comm, kthread);
+        let p = self.procs.get_mut(&pid).expect("loaded above");
+        p.prog = prog;
+        if exec {
+            self.stats.execs += 1;
+            p.maps = Maps::default();
+            p.dead_since = None;
+            if facts.is_some() {
+                p.facts = facts;
+            }
+            self.reclassify(pid);
+        }
+    }
+
+    /// A NAMESPACES record: the task's network namespace (at fork, `setns`, `unshare`).
+    pub fn on_netns(&mut self, pid: u32, tid: u32, ino: u64) {
+        if pid != tid || !self.nodes.needs_netns() {
+            return;
+        }
+        let needs_cgroups = self.nodes.needs_cgroups();
+        let read = self.read_facts_now(pid);
+        let p = self.get_or_load(pid);
+        let f = p.facts.get_or_insert_with(|| read.unwrap_or_default());
+        if f.netns == Some(ino) && !needs_cgroups {
+            return;
+        }
+        f.netns = Some(ino);
+        self.reclassify(pid);
+    }
+
+    /// Classifies `pid` again from its current facts.
+    fn reclassify(&mut self, pid: u32) {
+        let Some(p) = self.procs.get(&pid) else {
+            return;
+        };
+        let node = self.classify(p.tree_node, p.facts.as_ref(), p.node);
+        let in_scope = self.scope_of(p.tree_scope, p.facts.as_ref(), p.in_scope);
+        let p = self.procs.get_mut(&pid).expect("present");
+        p.node = node;
+        p.in_scope = in_scope;
+    }
+
+    /// An MMAP / MMAP2 record of an executable mapping.
+    pub fn on_mmap(
+        &mut self,
+        pid: u32,
+        start: u64,
+        len: u64,
+        pgoff: u64,
+        path: &[u8],
+        dev_ino: Option<(u32, u32, u64)>,
+    ) {
+        let (dev, ino) = dev_ino.map_or((0, 0), |(maj, min, ino)| {
+            ((u64::from(maj) << 32) | u64::from(min), ino)
+        });
+        let image = self.image_id(path, dev, ino);
+        let p = self.get_or_load(pid);
+        let maps = Arc::make_mut(&mut p.maps);
+        insert_mapping(maps, start, start.saturating_add(len), pgoff, image);
+    }
+
+    /// An EXIT record. The entry stays until [`Tracker::gc`] (threads of a process whose main
+    /// thread exited may still run) or until the pid is reused.
+    pub fn on_exit(&mut self, pid: u32, tid: u32, time: u64) {
+        if pid == tid {
+            if let Some(p) = self.procs.get_mut(&pid) {
+                p.dead_since = Some(time);
+            }
+        }
+    }
+
+    /// Forgets processes that exited before `before`.
+    pub fn gc(&mut self, before: u64) {
+        self.procs
+            .retain(|_, p| p.dead_since.is_none_or(|t| t >= before));
+    }
+
+    /// Attributes a sample: `None` when the process is outside the scope.
+    pub fn attribute(&mut self, pid: u32, ip: u64, kernel: bool) -> Option<(NodeIdx, ProgId, Loc)> {
+        let p = self.get_or_load(pid);
+        if !p.in_scope {
+            return None;
+        }
+        let (node, prog) = (p.node, p.prog);
+        if kernel {
+            return Some((node, prog, Loc::Kernel(ip)));
+        }
+        let hit = p
+            .maps
+            .range(..=ip)
+            .next_back()
+            .filter(|(_, m)| ip < m.end)
+            .map(|(&start, m)| (m.image, ip - start + m.pgoff));
+        let loc = match hit {
+            Some((image, offset)) => Loc::User {
+                image,
+                offset: match self.images[image as usize].kind {
+                    ImageKind::Anon => 0,
+                    _ => offset,
+                },
+            },
+            None => {
+                self.stats.unmapped += 1;
+                Loc::Unknown
+            }
+        };
+        Some((node, prog, loc))
+    }
+
+    /// The node of process `pid` for kernel events (`None` outside the scope).
+    pub fn node_of(&mut self, pid: u32) -> Option<NodeIdx> {
+        let p = self.get_or_load(pid);
+        p.in_scope.then_some(p.node)
+    }
+}
+
+/// Inserts a mapping, trimming or removing the mappings it overlaps (a new mmap replaces the
+/// old pages).
+fn insert_mapping(
+    maps: &mut BTreeMap<u64, Mapping>,
+    start: u64,
+    end: u64,
+    pgoff: u64,
+    image: ImageId,
+) {
+    let overlapping: Vec<(u64, Mapping)> = maps
+        .range(..end)
+        .rev()
+        .take_while(|(_, m)| m.end > start)
+        .map(|(&s, &m)| (s, m))
+        .collect();
+    for (s, m) in overlapping {
+        maps.remove(&s);
+        if s < start {
+            maps.insert(s, Mapping { end: start, ..m });
+        }
+        if m.end > end {
+            maps.insert(
+                end,
+                Mapping {
+                    pgoff: m.pgoff + (end - s),
+                    ..m
+                },
+            );
+        }
+    }
+    maps.insert(start, Mapping { end, pgoff, image });
+}
+
+/// Reads one process from /proc: parent, name, executable mappings, and the facts node rules
+/// need (`facts` = (cgroups, netns)). `None` when it is gone.
+pub fn read_proc_info(pid: u32, facts: Option<(bool, bool)>) -> Option<ProcInfo> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (comm, ppid) = parse_stat(&stat)?;
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    let facts = match facts {
+        Some((cg, ns)) => Some(read_facts(pid, cg, ns)?),
+        None => None,
+    };
+    Some(ProcInfo {
+        pid,
+        ppid,
+        comm,
+        maps: parse_maps(&maps),
+        facts,
+    })
+}
+
+/// `(comm, ppid)` from the text of `/proc/<pid>/stat` (the name may hold spaces and parens).
+pub fn parse_stat(stat: &str) -> Option<(String, u32)> {
+    let open = stat.find('(')?;
+    let close = stat.rfind(')')?;
+    let comm = stat.get(open + 1..close)?.to_string();
+    let mut rest = stat.get(close + 1..)?.split_whitespace();
+    let _state = rest.next()?;
+    let ppid = rest.next()?.parse().ok()?;
+    Some((comm, ppid))
+}
+
+/// The executable mappings of `/proc/<pid>/maps` text.
+pub fn parse_maps(text: &str) -> Vec<MapLine> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let mut f = line.splitn(6, ' ');
+        let (Some(range), Some(perms), Some(off), Some(dev), Some(ino)) =
+            (f.next(), f.next(), f.next(), f.next(), f.next())
+        else {
+            continue;
+        };
+        if perms.as_bytes().get(2) != Some(&b'x') {
+            continue;
+        }
+        let path = f.next().unwrap_or("").trim_start().to_string();
+        let Some((s, e)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(start), Ok(end), Ok(pgoff)) = (
+            u64::from_str_radix(s, 16),
+            u64::from_str_radix(e, 16),
+            u64::from_str_radix(off, 16),
+        ) else {
+            continue;
+        };
+        let dev = dev
+            .split_once(':')
+            .and_then(|(a, b)| {
+                Some((u64::from_str_radix(a, 16).ok()? << 32) | u64::from_str_radix(b, 16).ok()?)
+            })
+            .unwrap_or(0);
+        out.push(MapLine {
+            start,
+            end,
+            pgoff,
+            dev,
+            ino: ino.parse().unwrap_or(0),
+            path,
+        });
+    }
+    out
+}
+
+/// Reads every process in /proc (the snapshot taken once sampling is enabled).
+pub fn scan_proc(facts: Option<(bool, bool)>) -> Vec<ProcInfo> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| read_proc_info(pid, facts))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nodes::NodeRule;
+
+    fn tracker() -> Tracker {
+        Tracker::new(Nodes::new("n", &[], Scope::System).unwrap(), false)
+    }
+
+    #[test]
+    fn stat_and_maps_parsing() {
+        let (comm, ppid) = parse_stat("123 (a (b) c) S 45 123 123 0").unwrap();
+        assert_eq!((comm.as_str(), ppid), ("a (b) c", 45));
+        let maps = "55d0a000-55d0b000 r-xp 00001000 08:01 1234   /usr/bin/dd\n\
+                    55d0b000-55d0c000 r--p 00002000 08:01 1234   /usr/bin/dd\n\
+                    7ffd1000-7ffd3000 r-xp 00000000 00:00 0      [vdso]\n\
+                    7f000000-7f001000 rwxp 00000000 00:00 0 \n";
+        let m = parse_maps(maps);
+        assert_eq!(m.len(), 3);
+        assert_eq!(m[0].path, "/usr/bin/dd");
+        assert_eq!(m[0].pgoff, 0x1000);
+        assert_eq!(m[0].dev, (8 << 32) | 1);
+        assert_eq!(m[1].path, "[vdso]");
+        assert_eq!(m[2].path, "");
+    }
+
+    #[test]
+    fn fork_exec_mmap_and_attribution() {
+        let mut t = tracker();
+        t.on_comm(10, 10, b"shell", false, None);
+        t.on_mmap(10, 0x1000, 0x1000, 0, b"/bin/sh", Some((8, 1, 5)));
+        // Fork inherits the mappings.
+        t.on_fork(11, 10, 11);
+        let (_, prog, loc) = t.attribute(11, 0x1010, false).unwrap();
+        assert_eq!(&**t.program_name(prog), "shell");
+        let Loc::User { image, offset } = loc else {
+            panic!("{loc:?}")
+        };
+        assert_eq!(offset, 0x10);
+        assert_eq!(&*t.image(image).name, "sh");
+        // Exec drops them and renames.
+        t.on_comm(11, 11, b"dd", true, None);
+        assert_eq!(t.attribute(11, 0x1010, false).unwrap().2, Loc::Unknown);
+        t.on_mmap(11, 0x4000, 0x2000, 0x3000, b"/usr/bin/dd", Some((8, 1, 6)));
+        let (_, prog, loc) = t.attribute(11, 0x5000, false).unwrap();
+        assert_eq!(&**t.program_name(prog), "dd");
+        assert!(matches!(loc, Loc::User { offset: 0x4000, .. }));
+        // The parent is untouched.
+        assert!(matches!(
+            t.attribute(10, 0x1010, false).unwrap().2,
+            Loc::User { .. }
+        ));
+        // Kernel samples keep the program.
+        let (_, prog, loc) = t.attribute(11, 0xffff_ffff_8100_0000, true).unwrap();
+        assert_eq!(&**t.program_name(prog), "dd");
+        assert_eq!(loc, Loc::Kernel(0xffff_ffff_8100_0000));
+        // Exit then gc forgets it.
+        t.on_exit(11, 11, 100);
+        t.gc(50);
+        assert_eq!(t.len(), 3);
+        t.gc(200);
+        assert_eq!(t.len(), 2);
+    }
+
+    #[test]
+    fn overlapping_mappings_are_trimmed() {
+        let mut m = BTreeMap::new();
+        insert_mapping(&mut m, 0x1000, 0x5000, 0, 1);
+        insert_mapping(&mut m, 0x2000, 0x3000, 0x100, 2);
+        let v: Vec<(u64, u64, u64, u32)> = m
+            .iter()
+            .map(|(&s, x)| (s, x.end, x.pgoff, x.image))
+            .collect();
+        assert_eq!(
+            v,
+            vec![
+                (0x1000, 0x2000, 0, 1),
+                (0x2000, 0x3000, 0x100, 2),
+                (0x3000, 0x5000, 0x2000, 1)
+            ]
+        );
+    }
+
+    #[test]
+    fn pid_tree_rules_follow_forks_and_scope_filters() {
+        let rules = vec![NodeRule::Pid {
+            node: "a".into(),
+            pid: 50,
+        }];
+        let nodes = Nodes::new("h", &rules, Scope::Pid(60)).unwrap();
+        let mut t = Tracker::new(nodes, false);
+        t.apply_snapshot(vec![
+            ProcInfo {
+                pid: 50,
+                ppid: 1,
+                comm: "root".into(),
+                maps: vec![],
+                facts: None,
+            },
+            ProcInfo {
+                pid: 60,
+                ppid: 50,
+                comm: "child".into(),
+                maps: vec![],
+                facts: None,
+            },
+        ]);
+        // 60 is under 50's tree (node a) and is the scope root.
+        assert_eq!(t.node_of(60), Some(0));
+        // 50 is outside the --pid scope.
+        assert_eq!(t.node_of(50), None);
+        t.on_fork(61, 60, 61);
+        assert_eq!(t.node_of(61), Some(0));
+        // An unrelated process is out of scope.
+        t.on_fork(70, 1, 70);
+        assert_eq!(t.node_of(70), None);
+    }
+
+    #[test]
+    fn a_namespace_record_moves_a_process_to_its_node() {
+        use std::os::unix::fs::MetadataExt as _;
+        let rules = vec![NodeRule::Netns {
+            node: "n".into(),
+            path: "/proc/self/ns/net".into(),
+        }];
+        let ino = std::fs::metadata("/proc/self/ns/net").unwrap().ino();
+        let mut t = Tracker::new(Nodes::new("h", &rules, Scope::System).unwrap(), false);
+        t.on_fork(500, 400, 500);
+        // Unknown parent: unassigned (the fallback, index 1).
+        assert_eq!(t.node_of(500), Some(1));
+        t.on_netns(500, 500, ino);
+        assert_eq!(t.node_of(500), Some(0));
+        // A child inherits the node.
+        t.on_fork(501, 500, 501);
+        assert_eq!(t.node_of(501), Some(0));
+        // Another namespace: no node.
+        t.on_netns(501, 501, ino + 1);
+        assert_eq!(t.node_of(501), Some(1));
+    }
+
+    #[test]
+    fn kworkers_share_a_name() {
+        let mut t = tracker();
+        t.on_fork(300, 2, 300);
+        t.on_comm(300, 300, b"kworker/u4:2-events_unbound", false, None);
+        let (_, prog, _) = t.attribute(300, 0xffff_ffff_8100_0000, true).unwrap();
+        assert_eq!(&**t.program_name(prog), "kworker");
+    }
+}

@@ -1,0 +1,718 @@
+//! Per-interval profiles: counting samples per (node, program, location) and kernel events per
+//! node, naming locations once per distinct address, and writing one Samples and one Events
+//! record per node and interval (seed 000 §"Sample profiling": profiles saved at a fixed
+//! interval so faults can be localized to windows of time).
+//!
+//! Intervals are aligned to multiples of their length since the Unix epoch (DESIGN.md §"Records,
+//! time and identity"). Every interval gets records for every node, empty or not; the first and
+//! the last are flagged PARTIAL when the sampler started or stopped inside them; an interval the
+//! sampler could not observe (it was stopped and the rings overflowed) is flagged MISSED and has
+//! no entries.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use culprit_format::names::{self, NodeInfo};
+use culprit_format::writer::FileWriter;
+use culprit_format::{
+    end_reason, interval_flags, samples_flags, EventEntry, FileKind, RecordBuf, SampleEntry,
+    SamplesHead,
+};
+
+use crate::fxhash::FxHashMap;
+use crate::nodes::NodeIdx;
+use crate::procs::{ImageKind, Loc, ProgId, Tracker};
+use crate::symbolize::{unresolved_name, ImageAddr, Symbolizer};
+
+/// Image name of kernel samples outside modules (as perf and OProfile call it).
+pub const KERNEL_IMAGE: &str = "[kernel.kallsyms]";
+/// Function (and image) name of samples that cannot be placed at all.
+pub const UNKNOWN: &str = "[unknown]";
+/// Events entry counting tracepoint occurrences the kernel dropped (ring full), when nonzero.
+pub const LOST_EVENTS: &str = "culprit:lost_events";
+
+#[derive(Debug, Default)]
+struct NodeAcc {
+    samples: FxHashMap<(ProgId, Loc), u64>,
+    total: u64,
+    events: Vec<u64>,
+}
+
+#[derive(Debug, Default)]
+struct Acc {
+    nodes: Vec<NodeAcc>,
+    lost: u64,
+    lost_events: u64,
+}
+
+/// One interval, closed and ready to write.
+#[derive(Debug)]
+pub struct Closed {
+    /// Interval start, wall-clock ns.
+    pub start_ns: u64,
+    /// Length, ns.
+    pub dur_ns: u64,
+    /// [`interval_flags`] bits.
+    pub flags: u32,
+    acc: Acc,
+}
+
+/// The open intervals.
+#[derive(Debug)]
+pub struct Intervals {
+    dur_ns: u64,
+    n_nodes: usize,
+    n_events: usize,
+    first: u64,
+    first_partial: bool,
+    next: u64,
+    open: BTreeMap<u64, Acc>,
+    missed: BTreeSet<u64>,
+    late: u64,
+}
+
+impl Intervals {
+    /// Intervals of `dur_ns` starting with the one containing `start_wall_ns`.
+    pub fn new(dur_ns: u64, start_wall_ns: u64, n_nodes: usize, n_events: usize) -> Intervals {
+        let first = start_wall_ns / dur_ns;
+        Intervals {
+            dur_ns,
+            n_nodes,
+            n_events,
+            first,
+            first_partial: start_wall_ns % dur_ns != 0,
+            next: first,
+            open: BTreeMap::new(),
+            missed: BTreeSet::new(),
+            late: 0,
+        }
+    }
+
+    /// Interval length.
+    pub fn dur_ns(&self) -> u64 {
+        self.dur_ns
+    }
+
+    /// Records that arrived after their interval was written (counted into the oldest open one).
+    pub fn late(&self) -> u64 {
+        self.late
+    }
+
+    fn acc(&mut self, wall_ns: u64) -> &mut Acc {
+        let mut idx = wall_ns / self.dur_ns;
+        if idx < self.next {
+            self.late += 1;
+            idx = self.next;
+        }
+        let (n_nodes, n_events) = (self.n_nodes, self.n_events);
+        self.open.entry(idx).or_insert_with(|| Acc {
+            nodes: (0..n_nodes)
+                .map(|_| NodeAcc {
+                    events: vec![0; n_events],
+                    ..NodeAcc::default()
+                })
+                .collect(),
+            ..Acc::default()
+        })
+    }
+
+    /// Counts a sample.
+    pub fn sample(&mut self, wall_ns: u64, node: NodeIdx, prog: ProgId, loc: Loc) {
+        let n = &mut self.acc(wall_ns).nodes[node as usize];
+        n.total += 1;
+        *n.samples.entry((prog, loc)).or_insert(0) += 1;
+    }
+
+    /// Counts one occurrence of tracepoint `event` on `node`.
+    pub fn event(&mut self, wall_ns: u64, node: NodeIdx, event: usize) {
+        self.acc(wall_ns).nodes[node as usize].events[event] += 1;
+    }
+
+    /// Counts samples (`events == false`) or tracepoint records the kernel dropped.
+    pub fn lost(&mut self, wall_ns: u64, n: u64, events: bool) {
+        let a = self.acc(wall_ns);
+        if events {
+            a.lost_events += n;
+        } else {
+            a.lost += n;
+        }
+    }
+
+    /// Marks the intervals lying wholly inside `(from, to)` (wall ns) as not observed.
+    pub fn mark_missed(&mut self, from_wall: u64, to_wall: u64) {
+        let first = from_wall.div_ceil(self.dur_ns).max(self.next);
+        let end = to_wall / self.dur_ns; // intervals < end end before `to`
+        for idx in first..end {
+            self.missed.insert(idx);
+        }
+    }
+
+    /// Closes every interval that ends at or before `wall_ns`.
+    pub fn close_until(&mut self, wall_ns: u64) -> Vec<Closed> {
+        let mut out = Vec::new();
+        while (self.next + 1) * self.dur_ns <= wall_ns {
+            out.push(self.close_next(0));
+        }
+        out
+    }
+
+    /// Closes every remaining interval up to the one containing `stop_wall_ns`, the last flagged
+    /// PARTIAL unless the run ended exactly on a boundary.
+    pub fn close_all(&mut self, stop_wall_ns: u64) -> Vec<Closed> {
+        let mut out = Vec::new();
+        let last = stop_wall_ns.saturating_sub(1) / self.dur_ns;
+        while self.next <= last.max(self.first) {
+            let is_last = self.next == last.max(self.first);
+            let partial = is_last && stop_wall_ns % self.dur_ns != 0;
+            out.push(self.close_next(if partial { interval_flags::PARTIAL } else { 0 }));
+        }
+        out
+    }
+
+    fn close_next(&mut self, extra: u32) -> Closed {
+        let idx = self.next;
+        self.next += 1;
+        let mut flags = extra;
+        if idx == self.first && self.first_partial {
+            flags |= interval_flags::PARTIAL;
+        }
+        let mut acc = self.open.remove(&idx).unwrap_or_default();
+        if acc.nodes.is_empty() {
+            acc.nodes = (0..self.n_nodes)
+                .map(|_| NodeAcc {
+                    events: vec![0; self.n_events],
+                    ..NodeAcc::default()
+                })
+                .collect();
+        }
+        if self.missed.remove(&idx) {
+            flags |= interval_flags::MISSED;
+        }
+        Closed {
+            start_ns: idx * self.dur_ns,
+            dur_ns: self.dur_ns,
+            flags,
+            acc,
+        }
+    }
+}
+
+/// Names locations: (image, function), once per distinct location, with a long-lived cache.
+#[derive(Debug)]
+pub struct Namer {
+    symbolizer: Symbolizer,
+    cache: FxHashMap<Loc, (Arc<str>, Arc<str>)>,
+    kernel_image: Arc<str>,
+    unknown: Arc<str>,
+    /// Distinct locations named so far.
+    pub named: u64,
+}
+
+/// Beyond this many cached locations the cache starts over (a bound for week-long runs).
+const NAMER_CACHE_MAX: usize = 1 << 20;
+
+impl Default for Namer {
+    fn default() -> Self {
+        Self::new(Symbolizer::new())
+    }
+}
+
+impl Namer {
+    /// A namer over `symbolizer`.
+    pub fn new(symbolizer: Symbolizer) -> Namer {
+        Namer {
+            symbolizer,
+            cache: FxHashMap::default(),
+            kernel_image: Arc::from(KERNEL_IMAGE),
+            unknown: Arc::from(UNKNOWN),
+            named: 0,
+        }
+    }
+
+    /// Drops what is cached about images whose files were replaced.
+    pub fn forget(&mut self, paths: &[Arc<Path>]) {
+        if paths.is_empty() {
+            return;
+        }
+        for p in paths {
+            self.symbolizer.forget_image(p);
+        }
+        self.cache.retain(|loc, _| !matches!(loc, Loc::User { .. }));
+    }
+
+    /// Names every location in `locs` not yet cached; user addresses are resolved in one batch
+    /// per image.
+    pub fn prepare<'a>(&mut self, tracker: &Tracker, locs: impl Iterator<Item = &'a Loc>) {
+        if self.cache.len() > NAMER_CACHE_MAX {
+            self.cache.clear();
+        }
+        let mut by_image: FxHashMap<u32, Vec<u64>> = FxHashMap::default();
+        for loc in locs {
+            if self.cache.contains_key(loc) {
+                continue;
+            }
+            match *loc {
+                Loc::User { image, offset } if tracker.image(image).kind == ImageKind::File => {
+                    by_image.entry(image).or_default().push(offset);
+                }
+                other => {
+                    let names = self.name_one(tracker, other);
+                    self.cache.insert(other, names);
+                    self.named += 1;
+                }
+            }
+        }
+        for (image, mut offsets) in by_image {
+            offsets.sort_unstable();
+            offsets.dedup();
+            let img = tracker.image(image);
+            let addrs: Vec<ImageAddr> = offsets.iter().map(|&o| ImageAddr::FileOffset(o)).collect();
+            let names = self.symbolizer.resolve_many(&img.path, &addrs);
+            for (offset, name) in offsets.into_iter().zip(names) {
+                let func = match name {
+                    Some(f) => f,
+                    None => self.unresolved(&img.path, offset),
+                };
+                self.cache
+                    .insert(Loc::User { image, offset }, (img.name.clone(), func));
+                self.named += 1;
+            }
+        }
+    }
+
+    fn name_one(&mut self, tracker: &Tracker, loc: Loc) -> (Arc<str>, Arc<str>) {
+        match loc {
+            Loc::Kernel(addr) => match self.symbolizer.kernel_symbol(addr) {
+                Some((func, module)) => (module.unwrap_or_else(|| self.kernel_image.clone()), func),
+                None => (self.kernel_image.clone(), self.unknown.clone()),
+            },
+            Loc::User { image, offset } => {
+                let img = tracker.image(image);
+                match img.kind {
+                    ImageKind::Vdso => {
+                        let f = self
+                            .symbolizer
+                            .vdso(offset)
+                            .unwrap_or_else(|| Arc::from(format!("[vdso]+{offset:#x}").as_str()));
+                        (img.name.clone(), f)
+                    }
+                    ImageKind::Anon => (img.name.clone(), img.name.clone()),
+                    ImageKind::File => {
+                        let f = match self
+                            .symbolizer
+                            .resolve(&img.path, ImageAddr::FileOffset(offset))
+                        {
+                            Some(f) => f,
+                            None => self.unresolved(&img.path, offset),
+                        };
+                        (img.name.clone(), f)
+                    }
+                }
+            }
+            Loc::Unknown => (self.unknown.clone(), self.unknown.clone()),
+        }
+    }
+
+    /// The name of an address no symbol covers: `image+<offset of its function's start>` when the
+    /// image's unwind table knows the function, else `image+<offset>`.
+    fn unresolved(&mut self, path: &Path, offset: u64) -> Arc<str> {
+        let at = self
+            .symbolizer
+            .function_start(path, offset)
+            .unwrap_or(offset);
+        Arc::from(unresolved_name(path, at).as_str())
+    }
+
+    /// The (image, function) of a prepared location.
+    pub fn get(&self, loc: &Loc) -> (Arc<str>, Arc<str>) {
+        self.cache
+            .get(loc)
+            .cloned()
+            .unwrap_or_else(|| (self.unknown.clone(), self.unknown.clone()))
+    }
+}
+
+/// What every node file records about the run (its Info record).
+#[derive(Clone, Debug, Default)]
+pub struct RunInfo {
+    /// `key=value` pairs common to all nodes (node name is added per file).
+    pub pairs: Vec<(String, String)>,
+    /// Event name.
+    pub event: String,
+    /// Period or frequency.
+    pub period: u64,
+    /// Frequency mode.
+    pub freq: bool,
+    /// Tracepoints counted, in entry order.
+    pub tracepoints: Vec<String>,
+}
+
+#[derive(Debug)]
+struct NodeFile {
+    writer: FileWriter,
+    strings: HashMap<Arc<str>, u32>,
+    new_strings: Vec<(u32, Arc<str>)>,
+    event_sid: u32,
+    tp_sids: Vec<u32>,
+    /// String ids of each location's (image, function), so that naming an entry needs no
+    /// string hashing once a location has been written.
+    loc_sids: FxHashMap<Loc, (u32, u32)>,
+    /// String id of each program, by [`ProgId`] (`u32::MAX` when not yet written).
+    prog_sids: Vec<u32>,
+    bytes: u64,
+    samples: u64,
+}
+
+impl NodeFile {
+    fn prog_sid(&mut self, prog: ProgId, tracker: &Tracker) -> u32 {
+        let i = prog as usize;
+        if i >= self.prog_sids.len() {
+            self.prog_sids.resize(i + 1, u32::MAX);
+        }
+        if self.prog_sids[i] == u32::MAX {
+            self.prog_sids[i] = self.sid(tracker.program_name(prog));
+        }
+        self.prog_sids[i]
+    }
+
+    fn loc_sids(&mut self, loc: Loc, namer: &Namer) -> (u32, u32) {
+        if let Some(&v) = self.loc_sids.get(&loc) {
+            return v;
+        }
+        if self.loc_sids.len() > NAMER_CACHE_MAX {
+            self.loc_sids.clear();
+        }
+        let (image, func) = namer.get(&loc);
+        let v = (self.sid(&image), self.sid(&func));
+        self.loc_sids.insert(loc, v);
+        v
+    }
+
+    fn sid(&mut self, s: &Arc<str>) -> u32 {
+        if let Some(&id) = self.strings.get(s) {
+            return id;
+        }
+        let id = self.strings.len() as u32;
+        self.strings.insert(s.clone(), id);
+        self.new_strings.push((id, s.clone()));
+        id
+    }
+}
+
+/// Totals per node, for the run summary.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeSummary {
+    /// Node name.
+    pub node: String,
+    /// The node's file.
+    pub path: PathBuf,
+    /// Samples written.
+    pub samples: u64,
+    /// Bytes written.
+    pub bytes: u64,
+}
+
+/// The node files of one run.
+#[derive(Debug)]
+pub struct Output {
+    files: Vec<NodeFile>,
+    nodes: Vec<String>,
+    info: RunInfo,
+    buf: RecordBuf,
+    intervals: u64,
+}
+
+impl Output {
+    /// Creates `DATA/<node>/samples-<start_ns>.cul` for every node with its Info record, and
+    /// updates each real node's `node.info`.
+    pub fn create(
+        data_dir: &Path,
+        nodes: &[String],
+        start_ns: u64,
+        info: RunInfo,
+    ) -> io::Result<Output> {
+        let mut files = Vec::with_capacity(nodes.len());
+        for node in nodes {
+            let dir = data_dir.join(node);
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| io::Error::new(e.kind(), format!("create {}: {e}", dir.display())))?;
+            let mut writer = FileWriter::create_unique(
+                &dir,
+                |seq| names::samples_file_name(start_ns, seq),
+                FileKind::Samples,
+                start_ns,
+                std::process::id(),
+            )
+            .map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("create a samples file in {}: {e}", dir.display()),
+                )
+            })?;
+            let mut f = NodeFile {
+                writer: {
+                    let mut buf = RecordBuf::new();
+                    let mut pairs: Vec<(&str, &str)> =
+                        vec![(culprit_format::info_keys::NODE, node.as_str())];
+                    pairs.extend(info.pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+                    buf.info(pairs);
+                    writer.append(&buf)?;
+                    writer
+                },
+                strings: HashMap::new(),
+                new_strings: Vec::new(),
+                event_sid: 0,
+                tp_sids: Vec::new(),
+                loc_sids: FxHashMap::default(),
+                prog_sids: Vec::new(),
+                bytes: 0,
+                samples: 0,
+            };
+            f.event_sid = f.sid(&Arc::from(info.event.as_str()));
+            f.tp_sids = info
+                .tracepoints
+                .iter()
+                .map(|t| f.sid(&Arc::from(t.as_str())))
+                .collect();
+            files.push(f);
+            if names::is_node_name(node) {
+                write_node_info(&dir, &info)?;
+            }
+        }
+        Ok(Output {
+            files,
+            nodes: nodes.to_vec(),
+            info,
+            buf: RecordBuf::with_capacity(64 << 10),
+            intervals: 0,
+        })
+    }
+
+    /// Writes one closed interval for every node: new strings, the Samples record, the Events
+    /// record, committed together.
+    pub fn write(&mut self, c: &Closed, namer: &mut Namer, tracker: &Tracker) -> io::Result<()> {
+        let missed = c.flags & interval_flags::MISSED != 0;
+        if !missed {
+            namer.prepare(
+                tracker,
+                c.acc
+                    .nodes
+                    .iter()
+                    .flat_map(|n| n.samples.keys().map(|(_, loc)| loc)),
+            );
+        }
+        let mut flags = c.flags;
+        if self.info.freq {
+            flags |= samples_flags::FREQ;
+        }
+        for (i, f) in self.files.iter_mut().enumerate() {
+            let empty = NodeAcc::default();
+            let n = c.acc.nodes.get(i).unwrap_or(&empty);
+            let mut counts: FxHashMap<(u32, u32, u32), u64> = FxHashMap::default();
+            if !missed {
+                for (&(prog, loc), &count) in &n.samples {
+                    let (image, func) = f.loc_sids(loc, namer);
+                    let key = (f.prog_sid(prog, tracker), image, func);
+                    *counts.entry(key).or_insert(0) += count;
+                }
+            }
+            let lost_sid =
+                (c.acc.lost_events > 0 && !missed).then(|| f.sid(&Arc::from(LOST_EVENTS)));
+            self.buf.clear();
+            if !f.new_strings.is_empty() {
+                self.buf
+                    .strings(f.new_strings.iter().map(|(id, s)| (*id, &**s)));
+                f.new_strings.clear();
+            }
+            let mut entries: Vec<SampleEntry> = counts
+                .into_iter()
+                .map(|((program, image, function), count)| SampleEntry {
+                    program,
+                    image,
+                    function,
+                    count,
+                })
+                .collect();
+            entries.sort_by(|a, b| {
+                b.count
+                    .cmp(&a.count)
+                    .then((a.program, a.image, a.function).cmp(&(b.program, b.image, b.function)))
+            });
+            let total = if missed { 0 } else { n.total };
+            self.buf.samples(
+                &SamplesHead {
+                    start_ns: c.start_ns,
+                    dur_ns: c.dur_ns,
+                    flags,
+                    event_sid: f.event_sid,
+                    period: self.info.period,
+                    total,
+                    lost: c.acc.lost,
+                },
+                entries,
+            );
+            let mut events: Vec<EventEntry> = Vec::new();
+            if !missed {
+                events.extend(
+                    f.tp_sids
+                        .iter()
+                        .zip(n.events.iter().chain(std::iter::repeat(&0)))
+                        .map(|(&event, &count)| EventEntry { event, count }),
+                );
+                if let Some(event) = lost_sid {
+                    events.push(EventEntry {
+                        event,
+                        count: c.acc.lost_events,
+                    });
+                }
+            }
+            self.buf.events(c.start_ns, c.dur_ns, c.flags, events);
+            f.writer.append(&self.buf)?;
+            f.bytes += self.buf.len() as u64;
+            f.samples += total;
+        }
+        self.intervals += 1;
+        Ok(())
+    }
+
+    /// Forgets which string ids locations were written with (their names may change: an
+    /// image's file was replaced).
+    pub fn forget_locations(&mut self) {
+        for f in &mut self.files {
+            f.loc_sids.clear();
+        }
+    }
+
+    /// Writes the End record of every file.
+    pub fn finish(self, end_ns: u64, by_signal: bool) -> io::Result<Vec<NodeSummary>> {
+        let reason = if by_signal {
+            end_reason::SIGNAL
+        } else {
+            end_reason::DONE
+        };
+        let mut out = Vec::new();
+        for (f, node) in self.files.into_iter().zip(self.nodes) {
+            let bytes = f.bytes;
+            let samples = f.samples;
+            let path = f.writer.finish(end_ns, reason)?;
+            out.push(NodeSummary {
+                node,
+                path,
+                samples,
+                bytes,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Intervals written so far.
+    pub fn intervals(&self) -> u64 {
+        self.intervals
+    }
+}
+
+/// Keys the sampler owns in `node.info`.
+const NODE_INFO_SAMPLER_KEYS: &[&str] = &[
+    "host",
+    "kernel",
+    "clocksource",
+    "sampler_interval_ns",
+    "sampler_event",
+    "sampler_period",
+    "sampler_freq",
+];
+
+/// Updates `dir/node.info` with what the sampler knows (host, kernel, clock source, its interval
+/// and event), keeping other writers' keys; replaced atomically (temporary file + rename).
+fn write_node_info(dir: &Path, info: &RunInfo) -> io::Result<()> {
+    let path = dir.join(names::NODE_INFO_FILE);
+    let mut ni = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|t| NodeInfo::parse(&t))
+        .unwrap_or_default();
+    ni.pairs
+        .retain(|(k, _)| !NODE_INFO_SAMPLER_KEYS.contains(&k.as_str()));
+    let get = |k: &str| {
+        info.pairs
+            .iter()
+            .find(|(kk, _)| kk == k)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    ni.pairs.push(("host".into(), get("host")));
+    ni.pairs.push(("kernel".into(), get("kernel")));
+    ni.pairs.push(("clocksource".into(), clocksource()));
+    ni.pairs
+        .push(("sampler_interval_ns".into(), get("interval_ns")));
+    ni.pairs.push(("sampler_event".into(), info.event.clone()));
+    ni.pairs.push((
+        if info.freq {
+            "sampler_freq"
+        } else {
+            "sampler_period"
+        }
+        .into(),
+        info.period.to_string(),
+    ));
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}",
+        names::NODE_INFO_FILE,
+        std::process::id()
+    ));
+    std::fs::write(&tmp, ni.to_text())?;
+    std::fs::rename(&tmp, &path)
+}
+
+/// The kernel's current clock source (`tsc`, `kvm-clock`, …).
+pub fn clocksource() -> String {
+    std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intervals_are_aligned_partial_and_contiguous() {
+        let s = 1_000_000_000u64;
+        let mut iv = Intervals::new(s, 10 * s + s / 2, 1, 0);
+        iv.sample(10 * s + s / 2 + 1, 0, 0, Loc::Unknown);
+        iv.sample(12 * s + 5, 0, 0, Loc::Unknown);
+        let closed = iv.close_until(12 * s + 10);
+        assert_eq!(closed.len(), 2);
+        assert_eq!(closed[0].start_ns, 10 * s);
+        assert_eq!(closed[0].flags, interval_flags::PARTIAL);
+        assert_eq!(closed[0].acc.nodes[0].total, 1);
+        // An interval without samples still gets a record.
+        assert_eq!(closed[1].start_ns, 11 * s);
+        assert_eq!(closed[1].flags, 0);
+        assert_eq!(closed[1].acc.nodes[0].total, 0);
+        // A late record lands in the oldest open interval.
+        iv.sample(10 * s + 7, 0, 0, Loc::Unknown);
+        assert_eq!(iv.late(), 1);
+        let rest = iv.close_all(13 * s + 1);
+        assert_eq!(rest.len(), 2);
+        assert_eq!(rest[0].start_ns, 12 * s);
+        assert_eq!(rest[0].acc.nodes[0].total, 2);
+        assert_eq!(rest[1].flags, interval_flags::PARTIAL);
+    }
+
+    #[test]
+    fn missed_intervals_are_those_wholly_inside_the_gap() {
+        let s = 10u64;
+        let mut iv = Intervals::new(s, 0, 1, 1);
+        iv.mark_missed(5, 42);
+        let c = iv.close_all(50);
+        let flags: Vec<u32> = c.iter().map(|c| c.flags & interval_flags::MISSED).collect();
+        assert_eq!(flags, vec![0, 1, 1, 1, 0]);
+        // A run stopped exactly on a boundary ends without a partial interval.
+        let mut iv = Intervals::new(s, 0, 1, 1);
+        let c = iv.close_all(30);
+        assert_eq!(c.len(), 3);
+        assert_eq!(c[2].flags, 0);
+    }
+}

@@ -1,0 +1,853 @@
+//! The sampler daemon as a library: a validated [`Config`], [`Sampler::open`] (opens the perf
+//! events, reports which event and rate are in use), and [`Sampler::run`] until a stop flag or
+//! the configured duration. `culprit sample`, `culprit record --sample` and the testbed drive it
+//! in-process.
+
+use std::collections::HashMap;
+use std::io;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use culprit_format::info_keys;
+
+use crate::engine::{ClockMap, Engine, Stream, Streams, TpSpec};
+use crate::event::{self, sampling_attr, tracepoint_attr, Rate, Sampling, SAMPLE_ID_TYPE};
+use crate::nodes::{NodeRule, Nodes, ProcFacts, Scope};
+use crate::procs::{self, Tracker, TrackerStats};
+use crate::profile::{Intervals, Namer, NodeSummary, Output, RunInfo};
+use crate::record::Layout;
+use crate::sys::{self, PerfFd, Ring};
+use crate::tracefs::{self, Decoder, Tracepoint};
+
+/// What can go wrong opening or running the sampler.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// perf_event_open refused for lack of privilege.
+    #[error(
+        "no permission to sample system-wide ({source}): kernel.perf_event_paranoid is {paranoid}; \
+         sampling every process and the kernel needs root, or the capability CAP_PERFMON (or \
+         CAP_SYS_ADMIN), or `sysctl kernel.perf_event_paranoid=-1`"
+    )]
+    Permission {
+        /// The sysctl's value, as read (or `unknown`).
+        paranoid: String,
+        /// The system call's error.
+        source: io::Error,
+    },
+    /// The requested event cannot be opened here.
+    #[error("cannot sample event {event}: {reason}")]
+    Event {
+        /// Event name.
+        event: String,
+        /// Why, and what to do.
+        reason: String,
+    },
+    /// The configuration is invalid.
+    #[error("{0}")]
+    Config(String),
+    /// An I/O error with what was being done.
+    #[error("{what}: {source}")]
+    Io {
+        /// What the sampler was doing.
+        what: String,
+        /// The error.
+        source: io::Error,
+    },
+}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> Error {
+    let what = what.into();
+    move |source| Error::Io { what, source }
+}
+
+/// Configuration of a sampler run.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Data root: files go to `DATA/<node>/`.
+    pub data_dir: PathBuf,
+    /// Node name when no node rules are given (default: the host name).
+    pub node: String,
+    /// Event name; `None` for the default (hardware cycles, falling back to cpu-clock).
+    pub event: Option<String>,
+    /// Rate; `None` for the event's default.
+    pub rate: Option<Rate>,
+    /// Profile interval (default 10 s).
+    pub interval: Duration,
+    /// Stop after this long; `None` runs until the stop flag is set.
+    pub duration: Option<Duration>,
+    /// What to sample.
+    pub scope: Scope,
+    /// Emulated nodes: rules assigning processes (and TCP events) to nodes.
+    pub node_rules: Vec<NodeRule>,
+    /// Tracepoints to count (`system:name`); `None` for [`tracefs::DEFAULT_TRACEPOINTS`].
+    pub tracepoints: Option<Vec<String>>,
+    /// Data pages per CPU ring (a power of two).
+    pub ring_pages: usize,
+    /// Mount tracefs when it is not mounted (root only).
+    pub mount_tracefs: bool,
+}
+
+/// Default profile interval (seed 000: 10 s).
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
+/// Default ring size per CPU: 64 pages (256 KiB), several seconds of samples at 1 kHz.
+pub const DEFAULT_RING_PAGES: usize = 64;
+/// How often the rings are drained when no watermark wakes the sampler earlier.
+const TICK: Duration = Duration::from_millis(50);
+
+impl Config {
+    /// Defaults: system-wide, default event and rate, 10 s intervals, default tracepoints.
+    pub fn new(data_dir: impl Into<PathBuf>, node: impl Into<String>) -> Config {
+        Config {
+            data_dir: data_dir.into(),
+            node: node.into(),
+            event: None,
+            rate: None,
+            interval: DEFAULT_INTERVAL,
+            duration: None,
+            scope: Scope::System,
+            node_rules: Vec::new(),
+            tracepoints: None,
+            ring_pages: DEFAULT_RING_PAGES,
+            mount_tracefs: true,
+        }
+    }
+}
+
+/// The host name (the default node name), sanitized into a valid node name.
+pub fn host_name() -> String {
+    let raw = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    culprit_format::names::sanitize_node_name(raw.trim())
+}
+
+/// `kernel.perf_event_paranoid`, if readable.
+pub fn perf_event_paranoid() -> Option<i32> {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The online CPUs (from `/sys/devices/system/cpu/online`, e.g. `0-3,6`).
+pub fn online_cpus() -> Vec<u32> {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
+    let mut out = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                if let (Ok(a), Ok(b)) = (a.parse::<u32>(), b.parse::<u32>()) {
+                    out.extend(a..=b);
+                }
+            }
+            None => out.extend(part.parse::<u32>().ok()),
+        }
+    }
+    if out.is_empty() {
+        let n = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+        out.extend(0..n);
+    }
+    out
+}
+
+fn is_permission(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM))
+}
+
+fn permission_error(source: io::Error) -> Error {
+    Error::Permission {
+        paranoid: perf_event_paranoid().map_or_else(|| "unknown".into(), |v| v.to_string()),
+        source,
+    }
+}
+
+/// True for the errors meaning "this event does not exist here" (no PMU in a VM).
+fn is_missing_event(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV)
+    )
+}
+
+/// An opened sampler, ready to run.
+#[derive(Debug)]
+pub struct Sampler {
+    config: Config,
+    sampling: Sampling,
+    nodes: Nodes,
+    cpus: Vec<u32>,
+    rings: Vec<Ring>,
+    tp_fds: Vec<PerfFd>,
+    streams: Streams,
+    tps: Vec<TpSpec>,
+    warnings: Vec<String>,
+}
+
+// The testbed runs a sampler on its own thread.
+const _: () = {
+    const fn assert_send<T: Send>() {}
+    assert_send::<Sampler>();
+    assert_send::<Config>();
+};
+
+/// What a run did.
+#[derive(Clone, Debug, Default)]
+pub struct Summary {
+    /// Per node: file, samples, bytes.
+    pub nodes: Vec<NodeSummary>,
+    /// Samples counted.
+    pub samples: u64,
+    /// Samples lost (ring full).
+    pub lost: u64,
+    /// Tracepoint records lost.
+    pub lost_events: u64,
+    /// Tracepoint hits counted.
+    pub events: u64,
+    /// Samples outside the scope.
+    pub out_of_scope: u64,
+    /// Throttle records.
+    pub throttles: u64,
+    /// Intervals written (per node).
+    pub intervals: u64,
+    /// Distinct locations named.
+    pub named: u64,
+    /// Wall-clock ns the run lasted.
+    pub elapsed_ns: u64,
+    /// The sampler's own user and system CPU ns during the run (getrusage).
+    pub cpu_ns: (u64, u64),
+    /// True when the stop flag ended the run (not the duration).
+    pub stopped: bool,
+    /// Process tracking counters.
+    pub tracking: TrackerStats,
+}
+
+impl Sampler {
+    /// Validates `config` and opens the events: one sampling event per online CPU, each with
+    /// its ring, and the tracepoints (their records go to the same rings).
+    pub fn open(config: Config) -> Result<Sampler, Error> {
+        if config.interval < Duration::from_millis(10) {
+            return Err(Error::Config("the interval must be at least 10 ms".into()));
+        }
+        if !config.ring_pages.is_power_of_two() || config.ring_pages > 1 << 16 {
+            return Err(Error::Config(format!(
+                "ring pages must be a power of two up to 65536 (got {})",
+                config.ring_pages
+            )));
+        }
+        if let Scope::Pid(pid) = config.scope {
+            if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                return Err(Error::Config(format!("--pid {pid}: no such process")));
+            }
+        }
+        let nodes = Nodes::new(&config.node, &config.node_rules, config.scope.clone())
+            .map_err(Error::Config)?;
+        let cpus = online_cpus();
+        let wakeup = (config.ring_pages * sys::page_size() / 2) as u32;
+        let mut warnings = Vec::new();
+
+        let sampling = choose_event(&config, cpus[0], wakeup)?;
+        let mut rings = Vec::with_capacity(cpus.len());
+        let mut streams = Streams::new();
+        let sample_layout = Layout {
+            sample_type: SAMPLE_ID_TYPE | perf_event_open_sys::bindings::PERF_SAMPLE_IP as u64,
+            sample_id_all: true,
+        };
+        let attr = sampling_attr(&sampling, true, nodes.needs_netns(), wakeup);
+        for &cpu in &cpus {
+            let fd = PerfFd::open(&attr, -1, cpu as i32, 0).map_err(|e| {
+                if is_permission(&e) {
+                    permission_error(e)
+                } else {
+                    Error::Event {
+                        event: sampling.event.name.into(),
+                        reason: format!("perf_event_open on CPU {cpu}: {e}"),
+                    }
+                }
+            })?;
+            let id = fd.id().map_err(io_err("perf event id"))?;
+            streams.add(id, sample_layout, Stream::Samples);
+            let ring = Ring::map(fd, config.ring_pages).map_err(|e| Error::Io {
+                what: format!(
+                    "map a {} KiB ring buffer for CPU {cpu} (lower --ring-pages, or raise \
+                     kernel.perf_event_mlock_kb)",
+                    config.ring_pages * sys::page_size() / 1024
+                ),
+                source: e,
+            })?;
+            rings.push(ring);
+        }
+
+        // Tracepoints: their records go to the sampling ring of the same CPU.
+        let wanted: Vec<String> = config.tracepoints.clone().unwrap_or_else(|| {
+            tracefs::DEFAULT_TRACEPOINTS
+                .iter()
+                .map(|s| s.to_string())
+                .collect()
+        });
+        let mut tps = Vec::new();
+        let mut tp_fds = Vec::new();
+        if !wanted.is_empty() {
+            match tracefs::find_or_mount(config.mount_tracefs && sys::euid() == 0) {
+                Err(why) => warnings.push(format!("kernel events are not counted: {why}")),
+                Ok(root) => {
+                    for name in &wanted {
+                        match open_tracepoint(
+                            &root,
+                            name,
+                            &rings,
+                            &cpus,
+                            wakeup,
+                            tps.len() as u16,
+                            &mut streams,
+                        ) {
+                            Ok((spec, fds)) => {
+                                tps.push(spec);
+                                tp_fds.extend(fds);
+                            }
+                            Err(why) => warnings.push(format!("not counting {name}: {why}")),
+                        }
+                    }
+                }
+            }
+        }
+        Ok(Sampler {
+            config,
+            sampling,
+            nodes,
+            cpus,
+            rings,
+            tp_fds,
+            streams,
+            tps,
+            warnings,
+        })
+    }
+
+    /// The event and rate in use.
+    pub fn sampling(&self) -> &Sampling {
+        &self.sampling
+    }
+
+    /// The node names files are written for.
+    pub fn node_names(&self) -> &[String] {
+        self.nodes.names()
+    }
+
+    /// Tracepoints counted.
+    pub fn tracepoints(&self) -> impl Iterator<Item = &str> {
+        self.tps.iter().map(|t| t.name.as_str())
+    }
+
+    /// Things that work less well than asked (tracepoints not counted, …), one line each.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// One line saying what is sampled, how, and where it goes.
+    pub fn describe(&self) -> String {
+        let tps: Vec<&str> = self.tracepoints().collect();
+        format!(
+            "sampling {} on {} CPUs, {} ({}), {} s intervals → {}/{{{}}}; kernel events: {}",
+            self.sampling,
+            self.cpus.len(),
+            self.nodes.scope().describe(),
+            if self.nodes.has_rules() {
+                "nodes by rule"
+            } else {
+                "one node"
+            },
+            self.config.interval.as_secs_f64(),
+            self.config.data_dir.display(),
+            self.nodes.names().join(","),
+            if tps.is_empty() {
+                "none".to_string()
+            } else {
+                tps.join(", ")
+            }
+        )
+    }
+
+    fn run_info(&self, host: &str) -> RunInfo {
+        let uname = kernel_release();
+        let mut pairs: Vec<(String, String)> = vec![
+            (info_keys::HOST.into(), host.into()),
+            (info_keys::KERNEL.into(), uname),
+            (
+                info_keys::BOOT_ID.into(),
+                std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+                    .unwrap_or_default()
+                    .trim()
+                    .to_string(),
+            ),
+            (info_keys::PID.into(), std::process::id().to_string()),
+            (info_keys::EVENT.into(), self.sampling.event.name.into()),
+        ];
+        match self.sampling.rate {
+            Rate::Period(p) => pairs.push((info_keys::PERIOD.into(), p.to_string())),
+            Rate::Freq(f) => pairs.push((info_keys::FREQ.into(), f.to_string())),
+        }
+        pairs.extend([
+            (info_keys::CPUS.into(), self.cpus.len().to_string()),
+            (info_keys::SCOPE.into(), self.nodes.scope().describe()),
+            (
+                info_keys::INTERVAL_NS.into(),
+                self.config.interval.as_nanos().to_string(),
+            ),
+            (info_keys::CLOCK.into(), "monotonic".into()),
+            (
+                info_keys::WRITER_VERSION.into(),
+                env!("CARGO_PKG_VERSION").into(),
+            ),
+            ("sampling".into(), self.sampling.to_string()),
+            (
+                "tracepoints".into(),
+                self.tracepoints().collect::<Vec<_>>().join(","),
+            ),
+        ]);
+        if let Some(why) = &self.sampling.fallback_reason {
+            pairs.push(("event_fallback".into(), why.clone()));
+        }
+        for w in &self.warnings {
+            pairs.push(("warning".into(), w.clone()));
+        }
+        RunInfo {
+            pairs,
+            event: self.sampling.event.name.into(),
+            period: self.sampling.rate.value(),
+            freq: self.sampling.rate.is_freq(),
+            tracepoints: self.tps.iter().map(|t| t.name.clone()).collect(),
+        }
+    }
+
+    /// Samples until `stop` is set or the configured duration passes, writing one profile per
+    /// interval and node; then flushes the last (partial) interval and ends the files.
+    ///
+    /// Two threads: a reader that only drains the rings (so they never overflow while names are
+    /// being looked up, which can take a while for a large new image), and this one, which
+    /// decodes, tracks, counts, names and writes.
+    pub fn run(self, stop: &AtomicBool) -> Result<Summary, Error> {
+        let interval_ns = self.config.interval.as_nanos() as u64;
+        let cpu0 = sys::self_cpu_ns();
+        let host = host_name();
+        let start_wall = sys::realtime_ns();
+        let start_mono = sys::monotonic_ns();
+        let info = self.run_info(&host);
+        let mut output =
+            Output::create(&self.config.data_dir, self.nodes.names(), start_wall, info).map_err(
+                io_err(format!("write to {}", self.config.data_dir.display())),
+            )?;
+        let tracker = Tracker::new(self.nodes.clone(), true);
+        let intervals = Intervals::new(
+            interval_ns,
+            start_wall,
+            self.nodes.names().len(),
+            self.tps.len(),
+        );
+        let mut engine = Engine::new(tracker, intervals, measure_clock(), self.tps.clone());
+        let mut namer = Namer::default();
+        let deadline = self
+            .config
+            .duration
+            .map(|d| start_mono + d.as_nanos() as u64);
+        let facts = (self.nodes.needs_cgroups() || self.nodes.needs_netns())
+            .then_some((self.nodes.needs_cgroups(), self.nodes.needs_netns()));
+        let Sampler {
+            mut rings,
+            tp_fds,
+            streams,
+            ..
+        } = self;
+
+        let (tx, rx) = std::sync::mpsc::channel::<Round>();
+        let abort_flag = AtomicBool::new(false);
+        let abort = &abort_flag;
+        let result = std::thread::scope(|scope| -> Result<(bool, u64), Error> {
+            let reader = std::thread::Builder::new()
+                .name("culprit-rings".into())
+                .spawn_scoped(scope, move || {
+                    read_rings(&mut rings, &tp_fds, &tx, stop, deadline, abort, facts)
+                })
+                .map_err(io_err("start the ring reader thread"))?;
+            // On an error: stop the reader and let it end (it owns the sending side).
+            let finish = || {
+                abort.store(true, Ordering::SeqCst);
+                while rx.recv().is_ok() {}
+            };
+            // Processes already running: /proc is read after the events are enabled, so nothing
+            // falls in between; records older than the snapshot are applied before it.
+            let snap_time = match rx.recv() {
+                Ok(Round::Enabled(Ok(()))) => sys::monotonic_ns(),
+                Ok(Round::Enabled(Err(e))) => {
+                    finish();
+                    return Err(io_err("enable the perf events")(e));
+                }
+                _ => {
+                    finish();
+                    return Err(Error::Config("the ring reader thread ended early".into()));
+                }
+            };
+            engine.set_snapshot(snap_time, procs::scan_proc(facts));
+            let mut prev_round = snap_time;
+            let mut gap: Option<(u64, u64)> = None;
+            let end = loop {
+                let Ok(msg) = rx.recv() else {
+                    break (stop.load(Ordering::SeqCst), sys::monotonic_ns());
+                };
+                let Round::Data {
+                    time: round,
+                    bufs,
+                    lost,
+                    last,
+                    facts,
+                } = msg
+                else {
+                    continue;
+                };
+                engine.provide_facts(facts);
+                for b in &bufs {
+                    engine.ingest(b, &streams);
+                }
+                if let Some(end) = last {
+                    break end;
+                }
+                // The reader did not run for more than an interval (the process was stopped or
+                // starved) and a ring overflowed: the intervals inside the gap were not
+                // observed. The kernel writes its LOST record only once there is room again,
+                // so the evidence may come a round later.
+                if let Some((a, b)) = gap.take() {
+                    if lost {
+                        engine.intervals.mark_missed(a, b);
+                    }
+                }
+                if round.saturating_sub(prev_round) > interval_ns {
+                    let span = (engine.clock.wall(prev_round), engine.clock.wall(round));
+                    if lost {
+                        engine.intervals.mark_missed(span.0, span.1);
+                    } else {
+                        gap = Some(span);
+                    }
+                }
+                engine.process_until(prev_round);
+                let closed = engine.intervals.close_until(engine.clock.wall(prev_round));
+                if !closed.is_empty() {
+                    forget_replaced(&mut engine, &mut namer, &mut output);
+                    for c in &closed {
+                        if let Err(e) = output.write(c, &mut namer, &engine.tracker) {
+                            finish();
+                            return Err(io_err("write a profile")(e));
+                        }
+                    }
+                    engine.tracker.gc(prev_round.saturating_sub(5_000_000_000));
+                    engine.clock = measure_clock();
+                }
+                prev_round = round;
+            };
+            let _ = reader.join();
+            Ok(end)
+        });
+        let (stopped, end_mono) = result?;
+
+        engine.process_until(u64::MAX);
+        let end_wall = match deadline {
+            // A run of --duration ends at start + duration exactly.
+            Some(d) if !stopped => engine.clock.wall(d.min(end_mono)),
+            _ => engine.clock.wall(end_mono),
+        };
+        forget_replaced(&mut engine, &mut namer, &mut output);
+        for c in engine.intervals.close_all(end_wall.max(start_wall + 1)) {
+            output
+                .write(&c, &mut namer, &engine.tracker)
+                .map_err(io_err("write a profile"))?;
+        }
+        let intervals = output.intervals();
+        let nodes = output
+            .finish(sys::realtime_ns(), stopped)
+            .map_err(io_err("end the profile files"))?;
+        let cpu1 = sys::self_cpu_ns();
+        let s = engine.stats;
+        Ok(Summary {
+            nodes,
+            samples: s.samples,
+            lost: s.lost,
+            lost_events: s.lost_events,
+            events: s.events,
+            out_of_scope: s.out_of_scope,
+            throttles: s.throttles,
+            intervals,
+            named: namer.named,
+            elapsed_ns: sys::monotonic_ns() - start_mono,
+            cpu_ns: (cpu1.0 - cpu0.0, cpu1.1 - cpu0.1),
+            stopped,
+            tracking: engine.tracker.stats(),
+        })
+    }
+}
+
+/// Drops cached names of images whose files were replaced since the last interval.
+fn forget_replaced(engine: &mut Engine, namer: &mut Namer, output: &mut Output) {
+    let replaced = engine.tracker.take_replaced();
+    if !replaced.is_empty() {
+        namer.forget(&replaced);
+        output.forget_locations();
+    }
+}
+
+/// What the ring reader thread sends.
+enum Round {
+    /// The events were enabled (or could not be).
+    Enabled(io::Result<()>),
+    /// One drain of every ring.
+    Data {
+        /// Monotonic time the drain started: every record older than the previous round's
+        /// time has been read.
+        time: u64,
+        /// The records, one buffer per ring with data.
+        bufs: Vec<Vec<u8>>,
+        /// Records were lost (a LOST record, or a ring found nearly full).
+        lost: bool,
+        /// Set on the last round (events disabled): (stopped by the flag, end time).
+        last: Option<(bool, u64)>,
+        /// Cgroups / network namespace of the processes that called `exec`, read right after
+        /// the drain (only when node rules or the scope need them).
+        facts: Vec<(u32, ProcFacts)>,
+    },
+}
+
+/// The ring reader: enables the events, drains every ring each tick (or when one is half
+/// full), and on stop or deadline disables them, drains once more and says it is the end.
+fn read_rings(
+    rings: &mut [Ring],
+    tp_fds: &[PerfFd],
+    tx: &std::sync::mpsc::Sender<Round>,
+    stop: &AtomicBool,
+    deadline: Option<u64>,
+    abort: &AtomicBool,
+    facts_needed: Option<(bool, bool)>,
+) {
+    let enabled = rings
+        .iter()
+        .map(|r| r.fd())
+        .chain(tp_fds.iter())
+        .try_for_each(PerfFd::enable);
+    let ok = enabled.is_ok();
+    if tx.send(Round::Enabled(enabled)).is_err() || !ok {
+        return;
+    }
+    let drain =
+        |rings: &mut [Ring]| {
+            let mut bufs = Vec::new();
+            let mut lost = false;
+            let mut facts = Vec::new();
+            for r in rings.iter_mut() {
+                let mut b = Vec::new();
+                let n = r.drain(&mut b);
+                if n > 0 {
+                    lost |= n * 8 >= r.data_size() * 7 || has_lost_record(&b);
+                    if let Some((cg, ns)) = facts_needed {
+                        facts.extend(exec_pids(&b).filter_map(|pid| {
+                            crate::nodes::read_facts(pid, cg, ns).map(|f| (pid, f))
+                        }));
+                    }
+                    bufs.push(b);
+                }
+            }
+            (bufs, lost, facts)
+        };
+    loop {
+        let now = sys::monotonic_ns();
+        let mut wait = TICK.as_millis() as u64;
+        if let Some(d) = deadline {
+            wait = wait.min(d.saturating_sub(now) / 1_000_000);
+        }
+        sys::poll_rings(rings, wait as i32);
+        let time = sys::monotonic_ns();
+        let stopped = stop.load(Ordering::SeqCst);
+        let done = stopped || deadline.is_some_and(|d| time >= d) || abort.load(Ordering::SeqCst);
+        if done {
+            for fd in rings.iter().map(|r| r.fd()).chain(tp_fds.iter()) {
+                let _ = fd.disable();
+            }
+            let end = sys::monotonic_ns();
+            let (bufs, lost, facts) = drain(rings);
+            let _ = tx.send(Round::Data {
+                time: end,
+                bufs,
+                lost,
+                last: Some((stopped, end)),
+                facts,
+            });
+            return;
+        }
+        let (bufs, lost, facts) = drain(rings);
+        if tx
+            .send(Round::Data {
+                time,
+                bufs,
+                lost,
+                last: None,
+                facts,
+            })
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+/// The pids of the COMM records written by `exec` in a buffer of records.
+fn exec_pids(buf: &[u8]) -> impl Iterator<Item = u32> + '_ {
+    use perf_event_open_sys::bindings as b;
+    crate::record::split(buf)
+        .filter(|(k, misc, _)| {
+            *k == b::PERF_RECORD_COMM && misc & crate::record::MISC_COMM_EXEC != 0
+        })
+        .filter_map(|(_, _, rec)| Some(u32::from_le_bytes(rec.get(8..12)?.try_into().ok()?)))
+}
+
+/// True when a buffer of records holds a LOST or LOST_SAMPLES record.
+fn has_lost_record(buf: &[u8]) -> bool {
+    use perf_event_open_sys::bindings as b;
+    crate::record::split(buf)
+        .any(|(k, _, _)| k == b::PERF_RECORD_LOST || k == b::PERF_RECORD_LOST_SAMPLES)
+}
+
+fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// realtime − monotonic, read between two monotonic reads; the closest of three tries.
+fn measure_clock() -> ClockMap {
+    let mut best: Option<(u64, i64)> = None;
+    for _ in 0..3 {
+        let a = sys::monotonic_ns();
+        let w = sys::realtime_ns();
+        let b = sys::monotonic_ns();
+        let offset = w as i64 - (a / 2 + b / 2) as i64;
+        if best.is_none_or(|(gap, _)| b - a < gap) {
+            best = Some((b - a, offset));
+        }
+    }
+    ClockMap {
+        offset: best.map_or(0, |b| b.1),
+    }
+}
+
+/// Picks the event and rate: the configured one, or cycles falling back to cpu-clock.
+fn choose_event(config: &Config, cpu: u32, wakeup: u32) -> Result<Sampling, Error> {
+    let explicit = match &config.event {
+        Some(name) => Some(event::event_by_name(name).ok_or_else(|| {
+            Error::Config(format!(
+                "unknown event {name:?}; known events: {}",
+                event::event_names().collect::<Vec<_>>().join(", ")
+            ))
+        })?),
+        None => None,
+    };
+    let event = explicit.clone().unwrap_or_else(event::default_event);
+    let rate = config.rate.unwrap_or_else(|| event.default_rate());
+    if let Rate::Period(0) | Rate::Freq(0) = rate {
+        return Err(Error::Config(
+            "the sampling period or frequency must be positive".into(),
+        ));
+    }
+    let s = Sampling {
+        event: event.clone(),
+        rate,
+        fallback_reason: None,
+    };
+    match PerfFd::open(&sampling_attr(&s, false, false, wakeup), -1, cpu as i32, 0) {
+        Ok(_) => Ok(s),
+        Err(e) if is_permission(&e) => Err(permission_error(e)),
+        Err(e) if is_missing_event(&e) && explicit.is_none() => {
+            let fallback = event::fallback_event();
+            let rate = match config.rate {
+                None => fallback.default_rate(),
+                Some(Rate::Freq(f)) => Rate::Freq(f),
+                Some(Rate::Period(p)) => {
+                    return Err(Error::Event {
+                        event: event.name.into(),
+                        reason: format!(
+                            "hardware cycles do not exist here ({e}); --period {p} counts cycles, \
+                             so it does not carry over to the cpu-clock fallback: pass \
+                             `--event cpu-clock --period NS` (1000000 ns = 1 kHz) or --freq HZ"
+                        ),
+                    })
+                }
+            };
+            let fb = Sampling {
+                event: fallback,
+                rate,
+                fallback_reason: Some(format!("hardware cycles are not available here ({e})")),
+            };
+            PerfFd::open(&sampling_attr(&fb, false, false, wakeup), -1, cpu as i32, 0).map_err(
+                |e| {
+                    if is_permission(&e) {
+                        permission_error(e)
+                    } else {
+                        Error::Event {
+                            event: fb.event.name.into(),
+                            reason: e.to_string(),
+                        }
+                    }
+                },
+            )?;
+            Ok(fb)
+        }
+        Err(e) => Err(Error::Event {
+            event: event.name.into(),
+            reason: if is_missing_event(&e) {
+                format!("{e}; this machine has no such event (try --event cpu-clock)")
+            } else {
+                e.to_string()
+            },
+        }),
+    }
+}
+
+/// Opens tracepoint `name` on every CPU, its output redirected to that CPU's ring.
+fn open_tracepoint(
+    root: &std::path::Path,
+    name: &str,
+    rings: &[Ring],
+    cpus: &[u32],
+    wakeup: u32,
+    index: u16,
+    streams: &mut Streams,
+) -> Result<(TpSpec, Vec<PerfFd>), String> {
+    let tp = Tracepoint::load(root, name)?;
+    let decoder = Decoder::for_tracepoint(&tp);
+    let attr = tracepoint_attr(tp.id, decoder.needs_raw(), wakeup);
+    let layout = Layout {
+        sample_type: attr.sample_type,
+        sample_id_all: true,
+    };
+    let mut fds = Vec::with_capacity(cpus.len());
+    let mut ids: HashMap<u64, ()> = HashMap::new();
+    for (ring, &cpu) in rings.iter().zip(cpus) {
+        let fd = PerfFd::open(&attr, -1, cpu as i32, 0).map_err(|e| {
+            if is_permission(&e) {
+                format!("{e} (tracepoints need root or CAP_PERFMON)")
+            } else {
+                e.to_string()
+            }
+        })?;
+        fd.set_output(ring.fd())
+            .map_err(|e| format!("redirect to the CPU ring: {e}"))?;
+        let id = fd.id().map_err(|e| e.to_string())?;
+        ids.insert(id, ());
+        fds.push(fd);
+    }
+    for id in ids.into_keys() {
+        streams.add(id, layout, Stream::Tracepoint(index));
+    }
+    Ok((
+        TpSpec {
+            name: tp.name,
+            decoder,
+        },
+        fds,
+    ))
+}

@@ -1,0 +1,327 @@
+//! Every system call of the sampler that needs `unsafe`: `perf_event_open`, the ioctls on its file
+//! descriptors, the mapping of the ring buffers, `poll`, `mount`, clocks, `getrusage` and the
+//! SIGINT/SIGTERM handler. The rest of the crate only sees the safe owner types [`PerfFd`] and
+//! [`Ring`] and a few plain functions (STYLE.md §3).
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Once;
+
+use perf_event_open_sys as pes;
+use pes::bindings::{perf_event_attr, perf_event_mmap_page};
+
+/// An open perf event (counting or sampling), closed on drop.
+#[derive(Debug)]
+pub struct PerfFd {
+    file: File,
+}
+
+impl PerfFd {
+    /// `perf_event_open(attr, pid, cpu, -1, flags | FD_CLOEXEC)`.
+    pub fn open(attr: &perf_event_attr, pid: i32, cpu: i32, flags: u64) -> io::Result<PerfFd> {
+        let mut a = *attr;
+        a.size = size_of::<perf_event_attr>() as u32;
+        let flags = flags | u64::from(pes::bindings::PERF_FLAG_FD_CLOEXEC);
+        // SAFETY: `a` is a complete, initialised perf_event_attr owned by this frame; the kernel
+        // only reads it (and may write back `size` on E2BIG). No group fd is passed.
+        let fd = unsafe { pes::perf_event_open(&mut a, pid, cpu, -1, flags as libc::c_ulong) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a new descriptor returned to us alone; `File` takes ownership.
+        let file = unsafe { File::from_raw_fd(fd) };
+        Ok(PerfFd { file })
+    }
+
+    /// Starts counting / sampling.
+    pub fn enable(&self) -> io::Result<()> {
+        // SAFETY: ENABLE takes an integer argument and only acts on our own descriptor.
+        check(unsafe { pes::ioctls::ENABLE(self.file.as_raw_fd(), 0) })
+    }
+
+    /// Stops counting / sampling.
+    pub fn disable(&self) -> io::Result<()> {
+        // SAFETY: as for `enable`.
+        check(unsafe { pes::ioctls::DISABLE(self.file.as_raw_fd(), 0) })
+    }
+
+    /// The kernel's id of the event (what `PERF_SAMPLE_IDENTIFIER` and `LOST` records carry).
+    pub fn id(&self) -> io::Result<u64> {
+        let mut id = 0u64;
+        // SAFETY: ID writes one u64 through the pointer, which points at `id` on our stack.
+        check(unsafe { pes::ioctls::ID(self.file.as_raw_fd(), &mut id) })?;
+        Ok(id)
+    }
+
+    /// Sends this event's records to the ring buffer of `to` (same CPU, same clock).
+    pub fn set_output(&self, to: &PerfFd) -> io::Result<()> {
+        // SAFETY: SET_OUTPUT takes another perf descriptor, which `to` keeps open for the call.
+        check(unsafe { pes::ioctls::SET_OUTPUT(self.file.as_raw_fd(), to.file.as_raw_fd()) })
+    }
+
+    fn raw(&self) -> RawFd {
+        self.file.as_raw_fd()
+    }
+}
+
+fn check(rc: libc::c_int) -> io::Result<()> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// The system's page size.
+pub fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if n > 0 {
+        n as usize
+    } else {
+        4096
+    }
+}
+
+/// A perf event with its mapped ring buffer (one metadata page and `2^n` data pages). The kernel
+/// writes records at `data_head`; [`Ring::drain`] copies everything up to it out and hands the
+/// space back by advancing `data_tail`.
+#[derive(Debug)]
+pub struct Ring {
+    fd: PerfFd,
+    base: NonNull<u8>,
+    map_len: usize,
+    data_offset: usize,
+    data_size: usize,
+}
+
+// SAFETY: the mapping belongs to this value alone (no aliases are handed out; `drain` copies), so
+// moving it to another thread is sound.
+unsafe impl Send for Ring {}
+
+impl Ring {
+    /// Maps a ring of `data_pages` pages (a power of two) for `fd`.
+    pub fn map(fd: PerfFd, data_pages: usize) -> io::Result<Ring> {
+        if !data_pages.is_power_of_two() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "ring pages must be a power of two",
+            ));
+        }
+        let page = page_size();
+        let map_len = (data_pages + 1) * page;
+        // SAFETY: a fresh shared mapping of the perf descriptor, as perf_event_open(2) documents;
+        // the kernel validates the length. We check for MAP_FAILED below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.raw(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let base = NonNull::new(p.cast::<u8>()).ok_or_else(io::Error::last_os_error)?;
+        let mut ring = Ring {
+            fd,
+            base,
+            map_len,
+            data_offset: page,
+            data_size: data_pages * page,
+        };
+        // Kernels since 4.1 say where the data area is; older ones use the defaults above.
+        let meta = ring.meta();
+        // SAFETY: `meta` points into our live mapping; these fields are written once by the
+        // kernel at mmap time, before we read them.
+        let (off, size) = unsafe {
+            (
+                std::ptr::addr_of!((*meta).data_offset).read_volatile(),
+                std::ptr::addr_of!((*meta).data_size).read_volatile(),
+            )
+        };
+        if size != 0 && off as usize + size as usize <= map_len {
+            ring.data_offset = off as usize;
+            ring.data_size = size as usize;
+        }
+        Ok(ring)
+    }
+
+    fn meta(&self) -> *mut perf_event_mmap_page {
+        self.base.as_ptr().cast()
+    }
+
+    /// The event this ring belongs to.
+    pub fn fd(&self) -> &PerfFd {
+        &self.fd
+    }
+
+    /// Size of the data area in bytes.
+    pub fn data_size(&self) -> usize {
+        self.data_size
+    }
+
+    /// Appends every complete record the kernel has written to `out` and frees their space in
+    /// the ring. Returns the number of bytes copied.
+    pub fn drain(&mut self, out: &mut Vec<u8>) -> usize {
+        let meta = self.meta();
+        // SAFETY: data_head and data_tail are naturally aligned u64 fields of the metadata page,
+        // which stays mapped for our lifetime. The kernel stores data_head; we are the only
+        // writer of data_tail. Acquire on head pairs with the kernel's release of the records.
+        let (head_a, tail_a) = unsafe {
+            (
+                AtomicU64::from_ptr(std::ptr::addr_of_mut!((*meta).data_head)),
+                AtomicU64::from_ptr(std::ptr::addr_of_mut!((*meta).data_tail)),
+            )
+        };
+        let head = head_a.load(Ordering::Acquire);
+        let tail = tail_a.load(Ordering::Relaxed);
+        let avail = head.wrapping_sub(tail) as usize;
+        if avail == 0 {
+            return 0;
+        }
+        // In non-overwrite mode the kernel never writes more than the ring holds.
+        let avail = avail.min(self.data_size);
+        let start = (tail % self.data_size as u64) as usize;
+        let first = avail.min(self.data_size - start);
+        // SAFETY: both ranges lie inside the data area of our mapping (start < data_size,
+        // first <= data_size - start, avail - first <= start). The kernel does not write the
+        // bytes between tail and head until we advance data_tail below.
+        unsafe {
+            let data = self.base.as_ptr().add(self.data_offset);
+            out.extend_from_slice(std::slice::from_raw_parts(data.add(start), first));
+            out.extend_from_slice(std::slice::from_raw_parts(data, avail - first));
+        }
+        // Release: our reads of the records happen before the kernel may reuse the space.
+        tail_a.store(tail.wrapping_add(avail as u64), Ordering::Release);
+        avail
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping made in `map`; no references into it outlive self.
+        unsafe {
+            libc::munmap(self.base.as_ptr().cast(), self.map_len);
+        }
+    }
+}
+
+/// Waits until one of the rings has data past its wake-up watermark, a signal arrives, or
+/// `timeout_ms` passes.
+pub fn poll_rings(rings: &[Ring], timeout_ms: i32) {
+    let mut fds: Vec<libc::pollfd> = rings
+        .iter()
+        .map(|r| libc::pollfd {
+            fd: r.fd.raw(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    if fds.is_empty() {
+        std::thread::sleep(std::time::Duration::from_millis(timeout_ms.max(0) as u64));
+        return;
+    }
+    // SAFETY: `fds` is a valid array of `fds.len()` pollfd structs for the duration of the call.
+    // Errors (EINTR from our signal handler) just end the wait early.
+    unsafe {
+        libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms);
+    }
+}
+
+/// Reads clock `id` in nanoseconds.
+fn clock_ns(id: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through a valid pointer; the clocks used here
+    // always exist on Linux.
+    unsafe {
+        libc::clock_gettime(id, &mut ts);
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// CLOCK_MONOTONIC in ns (the clock perf timestamps use with `use_clockid`).
+pub fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// CLOCK_REALTIME in ns since the Unix epoch.
+pub fn realtime_ns() -> u64 {
+    clock_ns(libc::CLOCK_REALTIME)
+}
+
+/// User and system CPU time of this process so far, in ns.
+pub fn self_cpu_ns() -> (u64, u64) {
+    // SAFETY: rusage is plain old data; all-zero is a valid value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes one rusage through a valid pointer.
+    unsafe {
+        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
+    }
+    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
+    (ns(ru.ru_utime), ns(ru.ru_stime))
+}
+
+/// Effective user id.
+pub fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// `mount -t tracefs nodev <target>`.
+pub fn mount_tracefs(target: &std::path::Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let c = |s: &[u8]| std::ffi::CString::new(s).map_err(|_| io::ErrorKind::InvalidInput);
+    let target = c(target.as_os_str().as_bytes())?;
+    let fstype = c(b"tracefs")?;
+    let source = c(b"nodev")?;
+    // SAFETY: all pointers are valid NUL-terminated strings living across the call; no data
+    // argument is passed.
+    let rc = unsafe {
+        libc::mount(
+            source.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    check(rc)
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+static INSTALL: Once = Once::new();
+
+extern "C" fn on_stop_signal(_sig: libc::c_int) {
+    // Only an atomic store: async-signal-safe.
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// Installs handlers for SIGINT and SIGTERM that set the returned flag (once per process), so a
+/// sampler can flush its last interval and end its files before exiting.
+pub fn stop_on_signals() -> &'static AtomicBool {
+    INSTALL.call_once(|| {
+        for sig in [libc::SIGINT, libc::SIGTERM] {
+            // SAFETY: sigaction is plain old data; all-zero is a valid starting value.
+            let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
+            sa.sa_sigaction = on_stop_signal as extern "C" fn(libc::c_int) as usize;
+            sa.sa_flags = 0; // no SA_RESTART: poll returns early with EINTR
+                             // SAFETY: installs a handler that only does an atomic store; `sa` is initialised
+                             // and its mask is emptied before use.
+            unsafe {
+                libc::sigemptyset(&mut sa.sa_mask);
+                libc::sigaction(sig, &sa, std::ptr::null_mut());
+            }
+        }
+    });
+    &STOP
+}
