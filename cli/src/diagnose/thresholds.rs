@@ -38,8 +38,8 @@ pub enum Policy {
 ///   (MAD: median absolute deviation of the scores); the second keeps the noisiest of
 ///   near-identical peers from being flagged (MAD ≈ 0); the third ignores deviations too small to
 ///   matter compared with the work done;
-/// * its *own* cut-off `λ · q₂₅(baseline)`: λ times the lower quartile of its own scores in its
-///   first `baseline_windows` windows. Peer comparison alone cannot tell a faulty node from a
+/// * its *own* cut-off `λ · min(baseline)`: λ times the least of its own scores in its first
+///   `baseline_windows` windows (the least, so that one noisy early window does not raise it). Peer comparison alone cannot tell a faulty node from a
 ///   healthy one that is persistently different (it holds the metadata, it has another disk);
 ///   a fault is a *change*. A node that stands out from its peers without having changed is
 ///   reported as persistently different, not faulty. Training removes the need for this.
@@ -72,12 +72,12 @@ impl Default for Unsupervised {
 impl Unsupervised {
     /// The node's own cut-off from its baseline scores (0 while it has none).
     pub fn baseline_cutoff(&self, baseline: &[f64]) -> f64 {
-        if baseline.is_empty() {
-            return 0.0;
+        let least = baseline.iter().copied().fold(f64::INFINITY, f64::min);
+        if least.is_finite() {
+            self.lambda * least
+        } else {
+            0.0
         }
-        let mut b = baseline.to_vec();
-        b.sort_by(f64::total_cmp);
-        self.lambda * b[(b.len() - 1) / 4]
     }
 
     /// The cut-off for a window with these scores and this median-node size.
@@ -279,6 +279,13 @@ mod tests {
             let above = scores.iter().filter(|&&x| x > c).count();
             prop_assert!(above * 2 < scores.len().max(1) || above == 0);
         }
+    }
+
+    #[test]
+    fn own_baseline_is_the_least_early_score() {
+        let r = Unsupervised::default();
+        assert_eq!(r.baseline_cutoff(&[]), 0.0);
+        assert_eq!(r.baseline_cutoff(&[30.0, 5.0, 80.0]), 10.0);
     }
 
     #[test]
