@@ -5,7 +5,7 @@
 //!
 //! Runs are short (8 s, 100 ms records, windows of 1 s every 500 ms) so the file stays within
 //! about a minute; the servers are rate-limited, so they do the same work per second while the
-//! machine keeps up with them.
+//! machine keeps up with them. One test runs the real sampler (`culprit sample`) beside them.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -137,7 +137,7 @@ fn extra_work_in_one_function() {
     run_group(
         &exe,
         &data,
-        &five_with(2, ["work", "checksum_payload", "6", "3"]),
+        &five_with(2, ["work", "checksum_payload", "12", "3"]),
         "8",
     );
     let (code, r) = diagnose(&[data.to_str().unwrap()]);
@@ -242,7 +242,7 @@ fn worker_processes_add_up_per_node() {
     let mut children = Vec::new();
     for (i, n) in nodes.iter().enumerate() {
         for worker in 0..2 {
-            let fault = (i == 3 && worker == 1).then_some(["work", "checksum_payload", "8", "3"]);
+            let fault = (i == 3 && worker == 1).then_some(["work", "checksum_payload", "16", "3"]);
             children.push(spawn(&exe, &data, &Node { name: n, fault }, "8"));
         }
     }
@@ -290,6 +290,81 @@ fn missed_intervals(dir: &Path) -> usize {
     n
 }
 
+/// The real sampler (`culprit sample`, cpu-clock, one emulated node per server process with
+/// --node-pid) beside the tracer: the samples metric finds the node doing extra work and the
+/// function first, and corroborates time. Needs perf_event (root). Budget: ~14 s.
+#[test]
+fn samples_from_the_real_sampler() {
+    if !require(is_root(), "root, for a system-wide perf_event sampler") {
+        return;
+    }
+    let _turn = turn();
+    let _machine = machine_lock();
+    let dir = TempDir::new("real-samples");
+    let exe = server(dir.path(), false);
+    let data = dir.join("data");
+    let nodes = five_with(1, ["work", "checksum_payload", "16", "4"]);
+    let children: Vec<Child> = nodes.iter().map(|n| spawn(&exe, &data, n, "12")).collect();
+    let mut sample = culprit();
+    sample
+        .arg("sample")
+        .arg("-o")
+        .arg(&data)
+        .args([
+            "--duration",
+            "12s",
+            "--interval",
+            "1s",
+            "-e",
+            "cpu-clock",
+            "-F",
+            "4000",
+        ])
+        .args(["--tracepoints", "none", "-q"]);
+    for (n, c) in nodes.iter().zip(&children) {
+        sample
+            .arg("--node-pid")
+            .arg(format!("{}={}", n.name, c.id()));
+    }
+    let sampled = sample.output().unwrap();
+    for mut c in children {
+        assert!(c.wait().unwrap().success());
+    }
+    assert!(
+        sampled.status.success(),
+        "culprit sample: {}",
+        String::from_utf8_lossy(&sampled.stderr)
+    );
+    let (code, r) = diagnose_json(&[
+        data.to_str().unwrap(),
+        "--win-size",
+        "2s",
+        "--win-shift",
+        "1s",
+        "--min-time",
+        "1ms",
+    ]);
+    assert_eq!(code, 1, "{r:#}");
+    assert_eq!(r["culprits"], serde_json::json!(["srv1"]), "{r:#}");
+    let s = node(metric(&r, "samples"), "srv1");
+    assert_eq!(s["verdict"], "faulty", "{s:#}");
+    assert_eq!(s["top"][0]["function"], "checksum_payload", "{s:#}");
+    assert_eq!(s["top"][0]["direction"], "more samples");
+    let v = r["verdicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["node"] == "srv1")
+        .unwrap();
+    let by: Vec<&str> = v["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_str().unwrap())
+        .collect();
+    assert!(by.contains(&"samples") && by.contains(&"time"), "{v:#}");
+}
+
 /// When the server's idle wait is traced too, extra work also shows as less idle time: both are
 /// in the top ten with their signs, the working function with "more time".
 #[test]
@@ -301,7 +376,7 @@ fn traced_idle_shows_both_sides() {
     run_group(
         &exe,
         &data,
-        &five_with(1, ["work", "checksum_payload", "6", "3"]),
+        &five_with(1, ["work", "checksum_payload", "12", "3"]),
         "8",
     );
     let (code, r) = diagnose(&[data.to_str().unwrap()]);
@@ -438,7 +513,7 @@ fn follow_reports_as_windows_close() {
     let exe = server(dir.path(), false);
     let data = dir.join("data");
     // From 3 s: the untrained rule needs fault-free windows among the first of each node.
-    let nodes = five_with(2, ["work", "checksum_payload", "8", "3"]);
+    let nodes = five_with(2, ["work", "checksum_payload", "16", "3"]);
     let mut children: Vec<Child> = nodes.iter().map(|n| spawn(&exe, &data, n, "8")).collect();
     // Wait for every node's first record.
     let t0 = Instant::now();
