@@ -376,7 +376,7 @@ fn traced_idle_shows_both_sides() {
     run_group(
         &exe,
         &data,
-        &five_with(1, ["work", "checksum_payload", "12", "3"]),
+        &five_with(1, ["work", "checksum_payload", "16", "3"]),
         "8",
     );
     let (code, r) = diagnose(&[data.to_str().unwrap()]);
