@@ -1,0 +1,494 @@
+//! Per-window anomaly scores of nodes: how unlike its peers each node behaves.
+//!
+//! * [`ScoreKind::PairwiseMedian`] — seed 000: the median of a node's distances to every other
+//!   node. O(N²·F) per window; above [`PAIRWISE_EXACT_MAX`] nodes (or with an explicit domain
+//!   size) each node is compared only with the members of a *rotating analysis domain* of
+//!   about `domain` nodes, re-drawn every window (seed 001 §4.7.1), which is O(N·domain·F).
+//! * [`ScoreKind::MedianNode`] — the distance of a node to the component-wise median node of
+//!   all nodes of the window. O(N·F). The default (docs/thresholds.md says why: it stays right
+//!   at N = 4 when one node is an extreme outlier, where the pairwise median flags healthy
+//!   nodes too).
+//! * [`ScoreKind::LeaveOneOut`] — the distance of a node to the component-wise median of the
+//!   *other* nodes. O(N·F·log N).
+//!
+//! New scorers (suspect scores of seed 002, persistence ordering of seed 001) are added here.
+
+use serde::{Deserialize, Serialize};
+
+use super::distance::Distance;
+
+/// Above this many nodes the pairwise score uses rotating analysis domains unless told
+/// otherwise (exact all-pairs costs N²·F per window: 5·10⁹ at 5,000 nodes × 200 functions).
+pub const PAIRWISE_EXACT_MAX: usize = 1000;
+/// Default size of a rotating analysis domain (seed 001 §4.7.1 suggests about 10).
+pub const DEFAULT_DOMAIN: usize = 10;
+
+/// How a node's anomaly score is computed from a window's feature vectors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum ScoreKind {
+    /// Distance to the component-wise median node (robust; the default).
+    #[value(help = "distance to the component-wise median node (robust at 4–6 nodes)")]
+    MedianNode,
+    /// Distance to the component-wise median of the other nodes.
+    #[value(help = "distance to the component-wise median of the other nodes")]
+    LeaveOneOut,
+    /// Median of the distances to the other nodes (seed 000).
+    #[value(help = "median of the distances to the other nodes (seed 000)")]
+    #[value(name = "pairwise")]
+    #[serde(rename = "pairwise")]
+    PairwiseMedian,
+}
+
+impl ScoreKind {
+    /// The name users type and read.
+    pub fn name(self) -> &'static str {
+        match self {
+            ScoreKind::MedianNode => "median-node",
+            ScoreKind::LeaveOneOut => "leave-one-out",
+            ScoreKind::PairwiseMedian => "pairwise",
+        }
+    }
+}
+
+/// A dense row-major matrix: one row per node of a window, one column per kept component.
+#[derive(Clone, Debug, Default)]
+pub struct Matrix {
+    /// Rows.
+    pub rows: usize,
+    /// Columns.
+    pub cols: usize,
+    /// `rows × cols` values.
+    pub data: Vec<f64>,
+}
+
+impl Matrix {
+    /// Row `i`.
+    pub fn row(&self, i: usize) -> &[f64] {
+        &self.data[i * self.cols..(i + 1) * self.cols]
+    }
+
+    /// Row `i`, mutable.
+    pub fn row_mut(&mut self, i: usize) -> &mut [f64] {
+        &mut self.data[i * self.cols..(i + 1) * self.cols]
+    }
+
+    /// Resizes to `rows × cols` zeros, keeping the allocation.
+    pub fn reset(&mut self, rows: usize, cols: usize) {
+        self.rows = rows;
+        self.cols = cols;
+        self.data.clear();
+        self.data.resize(rows * cols, 0.0);
+    }
+}
+
+/// The median of `v` (mean of the two middle values for an even length), reordering `v`.
+/// `NaN` never reaches here (inputs are validated); it would sort last.
+pub fn median_in_place(v: &mut [f64]) -> f64 {
+    let n = v.len();
+    assert!(n > 0, "median of nothing");
+    let mid = n / 2;
+    let (lo, m, _) = v.select_nth_unstable_by(mid, f64::total_cmp);
+    let m = *m;
+    if n % 2 == 1 {
+        m
+    } else {
+        let below = lo.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        (below + m) / 2.0
+    }
+}
+
+/// The component-wise median of the rows of `x` ("the median node", DESIGN.md).
+pub fn median_node(x: &Matrix) -> Vec<f64> {
+    let mut col = vec![0.0; x.rows];
+    (0..x.cols)
+        .map(|c| {
+            for (r, v) in col.iter_mut().enumerate() {
+                *v = x.data[r * x.cols + c];
+            }
+            median_in_place(&mut col)
+        })
+        .collect()
+}
+
+/// The scores of one window, and what root-cause analysis compares each node with.
+#[derive(Debug)]
+pub struct Scores {
+    /// One score per row.
+    pub scores: Vec<f64>,
+    /// The component-wise median node of all rows.
+    pub median: Vec<f64>,
+    /// Leave-one-out only: columns sorted ascending (column-major) and each row's rank in each
+    /// column, to derive the median of the others.
+    loo: Option<(Vec<f64>, Vec<u32>)>,
+}
+
+impl Scores {
+    /// The vector row `i` is compared with for root cause: the median of the others for
+    /// leave-one-out, the median node otherwise (seed 000: "component distances to the median
+    /// node").
+    pub fn reference(&self, x: &Matrix, i: usize) -> Vec<f64> {
+        match &self.loo {
+            Some((sorted, rank)) => (0..x.cols)
+                .map(|c| loo_median(&sorted[c * x.rows..(c + 1) * x.rows], rank[i * x.cols + c]))
+                .collect(),
+            None => self.median.clone(),
+        }
+    }
+}
+
+/// The median of a sorted column without the element at `rank`.
+fn loo_median(sorted: &[f64], rank: u32) -> f64 {
+    let n = sorted.len() - 1;
+    let r = rank as usize;
+    let at = |j: usize| if j < r { sorted[j] } else { sorted[j + 1] };
+    if n % 2 == 1 {
+        at(n / 2)
+    } else {
+        (at(n / 2 - 1) + at(n / 2)) / 2.0
+    }
+}
+
+/// How many peers the pairwise score compares each node with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Peers {
+    /// Every other node up to [`PAIRWISE_EXACT_MAX`] nodes, rotating domains of
+    /// [`DEFAULT_DOMAIN`] above.
+    Auto,
+    /// Every other node, whatever the size.
+    All,
+    /// Rotating analysis domains of about this many nodes.
+    Domain(usize),
+}
+
+/// Scores the rows of `x` (prepared by the distance). `seed` varies the rotating analysis
+/// domains from window to window (the window start is used).
+pub fn score(kind: ScoreKind, d: Distance, x: &Matrix, peers: Peers, seed: u64) -> Scores {
+    let median = median_node(x);
+    match kind {
+        ScoreKind::MedianNode => {
+            let scores = par_map(x.rows, x.cols, |i| d.dist(x.row(i), &median));
+            Scores {
+                scores,
+                median,
+                loo: None,
+            }
+        }
+        ScoreKind::LeaveOneOut => {
+            let (sorted, rank) = sorted_columns(x);
+            let scores = par_map(x.rows, x.cols, |i| {
+                let mut s = 0.0;
+                for (c, &v) in x.row(i).iter().enumerate() {
+                    let col = &sorted[c * x.rows..(c + 1) * x.rows];
+                    s += d.term(v, loo_median(col, rank[i * x.cols + c]));
+                }
+                s
+            });
+            Scores {
+                scores,
+                median,
+                loo: Some((sorted, rank)),
+            }
+        }
+        ScoreKind::PairwiseMedian => {
+            let domain = match peers {
+                Peers::All => None,
+                Peers::Auto if x.rows <= PAIRWISE_EXACT_MAX => None,
+                Peers::Auto => Some(DEFAULT_DOMAIN),
+                Peers::Domain(k) if k >= x.rows => None,
+                Peers::Domain(k) => Some(k.max(3)),
+            };
+            let scores = match domain {
+                None => pairwise_all(d, x),
+                Some(k) => pairwise_domains(d, x, k, seed),
+            };
+            Scores {
+                scores,
+                median,
+                loo: None,
+            }
+        }
+    }
+}
+
+fn sorted_columns(x: &Matrix) -> (Vec<f64>, Vec<u32>) {
+    let mut sorted = vec![0.0; x.rows * x.cols];
+    let mut rank = vec![0u32; x.rows * x.cols];
+    let mut idx: Vec<u32> = Vec::with_capacity(x.rows);
+    for c in 0..x.cols {
+        idx.clear();
+        idx.extend(0..x.rows as u32);
+        idx.sort_by(|&a, &b| {
+            x.data[a as usize * x.cols + c].total_cmp(&x.data[b as usize * x.cols + c])
+        });
+        for (r, &i) in idx.iter().enumerate() {
+            sorted[c * x.rows + r] = x.data[i as usize * x.cols + c];
+            rank[i as usize * x.cols + c] = r as u32;
+        }
+    }
+    (sorted, rank)
+}
+
+/// Exact seed-000 score: for each row, the median of its distances to all other rows. Rows are
+/// processed independently (each recomputes its distances) so memory stays O(N) per thread.
+fn pairwise_all(d: Distance, x: &Matrix) -> Vec<f64> {
+    par_map(x.rows, x.rows * x.cols, |i| {
+        let mut ds: Vec<f64> = (0..x.rows)
+            .filter(|&j| j != i)
+            .map(|j| d.dist(x.row(i), x.row(j)))
+            .collect();
+        median_in_place(&mut ds)
+    })
+}
+
+/// Rotating analysis domains (seed 001 §4.7.1): shuffle the rows with a generator seeded by the
+/// window, cut them into groups of `k` to `2k − 1`, score each row against its group only.
+fn pairwise_domains(d: Distance, x: &Matrix, k: usize, seed: u64) -> Vec<f64> {
+    let groups = domains(x.rows, k, seed);
+    let mut group_of = vec![0u32; x.rows];
+    for (g, members) in groups.iter().enumerate() {
+        for &m in members {
+            group_of[m as usize] = g as u32;
+        }
+    }
+    par_map(x.rows, k * x.cols, |i| {
+        let members = &groups[group_of[i] as usize];
+        let mut ds: Vec<f64> = members
+            .iter()
+            .map(|&j| j as usize)
+            .filter(|&j| j != i)
+            .map(|j| d.dist(x.row(i), x.row(j)))
+            .collect();
+        median_in_place(&mut ds)
+    })
+}
+
+/// Partitions `0..n` into groups of `k..2k−1` members (one group when `n < 2k`), shuffled
+/// deterministically by `seed`.
+pub fn domains(n: usize, k: usize, seed: u64) -> Vec<Vec<u32>> {
+    let mut order: Vec<u32> = (0..n as u32).collect();
+    let mut rng = SplitMix64(seed ^ 0x6a09_e667_f3bc_c909);
+    for i in (1..n).rev() {
+        let j = (rng.next_u64() % (i as u64 + 1)) as usize;
+        order.swap(i, j);
+    }
+    let g = (n / k).max(1);
+    let (base, extra) = (n / g, n % g);
+    let mut out = Vec::with_capacity(g);
+    let mut at = 0;
+    for gi in 0..g {
+        let len = base + usize::from(gi < extra);
+        out.push(order[at..at + len].to_vec());
+        at += len;
+    }
+    out
+}
+
+/// SplitMix64 (Steele, Lea, Flood 2014): a tiny, good, deterministic generator.
+#[derive(Clone, Debug)]
+pub struct SplitMix64(pub u64);
+
+impl SplitMix64 {
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A uniform value in `[0, 1)`.
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Work (in rough element operations) below which threads are not worth starting.
+const PAR_MIN_WORK: usize = 1 << 21;
+
+/// `(0..n).map(f)` on all cores when the work (`n × per_item`) is large enough.
+fn par_map(n: usize, per_item: usize, f: impl Fn(usize) -> f64 + Sync) -> Vec<f64> {
+    let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
+    if threads < 2 || n.saturating_mul(per_item) < PAR_MIN_WORK || n < 2 {
+        return (0..n).map(f).collect();
+    }
+    let mut out = vec![0.0; n];
+    let chunk = n.div_ceil(threads);
+    std::thread::scope(|s| {
+        for (ci, part) in out.chunks_mut(chunk).enumerate() {
+            let f = &f;
+            s.spawn(move || {
+                for (j, o) in part.iter_mut().enumerate() {
+                    *o = f(ci * chunk + j);
+                }
+            });
+        }
+    });
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn matrix(rows: &[Vec<f64>]) -> Matrix {
+        Matrix {
+            rows: rows.len(),
+            cols: rows[0].len(),
+            data: rows.iter().flatten().copied().collect(),
+        }
+    }
+
+    #[test]
+    fn median_of_odd_and_even() {
+        assert_eq!(median_in_place(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median_in_place(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median_in_place(&mut [7.0]), 7.0);
+    }
+
+    #[test]
+    fn median_node_is_component_wise() {
+        let x = matrix(&[
+            vec![1.0, 10.0],
+            vec![2.0, 30.0],
+            vec![3.0, 20.0],
+            vec![100.0, 0.0],
+        ]);
+        assert_eq!(median_node(&x), vec![2.5, 15.0]);
+    }
+
+    /// The small-cluster failure of the seed's score (issue 4): with 4 nodes and one extreme
+    /// outlier, a healthy node's pairwise median becomes its distance to its least similar
+    /// healthy peer, while its distance to the median node barely moves.
+    #[test]
+    fn one_outlier_among_four() {
+        let healthy = [vec![100.0, 100.0], vec![104.0, 100.0], vec![96.0, 100.0]];
+        let mut rows = healthy.to_vec();
+        rows.push(vec![100.0, 1000.0]);
+        let x = matrix(&rows);
+        let d = Distance::Manhattan;
+        let pw = score(ScoreKind::PairwiseMedian, d, &x, Peers::All, 0).scores;
+        let mn = score(ScoreKind::MedianNode, d, &x, Peers::All, 0).scores;
+        let lo = score(ScoreKind::LeaveOneOut, d, &x, Peers::All, 0).scores;
+        // Healthy node 1 (104): pairwise distances 4, 8, 904 → median 8, its distance to its
+        // least similar healthy peer.
+        assert_eq!(pw[1], 8.0);
+        // Median node: (100, 100) → node 1 is 4 away, the outlier 900.
+        assert_eq!(mn[1], 4.0);
+        assert_eq!(mn[3], 900.0);
+        // Leave-one-out: median of the others of node 3 = (100, 100) → 900.
+        assert_eq!(lo[3], 900.0);
+        assert_eq!(lo[1], 4.0);
+        for s in [&pw, &mn, &lo] {
+            let top = (0..4).max_by(|&a, &b| s[a].total_cmp(&s[b])).unwrap();
+            assert_eq!(top, 3);
+        }
+    }
+
+    #[test]
+    fn domains_partition_every_node_once() {
+        for (n, k) in [(10, 10), (25, 10), (100, 7), (3, 10), (1001, 10)] {
+            let g = domains(n, k, 42);
+            let mut all: Vec<u32> = g.iter().flatten().copied().collect();
+            all.sort_unstable();
+            assert_eq!(all, (0..n as u32).collect::<Vec<_>>());
+            if n >= k {
+                assert!(g.iter().all(|m| m.len() >= k && m.len() < 2 * k), "{n} {k}");
+            }
+            assert_ne!(domains(n, k, 43), g, "rotates with the seed ({n})");
+        }
+    }
+
+    fn rows_strategy() -> impl Strategy<Value = Vec<Vec<f64>>> {
+        (3usize..9, 1usize..6).prop_flat_map(|(n, f)| {
+            prop::collection::vec(prop::collection::vec(0.0f64..1000.0, f), n)
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn median_is_between_min_and_max_and_order_free(mut v in prop::collection::vec(-1e6f64..1e6, 1..40)) {
+            let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let mut sorted = v.clone();
+            sorted.sort_by(f64::total_cmp);
+            let n = sorted.len();
+            let expect = if n % 2 == 1 { sorted[n / 2] } else { (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0 };
+            let m = median_in_place(&mut v);
+            prop_assert!(lo <= m && m <= hi);
+            prop_assert_eq!(m, expect);
+        }
+
+        /// Reordering nodes reorders their scores and changes nothing else (node names and
+        /// order must not change a verdict).
+        #[test]
+        fn scores_are_permutation_equivariant(rows in rows_strategy(), rot in 0usize..8) {
+            let n = rows.len();
+            let perm: Vec<usize> = (0..n).map(|i| (i + rot) % n).rev().collect();
+            let permuted: Vec<Vec<f64>> = perm.iter().map(|&i| rows[i].clone()).collect();
+            for kind in [ScoreKind::MedianNode, ScoreKind::LeaveOneOut, ScoreKind::PairwiseMedian] {
+                let a = score(kind, Distance::Manhattan, &matrix(&rows), Peers::All, 1).scores;
+                let b = score(kind, Distance::Manhattan, &matrix(&permuted), Peers::All, 1).scores;
+                for (pi, &orig) in perm.iter().enumerate() {
+                    prop_assert_eq!(b[pi], a[orig]);
+                }
+            }
+        }
+
+        /// The leave-one-out shortcut equals recomputing the median of the others.
+        #[test]
+        fn leave_one_out_matches_brute_force(rows in rows_strategy()) {
+            let x = matrix(&rows);
+            let s = score(ScoreKind::LeaveOneOut, Distance::Manhattan, &x, Peers::All, 0);
+            for i in 0..x.rows {
+                let others: Vec<Vec<f64>> = rows.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, r)| r.clone()).collect();
+                let m = median_node(&matrix(&others));
+                prop_assert_eq!(s.reference(&x, i), m.clone());
+                let d = Distance::Manhattan.dist(x.row(i), &m);
+                prop_assert!((s.scores[i] - d).abs() < 1e-9);
+            }
+        }
+
+        /// With domains at least as large as the cluster, the rotating score is exact.
+        #[test]
+        fn big_domains_are_exact(rows in rows_strategy()) {
+            let x = matrix(&rows);
+            let exact = score(ScoreKind::PairwiseMedian, Distance::Manhattan, &x, Peers::All, 0).scores;
+            let dom = score(ScoreKind::PairwiseMedian, Distance::Manhattan, &x, Peers::Domain(rows.len()), 5).scores;
+            prop_assert_eq!(exact, dom);
+        }
+    }
+
+    #[test]
+    fn parallel_and_serial_agree() {
+        let n = 600;
+        let f = 40;
+        let mut rng = SplitMix64(7);
+        let data: Vec<f64> = (0..n * f).map(|_| rng.unit() * 100.0).collect();
+        let x = Matrix {
+            rows: n,
+            cols: f,
+            data,
+        };
+        let par = score(
+            ScoreKind::PairwiseMedian,
+            Distance::Manhattan,
+            &x,
+            Peers::All,
+            0,
+        )
+        .scores;
+        let serial: Vec<f64> = (0..n)
+            .map(|i| {
+                let mut ds: Vec<f64> = (0..n)
+                    .filter(|&j| j != i)
+                    .map(|j| Distance::Manhattan.dist(x.row(i), x.row(j)))
+                    .collect();
+                median_in_place(&mut ds)
+            })
+            .collect();
+        assert_eq!(par, serial);
+    }
+}
