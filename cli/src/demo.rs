@@ -29,7 +29,7 @@ pub struct Args {
     #[arg(long, default_value_t = 50.0)]
     fault_secs: f64,
     /// Seconds of the fault-free training run.
-    #[arg(long, default_value_t = 40.0)]
+    #[arg(long, default_value_t = 60.0)]
     train_secs: f64,
     /// Trace only: no sampler (count and time metrics only).
     #[arg(long)]

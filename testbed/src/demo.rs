@@ -47,7 +47,7 @@ impl DemoConfig {
             fault: FaultKind::SlowDisk,
             node: None,
             workload: Workload::Ddw,
-            train_s: 40.0,
+            train_s: 60.0,
             phases: Phases {
                 settle_s: 2.0,
                 before_s: 15.0,
