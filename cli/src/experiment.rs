@@ -32,7 +32,7 @@ pub struct Args {
     analyze: bool,
     /// Re-train on the training runs of these workloads and re-diagnose the runs of
     /// `--workloads` from the data kept in OUT, e.g. `--rediagnose ddw,ddr --workloads ddw,ddr`
-    /// (seed 000's "without postmark" columns). Writes OUT/results-<workloads>.jsonl.
+    /// (seed 000's "without postmark" columns). Writes `OUT/results-<tag>.jsonl`.
     #[arg(long, value_delimiter = ',', value_name = "TRAIN_WORKLOADS")]
     rediagnose: Option<Vec<String>>,
     /// Workloads, comma-separated (ddw, ddr, postmark).
