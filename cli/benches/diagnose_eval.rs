@@ -51,6 +51,7 @@ fn engine(score: ScoreKind, policies: Vec<(MetricKind, Policy)>) -> Engine {
                 lag_ns: 20 * NS_PER_S,
                 keep: KeepRule::AtLeast(0.0),
                 policy,
+                weights: None,
             })
             .collect(),
     )

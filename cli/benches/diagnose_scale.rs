@@ -100,6 +100,7 @@ fn engine(nodes: usize, funcs: usize, score: ScoreKind, peers: Peers) -> Engine 
             lag_ns: 2 * NS_PER_S,
             keep: KeepRule::AtLeast(0.0),
             policy: Policy::Untrained(Unsupervised::default()),
+            weights: None,
         }],
     );
     for n in 0..nodes {

@@ -468,7 +468,26 @@ fn trained_thresholds() {
     assert_eq!(r["culprits"], serde_json::json!(["srv3"]), "{r:#}");
     let t = node(metric(&r, "time"), "srv3");
     assert_eq!(t["top"][0]["function"], "lookup_object", "{t:#}");
-    assert_eq!(t["threshold_source"], "own");
+    // Pooled by default: every node gets the largest node's threshold.
+    assert_eq!(t["threshold_source"], "largest");
+    let o = culprit()
+        .arg("diagnose")
+        .arg(&faulty)
+        .args(["--thresholds", th_s, "--json", "--per-node-thresholds"])
+        .output()
+        .unwrap();
+    let r = stdout_json(&o);
+    assert_eq!(r["culprits"], serde_json::json!(["srv3"]), "{r:#}");
+    let t = node(metric(&r, "time"), "srv3");
+    assert_eq!(t["threshold_source"], "own", "{t:#}");
+    let own = t["threshold"].as_f64().unwrap();
+    let largest = f["metrics"]["time"]["thresholds"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_f64().unwrap())
+        .fold(0.0, f64::max);
+    assert!(own <= largest, "{own} > {largest}");
 }
 
 /// A node killed with SIGKILL mid-run is reported as stopped (no end marker), which is a culprit

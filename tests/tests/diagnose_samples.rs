@@ -321,7 +321,12 @@ fn train_then_diagnose() {
     assert_eq!(f["format"], "culprit-thresholds");
     assert_eq!(f["settings"]["win_size_ns"], 60 * NS);
     let s = &f["metrics"]["samples"];
-    assert_eq!(s["unit"], "samples");
+    // Variance weighting by default: scores in deviations, a positive scale per kept function.
+    assert_eq!(f["settings"]["weighting"], "variance");
+    assert_eq!(s["unit"], "deviations");
+    let scales = s["weights"]["scales"].as_array().unwrap();
+    assert_eq!(scales.len(), s["kept"].as_array().unwrap().len(), "{s:#}");
+    assert!(scales.iter().all(|e| e["scale"].as_f64().unwrap() > 0.0));
     assert_eq!(s["recording"]["event"], "cpu-clock");
     assert_eq!(s["recording"]["period"], 1000);
     assert_eq!(s["recording"]["freq"], true);
@@ -335,8 +340,13 @@ fn train_then_diagnose() {
     for n in 0..5 {
         let t = s["thresholds"][format!("io{n}")].as_f64().unwrap();
         let m = s["max_scores"][format!("io{n}")].as_f64().unwrap();
-        assert!(t >= 2.0 * m && t <= 2.0 * (m + 1.0), "io{n}: {t} vs {m}");
-        assert_eq!(t % 2.0, 0.0);
+        // Least step of the grid (0.001 deviation) above the largest score, doubled.
+        assert!(
+            t >= 2.0 * m && t <= 2.0 * (m + 0.001) + 1e-9,
+            "io{n}: {t} vs {m}"
+        );
+        let steps = t / 0.002;
+        assert!((steps - steps.round()).abs() < 1e-6, "io{n}: {t}");
     }
     let th_s = th.to_str().unwrap();
     let (code, r) = diagnose_json(&[runs[2].to_str().unwrap(), "--thresholds", th_s]);
@@ -347,7 +357,7 @@ fn train_then_diagnose() {
     assert_eq!(r["culprits"], serde_json::json!(["io4"]));
     assert_eq!(
         node(metric(&r, "samples"), "io4")["threshold_source"],
-        "own"
+        "largest"
     );
     assert_eq!(
         node(metric(&r, "samples"), "io4")["top"][0]["function"],
@@ -581,7 +591,12 @@ fn thresholds_for_unknown_nodes_and_programs() {
     specs.push(NodeSpec::new("io5", 105));
     write_run(&data, &specs, 30);
     let th_s = th.to_str().unwrap();
-    let (code, r) = diagnose_json(&[data.to_str().unwrap(), "--thresholds", th_s]);
+    let (code, r) = diagnose_json(&[
+        data.to_str().unwrap(),
+        "--thresholds",
+        th_s,
+        "--per-node-thresholds",
+    ]);
     assert_eq!(code, 0, "{r:#}");
     let io5 = node(metric(&r, "samples"), "io5");
     assert_eq!(io5["threshold_source"], "largest");

@@ -77,6 +77,68 @@ pub struct MetricConfig {
     pub keep: KeepRule,
     /// Thresholds.
     pub policy: Policy,
+    /// Variance weighting: each component is divided by its fault-free scale before distances
+    /// are taken; `None` compares raw values.
+    pub weights: Option<Weights>,
+}
+
+/// Variance weighting (seed 000 §"Future work": "weight components by their observed variance
+/// (e.g., divide a component by its standard deviation)"): per component, the typical
+/// fault-free deviation of a node from the median node, learned in training. Dividing by it
+/// makes every function's ordinary peer-to-peer jitter count alike, so a noisy function (an
+/// idle wait trading time with the I/O calls, a scheduler counter in the tens of thousands)
+/// stops drowning a quiet one that moves only under a fault (TCP retransmits).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Weights {
+    /// Scale per component label.
+    pub scales: HashMap<CompLabel, f64>,
+    /// Scale of a component training never kept (a function that appears only now).
+    pub default: f64,
+}
+
+impl Weights {
+    /// The scale of `label` (always positive and finite).
+    pub fn scale(&self, label: &CompLabel) -> f64 {
+        let s = self.scales.get(label).copied().unwrap_or(self.default);
+        if s.is_finite() && s > 0.0 {
+            s
+        } else {
+            1.0
+        }
+    }
+}
+
+/// Training statistics of one component: how far nodes stray from the median node.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Spread {
+    /// Σ |node value − median node value| over nodes and windows.
+    pub dev_sum: f64,
+    /// Σ median node value over windows.
+    pub level_sum: f64,
+    /// Node-windows in `dev_sum`.
+    pub n: u64,
+    /// Windows in `level_sum`.
+    pub windows: u64,
+}
+
+impl Spread {
+    /// Mean absolute deviation from the median node.
+    pub fn mean_dev(&self) -> f64 {
+        if self.n == 0 {
+            0.0
+        } else {
+            self.dev_sum / self.n as f64
+        }
+    }
+
+    /// Mean value of the median node.
+    pub fn mean_level(&self) -> f64 {
+        if self.windows == 0 {
+            0.0
+        } else {
+            self.level_sum / self.windows as f64
+        }
+    }
 }
 
 /// Why an interval was refused.
@@ -274,6 +336,10 @@ pub struct MetricState {
     pub window_range: Option<(u64, u64)>,
     pool: Vec<NodeBucket>,
     slots_per_bucket: usize,
+    /// Per component: its weighting scale (1 when unweighted).
+    scale: Vec<f64>,
+    /// Training: per component, its spread around the median node.
+    pub spread: Vec<Spread>,
 }
 
 /// The engine: all metrics of one analysis.
@@ -312,6 +378,8 @@ impl Engine {
                     window_range: None,
                     pool: Vec::new(),
                     slots_per_bucket: (cfg.win_shift_ns / m.slot_ns) as usize,
+                    scale: Vec::new(),
+                    spread: Vec::new(),
                     cfg: m,
                 }
             })
@@ -648,6 +716,9 @@ impl MetricState {
         self.comps.push(label.clone());
         self.comp_map.insert(label.clone(), c);
         self.kept.push(false);
+        self.scale
+            .push(self.cfg.weights.as_ref().map_or(1.0, |w| w.scale(label)));
+        self.spread.push(Spread::default());
         c
     }
 
@@ -787,10 +858,30 @@ impl MetricState {
                 }
             }
         }
-        let prepared = if cfg.distance == Distance::SymKl {
+        // Training: how far each component strays from the median node (variance weighting).
+        if matches!(self.cfg.policy, Policy::Training) {
+            let med = median_node(&raw);
+            for (ci, &c) in kept.iter().enumerate() {
+                let sp = &mut self.spread[c as usize];
+                sp.level_sum += med[ci];
+                sp.windows += 1;
+                for ri in 0..raw.rows {
+                    sp.dev_sum += (raw.row(ri)[ci] - med[ci]).abs();
+                    sp.n += 1;
+                }
+            }
+        }
+        let weighted = self.cfg.weights.is_some();
+        let prepared = if cfg.distance == Distance::SymKl || weighted {
             let mut p = raw.clone();
             for i in 0..p.rows {
-                cfg.distance.prepare(p.row_mut(i));
+                let row = p.row_mut(i);
+                if weighted {
+                    for (v, &c) in row.iter_mut().zip(kept) {
+                        *v /= self.scale[c as usize];
+                    }
+                }
+                cfg.distance.prepare(row);
             }
             Some(p)
         } else {
@@ -935,6 +1026,7 @@ mod tests {
             lag_ns: 2 * NS_PER_S,
             keep: KeepRule::AtLeast(1.0),
             policy,
+            weights: None,
         }
     }
 
@@ -1027,6 +1119,88 @@ mod tests {
             .filter(|&n| bad.metrics[0].nodes[n].faulty())
             .collect();
         assert_eq!(faulty, vec![1]);
+    }
+
+    /// Variance weighting (seed 000 §"Future work"): a quiet function that moves on one node
+    /// stands out once each function is divided by its fault-free scale, while raw distances
+    /// flag healthy nodes. Noisy: the nodes take 1000, 1100, 1200, 1300, rotating every 8 s
+    /// (raw distances of 200–600 per 4 s window); quiet: 10 everywhere, 40 on node d from
+    /// second 20.
+    fn weighting_run(weights: Option<Weights>) -> Vec<Vec<NodeIdx>> {
+        let mut m = metric(Policy::Trained {
+            by_node: HashMap::new(),
+            fallback: 50.0,
+        });
+        m.weights = weights;
+        let mut e = Engine::new(cfg(4, 2), vec![m]);
+        let nodes: Vec<NodeIdx> = ["a", "b", "c", "d"].iter().map(|n| e.node(n)).collect();
+        let noisy = e.component(0, &CompLabel::func("srv", "noisy"));
+        let quiet = e.component(0, &CompLabel::func("srv", "quiet"));
+        let mut anomalous = Vec::new();
+        for s in 0..40u64 {
+            for (i, &n) in nodes.iter().enumerate() {
+                let q = if i == 3 && s >= 20 { 40.0 } else { 10.0 };
+                let level = ((s / 8 + i as u64) % 4) as f64;
+                let data = [(noisy, 1000.0 + 100.0 * level), (quiet, q)];
+                e.push(
+                    0,
+                    n,
+                    0,
+                    &Interval {
+                        start_ns: s * NS_PER_S,
+                        dur_ns: NS_PER_S,
+                        partial: false,
+                        data: IntervalData::Sparse(&data),
+                    },
+                )
+                .unwrap();
+            }
+            for ev in e.advance(Some((s + 1) * NS_PER_S)) {
+                anomalous.push(ev.anomalous.iter().map(|a| a.0).collect());
+            }
+        }
+        anomalous
+    }
+
+    #[test]
+    fn variance_weighting_lets_a_quiet_function_speak() {
+        let raw = weighting_run(None);
+        assert!(raw.len() > 10);
+        assert!(
+            raw.iter().any(|a| a.iter().any(|&n| n != 3)),
+            "raw: healthy nodes flagged by the noise {raw:?}"
+        );
+        let w = Weights {
+            scales: [
+                (CompLabel::func("srv", "noisy"), 100.0),
+                (CompLabel::func("srv", "quiet"), 1.0),
+            ]
+            .into_iter()
+            .collect(),
+            default: 1.0,
+        };
+        let weighted = weighting_run(Some(w));
+        assert_eq!(weighted.len(), raw.len());
+        // Windows ending by second 20 see nothing; those starting at or after it see node d only.
+        let windows_before = (20 - 4) / 2 + 1;
+        assert!(
+            weighted[..windows_before].iter().all(|a| a.is_empty()),
+            "{weighted:?}"
+        );
+        assert!(
+            weighted[windows_before + 2..].iter().all(|a| a == &[3]),
+            "{weighted:?}"
+        );
+    }
+
+    #[test]
+    fn weights_scale_falls_back_and_stays_positive() {
+        let w = Weights {
+            scales: [(CompLabel::func("x", "zero"), 0.0)].into_iter().collect(),
+            default: 7.0,
+        };
+        assert_eq!(w.scale(&CompLabel::func("x", "other")), 7.0);
+        assert_eq!(w.scale(&CompLabel::func("x", "zero")), 1.0);
     }
 
     #[test]

@@ -30,14 +30,17 @@ pub mod thresholds;
 use crate::data::{Dataset, FileStatus, LoadOptions};
 use adapter::{Adapter, Survey};
 use distance::Distance;
-use engine::{Engine, EngineConfig, MetricConfig, MIN_NODES};
+use engine::{Engine, EngineConfig, MetricConfig, Spread, Weights, MIN_NODES};
 use missing::Ending;
 use model::{fmt_dur, parse_dur, CompLabel, MetricKind, NS_PER_S};
 use score::{Peers, ScoreKind};
 use thresholds::{
-    trained_threshold, MetricThresholds, Policy, Settings, ThresholdsFile, Unsupervised,
-    THRESHOLDS_FORMAT, THRESHOLDS_VERSION,
+    trained_threshold, MetricThresholds, Policy, Settings, ThresholdsFile, Unsupervised, Weighting,
+    WeightsFile, THRESHOLDS_FORMAT, THRESHOLDS_VERSION,
 };
+
+/// Grid of weighted thresholds (scores in typical deviations).
+const WEIGHTED_QUANTUM: f64 = 1e-3;
 
 /// Exit status when a culprit is found.
 pub const EXIT_CULPRIT: i32 = 1;
@@ -81,6 +84,10 @@ pub struct AnalysisArgs {
     /// Key functions by program too (compare per program instead of per node aggregate)
     #[arg(long)]
     pub by_program: bool,
+    /// Weight each function by its fault-free variability, learned in training
+    /// [default: variance when training]
+    #[arg(long, value_enum)]
+    pub weighting: Option<Weighting>,
     /// Metrics to analyse, comma-separated: samples,count,time,events [default: all with data]
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub metrics: Vec<String>,
@@ -140,6 +147,11 @@ pub struct DiagnoseArgs {
     /// Rows of each root-cause table
     #[arg(long, default_value_t = 10, value_name = "N")]
     pub top: usize,
+    /// Give each node the threshold trained on it (seed 000) instead of the largest of all
+    /// nodes' (the default: peers are alike, and which one strays most in a few training runs
+    /// is chance)
+    #[arg(long)]
+    pub per_node_thresholds: bool,
     #[command(flatten)]
     pub analysis: AnalysisArgs,
 }
@@ -150,6 +162,7 @@ const DEFAULT_WIN_SHIFT: u64 = 30 * NS_PER_S;
 const DEFAULT_K: usize = 3;
 const DEFAULT_MIN_SAMPLES: f64 = 100.0;
 const DEFAULT_MIN_TIME_MS: f64 = 1000.0;
+const DEFAULT_WEIGHTING: Weighting = Weighting::Variance;
 
 /// Validated analysis settings.
 #[derive(Debug, Clone)]
@@ -250,6 +263,14 @@ fn resolve(a: &AnalysisArgs, file: Option<(&ThresholdsFile, &str)>) -> anyhow::R
             DEFAULT_MIN_TIME_MS,
             "--min-time",
             |v| format!("{v} ms"),
+            fname,
+        )?,
+        weighting: pick(
+            a.weighting,
+            trained.map(|t| t.weighting),
+            DEFAULT_WEIGHTING,
+            "--weighting",
+            |v| v.name().to_string(),
             fname,
         )?,
     };
@@ -368,7 +389,7 @@ fn build_engine(
     cfg: &Config,
     survey: &Survey,
     run: &[MetricKind],
-    mut policy: impl FnMut(MetricKind) -> Policy,
+    mut policy: impl FnMut(MetricKind) -> (Policy, Option<Weights>),
     notes: &mut Vec<String>,
 ) -> anyhow::Result<Engine> {
     let s = &cfg.settings;
@@ -388,12 +409,14 @@ fn build_engine(
         if m == MetricKind::Samples {
             notes.extend(note);
         }
+        let (policy, weights) = policy(m);
         metrics.push(MetricConfig {
             kind: m,
             slot_ns: survey.slots[&m],
             lag_ns: coarsest + coarsest.max(NS_PER_S),
             keep: Adapter::keep_rule(m, min_samples, s.min_time_ms),
-            policy: policy(m),
+            policy,
+            weights,
         });
     }
     Ok(Engine::new(
@@ -510,6 +533,97 @@ fn wall_now_ns() -> u64 {
         .unwrap_or(0)
 }
 
+/// A training run: its path, data and survey.
+type TrainingRun = (PathBuf, Dataset, Survey);
+/// A training run's plan: path, metrics reported, metrics run.
+type TrainingPlan<'a> = (&'a PathBuf, Vec<MetricKind>, Vec<MetricKind>);
+
+/// Scores every window of every training run with the kept set from the start (as diagnose will
+/// use it) and the given weights: per metric, each node's largest score, and each kept
+/// component's spread around the median node.
+#[allow(clippy::type_complexity)]
+fn score_training(
+    cfg: &Config,
+    runs: &[TrainingRun],
+    plans: &[TrainingPlan<'_>],
+    kept: &BTreeMap<MetricKind, Vec<CompLabel>>,
+    weights: &BTreeMap<MetricKind, Weights>,
+    notes: &mut Vec<String>,
+) -> anyhow::Result<(
+    BTreeMap<MetricKind, MetricThresholds>,
+    BTreeMap<MetricKind, HashMap<CompLabel, Spread>>,
+)> {
+    let mut out_metrics: BTreeMap<MetricKind, MetricThresholds> = BTreeMap::new();
+    let mut spreads: BTreeMap<MetricKind, HashMap<CompLabel, Spread>> = BTreeMap::new();
+    let weighted = !weights.is_empty();
+    for ((path, ds, survey), (_, reported, run)) in runs.iter().zip(plans) {
+        let mut e = build_engine(
+            cfg,
+            survey,
+            run,
+            |m| (Policy::Training, weights.get(&m).cloned()),
+            notes,
+        )?;
+        for (mi, m) in run.iter().enumerate() {
+            if let Some(k) = kept.get(m) {
+                e.seed_kept(mi, k);
+            }
+        }
+        Adapter::new(cfg.settings.by_program).feed(ds, &mut e, Some(chunk(cfg)))?;
+        e.advance(None);
+        for m in &e.metrics {
+            if !reported.contains(&m.cfg.kind) {
+                continue;
+            }
+            let kind = m.cfg.kind;
+            let sp = spreads.entry(kind).or_default();
+            for &c in &m.kept_list {
+                let s = m.spread[c as usize];
+                let acc = sp.entry(m.comps[c as usize].clone()).or_default();
+                acc.dev_sum += s.dev_sum;
+                acc.level_sum += s.level_sum;
+                acc.n += s.n;
+                acc.windows += s.windows;
+            }
+            let entry = out_metrics.entry(kind).or_insert_with(|| MetricThresholds {
+                unit: score_unit(cfg.settings.distance, weighted, kind).to_string(),
+                recording: survey.recording(kind),
+                kept: kept.get(&kind).cloned().unwrap_or_default(),
+                thresholds: BTreeMap::new(),
+                max_scores: BTreeMap::new(),
+                windows: 0,
+                weights: None,
+            });
+            entry.windows += m.windows - m.unscored;
+            if m.windows == m.unscored {
+                notes.push(format!(
+                    "{}: no {kind} window had {MIN_NODES} nodes with complete data; the run is \
+                     too short for windows of {}",
+                    path.display(),
+                    fmt_dur(cfg.settings.win_size_ns)
+                ));
+            }
+            for (n, nm) in m.nodes.iter().enumerate() {
+                if nm.scored == 0 {
+                    continue;
+                }
+                let name = e.name(n).to_string();
+                let ms = entry.max_scores.entry(name).or_insert(0.0);
+                *ms = ms.max(nm.max_score);
+            }
+        }
+    }
+    Ok((out_metrics, spreads))
+}
+
+/// Unit of a metric's scores and thresholds.
+pub fn score_unit(distance: Distance, weighted: bool, m: MetricKind) -> &'static str {
+    match distance {
+        Distance::Manhattan | Distance::Scaled if weighted => thresholds::WEIGHTED_UNIT,
+        d => d.unit(m.unit()),
+    }
+}
+
 /// Runs `culprit train`.
 pub fn run_train(args: TrainArgs) -> anyhow::Result<i32> {
     let cfg = resolve(&args.analysis, None)?;
@@ -538,7 +652,7 @@ pub fn run_train(args: TrainArgs) -> anyhow::Result<i32> {
     let mut plans = Vec::new();
     for (path, ds, survey) in &runs {
         let (reported, run) = plan_metrics(survey, &cfg.metrics, &mut notes)?;
-        let mut e = build_engine(&cfg, survey, &run, |_| Policy::Training, &mut notes)?;
+        let mut e = build_engine(&cfg, survey, &run, |_| (Policy::Training, None), &mut notes)?;
         Adapter::new(cfg.settings.by_program).feed(ds, &mut e, Some(chunk(&cfg)))?;
         e.advance(None);
         for m in &e.metrics {
@@ -551,49 +665,30 @@ pub fn run_train(args: TrainArgs) -> anyhow::Result<i32> {
         }
         plans.push((path, reported, run));
     }
-    let mut out_metrics: BTreeMap<MetricKind, MetricThresholds> = BTreeMap::new();
-    for ((path, ds, survey), (_, reported, run)) in runs.iter().zip(&plans) {
-        let mut e = build_engine(&cfg, survey, run, |_| Policy::Training, &mut notes)?;
-        for (mi, m) in run.iter().enumerate() {
-            if let Some(k) = kept.get(m) {
-                e.seed_kept(mi, k);
-            }
-        }
-        Adapter::new(cfg.settings.by_program).feed(ds, &mut e, Some(chunk(&cfg)))?;
-        e.advance(None);
-        for m in &e.metrics {
-            if !reported.contains(&m.cfg.kind) {
-                continue;
-            }
-            let kind = m.cfg.kind;
-            let entry = out_metrics.entry(kind).or_insert_with(|| MetricThresholds {
-                unit: cfg.settings.distance.unit(kind.unit()).to_string(),
-                recording: survey.recording(kind),
-                kept: kept.get(&kind).cloned().unwrap_or_default(),
-                thresholds: BTreeMap::new(),
-                max_scores: BTreeMap::new(),
-                windows: 0,
-            });
-            entry.windows += m.windows - m.unscored;
-            if m.windows == m.unscored {
-                notes.push(format!(
-                    "{}: no {kind} window had {MIN_NODES} nodes with complete data; the run is \
-                     too short for windows of {}",
-                    path.display(),
-                    fmt_dur(cfg.settings.win_size_ns)
-                ));
-            }
-            for (n, nm) in m.nodes.iter().enumerate() {
-                if nm.scored == 0 {
-                    continue;
-                }
-                let name = e.name(n).to_string();
-                let ms = entry.max_scores.entry(name).or_insert(0.0);
-                *ms = ms.max(nm.max_score);
-            }
+    let no_weights = BTreeMap::new();
+    let (mut out_metrics, spreads) =
+        score_training(&cfg, &runs, &plans, &kept, &no_weights, &mut notes)?;
+    // Variance weighting: scales from the unweighted pass, then a pass 3 scoring with them.
+    if cfg.settings.weighting == Weighting::Variance {
+        let files: BTreeMap<MetricKind, WeightsFile> = spreads
+            .iter()
+            .map(|(&m, sp)| {
+                let v: Vec<(CompLabel, Spread)> = sp.iter().map(|(l, s)| (l.clone(), *s)).collect();
+                (m, WeightsFile::from_spreads(&v, m.resolution()))
+            })
+            .collect();
+        let weights: BTreeMap<MetricKind, Weights> =
+            files.iter().map(|(&m, f)| (m, f.weights())).collect();
+        let mut quiet = Vec::new();
+        (out_metrics, _) = score_training(&cfg, &runs, &plans, &kept, &weights, &mut quiet)?;
+        for (m, t) in out_metrics.iter_mut() {
+            t.weights = files.get(m).cloned();
         }
     }
-    let quantum = cfg.settings.distance.threshold_quantum();
+    let quantum = match cfg.settings.weighting {
+        Weighting::Variance => WEIGHTED_QUANTUM,
+        Weighting::None => cfg.settings.distance.threshold_quantum(),
+    };
     for t in out_metrics.values_mut() {
         t.thresholds = t
             .max_scores
@@ -700,7 +795,7 @@ pub fn run_diagnose(args: DiagnoseArgs) -> anyhow::Result<i32> {
                 }
                 continue;
             };
-            let unit = cfg.settings.distance.unit(m.unit());
+            let unit = score_unit(cfg.settings.distance, t.weights.is_some(), m);
             if t.unit != unit {
                 bail!(
                     "{name}: {m} thresholds are in {}, this analysis scores in {unit}",
@@ -745,6 +840,21 @@ pub fn run_diagnose(args: DiagnoseArgs) -> anyhow::Result<i32> {
                 }
             }
             let fallback = t.largest();
+            if !args.per_node_thresholds {
+                // Pooled: seed 000 §"Threshold selection" keeps one threshold per server, but
+                // the servers it compares are alike, and in our fault-free runs which node
+                // strayed most changed from run to run (docs/thresholds.md): a node's own
+                // maximum over a few training runs is a sample of one, the largest over all
+                // nodes is the expected deviation of any of them.
+                policies.insert(
+                    m,
+                    Policy::Trained {
+                        by_node: HashMap::new(),
+                        fallback,
+                    },
+                );
+                continue;
+            }
             for node in &ds.nodes {
                 if !t.thresholds.contains_key(&node.name) && reported.contains(&m) {
                     notes.push(format!(
@@ -768,7 +878,17 @@ pub fn run_diagnose(args: DiagnoseArgs) -> anyhow::Result<i32> {
         &cfg,
         &survey,
         &run,
-        |m| policies.remove(&m).unwrap_or(Policy::Untrained(rule)),
+        |m| {
+            let weights = file
+                .as_ref()
+                .and_then(|f| f.metrics.get(&m))
+                .and_then(|t| t.weights.as_ref())
+                .map(|w| w.weights());
+            match policies.remove(&m) {
+                Some(p) => (p, weights),
+                None => (Policy::Untrained(rule), None),
+            }
+        },
         &mut notes,
     )?;
     if let Some(f) = &file {

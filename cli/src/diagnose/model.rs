@@ -70,6 +70,12 @@ impl MetricKind {
         }
     }
 
+    /// The smallest difference worth counting, in the metric's unit: one call, one sample, one
+    /// event, one millisecond. Variance weighting never divides by less.
+    pub fn resolution(self) -> f64 {
+        1.0
+    }
+
     /// Words for a deviation above / below the median node ("more calls", "fewer samples").
     pub fn deviation_words(self) -> (&'static str, &'static str) {
         match self {

@@ -411,7 +411,7 @@ fn metric_out(
     MetricOut {
         metric: m.cfg.kind,
         unit: m.cfg.kind.unit(),
-        score_unit: engine.cfg.distance.unit(m.cfg.kind.unit()),
+        score_unit: super::score_unit(engine.cfg.distance, m.cfg.weights.is_some(), m.cfg.kind),
         thresholds: threshold_kind(&m.cfg.policy),
         windows: m.windows,
         unscored_windows: m.unscored,
@@ -565,7 +565,7 @@ pub fn print_human(r: &Report, out: &mut impl Write) -> std::io::Result<()> {
             writeln!(out)?;
             let thr = match (nm.threshold, nm.threshold_source) {
                 (Some(t), Some("largest")) => format!(
-                    "threshold {} {} — the metric's largest: no threshold of its own",
+                    "threshold {} {} (the largest trained node's)",
                     fmt_score(t),
                     m.score_unit
                 ),

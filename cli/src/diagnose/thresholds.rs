@@ -11,6 +11,7 @@ use anyhow::{bail, Context as _};
 use serde::{Deserialize, Serialize};
 
 use super::distance::Distance;
+use super::engine::{Spread, Weights};
 use super::model::{CompLabel, MetricKind};
 use super::score::{median_in_place, ScoreKind};
 
@@ -142,6 +143,103 @@ pub struct Settings {
     pub min_samples: f64,
     /// Time dimensionality rule, ms.
     pub min_time_ms: f64,
+    /// Variance weighting of components (files written before it existed: none).
+    #[serde(default)]
+    pub weighting: Weighting,
+}
+
+/// Whether components are weighted by their fault-free variability.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Weighting {
+    /// Raw values (seed 000).
+    #[default]
+    #[value(help = "compare raw values (seed 000)")]
+    None,
+    /// Each component divided by its typical fault-free deviation from the median node, learned
+    /// in training (seed 000 §"Future work"); untrained metrics compare raw values.
+    #[value(
+        help = "divide each function by its fault-free deviation from the median node,                     learned in training"
+    )]
+    Variance,
+}
+
+impl Weighting {
+    /// The name users type and read.
+    pub fn name(self) -> &'static str {
+        match self {
+            Weighting::None => "none",
+            Weighting::Variance => "variance",
+        }
+    }
+}
+
+/// Unit of weighted scores: each component counts in typical fault-free deviations.
+pub const WEIGHTED_UNIT: &str = "deviations";
+
+/// A component's scale never falls below this fraction of its typical value: a function whose
+/// peers agreed exactly in training (the same number of writes on every server) must not turn a
+/// one-call difference into a landslide.
+pub const LEVEL_FLOOR: f64 = 0.01;
+
+/// The weighting scales of one metric, as stored in a thresholds file.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct WeightsFile {
+    /// Scale of a component training did not keep.
+    pub default: f64,
+    /// Scale per kept component.
+    pub scales: Vec<ScaleEntry>,
+}
+
+/// One component's scale.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ScaleEntry {
+    /// The component.
+    #[serde(flatten)]
+    pub label: CompLabel,
+    /// Its typical fault-free deviation from the median node (metric unit).
+    pub scale: f64,
+}
+
+impl WeightsFile {
+    /// Scales from training spreads: per component, its mean absolute deviation from the median
+    /// node, at least `resolution` (the metric's smallest meaningful difference) and
+    /// [`LEVEL_FLOOR`] of its mean value; a component never kept gets the median scale.
+    pub fn from_spreads(spreads: &[(CompLabel, Spread)], resolution: f64) -> Self {
+        let mut scales: Vec<ScaleEntry> = spreads
+            .iter()
+            .filter(|(_, s)| s.n > 0)
+            .map(|(l, s)| ScaleEntry {
+                label: l.clone(),
+                scale: s
+                    .mean_dev()
+                    .max(resolution)
+                    .max(LEVEL_FLOOR * s.mean_level()),
+            })
+            .collect();
+        scales.sort_by(|a, b| a.label.cmp(&b.label));
+        let mut v: Vec<f64> = scales.iter().map(|e| e.scale).collect();
+        let default = if v.is_empty() {
+            resolution
+        } else {
+            median_in_place(&mut v)
+        };
+        WeightsFile { default, scales }
+    }
+
+    /// The engine's form.
+    pub fn weights(&self) -> Weights {
+        Weights {
+            scales: self
+                .scales
+                .iter()
+                .map(|e| (e.label.clone(), e.scale))
+                .collect(),
+            default: self.default,
+        }
+    }
 }
 
 /// How a metric's data was recorded; diagnose refuses data recorded differently.
@@ -175,6 +273,9 @@ pub struct MetricThresholds {
     pub max_scores: BTreeMap<String, f64>,
     /// Windows scored in training, all nodes together.
     pub windows: u64,
+    /// Variance weighting scales, when trained with `--weighting variance`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weights: Option<WeightsFile>,
 }
 
 impl MetricThresholds {
@@ -220,6 +321,24 @@ impl ThresholdsFile {
             {
                 bail!(
                     "{}: threshold of node {n} for {m} is {v}, not a non-negative number",
+                    path.display()
+                );
+            }
+            if let Some(w) = &t.weights {
+                let bad = std::iter::once((None, w.default))
+                    .chain(w.scales.iter().map(|e| (Some(&e.label), e.scale)))
+                    .find(|(_, s)| !(s.is_finite() && *s > 0.0));
+                if let Some((label, s)) = bad {
+                    let what = label.map_or("the default".to_string(), |l| l.to_string());
+                    bail!(
+                        "{}: {m} weighting scale of {what} is {s}, not a positive number",
+                        path.display()
+                    );
+                }
+            }
+            if f.settings.weighting == Weighting::Variance && t.weights.is_none() {
+                bail!(
+                    "{}: trained with variance weighting but {m} has no scales; train again",
                     path.display()
                 );
             }
