@@ -12,6 +12,7 @@
  *                       then 300 ms of sleep
  *   robust rawfork N    N children made by _Fork() (no atfork handlers) that call exit();
  *                       prints how long they took
+ *   robust busy MS      fib(15) again and again for MS milliseconds (a server's steady work)
  *
  * Every mode prints one line to stdout; expected call counts are in the test.
  */
@@ -152,6 +153,23 @@ static int rawfork(int n) {
   return 0;
 }
 
+/* busy */
+static long now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+static int busy(int ms) {
+  long end = now_ms() + ms, rounds = 0;
+  while (now_ms() < end) {
+    fib(15);
+    rounds++;
+  }
+  printf("rounds>0=%d\n", rounds > 0);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *m = argc > 1 ? argv[1] : "";
   int n = argc > 2 ? atoi(argv[2]) : 0;
@@ -161,6 +179,7 @@ int main(int argc, char **argv) {
   if (!strcmp(m, "cancel")) return cancel(n);
   if (!strcmp(m, "vforkexit")) return vforkexit(n);
   if (!strcmp(m, "rawfork")) return rawfork(n);
-  fprintf(stderr, "usage: robust siglj|ljloop|deeplj|cancel|vforkexit|rawfork N\n");
+  if (!strcmp(m, "busy")) return busy(n);
+  fprintf(stderr, "usage: robust siglj|ljloop|deeplj|cancel|vforkexit|rawfork|busy N\n");
   return 2;
 }
