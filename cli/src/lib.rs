@@ -25,6 +25,7 @@ pub mod data;
 pub mod demo;
 pub mod diagnose;
 pub mod doctor;
+pub mod experiment;
 pub mod record;
 pub mod report;
 pub mod sample;
@@ -64,6 +65,8 @@ enum Verb {
     Doctor(doctor::Args),
     /// Run the live demo: an emulated 4-node cluster, one injected fault, the diagnosis.
     Demo(demo::Args),
+    /// Run the accuracy experiment on the emulated cluster (seed 000's Tables 1 and 2).
+    Experiment(experiment::Args),
 }
 
 /// Runs the command line `args` (including the program name) and returns the exit status.
@@ -88,6 +91,7 @@ where
         Verb::Diagnose(a) => diagnose::run_diagnose(a),
         Verb::Doctor(a) => doctor::run(a),
         Verb::Demo(a) => demo::run(a),
+        Verb::Experiment(a) => experiment::run(a),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,167 @@
+//! `culprit experiment`: the accuracy experiment on the emulated cluster (culprit-testbed) —
+//! seed 000's protocol, Table 1 (TP/FP per fault and metric) and Table 2 (overhead).
+
+use std::io::Write as _;
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use culprit_testbed::experiment::{
+    analyze, analyze_file, rediagnose, run_experiment, ExperimentConfig,
+};
+use culprit_testbed::tools::Tools;
+use culprit_testbed::Workload;
+
+/// Arguments of `culprit experiment`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples (as root):\n  \
+culprit experiment --out /var/tmp/exp                  # shortened protocol, all faults\n  \
+culprit experiment --protocol seed --out /var/tmp/seed # 120 s + 300 s + 180 s runs\n  \
+culprit experiment --analyze --out /var/tmp/exp        # re-print the tables\n\n\
+Results are appended to OUT/results.jsonl as they come; running again resumes.")]
+pub struct Args {
+    /// Directory for results (results.jsonl, table.md), thresholds and run data.
+    #[arg(long, default_value = "/var/tmp/culprit-experiment")]
+    out: PathBuf,
+    /// `shortened` (15 s + 40 s + 15 s runs, 10 s / 5 s windows) or `seed` (120 + 300 + 180 s,
+    /// 60 s / 30 s windows, 10 s sampler profiles).
+    #[arg(long, default_value = "shortened")]
+    protocol: String,
+    /// Only print the tables of the results already in OUT (a directory, or a results file such
+    /// as docs/accuracy/results-without-postmark.jsonl).
+    #[arg(long)]
+    analyze: bool,
+    /// Re-train on the training runs of these workloads and re-diagnose the runs of
+    /// `--workloads` from the data kept in OUT, e.g. `--rediagnose ddw,ddr --workloads ddw,ddr`
+    /// (seed 000's "without postmark" columns). Writes `OUT/results-<tag>.jsonl`.
+    #[arg(long, value_delimiter = ',', value_name = "TRAIN_WORKLOADS")]
+    rediagnose: Option<Vec<String>>,
+    /// Workloads, comma-separated (ddw, ddr, postmark).
+    #[arg(long, value_delimiter = ',')]
+    workloads: Option<Vec<String>>,
+    /// Faults, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    faults: Option<Vec<String>>,
+    /// Faulty runs per workload and fault (the faulty node cycles through the nodes).
+    #[arg(long)]
+    repetitions: Option<usize>,
+    /// Fault-free training runs per workload.
+    #[arg(long)]
+    training_runs: Option<usize>,
+    /// Fault-free test runs per workload (false positives without a fault).
+    #[arg(long)]
+    clean_runs: Option<usize>,
+    /// Seconds of workload before the fault.
+    #[arg(long)]
+    before: Option<f64>,
+    /// Seconds the fault lasts.
+    #[arg(long)]
+    fault_secs: Option<f64>,
+    /// Seconds of workload after the fault.
+    #[arg(long)]
+    after: Option<f64>,
+    /// WinSize and WinShift in seconds, e.g. `10,5`.
+    #[arg(long, value_delimiter = ',', value_name = "SIZE,SHIFT")]
+    windows: Option<Vec<u32>>,
+    /// Overhead runs per workload and setting (0: skip Table 2).
+    #[arg(long)]
+    overhead_reps: Option<usize>,
+    /// Only measure the overhead (Table 2), no accuracy runs.
+    #[arg(long)]
+    overhead_only: bool,
+    /// Each node's disk bandwidth in MB/s and IOPS, e.g. `12,300`; `0,0` leaves the disks
+    /// unthrottled (CPU-bound workloads: the worst case for overhead).
+    #[arg(long, value_delimiter = ',', value_name = "MBPS,IOPS")]
+    disk: Option<Vec<u64>>,
+}
+
+/// Runs `culprit experiment`.
+pub fn run(args: Args) -> anyhow::Result<i32> {
+    let stdout = std::io::stdout();
+    if args.analyze {
+        // OUT is the experiment's directory, or one of its results files.
+        let table = if args.out.is_file() {
+            analyze_file(&args.out)?
+        } else {
+            analyze(&args.out)?
+        };
+        writeln!(stdout.lock(), "{table}")?;
+        return Ok(0);
+    }
+    if let Some(train) = &args.rediagnose {
+        let parse = |v: &[String]| -> anyhow::Result<Vec<Workload>> {
+            v.iter().map(|s| Ok(s.parse::<Workload>()?)).collect()
+        };
+        let train = parse(train)?;
+        let test = match &args.workloads {
+            Some(w) => parse(w)?,
+            None => train.clone(),
+        };
+        let tag = format!(
+            "train-{}-test-{}",
+            train.iter().map(|w| w.name()).collect::<Vec<_>>().join("+"),
+            test.iter().map(|w| w.name()).collect::<Vec<_>>().join("+")
+        );
+        let exe = std::env::current_exe().context("locate the culprit binary")?;
+        let tools = Tools::beside(exe)?;
+        let mut say = |s: &str| eprintln!("culprit experiment: {s}");
+        let path = rediagnose(&args.out, &tools, &train, &test, &tag, &mut say)?;
+        let table = analyze_file(&path)?;
+        std::fs::write(path.with_extension("md"), &table)?;
+        writeln!(stdout.lock(), "{table}")?;
+        return Ok(0);
+    }
+    let mut cfg = match args.protocol.as_str() {
+        "shortened" => ExperimentConfig::shortened(),
+        "seed" => ExperimentConfig::seed(),
+        other => anyhow::bail!("--protocol {other:?}: use `shortened` or `seed`"),
+    };
+    if let Some(w) = args.workloads {
+        cfg.workloads = w;
+    }
+    if let Some(f) = args.faults {
+        cfg.faults = f;
+    }
+    if let Some(n) = args.repetitions {
+        cfg.repetitions = n;
+    }
+    if let Some(n) = args.training_runs {
+        cfg.training_runs = n.max(1);
+    }
+    if let Some(n) = args.clean_runs {
+        cfg.clean_runs = n;
+    }
+    if let Some(s) = args.before {
+        cfg.phases.before_s = s;
+    }
+    if let Some(s) = args.fault_secs {
+        cfg.phases.fault_s = s;
+    }
+    if let Some(s) = args.after {
+        cfg.phases.after_s = s;
+    }
+    if let Some(w) = args.windows {
+        if w.len() != 2 || w[1] == 0 || w[0] < w[1] {
+            anyhow::bail!("--windows SIZE,SHIFT: want SIZE >= SHIFT > 0");
+        }
+        cfg.windows = (w[0], w[1], cfg.windows.2);
+    }
+    if let Some(n) = args.overhead_reps {
+        cfg.overhead_reps = n;
+    }
+    if let Some(d) = args.disk {
+        if d.len() != 2 {
+            anyhow::bail!("--disk MBPS,IOPS: two numbers, e.g. 12,300 (0,0: unthrottled)");
+        }
+        cfg.disk = (d[0] * 1_000_000, d[1]);
+    }
+    cfg.accuracy = !args.overhead_only;
+    let exe = std::env::current_exe().context("locate the culprit binary")?;
+    let tools = Tools::beside(exe)?;
+    let mut say = |s: &str| eprintln!("culprit experiment: {s}");
+    run_experiment(&cfg, &tools, &args.out, &mut say)?;
+    let table = analyze(&args.out)?;
+    std::fs::write(args.out.join("table.md"), &table)
+        .with_context(|| format!("write {}", args.out.join("table.md").display()))?;
+    writeln!(stdout.lock(), "{table}")?;
+    Ok(0)
+}

@@ -1,0 +1,169 @@
+//! The whole product on the emulated cluster: 4 PVFS-like servers traced by libculprit_rt.so
+//! (LD_PRELOAD, one CULPRIT_NODE each), the machine sampled by one `culprit sample` assigning
+//! samples to nodes, `culprit train` on two fault-free runs, then `culprit diagnose` on a second
+//! fault-free run (nothing may be flagged) and on a run whose node io2 has its disk throttled to
+//! a quarter (io2 must be flagged, with its blocking writes on top of the time metric).
+//!
+//! Shortened windows (WinSize 10 s, WinShift 5 s, k = 3; 1 s intervals); the algorithm is seed
+//! 000's. Budget: about three and a half minutes. Needs root (CI provides it).
+
+use culprit_testbed::cluster;
+use culprit_testbed::run::{run_once, Instrument, Phases, RunPlan};
+use culprit_testbed::tools::{Tools, Windows};
+use culprit_testbed::*;
+use culprit_tests::*;
+
+fn plan(id: &str, fault: Option<(FaultKind, usize)>, phases: Phases, dir: &TempDir) -> RunPlan {
+    RunPlan {
+        id: id.into(),
+        workload: Workload::Ddw,
+        fault,
+        phases,
+        instrument: Instrument {
+            tracing: true,
+            sampling: true,
+            tracer_interval_ms: 1000,
+            sampler_interval_ms: 1000,
+        },
+        cluster: ClusterSpec::new(dir.join("cluster")),
+        clients: WorkloadSpec::default(),
+    }
+}
+
+#[test]
+fn diagnosis_flags_the_faulty_node_and_nothing_without_a_fault() {
+    if !require(
+        is_root(),
+        "root (network namespaces, cgroups, nftables, perf_event)",
+    ) {
+        return;
+    }
+    let _lock = machine_lock();
+    let tools = Tools {
+        culprit: culprit_bin(),
+        runtime: runtime_lib(),
+    };
+    let dir = TempDir::new("e2e-diagnosis");
+    let programs = Programs::build(&dir.join("bin")).expect("build C programs");
+    let windows = Windows::SHORT;
+    let mut say = |s: &str| eprintln!("{s}");
+    let clean = Phases {
+        settle_s: 2.0,
+        before_s: 30.0,
+        fault_s: 0.0,
+        after_s: 0.0,
+    };
+
+    // Two fault-free training runs (seed 000 trains on several): a single 30 s run (5 windows)
+    // missed the ordinary variation of the throttled disks' service times, and a fault-free run
+    // was then flagged on time.
+    let training = Phases {
+        before_s: 40.0,
+        ..clean
+    };
+    let mut train_dirs = Vec::new();
+    for id in ["train0", "train1"] {
+        let r = run_once(
+            &plan(id, None, training, &dir),
+            &programs,
+            Some(&tools),
+            &dir.join(id),
+            &mut say,
+        )
+        .expect("training run");
+        train_dirs.push(r.data_dir);
+    }
+    let thresholds = dir.join("thresholds.json");
+    tools
+        .train(&train_dirs, &thresholds, windows)
+        .expect("culprit train");
+
+    let ok = run_once(
+        &plan("clean", None, clean, &dir),
+        &programs,
+        Some(&tools),
+        &dir.join("clean"),
+        &mut say,
+    )
+    .expect("fault-free run");
+    let v = tools
+        .diagnose(&ok.data_dir, Some(&thresholds), windows)
+        .expect("diagnose clean run");
+    assert!(
+        v.flagged["combined"].is_empty() && v.exit == 0,
+        "a fault-free run flags nothing: {:?}\n{}",
+        v.flagged,
+        tools
+            .diagnose_text(&ok.data_dir, Some(&thresholds), windows)
+            .unwrap_or_default()
+    );
+    for m in ["samples", "count", "time"] {
+        assert!(
+            v.metrics.contains(m),
+            "metric {m} analysed: {:?}",
+            v.metrics
+        );
+    }
+
+    let faulty = Phases {
+        settle_s: 2.0,
+        before_s: 10.0,
+        fault_s: 30.0,
+        after_s: 5.0,
+    };
+    let run = run_once(
+        &plan("faulty", Some((FaultKind::SlowDisk, 2)), faulty, &dir),
+        &programs,
+        Some(&tools),
+        &dir.join("faulty"),
+        &mut say,
+    )
+    .expect("faulty run");
+    let v = tools
+        .diagnose(&run.data_dir, Some(&thresholds), windows)
+        .expect("diagnose faulty run");
+    let report = tools
+        .diagnose_text(&run.data_dir, Some(&thresholds), windows)
+        .unwrap_or_default();
+    assert!(
+        v.flagged["combined"].contains("io2"),
+        "the slow-disk node is flagged: {:?}\n{report}",
+        v.flagged
+    );
+    if v.flagged["combined"].len() > 1 {
+        // Not asserted (the brief asks for the faulty node flagged and a clean run flagging
+        // nothing); the experiment measures these false positives.
+        eprintln!(
+            "note: fault-free nodes flagged too: {:?}\n{report}",
+            v.flagged
+        );
+    }
+    assert_eq!(v.exit, 1, "diagnose exits 1 when it finds a culprit");
+    // Root cause: the node's blocking storage writes take longer (seed 000: "time spent blocked
+    // on storage" ranks dbpf_pread first under disk faults).
+    let time_top = v.json["metrics"]
+        .as_array()
+        .and_then(|ms| ms.iter().find(|m| m["metric"] == "time"))
+        .and_then(|m| m["nodes"].as_array())
+        .and_then(|ns| ns.iter().find(|n| n["node"] == "io2"))
+        .and_then(|n| n["top"].as_array())
+        .map(|t| {
+            t.iter()
+                .take(3)
+                .filter_map(|f| f["function"].as_str())
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    assert!(
+        time_top.contains(&"io_pwrite"),
+        "io_pwrite among the top time functions: {time_top:?}"
+    );
+    assert_eq!(
+        cluster::leftovers(cluster::PREFIX_STEM)
+            .iter()
+            .filter(|p| p.contains(&format!("-{}-", std::process::id())))
+            .count(),
+        0,
+        "nothing left behind"
+    );
+}
