@@ -516,6 +516,14 @@ impl Dataset {
                 return;
             }
         };
+        // Only regular files: opening a FIFO named like a data file would block for ever.
+        files.retain(|p| match std::fs::metadata(p) {
+            Ok(m) if !m.is_file() => {
+                self.warn(format!("skipping {}: not a regular file", p.display()));
+                false
+            }
+            _ => true,
+        });
         files.sort();
         for path in files {
             let known_t = self.nodes[idx].traces.iter().position(|t| t.path == path);
@@ -532,12 +540,13 @@ impl Dataset {
                     self.nodes[idx].samples[i] = s;
                 }
                 (None, None) => match self.open_file(&path) {
-                    Ok(Opened::Trace(mut t)) => {
+                    Ok(None) => {}
+                    Ok(Some(Opened::Trace(mut t))) => {
                         stats.new_files += 1;
                         self.read_trace(&mut t, stats);
                         self.nodes[idx].traces.push(t);
                     }
-                    Ok(Opened::Samples(mut s)) => {
+                    Ok(Some(Opened::Samples(mut s))) => {
                         stats.new_files += 1;
                         self.read_samples(&mut s, stats);
                         self.nodes[idx].samples.push(s);
@@ -566,14 +575,18 @@ impl Dataset {
         node.samples.sort_by_key(|s| s.created_ns);
     }
 
-    fn open_file(&mut self, path: &Path) -> anyhow::Result<Opened> {
+    fn open_file(&mut self, path: &Path) -> anyhow::Result<Option<Opened>> {
         let mut head = vec![0u8; 128];
         let mut f = File::open(path).context("cannot open")?;
         let n = read_up_to(&mut f, &mut head)?;
         head.truncate(n);
+        if head.iter().all(|&b| b == 0) && just_created(&f) {
+            // A writer creates the file, then writes its header: read it next time.
+            return Ok(None);
+        }
         let parsed = ParsedFile::parse(&head)?;
         let h = parsed.header;
-        Ok(match parsed.kind {
+        Ok(Some(match parsed.kind {
             FileKind::Trace => {
                 let mut t = empty_trace();
                 t.path = path.to_path_buf();
@@ -589,7 +602,7 @@ impl Dataset {
                 s.consumed = h.data_offset;
                 Opened::Samples(s)
             }
-        })
+        }))
     }
 
     fn read_trace(&mut self, t: &mut TraceFile, stats: &mut RefreshStats) {
@@ -805,15 +818,19 @@ impl Dataset {
                 return None;
             }
         };
-        let committed = parsed.header.committed_end;
         let ended = parsed.header.state == file_state::ENDED;
+        // A corrupt committed_end must not make us allocate it: read at most what the file
+        // holds (and say it is cut short, below).
+        let size = f.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
+        let committed = parsed.header.committed_end;
+        let present = committed.min(size.max(from));
         if committed <= from {
             if ended && *status == FileStatus::Open {
                 *status = FileStatus::Ended;
             }
             return None;
         }
-        let len = (committed - from) as usize;
+        let len = (present - from) as usize;
         let mut buf = vec![0u8; len];
         let mut got = 0usize;
         while got < len {
@@ -827,7 +844,8 @@ impl Dataset {
                 }
             }
         }
-        if got < len {
+        let complete = from + got as u64 == committed;
+        if !complete {
             self.warn(format!(
                 "{}: file cut short ({} of {} committed bytes present); data before the cut \
                  is kept",
@@ -838,7 +856,7 @@ impl Dataset {
             buf.truncate(got);
             *status = FileStatus::Damaged("file cut short".to_string());
         }
-        Some((buf, ended && got == len))
+        Some((buf, ended && complete))
     }
 
     /// The path to read symbols of a recorded object from, checking its build-id.
@@ -991,6 +1009,16 @@ fn build_id_debug_path(id: &[u8]) -> Option<PathBuf> {
         &hex[..2],
         &hex[2..]
     )))
+}
+
+/// True when `f` was modified in the last few seconds: a data file whose header is still zero
+/// then is being created, not damaged.
+fn just_created(f: &File) -> bool {
+    f.metadata()
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|age| age < std::time::Duration::from_secs(10))
 }
 
 fn read_up_to(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {

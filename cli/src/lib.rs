@@ -106,10 +106,14 @@ where
     }
 }
 
-/// A closed pipe on stdout (`culprit report | head`) is not an error.
+/// A closed pipe on stdout (`culprit report | head`) is not an error. `serde_json` wraps the
+/// I/O error of its writer and does not expose it as a source, so it is asked separately.
 fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    let pipe = Some(std::io::ErrorKind::BrokenPipe);
     err.chain().any(|e| {
-        e.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+        e.downcast_ref::<std::io::Error>().map(|io| io.kind()) == pipe
+            || e.downcast_ref::<serde_json::Error>()
+                .and_then(|j| j.io_error_kind())
+                == pipe
     })
 }

@@ -682,13 +682,14 @@ fn print_human(out: &mut dyn std::io::Write, r: &Report, args: &Args) -> std::io
             }
             if p.lost_frames > 0 {
                 notes.push(format!(
-                    "{} frame(s) dropped on unmatched exits",
+                    "{} frame(s) dropped (left by longjmp, an exception or cancellation)",
                     p.lost_frames
                 ));
             }
             if p.overflows > 0 {
                 notes.push(format!(
-                    "{} call(s) not accounted (table full)",
+                    "{} call(s) not accounted (a call stack too deep, or too many distinct \
+                     functions in one thread: see the limits in docs/tracer.md)",
                     p.overflows
                 ));
             }

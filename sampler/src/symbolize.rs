@@ -12,8 +12,12 @@
 //!
 //! # Caching
 //!
-//! Results are cached per (image, address) for the life of the [`Symbolizer`], so each distinct
-//! address is resolved once; images that cannot be opened are remembered and not retried.
+//! Results are cached per (image, address), so each distinct address is resolved once; images
+//! that cannot be opened are remembered and not retried. blazesym keeps every image it parsed
+//! open (a descriptor and the parsed tables) until told to evict it, and a sampler runs for
+//! days on machines where programs come and go: an image whose file was replaced is evicted
+//! ([`Symbolizer::forget_image`]), and at most [`MAX_OPEN_IMAGES`] images stay open, the least
+//! recently used going first (their names are looked up again if they come back).
 //! Addresses are ELF virtual addresses (what `st_value` holds, i.e. runtime address minus the
 //! load bias) or file offsets (what `/proc/<pid>/maps` and perf's MMAP2 records give).
 //!
@@ -31,6 +35,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use blazesym::symbolize::evict::{self, Evict};
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized};
 
@@ -46,6 +51,9 @@ pub enum ImageAddr {
     FileOffset(u64),
 }
 
+/// Most images kept open (parsed, with a descriptor) at once by default.
+pub const MAX_OPEN_IMAGES: usize = 256;
+
 /// Resolves addresses to demangled function names, with long-lived caches.
 pub struct Symbolizer {
     inner: blazesym::symbolize::Symbolizer,
@@ -58,6 +66,10 @@ pub struct Symbolizer {
     kallsyms_read_at: Option<std::time::Instant>,
     vdso: Option<Option<VdsoCopy>>,
     starts: HashMap<Arc<Path>, Option<FunctionStarts>>,
+    /// Images handed to blazesym, with the tick of their last use.
+    open: HashMap<Arc<Path>, u64>,
+    tick: u64,
+    max_open: usize,
 }
 
 impl std::fmt::Debug for Symbolizer {
@@ -93,7 +105,50 @@ impl Symbolizer {
             kallsyms_read_at: None,
             vdso: None,
             starts: HashMap::new(),
+            open: HashMap::new(),
+            tick: 0,
+            max_open: MAX_OPEN_IMAGES,
         }
+    }
+
+    /// Keeps at most `n` (≥ 1) images open instead of [`MAX_OPEN_IMAGES`].
+    pub fn with_max_open_images(mut self, n: usize) -> Self {
+        self.max_open = n.max(1);
+        self
+    }
+
+    /// Number of images open in blazesym now.
+    pub fn open_images(&self) -> usize {
+        self.open.len()
+    }
+
+    /// Notes that `image` is about to be read by blazesym; closes the least recently used
+    /// image when too many are open.
+    fn touch(&mut self, image: &Arc<Path>) {
+        self.tick += 1;
+        self.open.insert(image.clone(), self.tick);
+        if self.open.len() <= self.max_open {
+            return;
+        }
+        let oldest = self
+            .open
+            .iter()
+            .filter(|(p, _)| *p != image)
+            .min_by_key(|(_, &t)| t)
+            .map(|(p, _)| p.clone());
+        if let Some(old) = oldest {
+            self.evict(&old);
+        }
+    }
+
+    /// Drops everything cached for `image`, blazesym's parsed file and descriptor included.
+    fn evict(&mut self, image: &Arc<Path>) {
+        self.open.remove(image);
+        let _ = self
+            .inner
+            .evict(&Evict::Elf(evict::Elf::new(image.to_path_buf())));
+        self.cache.retain(|(p, _), _| p != image);
+        self.starts.remove(image);
     }
 
     /// Reads images under `root` instead of `/` (like `perf report --symfs`): an image recorded
@@ -173,6 +228,7 @@ impl Symbolizer {
                 continue;
             }
             let is_virt = make(0) == ImageAddr::Virt(0);
+            self.touch(&image);
             // ELF symbol tables first: cheap, and enough for nearly every address. DWARF (and
             // debug files found through debug links) only for what they leave unresolved: parsing
             // DWARF costs far more than reading .symtab.
@@ -276,12 +332,12 @@ impl Symbolizer {
         self.resolve(&path, ImageAddr::FileOffset(offset))
     }
 
-    /// Forgets what is cached for the image at `path` (its file was replaced).
+    /// Forgets what is cached for the image at `path` (its file was replaced): the old file's
+    /// names, and blazesym's parsed copy and open descriptor of it.
     pub fn forget_image(&mut self, path: &Path) {
         if let Some(image) = self.images.get(path).cloned() {
-            self.cache.retain(|(p, _), _| *p != image);
+            self.evict(&image);
             self.unreadable.remove(&image);
-            self.starts.remove(&image);
         }
     }
 

@@ -186,3 +186,69 @@ fn a_stripped_binary_with_a_debug_link_is_named_from_its_debug_file() {
         "the name comes from the debug file"
     );
 }
+
+/// Descriptors of this process open on files whose path starts with `prefix` (deleted ones
+/// included: their link ends in " (deleted)").
+fn open_fds_under(prefix: &std::path::Path) -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .filter(|t| t.starts_with(prefix))
+        .count()
+}
+
+const TWO_FUNCS: &str = "int __attribute__((noinline)) one(int x) { return x * 3; }\n\
+                         int main(int c, char **v) { (void)v; return one(c); }\n";
+
+#[test]
+fn least_recently_used_images_are_closed_beyond_the_cap() {
+    let bin = build(TWO_FUNCS, "lru", &["-O1"]);
+    let one = nm(&bin, "one");
+    let dir = bin.parent().unwrap().join("lru-copies");
+    std::fs::create_dir_all(&dir).unwrap();
+    let copies: Vec<PathBuf> = (0..5)
+        .map(|i| {
+            let c = dir.join(format!("copy{i}"));
+            std::fs::copy(&bin, &c).unwrap();
+            c
+        })
+        .collect();
+    let mut s = Symbolizer::new().with_max_open_images(2);
+    for c in &copies {
+        assert_eq!(s.resolve(c, ImageAddr::Virt(one)).as_deref(), Some("one"));
+    }
+    assert_eq!(s.open_images(), 2);
+    assert!(open_fds_under(&dir) <= 2, "{} open", open_fds_under(&dir));
+    // A closed image comes back when asked for.
+    assert_eq!(
+        s.resolve(&copies[0], ImageAddr::Virt(one)).as_deref(),
+        Some("one")
+    );
+    assert!(open_fds_under(&dir) <= 2);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_replaced_image_is_closed_when_forgotten() {
+    let bin = build(TWO_FUNCS, "replaced", &["-O1"]);
+    let one = nm(&bin, "one");
+    let dir = bin.parent().unwrap().join("replaced-dir");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("prog");
+    let mut s = Symbolizer::new();
+    for _ in 0..5 {
+        // A new inode at the same path, as a rebuilt program gets.
+        let tmp = dir.join("prog.new");
+        std::fs::copy(&bin, &tmp).unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+        s.forget_image(&path);
+        assert_eq!(
+            s.resolve(&path, ImageAddr::Virt(one)).as_deref(),
+            Some("one")
+        );
+    }
+    // Only the current file is open, none of the replaced (deleted) ones.
+    assert_eq!(open_fds_under(&dir), 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}

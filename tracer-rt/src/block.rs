@@ -26,19 +26,40 @@
 //!
 //! # Signals and re-entrancy
 //!
-//! `flags` holds a busy bit and a pause count. A hook that finds it non-zero returns at once:
-//! this covers a signal handler interrupting a hook (the handler's calls are not traced), a
-//! hook firing inside the runtime itself, and `culprit_pause()`. A signal handler that runs
-//! while the thread is in instrumented code (not inside a hook) is traced normally: its calls
-//! nest on top of the interrupted frame.
+//! `flags` holds, while a hook runs, that hook's stack pointer (the busy mark), and a pause
+//! bit. A hook that finds it non-zero returns at once: this covers a signal handler
+//! interrupting a hook (the handler's calls are not traced), a hook firing inside the runtime
+//! itself, and `culprit_pause()`. A signal handler that runs while the thread is in
+//! instrumented code (not inside a hook) is traced normally: its calls nest on top of the
+//! interrupted frame.
+//!
+//! A handler may leave with `siglongjmp` (a timeout) and abandon the hook it interrupted. The
+//! busy mark would then stay forever and the thread go untraced; the stack pointer in it tells
+//! a stale mark from a live one: a handler nested in a live hook runs below it on the stack,
+//! code that runs at or above the abandoned hook's stack pointer cannot be inside it (unless
+//! it runs on an alternate signal stack, which is checked).
+//!
+//! # Abandoned frames
+//!
+//! Every frame also keeps the stack pointer of its entry. A function entered at or above the
+//! stack pointer of the top frame cannot be called by it: the top frame was left by `longjmp`
+//! (a server loop that longjmps back on errors never returns to its caller, so nothing else
+//! would ever remove those frames, and the shadow stack would fill up). Such frames are
+//! dropped on entry, as a mismatched exit drops them, and counted as lost.
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 use std::sync::atomic::{compiler_fence, AtomicU16, AtomicU32, AtomicU64, AtomicUsize};
 
 use crate::clock::{self, Monotonic, Ticks, Tsc};
 
-/// Deepest shadow stack; deeper calls are counted as overflows and not traced.
+/// Deepest shadow stack; deeper calls are counted as overflows and not traced. A power of two
+/// (the fast path masks indices with it).
 pub const STACK_DEPTH: usize = 1024;
+const _: () = assert!(STACK_DEPTH.is_power_of_two());
+/// Most frames sharing one stack pointer that can be live (see [`ThreadBlock::compact`]).
+const MAX_RUN: usize = 128;
+/// Compactions skipped after one that freed nothing.
+const COMPACT_BACKOFF: u32 = 1024;
 const TABLE_BITS: u32 = 12;
 /// Function slots per thread.
 pub const TABLE_CAP: usize = 1 << TABLE_BITS;
@@ -56,13 +77,14 @@ pub mod state {
     pub const DEAD: u32 = 2;
 }
 
-/// `flags`: a hook is running in this thread (a hook that finds it set returns at once).
-const BUSY: u32 = 1;
 /// `flags`: this thread's hooks read `CLOCK_MONOTONIC` instead of the TSC. Folded into `flags`
 /// so that the TSC fast path tests one word.
-const MONO: u32 = 2;
-/// `flags`: one `culprit_pause()` (they nest).
-const PAUSE_UNIT: u32 = 4;
+const MONO: usize = 1;
+/// `flags`: `culprit_pause()` is in effect (`pauses` counts the nesting).
+const PAUSED: usize = 2;
+/// `flags` bits that are not the busy mark. The busy mark is the running hook's stack pointer
+/// (8-aligned, so these bits are free; non-zero, so it marks busy by itself).
+const LOW_BITS: usize = 7;
 
 /// Include/exclude decision cached in a slot: low two bits, the decision table generation above.
 pub mod decision {
@@ -101,6 +123,8 @@ struct Frame {
     t: AtomicU64,
     /// Elapsed ticks of completed children.
     child: AtomicU64,
+    /// Stack pointer of the entry hook (`usize::MAX` for the sentinel).
+    sp: AtomicUsize,
     /// Slot index of a counted frame.
     slot: AtomicU32,
     _pad: u32,
@@ -113,11 +137,19 @@ struct Frame {
 pub struct ThreadBlock {
     /// [`state`] value.
     pub state: AtomicU32,
-    flags: AtomicU32,
     /// Frames on the stack, counting the sentinel at index 0; above [`STACK_DEPTH`], the calls
     /// not pushed because the stack was full (their exits are skipped likewise).
     depth: AtomicU32,
+    /// `MONO` | `PAUSED` | the busy mark (see the module docs).
+    flags: AtomicUsize,
+    /// Nesting of `culprit_pause()`.
+    pauses: AtomicU32,
     _pad0: u32,
+    /// Stack pointer of the first call not pushed because the stack was full.
+    overflow_sp: AtomicUsize,
+    /// Compactions to skip (see [`ThreadBlock::compact`]).
+    compact_skip: AtomicU32,
+    _pad2: u32,
     /// Registry link (address of the next block, 0 at the end); set before publication.
     pub next: AtomicUsize,
     lost: AtomicU64,
@@ -157,23 +189,29 @@ impl ThreadBlock {
     ///
     /// The fast path is a traced function already in the table at its home slot, with room
     /// on the stack, using the TSC; everything else is a tail call to a cold function.
+    /// `sp` is the hook's stack pointer ([`crate::sys::stack_pointer`]).
     #[inline(always)]
-    pub fn enter(&self, addr: usize) {
+    pub fn enter(&self, addr: usize, sp: usize) {
         if self.flags.load(Relaxed) != 0 {
-            return self.enter_flagged(addr);
+            return self.enter_flagged(addr, sp);
         }
-        self.flags.store(BUSY, Relaxed);
+        self.flags.store(sp, Relaxed);
         compiler_fence(SeqCst);
         let d = self.depth.load(Relaxed) as usize;
         let i = hash(addr);
         let s = &self.table[i];
-        if d < STACK_DEPTH
+        // 1 ≤ d < STACK_DEPTH, and the top frame can be our caller (it runs at or above us;
+        // at the same stack pointer when we are inlined into it).
+        if d.wrapping_sub(1) < STACK_DEPTH - 1
+            && self.stack[d - 1].sp.load(Relaxed) >= sp
             && s.addr.load(Relaxed) == addr
             && s.decision.load(Relaxed) & decision::MASK == decision::INCLUDE
         {
-            let f = &self.stack[d];
+            // (The mask is a no-op here, d < STACK_DEPTH; it spares a bounds check.)
+            let f = &self.stack[d & (STACK_DEPTH - 1)];
             f.addr.store(addr, Relaxed);
             f.child.store(0, Relaxed);
+            f.sp.store(sp, Relaxed);
             f.slot.store(i as u32, Relaxed);
             s.active
                 .store(s.active.load(Relaxed).wrapping_add(1), Relaxed);
@@ -183,17 +221,17 @@ impl ThreadBlock {
             self.flags.store(0, Relaxed);
             return;
         }
-        self.enter_general::<Tsc>(addr, 0)
+        self.enter_general::<Tsc>(addr, 0, sp)
     }
 
     /// Hook on function exit (owner thread only). Fast path: the top frame is this function's
     /// and counted, with the TSC.
     #[inline(always)]
-    pub fn exit(&self, addr: usize) {
+    pub fn exit(&self, addr: usize, sp: usize) {
         if self.flags.load(Relaxed) != 0 {
-            return self.exit_flagged(addr);
+            return self.exit_flagged(addr, sp);
         }
-        self.flags.store(BUSY, Relaxed);
+        self.flags.store(sp, Relaxed);
         compiler_fence(SeqCst);
         let d = self.depth.load(Relaxed) as usize;
         if d.wrapping_sub(2) < STACK_DEPTH - 1 {
@@ -209,7 +247,7 @@ impl ThreadBlock {
                 return;
             }
         }
-        self.exit_general::<Tsc>(addr, 0)
+        self.exit_general::<Tsc>(addr, 0, sp)
     }
 
     /// Adds a returning counted frame's call to its slot.
@@ -228,30 +266,89 @@ impl ThreadBlock {
     /// Entry with `flags` set: busy or paused (nothing to do), or the monotonic clock.
     #[cold]
     #[inline(never)]
-    fn enter_flagged(&self, addr: usize) {
-        if self.flags.load(Relaxed) == MONO {
-            self.enter_general::<Monotonic>(addr, MONO);
+    fn enter_flagged(&self, addr: usize, sp: usize) {
+        match self.idle_flags(sp) {
+            Some(0) => self.enter_general::<Tsc>(addr, 0, sp),
+            Some(MONO) => self.enter_general::<Monotonic>(addr, MONO, sp),
+            _ => {}
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn exit_flagged(&self, addr: usize) {
-        if self.flags.load(Relaxed) == MONO {
-            self.exit_general::<Monotonic>(addr, MONO);
+    fn exit_flagged(&self, addr: usize, sp: usize) {
+        match self.idle_flags(sp) {
+            Some(0) => self.exit_general::<Tsc>(addr, 0, sp),
+            Some(MONO) => self.exit_general::<Monotonic>(addr, MONO, sp),
+            _ => {}
         }
+    }
+
+    /// The thread's idle `flags`, or `None` when a hook is running in this thread (this hook
+    /// is then inside a signal handler that interrupted it, and must do nothing). A busy mark
+    /// left by a hook that a handler abandoned with `siglongjmp` is cleared (see the module
+    /// docs) and counted as a lost frame.
+    fn idle_flags(&self, sp: usize) -> Option<usize> {
+        let f = self.flags.load(Relaxed);
+        let busy = f & !LOW_BITS;
+        if busy == 0 {
+            return Some(f);
+        }
+        // Live: we run below it on the same stack, or on an alternate signal stack.
+        if sp < busy || crate::sys::on_alt_stack() {
+            return None;
+        }
+        self.flags.store(f & LOW_BITS, Relaxed);
+        bump(&self.lost, 1);
+        Some(f & LOW_BITS)
+    }
+
+    /// Drops the frames a call entered at `sp` cannot be called by, those that ran below it
+    /// on the stack: `d` frames are open. Returns the new depth.
+    ///
+    /// A frame at the same stack pointer is kept: inlined functions call the hooks from their
+    /// caller's stack frame, so the frames of one stack frame share a stack pointer, and a
+    /// sibling of an abandoned frame cannot be told from a function inlined into it. Such
+    /// leftovers are trimmed when the stack fills up ([`Self::compact`]).
+    fn drop_abandoned(&self, d: usize, sp: usize) -> usize {
+        let mut keep = d;
+        if d > STACK_DEPTH {
+            // Calls not pushed (the stack was full). All are abandoned when we run above the
+            // first of them; otherwise we may be inside them.
+            if sp <= self.overflow_sp.load(Relaxed) {
+                return d;
+            }
+            keep = STACK_DEPTH;
+        }
+        while keep > 1 && self.stack[keep - 1].sp.load(Relaxed) < sp {
+            keep -= 1;
+        }
+        if keep == d || crate::sys::on_alt_stack() {
+            // Nothing to drop, or a handler on an alternate stack: its stack pointer says
+            // nothing about the interrupted frames.
+            return d;
+        }
+        if d > STACK_DEPTH {
+            bump(&self.lost, (d - STACK_DEPTH) as u64);
+        }
+        self.abandon(keep, d.min(STACK_DEPTH));
+        keep
     }
 
     /// Every entry off the fast path. `base` is the thread's idle `flags` value.
     #[inline(never)]
-    fn enter_general<C: Ticks>(&self, addr: usize, base: u32) {
-        self.flags.store(base | BUSY, Relaxed);
+    fn enter_general<C: Ticks>(&self, addr: usize, base: usize, sp: usize) {
+        self.flags.store(base | (sp & !LOW_BITS), Relaxed);
         compiler_fence(SeqCst);
-        let d = self.depth.load(Relaxed) as usize;
+        let mut d = self.drop_abandoned(self.depth.load(Relaxed) as usize, sp);
+        if d == STACK_DEPTH {
+            d = self.compact();
+        }
         if d < STACK_DEPTH {
             let f = &self.stack[d];
             f.addr.store(addr, Relaxed);
             f.child.store(0, Relaxed);
+            f.sp.store(sp, Relaxed);
             match self.slot_for(addr) {
                 Some(i) => {
                     let s = &self.table[i];
@@ -263,6 +360,9 @@ impl ThreadBlock {
                 None => f.t.store(0, Relaxed),
             }
         } else {
+            if d == STACK_DEPTH {
+                self.overflow_sp.store(sp, Relaxed);
+            }
             bump(&self.overflows, 1);
         }
         self.depth.store(d as u32 + 1, Relaxed);
@@ -273,8 +373,8 @@ impl ThreadBlock {
     /// Every exit off the fast path: calls that were not pushed (stack full), frames that are
     /// not counted (excluded), exits that do not match the top of the stack.
     #[inline(never)]
-    fn exit_general<C: Ticks>(&self, addr: usize, base: u32) {
-        self.flags.store(base | BUSY, Relaxed);
+    fn exit_general<C: Ticks>(&self, addr: usize, base: usize, sp: usize) {
+        self.flags.store(base | (sp & !LOW_BITS), Relaxed);
         compiler_fence(SeqCst);
         let d = self.depth.load(Relaxed) as usize;
         if d > STACK_DEPTH {
@@ -319,17 +419,76 @@ impl ThreadBlock {
             bump(&self.lost, 1);
             return;
         };
-        for j in (i + 1..d).rev() {
-            let f = &self.stack[j];
-            if f.t.load(Relaxed) != 0 {
-                let s = &self.table[f.slot.load(Relaxed) as usize & TABLE_MASK];
-                s.active
-                    .store(s.active.load(Relaxed).saturating_sub(1), Relaxed);
+        self.abandon(i + 1, d);
+        self.pop::<C>(i);
+    }
+
+    /// The stack is full: trims runs of frames sharing one stack pointer to their newest
+    /// [`MAX_RUN`] (more cannot be live: they would be functions inlined into one another that
+    /// deep), dropping the older ones as abandoned (see [`Self::drop_abandoned`]). Returns the
+    /// new depth. A compaction that frees nothing makes the next [`COMPACT_BACKOFF`] ones
+    /// skipped, so a recursion that hovers at the limit does not scan the stack at every call.
+    #[cold]
+    fn compact(&self) -> usize {
+        let skip = self.compact_skip.load(Relaxed);
+        if skip > 0 {
+            self.compact_skip.store(skip - 1, Relaxed);
+            return STACK_DEPTH;
+        }
+        let (mut w, mut r) = (1usize, 1usize);
+        while r < STACK_DEPTH {
+            let sp = self.stack[r].sp.load(Relaxed);
+            let mut e = r + 1;
+            while e < STACK_DEPTH && self.stack[e].sp.load(Relaxed) == sp {
+                e += 1;
             }
+            let dropped = (e - r).saturating_sub(MAX_RUN);
+            for j in r..r + dropped {
+                let f = &self.stack[j];
+                self.release_slot(f);
+                bump(&self.stack[w - 1].child, f.child.load(Relaxed));
+                bump(&self.lost, 1);
+            }
+            for j in r + dropped..e {
+                if j != w {
+                    let (from, to) = (&self.stack[j], &self.stack[w]);
+                    to.addr.store(from.addr.load(Relaxed), Relaxed);
+                    to.t.store(from.t.load(Relaxed), Relaxed);
+                    to.child.store(from.child.load(Relaxed), Relaxed);
+                    to.sp.store(from.sp.load(Relaxed), Relaxed);
+                    to.slot.store(from.slot.load(Relaxed), Relaxed);
+                }
+                w += 1;
+            }
+            r = e;
+        }
+        if w == STACK_DEPTH {
+            self.compact_skip.store(COMPACT_BACKOFF, Relaxed);
+        }
+        self.depth.store(w as u32, Relaxed);
+        w
+    }
+
+    /// A counted frame that will not return: one activation less of its function.
+    fn release_slot(&self, f: &Frame) {
+        if f.t.load(Relaxed) != 0 {
+            let s = &self.table[f.slot.load(Relaxed) as usize & TABLE_MASK];
+            s.active
+                .store(s.active.load(Relaxed).saturating_sub(1), Relaxed);
+        }
+    }
+
+    /// Drops frames `keep..d` (1 ≤ keep ≤ d ≤ STACK_DEPTH) as abandoned: they record no
+    /// call; their completed children's time passes down, so their own time ends up in the
+    /// exclusive time of the frame below. Counted as lost.
+    fn abandon(&self, keep: usize, d: usize) {
+        for j in (keep.max(1)..d.min(STACK_DEPTH)).rev() {
+            let f = &self.stack[j];
+            self.release_slot(f);
             bump(&self.stack[j - 1].child, f.child.load(Relaxed));
             bump(&self.lost, 1);
         }
-        self.pop::<C>(i);
+        self.depth.store(keep as u32, Relaxed);
     }
 
     /// The slot of `addr` for a traced call; `None` when the call is not counted (excluded,
@@ -383,17 +542,22 @@ impl ThreadBlock {
 
     /// `culprit_pause()`: stop tracing this thread (nests).
     pub fn pause(&self) {
-        self.flags
-            .store(self.flags.load(Relaxed).wrapping_add(PAUSE_UNIT), Relaxed);
+        self.pauses
+            .store(self.pauses.load(Relaxed).wrapping_add(1), Relaxed);
+        self.flags.store(self.flags.load(Relaxed) | PAUSED, Relaxed);
     }
 
     /// `culprit_resume()`: undo one [`pause`](Self::pause). Returns false when not paused.
     pub fn resume(&self) -> bool {
-        let f = self.flags.load(Relaxed);
-        if f & !(MONO | BUSY) == 0 {
+        let n = self.pauses.load(Relaxed);
+        if n == 0 {
             return false;
         }
-        self.flags.store(f - PAUSE_UNIT, Relaxed);
+        self.pauses.store(n - 1, Relaxed);
+        if n == 1 {
+            self.flags
+                .store(self.flags.load(Relaxed) & !PAUSED, Relaxed);
+        }
         true
     }
 
@@ -402,7 +566,10 @@ impl ThreadBlock {
     pub fn reset_for_owner(&self) {
         let base = if clock::uses_tsc() { 0 } else { MONO };
         self.flags.store(base, Relaxed);
-        // Index 0 is a sentinel root frame, so every real frame has a parent to pass time to.
+        self.pauses.store(0, Relaxed);
+        // Index 0 is a sentinel root frame, so every real frame has a parent to pass time to;
+        // it is above every stack pointer, so never abandoned.
+        self.stack[0].sp.store(usize::MAX, Relaxed);
         self.depth.store(1, Relaxed);
         for s in self.used_slots() {
             s.active.store(0, Relaxed);

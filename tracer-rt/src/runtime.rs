@@ -49,6 +49,10 @@ pub static CURRENT_NODE: Publish<String> = Publish::new();
 static CALIBRATION: Publish<Calibration> = Publish::new();
 /// Wall-clock ns at which the runtime started in this process (or forked child).
 static START_NS: AtomicU64 = AtomicU64::new(0);
+/// Process the flusher thread runs in. A child made without fork's atfork handlers (`vfork`,
+/// `_Fork`, a raw `clone`) has another pid: it has no flusher of its own, and with `vfork` it
+/// shares this memory, so its requests would reach (and, at `exit`, end) the parent's flusher.
+static OWNER_PID: AtomicU32 = AtomicU32::new(0);
 
 /// Environment variable through which a process image tells the next one (after `exec`, or
 /// a forked child's `exec`) which file it wrote: `<pid>:<file name>`. Internal.
@@ -92,6 +96,7 @@ pub fn start() {
     }
     let start_ns = sys::realtime_ns();
     START_NS.store(start_ns, Relaxed);
+    OWNER_PID.store(std::process::id(), Relaxed);
     let cal = Calibration::start();
     CALIBRATION.set(cal);
     decide::rebuild(&cfg.filters, &objs);
@@ -146,9 +151,9 @@ fn chain_origin() -> Origin {
 /// The first hook of a thread: gives it a block (and traces the call).
 #[cold]
 #[inline(never)]
-pub fn first_enter(addr: usize) {
+pub fn first_enter(addr: usize, sp: usize) {
     if let Some(b) = ensure_block() {
-        b.enter(addr);
+        b.enter(addr, sp);
     }
 }
 
@@ -170,7 +175,11 @@ pub fn ensure_block() -> Option<&'static crate::block::ThreadBlock> {
 }
 
 /// Sends `bits` to the flusher and waits (up to `timeout_ns`) until it has handled them.
+/// False at once in a process that is not the flusher's (see [`OWNER_PID`]).
 fn request(bits: u32, timeout_ns: u64) -> bool {
+    if std::process::id() != OWNER_PID.load(Relaxed) {
+        return false;
+    }
     PENDING.fetch_or(bits, AcqRel);
     let mine = REQ.fetch_add(1, AcqRel).wrapping_add(1);
     sys::futex_wake_all(&REQ);
@@ -237,9 +246,11 @@ pub fn resume() -> i32 {
 }
 
 extern "C" fn at_exit() {
-    if STATE
-        .compare_exchange(ACTIVE, ENDED, AcqRel, Acquire)
-        .is_ok()
+    // Not in a child without a flusher: with vfork, ENDED would stop the parent's tracing.
+    if std::process::id() == OWNER_PID.load(Relaxed)
+        && STATE
+            .compare_exchange(ACTIVE, ENDED, AcqRel, Acquire)
+            .is_ok()
     {
         request(req::EXIT, 3_000_000_000);
     }
@@ -275,6 +286,7 @@ extern "C" fn after_fork_child() {
     };
     let start_ns = sys::realtime_ns();
     START_NS.store(start_ns, Relaxed);
+    OWNER_PID.store(std::process::id(), Relaxed);
     let flusher = Flusher::new(cfg, node, *cal, start_ns, origin);
     if !sys::spawn_detached(Box::new(move || flusher.run())) {
         STATE.store(OFF, Release);

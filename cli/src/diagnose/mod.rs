@@ -30,7 +30,7 @@ pub mod thresholds;
 use crate::data::{Dataset, FileStatus, LoadOptions};
 use adapter::{Adapter, Survey};
 use distance::Distance;
-use engine::{Engine, EngineConfig, MetricConfig, Spread, Weights, MIN_NODES};
+use engine::{Engine, EngineConfig, KeepRule, MetricConfig, Spread, Weights, MIN_NODES};
 use missing::Ending;
 use model::{fmt_dur, parse_dur, CompLabel, MetricKind, NS_PER_S};
 use score::{Peers, ScoreKind};
@@ -755,6 +755,37 @@ fn dedup(v: Vec<String>) -> Vec<String> {
     v.into_iter().filter(|s| seen.insert(s.clone())).collect()
 }
 
+/// A note for each metric that kept no function at all although windows were scored: every
+/// score was then zero, and "no node flagged" would only mean that nothing was compared (short
+/// windows that no function fills up to the keep rule's minimum).
+fn nothing_kept_notes(engine: &Engine, cfg: &Config, notes: &mut Vec<String>) {
+    for m in &engine.metrics {
+        if m.windows == m.unscored || !m.kept_list.is_empty() {
+            continue;
+        }
+        let (min, flag) = match (m.cfg.kind, &m.cfg.keep) {
+            (MetricKind::Samples, KeepRule::AtLeast(v)) => {
+                (format!("{v} samples"), "--min-samples")
+            }
+            (MetricKind::Time | MetricKind::Count, _) => (
+                format!(
+                    "{} of self time",
+                    fmt_dur((cfg.settings.min_time_ms * 1e6) as u64)
+                ),
+                "--min-time",
+            ),
+            _ => continue,
+        };
+        notes.push(format!(
+            "{}: no function reached {min} in a window on any node, so nothing was compared \
+             and no node can be flagged on {}; lower {flag}, or use windows longer than {}",
+            m.cfg.kind,
+            m.cfg.kind,
+            fmt_dur(cfg.settings.win_size_ns)
+        ));
+    }
+}
+
 /// Runs `culprit diagnose`.
 pub fn run_diagnose(args: DiagnoseArgs) -> anyhow::Result<i32> {
     let file = match &args.thresholds {
@@ -923,6 +954,7 @@ pub fn run_diagnose(args: DiagnoseArgs) -> anyhow::Result<i32> {
             ));
         }
     }
+    nothing_kept_notes(&engine, &cfg, &mut notes);
     let coarsest = survey.coarsest.values().copied().max().unwrap_or(NS_PER_S);
     let grace = missing::grace(cfg.settings.win_shift_ns, coarsest);
     let findings = missing::findings(&engine, &reported, grace, |n| ending_of(&ds, n));

@@ -4,24 +4,34 @@
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 
-use super::{current_block, tls_word, TLS_NONE};
+use super::{current_block, stack_pointer, tls_word, TLS_NONE};
 use crate::runtime;
 
 /// Hook called by code compiled with `-finstrument-functions` on entry to every function.
+///
+/// The two hooks are `extern "C-unwind"` although they never unwind themselves: a plain
+/// `extern "C"` function gets an abort-on-unwind guard, whose exception table makes the
+/// unwinder give up on any instruction of the hook that is not a call. Asynchronous
+/// cancellation (`PTHREAD_CANCEL_ASYNCHRONOUS`) or an exception thrown from a signal handler
+/// can land anywhere in a hook, and glibc then `abort()`s the program. Without the guard the
+/// hooks have no exception table and are unwound through like C code (test
+/// `async_cancel_inside_hooks` in tests/tests/robust.rs). They do not panic; if one did, the
+/// panic would find no handler in C frames and end the process, as the guard would have.
 #[no_mangle]
-pub extern "C" fn __cyg_profile_func_enter(func: *mut c_void, _call_site: *mut c_void) {
+pub extern "C-unwind" fn __cyg_profile_func_enter(func: *mut c_void, _call_site: *mut c_void) {
+    let sp = stack_pointer();
     match current_block() {
-        Some(b) => b.enter(func as usize),
-        None if tls_word() == TLS_NONE => runtime::first_enter(func as usize),
+        Some(b) => b.enter(func as usize, sp),
+        None if tls_word() == TLS_NONE => runtime::first_enter(func as usize, sp),
         None => {}
     }
 }
 
 /// Hook called on exit from every instrumented function.
 #[no_mangle]
-pub extern "C" fn __cyg_profile_func_exit(func: *mut c_void, _call_site: *mut c_void) {
+pub extern "C-unwind" fn __cyg_profile_func_exit(func: *mut c_void, _call_site: *mut c_void) {
     if let Some(b) = current_block() {
-        b.exit(func as usize);
+        b.exit(func as usize, stack_pointer());
     }
 }
 

@@ -121,6 +121,37 @@ pub fn set_current_block(b: &'static ThreadBlock) {
     tls::set(b as *const ThreadBlock as usize);
 }
 
+/// The stack pointer of the calling function (inlined into the hooks: the hook's own, which,
+/// the hooks being frameless, is its caller's stack pointer minus the return address).
+/// Always 8-aligned and non-zero.
+#[inline(always)]
+pub fn stack_pointer() -> usize {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let sp: usize;
+        // SAFETY: copies %rsp into a register; reads and writes no memory.
+        unsafe {
+            std::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack, preserves_flags));
+        }
+        sp
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let here = 0u8;
+        (std::ptr::addr_of!(here) as usize & !7).max(8)
+    }
+}
+
+/// True when this thread runs on its alternate signal stack (`sigaltstack`): a signal handler
+/// installed with `SA_ONSTACK`. Async-signal-safe.
+pub fn on_alt_stack() -> bool {
+    // SAFETY: a zeroed stack_t is a valid out-parameter; a null new stack only queries.
+    let mut ss: libc::stack_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let rc = unsafe { libc::sigaltstack(std::ptr::null(), &mut ss) };
+    rc == 0 && ss.ss_flags & libc::SS_ONSTACK != 0
+}
+
 // ---------------------------------------------------------------------------------------------
 // Timestamps.
 
