@@ -479,10 +479,12 @@ impl Engine {
                     // not counted rather than charged to a bystander.
                     return self.block_owner.remove(&(dev, sector));
                 }
-                self.block_owner
-                    .get(&(dev, sector))
-                    .copied()
-                    .or_else(|| self.tracker.node_of(pid))
+                // Issue runs in whichever context dispatches the queue: a kworker, or any
+                // process that submits to the same device (on one host with emulated nodes, a
+                // peer's server). Like completions, a request not seen queued is not counted
+                // rather than charged to that bystander: with all nodes on one disk, issues
+                // charged by context made a healthy node's block events double its peers'.
+                self.block_owner.get(&(dev, sector)).copied()
             }
         }
     }

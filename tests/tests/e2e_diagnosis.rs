@@ -30,6 +30,26 @@ fn plan(id: &str, fault: Option<(FaultKind, usize)>, phases: Phases, dir: &TempD
     }
 }
 
+/// Per metric, the largest score ÷ threshold of `nodes` (all nodes when empty): how close a
+/// run came to being flagged, printed so CI logs show the margin and not only pass or fail.
+fn margins(json: &serde_json::Value, nodes: &[&str]) -> String {
+    let mut out = Vec::new();
+    for m in json["metrics"].as_array().into_iter().flatten() {
+        let ratio = m["nodes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|n| nodes.is_empty() || nodes.iter().any(|&x| n["node"] == x))
+            .filter_map(|n| Some(n["max_score"].as_f64()? / n["threshold"].as_f64()?))
+            .fold(0.0, f64::max);
+        out.push(format!(
+            "{} {ratio:.2}",
+            m["metric"].as_str().unwrap_or("?")
+        ));
+    }
+    out.join(", ")
+}
+
 #[test]
 fn diagnosis_flags_the_faulty_node_and_nothing_without_a_fault() {
     if !require(
@@ -89,6 +109,10 @@ fn diagnosis_flags_the_faulty_node_and_nothing_without_a_fault() {
     let v = tools
         .diagnose(&ok.data_dir, Some(&thresholds), windows)
         .expect("diagnose clean run");
+    eprintln!(
+        "fault-free run, largest score ÷ threshold: {}",
+        margins(&v.json, &[])
+    );
     assert!(
         v.flagged["combined"].is_empty() && v.exit == 0,
         "a fault-free run flags nothing: {:?}\n{}",
@@ -122,6 +146,11 @@ fn diagnosis_flags_the_faulty_node_and_nothing_without_a_fault() {
     let v = tools
         .diagnose(&run.data_dir, Some(&thresholds), windows)
         .expect("diagnose faulty run");
+    eprintln!(
+        "faulty run, io2's largest score ÷ threshold: {}; the others': {}",
+        margins(&v.json, &["io2"]),
+        margins(&v.json, &["io0", "io1", "io3"])
+    );
     let report = tools
         .diagnose_text(&run.data_dir, Some(&thresholds), windows)
         .unwrap_or_default();
