@@ -347,6 +347,9 @@ fn train_then_diagnose() {
         );
         let steps = t / 0.002;
         assert!((steps - steps.round()).abs() < 1e-6, "io{n}: {t}");
+        // The k-of-(2k − 1) basis (--threshold-rule flagged) never exceeds the largest score.
+        let fl = s["flag_scores"][format!("io{n}")].as_f64().unwrap();
+        assert!(fl > 0.0 && fl <= m, "io{n}: flag score {fl} vs largest {m}");
     }
     let th_s = th.to_str().unwrap();
     let (code, r) = diagnose_json(&[runs[2].to_str().unwrap(), "--thresholds", th_s]);

@@ -23,7 +23,7 @@
 //! The engine knows nothing of files: [`super::adapter`] feeds it from data directories,
 //! [`super::synth`] from generated data.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use super::distance::Distance;
 use super::filter::KOfN;
@@ -225,6 +225,11 @@ pub struct NodeMetric {
     pub incomplete: u64,
     /// Largest score (training).
     pub max_score: f64,
+    /// Training: the node's last 2k − 1 scores.
+    recent: VecDeque<f64>,
+    /// Training: the least threshold under which the node would never have been faulty — the
+    /// largest k-th largest score of any 2k − 1 consecutive scored windows.
+    pub flag_score: f64,
     /// Anomalous windows.
     pub anomalous: Vec<AnomWindow>,
     /// Faulty stretches.
@@ -249,12 +254,37 @@ pub struct NodeMetric {
 }
 
 impl NodeMetric {
+    /// Training: records a window's score for [`NodeMetric::flag_score`] (the same windows,
+    /// in the same order, that the k-of-(2k − 1) filter sees when diagnosing).
+    fn note_training_score(&mut self, s: f64, k: usize) {
+        if self.recent.len() == 2 * k - 1 {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(s);
+        if self.recent.len() >= k {
+            let mut v: Vec<f64> = self.recent.iter().copied().collect();
+            v.sort_by(|a, b| b.total_cmp(a));
+            self.flag_score = self.flag_score.max(v[k - 1]);
+        }
+    }
+
+    /// A window the node was not scored in: not anomalous, and a zero for training.
+    fn gap(&mut self, k: usize) {
+        let _ = self.filter.push(false);
+        if self.recent.len() == 2 * k - 1 {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(0.0);
+    }
+
     fn new(k: usize) -> Self {
         NodeMetric {
             filter: KOfN::new(k),
             scored: 0,
             incomplete: 0,
             max_score: 0.0,
+            recent: VecDeque::with_capacity(2 * k - 1),
+            flag_score: 0.0,
             anomalous: Vec::new(),
             episodes: Vec::new(),
             root_cause: HashMap::new(),
@@ -640,7 +670,7 @@ impl Engine {
         let skipped = next - keep_from;
         for nm in &mut ms.nodes {
             for _ in 0..skipped.min(2 * cfg.k as u64) {
-                let _ = nm.filter.push(false);
+                nm.gap(cfg.k);
             }
         }
         ms.next_window = Some(next);
@@ -833,13 +863,13 @@ impl MetricState {
                     nm.incomplete += 1;
                     ev.incomplete.push(node);
                 }
-                nm.filter.push(false);
+                nm.gap(cfg.k);
             }
         }
         if complete.len() < MIN_NODES {
             self.unscored += 1;
             for &n in &complete {
-                self.nodes[n].filter.push(false);
+                self.nodes[n].gap(cfg.k);
             }
             return ev;
         }
@@ -929,6 +959,9 @@ impl MetricState {
             let nm = &mut self.nodes[node];
             nm.scored += 1;
             nm.max_score = nm.max_score.max(s);
+            if matches!(self.cfg.policy, Policy::Training) {
+                nm.note_training_score(s, cfg.k);
+            }
             let anomalous = s > threshold;
             let was = nm.filter.faulty();
             let faulty = nm.filter.push(anomalous);
@@ -1191,6 +1224,34 @@ mod tests {
             weighted[windows_before + 2..].iter().all(|a| a == &[3]),
             "{weighted:?}"
         );
+    }
+
+    /// The least threshold that never flags a node: the largest k-th largest score of any
+    /// 2k − 1 consecutive windows; a gap counts as a zero score (as it counts as not anomalous).
+    #[test]
+    fn flag_score_follows_the_k_of_n_filter() {
+        let mut nm = NodeMetric::new(3);
+        for s in [10.0, 1.0, 1.0, 1.0, 1.0, 8.0, 7.0, 9.0, 1.0] {
+            nm.note_training_score(s, 3);
+        }
+        // [1, 8, 7, 9, 1]: above 7 only 8 and 9 — two of five, never faulty; above 6.9, three.
+        assert_eq!(nm.flag_score, 7.0);
+        let mut f = KOfN::new(3);
+        let flagged = |t: f64, f: &mut KOfN| {
+            [10.0, 1.0, 1.0, 1.0, 1.0, 8.0, 7.0, 9.0, 1.0]
+                .iter()
+                .fold(false, |any, &s| f.push(s > t) || any)
+        };
+        assert!(!flagged(7.0, &mut f));
+        assert!(flagged(6.9, &mut KOfN::new(3)));
+        let mut g = NodeMetric::new(3);
+        for s in [5.0, 5.0] {
+            g.note_training_score(s, 3);
+        }
+        g.gap(3);
+        assert_eq!(g.flag_score, 0.0, "two high windows and a gap never flag");
+        g.note_training_score(5.0, 3);
+        assert_eq!(g.flag_score, 5.0);
     }
 
     #[test]

@@ -35,8 +35,8 @@ use missing::Ending;
 use model::{fmt_dur, parse_dur, CompLabel, MetricKind, NS_PER_S};
 use score::{Peers, ScoreKind};
 use thresholds::{
-    trained_threshold, MetricThresholds, Policy, Settings, ThresholdsFile, Unsupervised, Weighting,
-    WeightsFile, THRESHOLDS_FORMAT, THRESHOLDS_VERSION,
+    trained_threshold, MetricThresholds, Policy, Settings, ThresholdRule, ThresholdsFile,
+    Unsupervised, Weighting, WeightsFile, THRESHOLDS_FORMAT, THRESHOLDS_VERSION,
 };
 
 /// Grid of weighted thresholds (scores in typical deviations).
@@ -116,6 +116,9 @@ pub struct TrainArgs {
     /// Print the thresholds as JSON
     #[arg(long)]
     pub json: bool,
+    /// Which training score each threshold doubles
+    #[arg(long, value_enum, default_value_t = ThresholdRule::Window)]
+    pub threshold_rule: ThresholdRule,
     #[command(flatten)]
     pub analysis: AnalysisArgs,
 }
@@ -591,6 +594,7 @@ fn score_training(
                 kept: kept.get(&kind).cloned().unwrap_or_default(),
                 thresholds: BTreeMap::new(),
                 max_scores: BTreeMap::new(),
+                flag_scores: BTreeMap::new(),
                 windows: 0,
                 weights: None,
             });
@@ -608,6 +612,8 @@ fn score_training(
                     continue;
                 }
                 let name = e.name(n).to_string();
+                let fs = entry.flag_scores.entry(name.clone()).or_insert(0.0);
+                *fs = fs.max(nm.flag_score);
                 let ms = entry.max_scores.entry(name).or_insert(0.0);
                 *ms = ms.max(nm.max_score);
             }
@@ -690,8 +696,11 @@ pub fn run_train(args: TrainArgs) -> anyhow::Result<i32> {
         Weighting::None => cfg.settings.distance.threshold_quantum(),
     };
     for t in out_metrics.values_mut() {
-        t.thresholds = t
-            .max_scores
+        let basis = match args.threshold_rule {
+            ThresholdRule::Flagged => &t.flag_scores,
+            ThresholdRule::Window => &t.max_scores,
+        };
+        t.thresholds = basis
             .iter()
             .map(|(n, &s)| (n.clone(), trained_threshold(s, quantum)))
             .collect();
@@ -721,12 +730,15 @@ pub fn run_train(args: TrainArgs) -> anyhow::Result<i32> {
     }
     writeln!(
         out,
-        "culprit train: {} run(s); windows {} every {}; score {}, distance {}",
+        "culprit train: {} run(s); windows {} every {}; score {}, distance {}, weighting {}, \
+         threshold rule {}",
         file.runs.len(),
         fmt_dur(cfg.settings.win_size_ns),
         fmt_dur(cfg.settings.win_shift_ns),
         cfg.settings.score.name(),
-        cfg.settings.distance.name()
+        cfg.settings.distance.name(),
+        cfg.settings.weighting.name(),
+        args.threshold_rule.name()
     )?;
     for (m, t) in &file.metrics {
         let list: Vec<String> = t

@@ -148,6 +148,36 @@ pub struct Settings {
     pub weighting: Weighting,
 }
 
+/// Which training score a trained threshold doubles.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum ThresholdRule {
+    /// The least threshold under which no training window is anomalous at all (the node's
+    /// largest score), doubled — seed 000 §"Threshold selection" read as "no anomalous window".
+    /// Stricter than `flagged`; it grows with every window of training data.
+    #[default]
+    #[value(help = "least threshold that leaves no training window anomalous, doubled")]
+    Window,
+    /// The least threshold under which training would never have flagged the node (k of 2k − 1
+    /// windows anomalous), doubled — the seed's words read as "no faulty node". Finds more
+    /// faults, but from two training runs it flagged 5 of 36 fault-free runs in
+    /// cross-validation (docs/thresholds.md); use it with many training runs.
+    #[value(help = "least threshold that never flags the node in training (k of 2k-1), doubled")]
+    Flagged,
+}
+
+impl ThresholdRule {
+    /// The name users type and read.
+    pub fn name(self) -> &'static str {
+        match self {
+            ThresholdRule::Window => "window",
+            ThresholdRule::Flagged => "flagged",
+        }
+    }
+}
+
 /// Whether components are weighted by their fault-free variability.
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
@@ -271,6 +301,10 @@ pub struct MetricThresholds {
     pub thresholds: BTreeMap<String, f64>,
     /// Largest fault-free score per node name (for reference).
     pub max_scores: BTreeMap<String, f64>,
+    /// Per node name, the least threshold under which training would never have flagged it
+    /// (k of 2k − 1 windows); files written before it existed do not have it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub flag_scores: BTreeMap<String, f64>,
     /// Windows scored in training, all nodes together.
     pub windows: u64,
     /// Variance weighting scales, when trained with `--weighting variance`.
