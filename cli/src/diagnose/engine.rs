@@ -1238,9 +1238,11 @@ mod tests {
         assert_eq!(nm.flag_score, 7.0);
         let mut f = KOfN::new(3);
         let flagged = |t: f64, f: &mut KOfN| {
-            [10.0, 1.0, 1.0, 1.0, 1.0, 8.0, 7.0, 9.0, 1.0]
-                .iter()
-                .fold(false, |any, &s| f.push(s > t) || any)
+            let mut any = false;
+            for s in [10.0, 1.0, 1.0, 1.0, 1.0, 8.0, 7.0, 9.0, 1.0] {
+                any |= f.push(s > t);
+            }
+            any
         };
         assert!(!flagged(7.0, &mut f));
         assert!(flagged(6.9, &mut KOfN::new(3)));
