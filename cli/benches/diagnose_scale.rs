@@ -22,7 +22,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use culprit::diagnose::distance::Distance;
-use culprit::diagnose::engine::{Engine, EngineConfig, KeepRule, MetricConfig};
+use culprit::diagnose::engine::{Engine, EngineConfig, KeepRule, MetricConfig, Weights};
 use culprit::diagnose::model::{CompLabel, Interval, IntervalData, MetricKind, NS_PER_S};
 use culprit::diagnose::score::{Peers, ScoreKind, SplitMix64};
 use culprit::diagnose::thresholds::{Policy, Unsupervised};
@@ -84,7 +84,19 @@ impl Gen {
     }
 }
 
-fn engine(nodes: usize, funcs: usize, score: ScoreKind, peers: Peers) -> Engine {
+fn engine(nodes: usize, funcs: usize, score: ScoreKind, peers: Peers, weighted: bool) -> Engine {
+    // Variance weighting as `culprit train` leaves it: a learned scale per function.
+    let weights = weighted.then(|| Weights {
+        scales: (0..funcs)
+            .map(|i| {
+                (
+                    CompLabel::func("bench", &format!("f{i:04}")),
+                    1.0 + (i % 7) as f64,
+                )
+            })
+            .collect(),
+        default: 1.0,
+    });
     let mut e = Engine::new(
         EngineConfig {
             win_size_ns: SIZE_S * NS_PER_S,
@@ -100,7 +112,7 @@ fn engine(nodes: usize, funcs: usize, score: ScoreKind, peers: Peers) -> Engine 
             lag_ns: 2 * NS_PER_S,
             keep: KeepRule::AtLeast(0.0),
             policy: Policy::Untrained(Unsupervised::default()),
-            weights: None,
+            weights,
         }],
     );
     for n in 0..nodes {
@@ -156,6 +168,7 @@ fn peak_rss_mb() -> f64 {
 fn parse_score(s: &str) -> (ScoreKind, Peers, &'static str) {
     match s {
         "median" => (ScoreKind::MedianNode, Peers::All, "median-node"),
+        "weighted" => (ScoreKind::MedianNode, Peers::All, "median-node, weighted"),
         "pairwise" => (ScoreKind::PairwiseMedian, Peers::All, "pairwise, all pairs"),
         "domains" => (
             ScoreKind::PairwiseMedian,
@@ -169,7 +182,7 @@ fn parse_score(s: &str) -> (ScoreKind, Peers, &'static str) {
 /// Child: one real-time shift. Prints `secs_per_shift rss_mb`.
 fn child_realtime(nodes: usize, funcs: usize, score: &str) {
     let (kind, peers, _) = parse_score(score);
-    let mut e = engine(nodes, funcs, kind, peers);
+    let mut e = engine(nodes, funcs, kind, peers, score == "weighted");
     let mut g = Gen::new(nodes, funcs, 7);
     let mut buf = vec![0.0; funcs];
     // Warm up: one full window of data, its window closed.
@@ -186,7 +199,7 @@ fn child_realtime(nodes: usize, funcs: usize, score: &str) {
 /// Child: a day. Prints `secs rss_mb windows flagged culprit_found`.
 fn child_day(nodes: usize, funcs: usize, hours: u64, score: &str) {
     let (kind, peers, _) = parse_score(score);
-    let mut e = engine(nodes, funcs, kind, peers);
+    let mut e = engine(nodes, funcs, kind, peers, score == "weighted");
     let mut g = Gen::new(nodes, funcs, 11);
     let secs = hours * 3600;
     // One node does 3× its 4th function (+7% of its activity) for an hour, in the middle.
@@ -216,7 +229,7 @@ fn child_day(nodes: usize, funcs: usize, hours: u64, score: &str) {
 /// Child: culprits found by a score on a faulty hour of N nodes. Prints `secs culprits…`.
 fn child_culprits(nodes: usize, funcs: usize, score: &str) {
     let (kind, peers, _) = parse_score(score);
-    let mut e = engine(nodes, funcs, kind, peers);
+    let mut e = engine(nodes, funcs, kind, peers, score == "weighted");
     let mut g = Gen::new(nodes, funcs, 13);
     // Three faulty nodes, different functions and strengths (+7 to +9% of their activity),
     // from minute 20 to 40.
@@ -314,6 +327,7 @@ fn main() {
         cases.push((n, 200, "pairwise"));
     }
     cases.push((10_000, 200, "domains"));
+    cases.push((10_000, 200, "weighted"));
     if !quick {
         cases.push((10_000, 200, "pairwise"));
     }
