@@ -662,3 +662,18 @@ fn thresholds_for_unknown_nodes_and_programs() {
         "{err}"
     );
 }
+
+/// Variance weighting learns its scales in training: asked for without thresholds, diagnose
+/// says it compares unweighted instead of pretending.
+#[test]
+fn weighting_without_training_is_said() {
+    let root = TempDir::new("diag-weight-untrained");
+    let data = root.join("data");
+    write_run(&data, &five_nodes(), 30);
+    let (code, r) = diagnose_json(&[data.to_str().unwrap(), "--weighting", "variance"]);
+    assert_eq!(code, 0, "{r:#}");
+    let notes = r["notes"].to_string();
+    assert!(notes.contains("needs trained thresholds"), "{notes}");
+    let (_, r) = diagnose_json(&[data.to_str().unwrap()]);
+    assert!(!r["notes"].to_string().contains("needs trained thresholds"));
+}

@@ -807,6 +807,13 @@ pub fn run_diagnose(args: DiagnoseArgs) -> anyhow::Result<i32> {
     let fname = args.thresholds.as_ref().map(|p| p.display().to_string());
     let cfg = resolve(&args.analysis, file.as_ref().zip(fname.as_deref()))?;
     let mut notes = Vec::new();
+    if file.is_none() && args.analysis.weighting == Some(Weighting::Variance) {
+        notes.push(
+            "--weighting variance needs trained thresholds (the scales are learned by `culprit \
+             train`); without them functions are compared unweighted"
+                .to_string(),
+        );
+    }
     let mut ds = open_dataset(&args, &cfg)?;
     check_nodes(&ds, "diagnose", &mut notes)?;
     let survey = adapter::survey(&ds)?;
