@@ -13,7 +13,12 @@
  *
  * Usage: pvfs_client --servers IP:PORT[,IP:PORT...] --mode write|read|meta [--name NAME]
  *        [--chunk BYTES] [--file-size BYTES] [--total BYTES] [--duration S]
- *        [--transactions N] [--files N] [--seed N]
+ *        [--transactions N] [--files N] [--seed N] [--rate BYTES_PER_S]
+ *
+ * --rate caps write/read at that many payload bytes per second over the run (0: as fast as the
+ * servers go). Uncapped, every server's disk is saturated and small differences between them
+ * persist (the slowest one sets the pace of every record); a capped client leaves headroom, as
+ * a service that is not always at its limit has.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -225,6 +230,23 @@ static uint64_t parse_size(const char *s)
     return (uint64_t)v;
 }
 
+/* --rate: payload bytes per second (0: no cap). */
+static double rate_bps;
+
+/* Sleeps until `moved` bytes since `t0` are within the --rate cap. */
+static void pace(uint64_t moved, double t0)
+{
+    if (rate_bps <= 0)
+        return;
+    double ahead = t0 + (double)moved / rate_bps - now_s();
+    while (ahead > 0 && !stopping) {
+        double step = ahead < 0.2 ? ahead : 0.2; /* stay responsive to SIGTERM */
+        struct timespec ts = {(time_t)step, (long)((step - (double)(time_t)step) * 1e9)};
+        nanosleep(&ts, NULL);
+        ahead -= step;
+    }
+}
+
 /* Large sequential striped I/O (ddw / ddr). Returns bytes moved. */
 static uint64_t run_stream(int write_mode, const char *name, uint64_t chunk, uint64_t file_size,
                            uint64_t total, double deadline, uint64_t *ops)
@@ -238,7 +260,9 @@ static uint64_t run_stream(int write_mode, const char *name, uint64_t chunk, uin
         fail("memory");
     memset(buf, write_mode ? 'w' : 0, chunk * (uint64_t)nservers);
     uint64_t moved = 0, off = 0;
+    double t0 = now_s();
     while (!stopping && moved < total && now_s() < deadline) {
+        pace(moved, t0);
         for (int i = 0; i < nservers; i++) {
             char *b = buf + (uint64_t)i * chunk;
             if (write_mode)
@@ -350,7 +374,8 @@ static void usage(void)
     fprintf(stderr,
             "usage: pvfs_client --servers IP:PORT[,IP:PORT...] --mode write|read|meta\n"
             "       [--name NAME] [--chunk BYTES] [--file-size BYTES] [--total BYTES]\n"
-            "       [--duration S] [--transactions N] [--files N] [--seed N]\n");
+            "       [--duration S] [--transactions N] [--files N] [--seed N]\n"
+            "       [--rate BYTES_PER_S]\n");
     exit(2);
 }
 
@@ -384,6 +409,8 @@ int main(int argc, char **argv)
             transactions = strtoull(v, NULL, 10);
         else if (!strcmp(k, "--files"))
             nfiles = atoi(v);
+        else if (!strcmp(k, "--rate"))
+            rate_bps = atof(v);
         else if (!strcmp(k, "--seed"))
             rng_state ^= strtoull(v, NULL, 10) * 0x9E3779B97F4A7C15ull;
         else

@@ -76,6 +76,9 @@ pub struct WorkloadSpec {
     pub file_size: u64,
     /// PostMark: files in each client's pool.
     pub files: u32,
+    /// ddw/ddr: each client's cap, payload bytes per second (0: as fast as the servers go,
+    /// which saturates every disk).
+    pub rate: u64,
 }
 
 impl Default for WorkloadSpec {
@@ -85,6 +88,7 @@ impl Default for WorkloadSpec {
             chunk: 1 << 20,
             file_size: 64 << 20,
             files: 500,
+            rate: 0,
         }
     }
 }
@@ -126,6 +130,9 @@ impl Cluster {
             .args(["--file-size", &spec.file_size.to_string()])
             .args(["--files", &spec.files.to_string()])
             .args(["--seed", &i.to_string()]);
+        if spec.rate > 0 && w != Workload::Postmark {
+            c.args(["--rate", &spec.rate.to_string()]);
+        }
         match (bound, w) {
             (Bound::Duration(s), _) => c.args(["--duration", &format!("{s}")]),
             (Bound::Work(n), Workload::Postmark) => c.args(["--transactions", &n.to_string()]),
