@@ -90,31 +90,7 @@ pub struct Args {
 
 /// Parses `10s`, `500ms`, `2m`, `1h`, `1.5s`, or a plain number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, unit) = match s.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
-        Some(i) => s.split_at(i),
-        None => (s, "s"),
-    };
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration (examples: 10s, 500ms, 2m)"))?;
-    let secs = match unit.trim() {
-        "ns" => v / 1e9,
-        "us" => v / 1e6,
-        "ms" => v / 1e3,
-        "s" | "" => v,
-        "m" | "min" => v * 60.0,
-        "h" => v * 3600.0,
-        other => {
-            return Err(format!(
-                "unknown duration unit {other:?} in {s:?} (use ms, s, m, h)"
-            ))
-        }
-    };
-    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
-        return Err(format!("{s:?} is out of range"));
-    }
-    Ok(Duration::from_secs_f64(secs))
+    crate::timefmt::parse_duration_ns(s).map(Duration::from_nanos)
 }
 
 fn split_rule<'a>(flag: &str, v: &'a str) -> anyhow::Result<(&'a str, &'a str)> {

@@ -65,28 +65,39 @@ pub fn duration(ns: u64) -> String {
     }
 }
 
-/// A duration like `30s`, `2m`, `1h`, `500ms`, or a bare number of seconds → ns.
-pub fn parse_duration(s: &str) -> anyhow::Result<u64> {
+/// A duration like `30s`, `2m`, `1h`, `500ms`, `1.5`, or a bare number of seconds → ns. The
+/// one duration syntax of every command (`--win-size`, `--interval`, `+30s`…).
+pub fn parse_duration_ns(s: &str) -> Result<u64, String> {
     let s = s.trim();
-    let (num, mult) = if let Some(n) = s.strip_suffix("ms") {
-        (n, 1e6)
-    } else if let Some(n) = s.strip_suffix('s') {
-        (n, 1e9)
-    } else if let Some(n) = s.strip_suffix('m') {
-        (n, 60e9)
-    } else if let Some(n) = s.strip_suffix('h') {
-        (n, 3600e9)
-    } else {
-        (s, 1e9)
+    let (num, unit) = match s.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
     };
     let v: f64 = num
-        .trim()
         .parse()
-        .with_context(|| format!("bad duration {s:?} (examples: 30s, 2m, 500ms)"))?;
-    if !v.is_finite() || v < 0.0 {
-        bail!("bad duration {s:?}: must be a non-negative number");
+        .map_err(|_| format!("{s:?} is not a duration (examples: 10s, 500ms, 2m)"))?;
+    let secs = match unit.trim() {
+        "ns" => v / 1e9,
+        "us" | "µs" => v / 1e6,
+        "ms" => v / 1e3,
+        "s" | "" => v,
+        "m" | "min" => v * 60.0,
+        "h" => v * 3600.0,
+        other => {
+            return Err(format!(
+                "unknown duration unit {other:?} in {s:?} (use ms, s, m, h)"
+            ))
+        }
+    };
+    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
+        return Err(format!("{s:?} is out of range"));
     }
-    Ok((v * mult).round() as u64)
+    Ok((secs * 1e9).round() as u64)
+}
+
+/// [`parse_duration_ns`] for callers that speak `anyhow`.
+pub fn parse_duration(s: &str) -> anyhow::Result<u64> {
+    parse_duration_ns(s).map_err(anyhow::Error::msg)
 }
 
 /// A point in time given by the user.

@@ -28,11 +28,12 @@ pub mod synth;
 pub mod thresholds;
 
 use crate::data::{Dataset, FileStatus, LoadOptions};
+use crate::timefmt::parse_duration_ns;
 use adapter::{Adapter, Survey};
 use distance::Distance;
 use engine::{Engine, EngineConfig, KeepRule, MetricConfig, Spread, Weights, MIN_NODES};
 use missing::Ending;
-use model::{fmt_dur, parse_dur, CompLabel, MetricKind, NS_PER_S};
+use model::{fmt_dur, CompLabel, MetricKind, NS_PER_S};
 use score::{Peers, ScoreKind};
 use thresholds::{
     trained_threshold, MetricThresholds, Policy, Settings, ThresholdRule, ThresholdsFile,
@@ -45,19 +46,15 @@ const WEIGHTED_QUANTUM: f64 = 1e-3;
 /// Exit status when a culprit is found.
 pub const EXIT_CULPRIT: i32 = 1;
 
-fn dur_arg(s: &str) -> Result<u64, String> {
-    parse_dur(s)
-}
-
 /// Analysis options shared by `train` and `diagnose`. Options left unset take the value the
 /// thresholds file was trained with, or the default.
 #[derive(Debug, Clone, clap::Args)]
 pub struct AnalysisArgs {
     /// Window size, WinSize (e.g. 60s, 2m, 500ms) [default: 60s]
-    #[arg(long, value_name = "DUR", value_parser = dur_arg)]
+    #[arg(long, value_name = "DUR", value_parser = parse_duration_ns)]
     pub win_size: Option<u64>,
     /// Window shift, WinShift; windows start at multiples of it since the epoch [default: 30s]
-    #[arg(long, value_name = "DUR", value_parser = dur_arg)]
+    #[arg(long, value_name = "DUR", value_parser = parse_duration_ns)]
     pub win_shift: Option<u64>,
     /// Faulty when anomalous in k of the last 2k−1 windows [default: 3]
     #[arg(long, value_name = "K")]
@@ -79,7 +76,7 @@ pub struct AnalysisArgs {
     pub min_samples: Option<f64>,
     /// Keep a function if it has this much exclusive time in a window on a node (count uses the
     /// same rule) [default: 1s]
-    #[arg(long, value_name = "DUR", value_parser = dur_arg)]
+    #[arg(long, value_name = "DUR", value_parser = parse_duration_ns)]
     pub min_time: Option<u64>,
     /// Key functions by program too (compare per program instead of per node aggregate)
     #[arg(long)]
@@ -145,7 +142,7 @@ pub struct DiagnoseArgs {
     #[arg(long)]
     pub follow: bool,
     /// With --follow: stop after this long
-    #[arg(long = "for", value_name = "DUR", value_parser = dur_arg)]
+    #[arg(long = "for", value_name = "DUR", value_parser = parse_duration_ns)]
     pub for_: Option<u64>,
     /// Rows of each root-cause table
     #[arg(long, default_value_t = 10, value_name = "N")]

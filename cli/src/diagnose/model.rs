@@ -232,32 +232,6 @@ pub fn fmt_dur(ns: u64) -> String {
     }
 }
 
-/// Parses a duration: `60`, `60s`, `1.5s`, `500ms`, `2m`. Seconds when no unit is given.
-pub fn parse_dur(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let (num, mult) = if let Some(n) = t.strip_suffix("ms") {
-        (n, 1e6)
-    } else if let Some(n) = t.strip_suffix("us").or_else(|| t.strip_suffix("µs")) {
-        (n, 1e3)
-    } else if let Some(n) = t.strip_suffix('s') {
-        (n, 1e9)
-    } else if let Some(n) = t.strip_suffix('m') {
-        (n, 60e9)
-    } else if let Some(n) = t.strip_suffix('h') {
-        (n, 3600e9)
-    } else {
-        (t, 1e9)
-    };
-    let v: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("`{s}` is not a duration (examples: 60, 30s, 500ms, 2m)"))?;
-    if !v.is_finite() || v < 0.0 {
-        return Err(format!("`{s}` is not a duration (must be positive)"));
-    }
-    Ok((v * mult).round() as u64)
-}
-
 /// Days since 1970-01-01 → (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
 fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
@@ -293,6 +267,7 @@ mod tests {
 
     #[test]
     fn durations() {
+        use crate::timefmt::parse_duration_ns as parse_dur;
         assert_eq!(parse_dur("60").unwrap(), 60 * NS_PER_S);
         assert_eq!(parse_dur("30s").unwrap(), 30 * NS_PER_S);
         assert_eq!(parse_dur("1.5s").unwrap(), 1_500_000_000);
