@@ -257,10 +257,7 @@ impl NodeMetric {
     /// Training: records a window's score for [`NodeMetric::flag_score`] (the same windows,
     /// in the same order, that the k-of-(2k − 1) filter sees when diagnosing).
     fn note_training_score(&mut self, s: f64, k: usize) {
-        if self.recent.len() == 2 * k - 1 {
-            self.recent.pop_front();
-        }
-        self.recent.push_back(s);
+        self.remember(s, k);
         if self.recent.len() >= k {
             let mut v: Vec<f64> = self.recent.iter().copied().collect();
             v.sort_by(|a, b| b.total_cmp(a));
@@ -271,10 +268,15 @@ impl NodeMetric {
     /// A window the node was not scored in: not anomalous, and a zero for training.
     fn gap(&mut self, k: usize) {
         let _ = self.filter.push(false);
+        self.remember(0.0, k);
+    }
+
+    /// Keeps `s` among the last 2k − 1 scores.
+    fn remember(&mut self, s: f64, k: usize) {
         if self.recent.len() == 2 * k - 1 {
             self.recent.pop_front();
         }
-        self.recent.push_back(0.0);
+        self.recent.push_back(s);
     }
 
     fn new(k: usize) -> Self {
@@ -1063,6 +1065,22 @@ mod tests {
         }
     }
 
+    /// Pushes one whole second `s` of node `n`'s values (metric 0, source 0).
+    fn push_second(e: &mut Engine, n: NodeIdx, s: u64, data: &[(CompIdx, f64)]) {
+        e.push(
+            0,
+            n,
+            0,
+            &Interval {
+                start_ns: s * NS_PER_S,
+                dur_ns: NS_PER_S,
+                partial: false,
+                data: IntervalData::Sparse(data),
+            },
+        )
+        .unwrap();
+    }
+
     /// Four nodes, two functions, one second intervals from t0 for `secs`; node `bad` does
     /// `extra` more of function 1 from second `from`.
     fn run(e: &mut Engine, t0: u64, secs: u64, bad: Option<(usize, u64, f64)>) -> Vec<WindowEvent> {
@@ -1080,19 +1098,7 @@ mod tests {
                         v1 += extra;
                     }
                 }
-                let data = [(f0, 500.0 - jitter), (f1, v1)];
-                e.push(
-                    0,
-                    n,
-                    0,
-                    &Interval {
-                        start_ns: (t0 + s) * NS_PER_S,
-                        dur_ns: NS_PER_S,
-                        partial: false,
-                        data: IntervalData::Sparse(&data),
-                    },
-                )
-                .unwrap();
+                push_second(e, n, t0 + s, &[(f0, 500.0 - jitter), (f1, v1)]);
             }
             evs.extend(e.advance(Some((t0 + s + 1) * NS_PER_S)));
         }
@@ -1174,19 +1180,7 @@ mod tests {
             for (i, &n) in nodes.iter().enumerate() {
                 let q = if i == 3 && s >= 20 { 40.0 } else { 10.0 };
                 let level = ((s / 8 + i as u64) % 4) as f64;
-                let data = [(noisy, 1000.0 + 100.0 * level), (quiet, q)];
-                e.push(
-                    0,
-                    n,
-                    0,
-                    &Interval {
-                        start_ns: s * NS_PER_S,
-                        dur_ns: NS_PER_S,
-                        partial: false,
-                        data: IntervalData::Sparse(&data),
-                    },
-                )
-                .unwrap();
+                push_second(&mut e, n, s, &[(noisy, 1000.0 + 100.0 * level), (quiet, q)]);
             }
             for ev in e.advance(Some((s + 1) * NS_PER_S)) {
                 anomalous.push(ev.anomalous.iter().map(|a| a.0).collect());
@@ -1310,21 +1304,7 @@ mod tests {
         );
         let nodes: Vec<NodeIdx> = ["a", "b", "c"].iter().map(|n| e.node(n)).collect();
         let f = e.component(0, &CompLabel::func("x", "f"));
-        let push = |e: &mut Engine, n, s: u64| {
-            let data = [(f, 1.0)];
-            e.push(
-                0,
-                n,
-                0,
-                &Interval {
-                    start_ns: s * NS_PER_S,
-                    dur_ns: NS_PER_S,
-                    partial: false,
-                    data: IntervalData::Sparse(&data),
-                },
-            )
-            .unwrap();
-        };
+        let push = |e: &mut Engine, n, s: u64| push_second(e, n, s, &[(f, 1.0)]);
         for s in 10..14 {
             push(&mut e, nodes[0], s);
             push(&mut e, nodes[1], s);
