@@ -19,7 +19,7 @@
 use std::ffi::OsString;
 use std::io::Write as _;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
 
 pub mod data;
 pub mod demo;
@@ -67,6 +67,13 @@ enum Verb {
     Demo(demo::Args),
     /// Run the accuracy experiment on the emulated cluster (seed 000's Tables 1 and 2).
     Experiment(experiment::Args),
+}
+
+/// The `culprit` command-line interface as a clap [`clap::Command`]: what the man pages and
+/// shell completions are generated from (`cargo run -p xtask`), so they cannot drift from the
+/// binary's own `--help`.
+pub fn command() -> clap::Command {
+    Cli::command()
 }
 
 /// Runs the command line `args` (including the program name) and returns the exit status.

@@ -4,7 +4,10 @@
 //! The runtime is found without the user naming it: `$CULPRIT_RT_LIB` if set (an explicit
 //! override wins), else next to the `culprit` executable (where cargo builds both, and where
 //! `scripts/install` puts neither), else in `<exe dir>/../lib/` (an installed layout:
-//! `PREFIX/bin/culprit`, `PREFIX/lib/libculprit_rt.so`).
+//! `PREFIX/bin/culprit`, `PREFIX/lib/libculprit_rt.so`), else in the Debian package's
+//! multiarch library directory (`/usr/bin/culprit`, `/usr/lib/x86_64-linux-gnu/` holding
+//! `libculprit_rt.so.0`, the name the runtime is loaded by; the unversioned name is the
+//! link-time symlink).
 //!
 //! SIGINT and SIGTERM sent to `culprit` by another process are forwarded to the program (one
 //! typed at the terminal already reaches it: same process group). The exit status is the
@@ -93,6 +96,28 @@ pub struct SampleOpts {
 pub const RT_LIB_VAR: &str = "CULPRIT_RT_LIB";
 /// File name of the runtime library.
 pub const RT_LIB_NAME: &str = "libculprit_rt.so";
+/// The runtime's soname, as the Debian package installs it (`scripts/package` links it in).
+pub const RT_SONAME: &str = "libculprit_rt.so.0";
+
+/// The Debian multiarch directory name of this build's target (`/usr/lib/<triplet>/`, where
+/// the package installs the runtime), for the architectures Debian names this way.
+const MULTIARCH: Option<&str> = if cfg!(all(target_arch = "x86_64", target_env = "gnu")) {
+    Some("x86_64-linux-gnu")
+} else if cfg!(all(target_arch = "aarch64", target_env = "gnu")) {
+    Some("aarch64-linux-gnu")
+} else if cfg!(all(target_arch = "riscv64", target_env = "gnu")) {
+    Some("riscv64-linux-gnu")
+} else if cfg!(all(
+    target_arch = "powerpc64",
+    target_endian = "little",
+    target_env = "gnu"
+)) {
+    Some("powerpc64le-linux-gnu")
+} else if cfg!(all(target_arch = "s390x", target_env = "gnu")) {
+    Some("s390x-linux-gnu")
+} else {
+    None
+};
 
 /// Where the runtime library is, given the directory of the `culprit` executable and the
 /// value of [`RT_LIB_VAR`].
@@ -106,7 +131,11 @@ pub fn find_runtime(exe_dir: Option<&Path>, explicit: Option<&OsStr>) -> anyhow:
     }
     let mut tried = Vec::new();
     if let Some(d) = exe_dir {
-        for cand in [d.join(RT_LIB_NAME), d.join("../lib").join(RT_LIB_NAME)] {
+        let mut cands = vec![d.join(RT_LIB_NAME), d.join("../lib").join(RT_LIB_NAME)];
+        if let Some(triplet) = MULTIARCH {
+            cands.push(d.join("../lib").join(triplet).join(RT_SONAME));
+        }
+        for cand in cands {
             if cand.is_file() {
                 return Ok(cand);
             }
@@ -115,7 +144,8 @@ pub fn find_runtime(exe_dir: Option<&Path>, explicit: Option<&OsStr>) -> anyhow:
     }
     bail!(
         "cannot find {RT_LIB_NAME} (looked in {}); build it with `cargo build -p culprit-rt`, \
-         install it with scripts/install, or set {RT_LIB_VAR}=/path/to/{RT_LIB_NAME}",
+         install culprit (the Debian package from scripts/package, or scripts/install), or \
+         set {RT_LIB_VAR}=/path/to/{RT_LIB_NAME}",
         tried.join(", ")
     )
 }
@@ -636,6 +666,16 @@ mod tests {
         std::fs::create_dir_all(tmp.join("lib")).unwrap();
         let err = find_runtime(Some(&bin), None).unwrap_err().to_string();
         assert!(err.contains(RT_LIB_VAR), "{err}");
+        if let Some(triplet) = MULTIARCH {
+            // The Debian package's layout: the soname in the multiarch directory.
+            let multi = tmp.join("lib").join(triplet);
+            std::fs::create_dir_all(&multi).unwrap();
+            std::fs::write(multi.join(RT_SONAME), b"x").unwrap();
+            assert_eq!(
+                find_runtime(Some(&bin), None).unwrap(),
+                bin.join("../lib").join(triplet).join(RT_SONAME)
+            );
+        }
         std::fs::write(tmp.join("lib").join(RT_LIB_NAME), b"x").unwrap();
         assert!(find_runtime(Some(&bin), None)
             .unwrap()
