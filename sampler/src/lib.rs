@@ -95,6 +95,7 @@ pub mod symbolize;
 #[allow(unsafe_code)]
 mod sys;
 pub mod tracefs;
+pub mod uprobe;
 
 pub use event::{Rate, Sampling};
 pub use nodes::{NodeRule, Scope};
