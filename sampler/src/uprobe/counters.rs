@@ -2,15 +2,18 @@
 //! threads and children that thread creates later, so reading the events gives exact totals
 //! for the whole process tree from the moment they were opened.
 //!
+//! The events are tracepoints of uprobes defined in tracefs ([`super::defs`]): inherited uprobe
+//! PMU events break `clone` in the probed program.
+//!
 //! Opening on a process that runs already: a thread created between reading the thread list
 //! and opening the events on its creator would be missed, so the list is read again after each
 //! round of opening until no thread is new. Closing the events (drop) removes the breakpoints:
 //! the process runs on as if never probed.
 
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt as _;
+use perf_event_open_sys::bindings::{self as b, perf_event_attr};
 
-use super::{open_error, tasks, Error, Plan, Pmu};
+use super::defs::ProbeDefs;
+use super::{open_error, tasks, Error, Plan};
 use crate::sys::{self, PerfFd};
 
 /// Open counting probes.
@@ -19,6 +22,9 @@ pub struct Counters {
     /// `fds[probe]`: that probe's events, one per task opened on.
     fds: Vec<Vec<PerfFd>>,
     tasks: Vec<u32>,
+    /// Declared last: dropped after the events, which must be closed before their
+    /// definitions can be removed.
+    defs: ProbeDefs,
 }
 
 /// Most rounds of reading a process's thread list while opening.
@@ -28,13 +34,9 @@ impl Counters {
     /// Opens every probe of `plan` on task `tid` only (a child held before `exec`: what it
     /// starts later inherits the events). The events start disabled; with `on_exec` the
     /// task's next `exec` enables them (so nothing it runs before is counted).
-    pub fn for_task(pmu: &Pmu, plan: &Plan, tid: u32, on_exec: bool) -> Result<Counters, Error> {
-        let paths = probe_paths(plan)?;
-        let mut c = Counters {
-            fds: (0..plan.probes.len()).map(|_| Vec::new()).collect(),
-            tasks: Vec::new(),
-        };
-        if !c.open_on(pmu, plan, &paths, tid, on_exec)? {
+    pub fn for_task(plan: &Plan, tid: u32, on_exec: bool) -> Result<Counters, Error> {
+        let mut c = Counters::new(plan)?;
+        if !c.open_on(plan, tid, on_exec)? {
             return Err(Error::NoProcess(tid));
         }
         Ok(c)
@@ -42,12 +44,8 @@ impl Counters {
 
     /// Opens every probe of `plan` on every thread of process `pid`. The events start
     /// disabled.
-    pub fn for_process(pmu: &Pmu, plan: &Plan, pid: u32) -> Result<Counters, Error> {
-        let paths = probe_paths(plan)?;
-        let mut c = Counters {
-            fds: (0..plan.probes.len()).map(|_| Vec::new()).collect(),
-            tasks: Vec::new(),
-        };
+    pub fn for_process(plan: &Plan, pid: u32) -> Result<Counters, Error> {
+        let mut c = Counters::new(plan)?;
         let limit = sys::raise_nofile_limit();
         for _ in 0..MAX_ROUNDS {
             let new: Vec<u32> = tasks(pid)
@@ -67,7 +65,7 @@ impl Counters {
                 )));
             }
             for t in new {
-                c.open_on(pmu, plan, &paths, t, false)?;
+                c.open_on(plan, t, false)?;
             }
         }
         if c.tasks.is_empty() {
@@ -76,22 +74,23 @@ impl Counters {
         Ok(c)
     }
 
-    /// Opens the probes on one task; false when the task is gone.
-    fn open_on(
-        &mut self,
-        pmu: &Pmu,
-        plan: &Plan,
-        paths: &[CString],
-        tid: u32,
-        on_exec: bool,
-    ) -> Result<bool, Error> {
-        let mut attr = pmu.counting_attr(false);
-        if on_exec {
-            attr.set_enable_on_exec(1);
+    fn new(plan: &Plan) -> Result<Counters, Error> {
+        if plan.probes.is_empty() {
+            return Err(Error::Plan("no function to probe".into()));
         }
+        Ok(Counters {
+            fds: (0..plan.probes.len()).map(|_| Vec::new()).collect(),
+            tasks: Vec::new(),
+            defs: ProbeDefs::define(plan, false)?,
+        })
+    }
+
+    /// Opens the probes on one task; false when the task is gone.
+    fn open_on(&mut self, plan: &Plan, tid: u32, on_exec: bool) -> Result<bool, Error> {
         let mut opened = Vec::with_capacity(plan.probes.len());
-        for p in &plan.probes {
-            match PerfFd::open_uprobe(&attr, &paths[p.image], p.offset, tid as i32, -1) {
+        for (i, p) in plan.probes.iter().enumerate() {
+            let attr = counting_attr(self.defs.entry_id(i), on_exec);
+            match PerfFd::open(&attr, tid as i32, -1, 0) {
                 Ok(fd) => opened.push(fd),
                 Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Ok(false),
                 Err(e) => return Err(open_error(&p.name, &plan.images[p.image].path, e)),
@@ -143,16 +142,18 @@ impl Counters {
     }
 }
 
-/// The probe path of each image as a C string.
-fn probe_paths(plan: &Plan) -> Result<Vec<CString>, Error> {
-    if plan.probes.is_empty() {
-        return Err(Error::Plan("no function to probe".into()));
+/// A counting tracepoint event, disabled, inherited by threads and children created later.
+fn counting_attr(id: u64, on_exec: bool) -> perf_event_attr {
+    let mut a = perf_event_attr {
+        type_: b::PERF_TYPE_TRACEPOINT,
+        size: size_of::<perf_event_attr>() as u32,
+        config: id,
+        ..perf_event_attr::default()
+    };
+    a.set_disabled(1);
+    a.set_inherit(1);
+    if on_exec {
+        a.set_enable_on_exec(1);
     }
-    plan.images
-        .iter()
-        .map(|i| {
-            CString::new(i.probe_path.as_os_str().as_bytes())
-                .map_err(|_| Error::Plan(format!("{}: path holds a NUL byte", i.path.display())))
-        })
-        .collect()
+    a
 }

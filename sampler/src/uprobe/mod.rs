@@ -34,6 +34,7 @@
 
 pub mod cost;
 pub mod counters;
+pub mod defs;
 pub mod elf;
 pub mod run;
 pub mod target;

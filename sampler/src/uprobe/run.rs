@@ -143,7 +143,7 @@ impl Session {
         })
         .map_err(Error::Plan)?;
         let main = plan.images.iter().position(|i| i.path == exe);
-        let counters = Counters::for_task(&pmu, &plan, pid, true)?;
+        let counters = Counters::for_task(&plan, pid, true)?;
         let (cost, cost_note) = cost::calibrate_or_fallback(&pmu);
         Ok(Session {
             pid,
@@ -216,7 +216,7 @@ impl Session {
             .images
             .iter()
             .position(|i| i.path == Path::new(&exe));
-        let counters = Counters::for_process(&pmu, &plan, pid)?;
+        let counters = Counters::for_process(&plan, pid)?;
         let (cost, cost_note) = cost::calibrate_or_fallback(&pmu);
         Ok(Session {
             pid,
@@ -409,4 +409,9 @@ pub fn process_gone(pid: u32, start_ns: Option<u64>) -> bool {
         (Some(a), Some(b)) => a.abs_diff(b) > 20_000_000,
         _ => false,
     }
+}
+
+/// Wall-clock now, ns since the Unix epoch (the clock intervals are aligned to).
+pub fn now_ns() -> u64 {
+    sys::realtime_ns()
 }
