@@ -64,14 +64,24 @@ pub struct Args {
     pub uprobes: Vec<String>,
     /// With --uprobes: count in this running process instead of starting CMD, then detach
     /// (at --duration, on Ctrl-C, or when it exits); it runs on unharmed.
-    #[arg(long, value_name = "PID", requires = "uprobes", conflicts_with = "command")]
+    #[arg(
+        long,
+        value_name = "PID",
+        requires = "uprobes",
+        conflicts_with = "command"
+    )]
     pub attach: Option<u32>,
     /// With --attach: detach after this long (e.g. 30s, 5m) [default: until Ctrl-C or exit]
     #[arg(long, value_name = "DURATION", requires = "attach")]
     pub duration: Option<String>,
     /// With --uprobes: warn about a function whose probe takes more than this percentage of a
     /// CPU at the rate it is called
-    #[arg(long, value_name = "PERCENT", default_value_t = 5.0, requires = "uprobes")]
+    #[arg(
+        long,
+        value_name = "PERCENT",
+        default_value_t = 5.0,
+        requires = "uprobes"
+    )]
     pub uprobe_budget: f64,
     /// The program to run and its arguments (after `--`)
     #[arg(

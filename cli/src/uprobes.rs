@@ -81,7 +81,7 @@ fn node(a: &Args) -> anyhow::Result<String> {
 /// Runs `culprit record --uprobes …` (with CMD or `--attach`).
 pub fn record(a: Args) -> anyhow::Result<i32> {
     let specs = parse_specs(&a.uprobes)?;
-    if !(a.uprobe_budget > 0.0) {
+    if a.uprobe_budget.is_nan() || a.uprobe_budget <= 0.0 {
         bail!("--uprobe-budget must be a positive percentage");
     }
     let cfg = RunConfig {
@@ -122,9 +122,13 @@ fn attach(
         cfg.until_ns = Some(culprit_sampler::uprobe::run::now_ns() + ns);
     }
     let start = proc_start_ns(pid);
-    let session = Session::attach(pid, specs)
-        .with_context(|| format!("cannot attach to process {pid}"))?;
-    print_plan(session.plan(), session.events(), &format!("attached to {pid}"));
+    let session =
+        Session::attach(pid, specs).with_context(|| format!("cannot attach to process {pid}"))?;
+    print_plan(
+        session.plan(),
+        session.events(),
+        &format!("attached to {pid}"),
+    );
     if let Some(why) = session.cost_note() {
         eprintln!("culprit: note: probe cost not measured here ({why}); using the default");
     }
@@ -172,7 +176,12 @@ fn spawn(command: &[OsString], specs: &[ProbeSpec], cfg: RunConfig) -> anyhow::R
     // Ctrl-C and SIGTERM go to the program (forwarded); counting ends when it exits.
     let never = AtomicBool::new(false);
     let plan = session.plan().clone();
-    let result = session.run(&cfg, &never, &|| exited.load(Ordering::SeqCst), &mut warn_line);
+    let result = session.run(
+        &cfg,
+        &never,
+        &|| exited.load(Ordering::SeqCst),
+        &mut warn_line,
+    );
     let status = waiter
         .join()
         .map_err(|_| anyhow::anyhow!("the waiter thread panicked"))?

@@ -127,7 +127,7 @@ mod tests {
     /// Needs root (the uprobe PMU); in CI a missing privilege fails the test.
     #[test]
     fn calibration_counts_every_call_and_costs_something() {
-        if crate::sys::euid() != 0 {
+        if sys::euid() != 0 {
             assert!(
                 std::env::var("CI").map_or(true, |v| v != "true"),
                 "CI must run this test as root"

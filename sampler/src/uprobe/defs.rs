@@ -69,7 +69,12 @@ impl ProbeDefs {
                     source: e,
                 })?;
                 defs.names.push(name.clone());
-                let id_path = defs.root.join("events").join(&defs.group).join(&name).join("id");
+                let id_path = defs
+                    .root
+                    .join("events")
+                    .join(&defs.group)
+                    .join(&name)
+                    .join("id");
                 let id = std::fs::read_to_string(&id_path)
                     .ok()
                     .and_then(|s| s.trim().parse().ok())

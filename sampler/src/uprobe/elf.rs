@@ -301,7 +301,10 @@ fn inline_info(file: &ElfFile64<'_, Endianness>) -> Option<InlineInfo> {
                     .and_then(global);
                 subprograms.insert(off.0, (name, origin));
             } else if tag == gimli::DW_TAG_inlined_subroutine {
-                if let Some(o) = entry.attr_value(gimli::DW_AT_abstract_origin).and_then(global) {
+                if let Some(o) = entry
+                    .attr_value(gimli::DW_AT_abstract_origin)
+                    .and_then(global)
+                {
                     *inlined.entry(o).or_insert(0) += 1;
                 }
             }
@@ -341,7 +344,9 @@ mod tests {
             .iter()
             .find(|f| f.name == "main")
             .expect("a main symbol");
-        let off = img.file_offset(f.vaddr).expect("main is in an executable segment");
+        let off = img
+            .file_offset(f.vaddr)
+            .expect("main is in an executable segment");
         assert_eq!(img.vaddr_of_offset(off), Some(f.vaddr));
     }
 

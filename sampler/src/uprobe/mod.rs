@@ -193,7 +193,13 @@ mod tests {
         std::fs::write(dir.join("type"), "8\n").unwrap();
         std::fs::write(dir.join("format/retprobe"), "config:3\n").unwrap();
         let p = Pmu::detect_in(&dir).unwrap();
-        assert_eq!(p, Pmu { type_: 8, retprobe_bit: 3 });
+        assert_eq!(
+            p,
+            Pmu {
+                type_: 8,
+                retprobe_bit: 3
+            }
+        );
         assert_eq!(p.counting_attr(true).config, 8);
         assert_eq!(p.counting_attr(false).config, 0);
         assert_eq!(p.counting_attr(false).inherit(), 1);

@@ -128,9 +128,7 @@ impl Session {
             let p = match img {
                 None => exe.clone(),
                 Some(n) if n.contains('/') => PathBuf::from(n),
-                Some(n) if exe.file_name().is_some_and(|b| b.to_string_lossy() == n) => {
-                    exe.clone()
-                }
+                Some(n) if exe.file_name().is_some_and(|b| b.to_string_lossy() == n) => exe.clone(),
                 Some(n) => find_library(n, Some(&exe)).ok_or_else(|| {
                     format!(
                         "{n}: no such library where {} would find it (give its path)",
@@ -138,7 +136,9 @@ impl Session {
                     )
                 })?,
             };
-            let p = p.canonicalize().map_err(|e| format!("{}: {e}", p.display()))?;
+            let p = p
+                .canonicalize()
+                .map_err(|e| format!("{}: {e}", p.display()))?;
             Ok((p.clone(), p))
         })
         .map_err(Error::Plan)?;
@@ -172,7 +172,9 @@ impl Session {
             .trim_end_matches(" (deleted)")
             .to_string();
         let mapped = |path: &str| -> Option<(PathBuf, PathBuf)> {
-            let m = maps.iter().find(|m| m.path.trim_end_matches(" (deleted)") == path)?;
+            let m = maps
+                .iter()
+                .find(|m| m.path.trim_end_matches(" (deleted)") == path)?;
             Some((
                 PathBuf::from(path),
                 PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end)),
@@ -212,10 +214,7 @@ impl Session {
             }
         })
         .map_err(Error::Plan)?;
-        let main = plan
-            .images
-            .iter()
-            .position(|i| i.path == Path::new(&exe));
+        let main = plan.images.iter().position(|i| i.path == Path::new(&exe));
         let counters = Counters::for_process(&plan, pid)?;
         let (cost, cost_note) = cost::calibrate_or_fallback(&pmu);
         Ok(Session {
@@ -291,7 +290,10 @@ impl Session {
         let mut first_check = Some(start_ns + FIRST_CHECK.as_nanos() as u64);
         let threads = |pid: u32| tasks(pid).len() as u32;
         let delta = |cur: &[u64], prev: &[u64]| -> Vec<u64> {
-            cur.iter().zip(prev).map(|(c, p)| c.saturating_sub(*p)).collect()
+            cur.iter()
+                .zip(prev)
+                .map(|(c, p)| c.saturating_sub(*p))
+                .collect()
         };
         let counts = |d: &[u64]| -> Vec<ProbeCount> {
             d.iter()

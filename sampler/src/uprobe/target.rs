@@ -269,7 +269,8 @@ pub fn plan(
         // Functions the compiler inlined everywhere: no symbol, only DWARF knows them.
         let has_symbol = |n: &str| {
             img.funcs.iter().any(|f| {
-                f.name == n || (f.name.starts_with(n) && f.name.as_bytes().get(n.len()) == Some(&b'.'))
+                f.name == n
+                    || (f.name.starts_with(n) && f.name.as_bytes().get(n.len()) == Some(&b'.'))
             })
         };
         let mut inlined_only = Vec::new();

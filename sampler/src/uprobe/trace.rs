@@ -77,7 +77,11 @@ impl TraceOut {
             let path = img.path.to_string_lossy();
             buf.object(&ObjectDesc {
                 id: i as u32 + 1,
-                flags: if main == Some(i) { object_flags::MAIN } else { 0 },
+                flags: if main == Some(i) {
+                    object_flags::MAIN
+                } else {
+                    0
+                },
                 bias: b,
                 start: b + img.image.lo,
                 end: b + img.image.hi,
@@ -177,7 +181,10 @@ fn create_dir_private(dir: &Path) -> io::Result<()> {
     match std::fs::symlink_metadata(dir) {
         Ok(m) if m.file_type().is_symlink() => Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("{} is a symbolic link; refusing to write there", dir.display()),
+            format!(
+                "{} is a symbolic link; refusing to write there",
+                dir.display()
+            ),
         )),
         Ok(m) if m.is_dir() => Ok(()),
         Ok(_) => Err(io::Error::new(
