@@ -4,7 +4,8 @@
 //! Two ways in: `record --uprobes PATTERN… -- CMD` forks the program held before `exec`, opens
 //! the probes on it (enabled by the `exec`), then lets it run; `record --attach PID --uprobes
 //! PATTERN…` opens them on every thread of a running process and closes them at `--duration`,
-//! on Ctrl-C, or when the process exits, leaving it running as before.
+//! on Ctrl-C, or when the process exits, leaving it running as before. `culprit sample
+//! --uprobes BINARY:PATTERN…` counts them in every process beside the samples.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -13,6 +14,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context as _};
 use culprit_sampler::uprobe::run::{process_gone, RunConfig, RunSummary, Session};
+use culprit_sampler::uprobe::system::{SystemProbes, SystemSummary};
 use culprit_sampler::uprobe::{proc_start_ns, Plan, ProbeSpec};
 
 use crate::record::{forward, held, node_or_default, which, Args};
@@ -37,7 +39,7 @@ pub fn print_plan(plan: &Plan, events: usize, what: &str) {
         .map(|i| i.path.display().to_string())
         .collect();
     eprintln!(
-        "culprit: {what}: {} function(s) in {} ({events} counting events)",
+        "culprit: {what}: {} function(s) in {} ({events} perf events)",
         plan.probes.len(),
         images.join(", ")
     );
@@ -192,4 +194,70 @@ fn spawn(command: &[OsString], specs: &[ProbeSpec], cfg: RunConfig) -> anyhow::R
         Err(e) => eprintln!("culprit: warning: counting stopped early: {e}"),
     }
     Ok(status)
+}
+
+/// `sample --uprobes`: opens the system-wide probes (before the sampler, so a bad pattern is
+/// an error before anything runs). `None` when no pattern is given.
+pub fn open_system(
+    values: &[String],
+    cfg: &culprit_sampler::Config,
+    quiet: bool,
+) -> anyhow::Result<Option<SystemProbes>> {
+    if values.is_empty() {
+        return Ok(None);
+    }
+    let specs = parse_specs(values)?;
+    let probes = SystemProbes::open(&specs, cfg.ring_pages).context("cannot place the uprobes")?;
+    if !quiet {
+        print_plan(probes.plan(), probes.events(), "uprobes, every process");
+        if let Some(why) = probes.cost_note() {
+            eprintln!("culprit: note: probe cost not measured here ({why}); using the default");
+        }
+    }
+    Ok(Some(probes))
+}
+
+/// Runs the system-wide probes on their own thread until `stop` or the sampler's duration.
+/// Uprobe files use 1 s intervals (the tracer's default), or the sampler's when shorter.
+pub fn spawn_system(
+    probes: SystemProbes,
+    cfg: &culprit_sampler::Config,
+    budget: f64,
+    stop: &'static AtomicBool,
+) -> std::thread::JoinHandle<anyhow::Result<SystemSummary>> {
+    let data_dir = cfg.data_dir.clone();
+    let interval_ns = (cfg.interval.as_nanos() as u64).clamp(10_000_000, 1_000_000_000);
+    let until = cfg
+        .duration
+        .map(|d| culprit_sampler::uprobe::run::now_ns() + d.as_nanos() as u64);
+    let nodes = culprit_sampler::nodes::Nodes::new(&cfg.node, &cfg.node_rules, cfg.scope.clone());
+    std::thread::spawn(move || {
+        let nodes = nodes.map_err(anyhow::Error::msg)?;
+        probes
+            .run(
+                &data_dir,
+                &nodes,
+                interval_ns,
+                budget,
+                stop,
+                until,
+                &mut warn_line,
+            )
+            .map_err(anyhow::Error::new)
+    })
+}
+
+/// Waits for the probes' thread and says what it wrote.
+pub fn join_system(h: std::thread::JoinHandle<anyhow::Result<SystemSummary>>, quiet: bool) {
+    match h.join() {
+        Ok(Ok(s)) if !quiet => eprintln!(
+            "culprit: uprobes: {} hit(s) ({} lost) in {} process file(s)",
+            s.hits,
+            s.lost,
+            s.files.len()
+        ),
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => eprintln!("culprit: warning: uprobe counting stopped: {e:#}"),
+        Err(_) => eprintln!("culprit: warning: the uprobe thread panicked"),
+    }
 }

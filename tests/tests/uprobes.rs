@@ -225,3 +225,97 @@ fn bad_targets_are_one_line_errors() {
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
 }
+
+#[test]
+fn sample_counts_calls_per_process_and_node() {
+    if !can_probe() {
+        return;
+    }
+    let _lock = machine_lock();
+    let tmp = TempDir::new("uprobes-sample");
+    let plain = build(&tmp.join("plain"), false);
+    let lib = tmp.join("plain").join("libufix_lib.so");
+    // Two "nodes", each a shell that waits for a line on stdin, then runs the fixture: the
+    // processes start only once the probes are in place.
+    let start_node = |rounds: &str| {
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!("read go; exec {} {rounds}", plain.display()))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut n1 = start_node("30000");
+    let mut n2 = start_node("12000");
+    let data = tmp.join("data");
+    let mut sampler = culprit()
+        .args(["sample", "--interval", "1s", "--tracepoints", "none", "-o"])
+        .arg(&data)
+        // Only this test's process tree: naming every process's samples takes long.
+        .args(["--pid", &std::process::id().to_string()])
+        .args(["--node-pid", &format!("n1={}", n1.id())])
+        .args(["--node-pid", &format!("n2={}", n2.id())])
+        .arg("--uprobes")
+        .arg(format!(
+            "{}:middle,{}:leaf_*",
+            plain.display(),
+            plain.display()
+        ))
+        .arg(format!("{}:lib_work", lib.display()))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait for the sampler to say it runs (the probes are enabled just before it samples).
+    let mut err = std::io::BufReader::new(sampler.stderr.take().unwrap());
+    let mut seen = String::new();
+    let t0 = Instant::now();
+    loop {
+        let mut line = String::new();
+        use std::io::BufRead as _;
+        if err.read_line(&mut line).unwrap() == 0 || t0.elapsed() > Duration::from_secs(60) {
+            panic!("the sampler did not start:\n{seen}");
+        }
+        seen.push_str(&line);
+        if line.contains("sampling") {
+            break;
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    for n in [&mut n1, &mut n2] {
+        use std::io::Write as _;
+        n.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    }
+    for n in [n1, n2] {
+        let o = n.wait_with_output().unwrap();
+        assert!(o.status.success());
+        assert!(String::from_utf8_lossy(&o.stdout).starts_with("checksum"));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: kill sends SIGINT to the sampler we started.
+    unsafe { libc::kill(sampler.id() as i32, libc::SIGINT) };
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+    let st = sampler.wait().unwrap();
+    assert!(st.success(), "{seen}{rest}");
+    assert!(rest.contains("0 lost"), "{rest}");
+    for (node, rounds) in [("n1", 30_000u64), ("n2", 12_000)] {
+        let (c, p) = counts(&data, node);
+        assert_eq!(p["source"], "uprobes", "{p}");
+        assert_eq!(p["status"], "ended", "{p}");
+        assert_eq!(c["middle"], rounds, "{node}: {c:?}");
+        assert_eq!(c["leaf_a"], rounds, "{node}: {c:?}");
+        assert_eq!(c["lib_work"], rounds, "{node}: {c:?}");
+        assert_eq!(c["leaf_b"], rounds.div_ceil(3) + rounds, "{node}: {c:?}");
+    }
+    // The samples are there too, beside the counts.
+    let v = stdout_json(&run_ok(
+        culprit()
+            .args(["report", "--json", "--node", "n1"])
+            .arg(&data),
+    ));
+    assert!(
+        !v["nodes"][0]["samples"].as_array().unwrap().is_empty(),
+        "{v}"
+    );
+}

@@ -9,7 +9,8 @@
 //!   per (function, thread of the target), with `inherit`, so threads and children created
 //!   later are counted too; `read()` gives the exact total. No ring buffer, nothing to lose,
 //!   and breakpoints are installed only in the target's address space (the kernel's uprobe
-//!   filter), so other processes running the same binary or library pay nothing.
+//!   filter), so other processes running the same binary or library pay nothing. These
+//!   probes are defined in tracefs ([`defs`]): an inherited uprobe-PMU event breaks `clone`.
 //! * **Sampling mode, per CPU, period 1** ([`system`], `culprit sample --uprobes`): one event per
 //!   (function, CPU) for every process, each hit a 32-byte record with pid and tid in the CPU's
 //!   ring. Counting events system-wide cannot tell processes apart, and per-process counting
@@ -37,6 +38,7 @@ pub mod counters;
 pub mod defs;
 pub mod elf;
 pub mod run;
+pub mod system;
 pub mod target;
 pub mod trace;
 
