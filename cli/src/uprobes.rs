@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context as _};
 use culprit_sampler::uprobe::run::{process_gone, RunConfig, RunSummary, Session};
-use culprit_sampler::uprobe::system::{SystemProbes, SystemSummary};
+use culprit_sampler::uprobe::system::{SystemConfig, SystemProbes, SystemSummary};
 use culprit_sampler::uprobe::{proc_start_ns, Plan, ProbeSpec};
 
 use crate::record::{forward, held, node_or_default, which, Args};
@@ -227,22 +227,20 @@ pub fn spawn_system(
 ) -> std::thread::JoinHandle<anyhow::Result<SystemSummary>> {
     let data_dir = cfg.data_dir.clone();
     let interval_ns = (cfg.interval.as_nanos() as u64).clamp(10_000_000, 1_000_000_000);
-    let until = cfg
+    let until_ns = cfg
         .duration
         .map(|d| culprit_sampler::uprobe::run::now_ns() + d.as_nanos() as u64);
     let nodes = culprit_sampler::nodes::Nodes::new(&cfg.node, &cfg.node_rules, cfg.scope.clone());
     std::thread::spawn(move || {
-        let nodes = nodes.map_err(anyhow::Error::msg)?;
+        let cfg = SystemConfig {
+            data_dir,
+            nodes: nodes.map_err(anyhow::Error::msg)?,
+            interval_ns,
+            budget_percent: budget,
+            until_ns,
+        };
         probes
-            .run(
-                &data_dir,
-                &nodes,
-                interval_ns,
-                budget,
-                stop,
-                until,
-                &mut warn_line,
-            )
+            .run(&cfg, stop, &mut warn_line)
             .map_err(anyhow::Error::new)
     })
 }

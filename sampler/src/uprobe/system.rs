@@ -48,6 +48,21 @@ pub struct SystemSummary {
     pub files: Vec<PathBuf>,
 }
 
+/// Where and how a system-wide run writes.
+#[derive(Clone, Debug)]
+pub struct SystemConfig {
+    /// Data root: files go to `DATA/<node>/`.
+    pub data_dir: PathBuf,
+    /// Node rules and scope, as for the sampler.
+    pub nodes: Nodes,
+    /// Interval, ns.
+    pub interval_ns: u64,
+    /// Budget, percent of one CPU per function.
+    pub budget_percent: f64,
+    /// Stop at this wall-clock time, ns.
+    pub until_ns: Option<u64>,
+}
+
 /// Opened system-wide probes.
 #[derive(Debug)]
 pub struct SystemProbes {
@@ -171,26 +186,23 @@ impl SystemProbes {
         self.cost_note.as_deref()
     }
 
-    /// Counts until `stop` is set or `until_ns` (wall) passes, writing one trace file per
+    /// Counts until `stop` is set or `cfg.until_ns` passes, writing one trace file per
     /// process with hits into `data_dir/<node>/`. Warnings go to `warn`.
     pub fn run(
         mut self,
-        data_dir: &Path,
-        nodes: &Nodes,
-        interval_ns: u64,
-        budget_percent: f64,
+        cfg: &SystemConfig,
         stop: &AtomicBool,
-        until_ns: Option<u64>,
         warn: &mut dyn FnMut(&str),
     ) -> Result<SystemSummary, Error> {
+        let (interval_ns, until_ns) = (cfg.interval_ns, cfg.until_ns);
         let layout = Layout {
             sample_type: SAMPLE_TYPE,
             sample_id_all: true,
         };
         let offset = sys::realtime_ns() as i64 - sys::monotonic_ns() as i64;
         let wall = |t: u64| (t as i64 + offset).max(0) as u64;
-        let mut acc = Accounts::new(&self.plan, data_dir, nodes, interval_ns);
-        let mut budget = Budget::new(budget_percent, self.cost, self.plan.probes.len());
+        let mut acc = Accounts::new(&self.plan, &cfg.data_dir, &cfg.nodes, interval_ns);
+        let mut budget = Budget::new(cfg.budget_percent, self.cost, self.plan.probes.len());
         for r in &self.rings {
             r.fd().enable().map_err(|source| Error::Io {
                 what: "enable a uprobe".into(),
