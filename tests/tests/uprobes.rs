@@ -156,9 +156,9 @@ fn attach_and_detach_leave_the_process_unharmed() {
     }
     let tmp = TempDir::new("uprobes-attach");
     let plain = build(&tmp.join("plain"), false);
-    // ~2 s of work in steps of 1000 rounds with 20 ms pauses; the output does not depend on
+    // ~4 s of work in steps of 1000 rounds with 50 ms pauses; the output does not depend on
     // timing, so an unprobed run gives the expected output.
-    let args = ["80000", "20"];
+    let args = ["80000", "50"];
     let expected = run_ok(Command::new(&plain).args(["80000"]));
     let child = Command::new(&plain)
         .args(args)
