@@ -327,6 +327,80 @@ pub fn thread_cpu_ns() -> u64 {
     clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
+// Two functions for calibrating uprobes (`uprobe::cost`): the kernel emulates a `push` at a
+// probed address (cheap), and single-steps most other instructions out of line (a second trap,
+// very costly in some virtual machines). Written in assembly so their first instruction is
+// known.
+#[cfg(target_arch = "x86_64")]
+std::arch::global_asm!(
+    ".pushsection .text.culprit_cal,\"ax\",@progbits",
+    ".globl culprit_cal_push",
+    ".hidden culprit_cal_push",
+    ".type culprit_cal_push,@function",
+    "culprit_cal_push:",
+    "push rbx",
+    "pop rbx",
+    "lea rax, [rdi + 1]",
+    "ret",
+    ".size culprit_cal_push, . - culprit_cal_push",
+    ".globl culprit_cal_step",
+    ".hidden culprit_cal_step",
+    ".type culprit_cal_step,@function",
+    "culprit_cal_step:",
+    "mov rax, rdi",
+    "add rax, 1",
+    "ret",
+    ".size culprit_cal_step, . - culprit_cal_step",
+    ".popsection",
+);
+
+#[cfg(target_arch = "x86_64")]
+extern "C" {
+    fn culprit_cal_push(x: u64) -> u64;
+    fn culprit_cal_step(x: u64) -> u64;
+}
+
+/// Address of the calibration function whose first instruction is a `push` (`emulated`), or
+/// a `mov`; `None` on other architectures.
+pub fn calibration_addr(emulated: bool) -> Option<u64> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let f: unsafe extern "C" fn(u64) -> u64 = if emulated {
+            culprit_cal_push
+        } else {
+            culprit_cal_step
+        };
+        Some(f as usize as u64)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = emulated;
+        None
+    }
+}
+
+/// Calls the calibration function (see [`calibration_addr`]): returns `x + 1`.
+#[inline(never)]
+pub fn calibration_call(emulated: bool, x: u64) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: both functions (global_asm above) follow the C ABI, touch only rax and rbx
+        // (saved and restored) and the stack, and return x + 1.
+        unsafe {
+            if emulated {
+                culprit_cal_push(x)
+            } else {
+                culprit_cal_step(x)
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = emulated;
+        x + 1
+    }
+}
+
 /// Effective user id.
 pub fn euid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.

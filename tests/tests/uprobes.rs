@@ -93,7 +93,7 @@ fn uprobe_counts_equal_the_runtime_counts() {
         culprit()
             .args(["record", "--node", "probed", "-o"])
             .arg(&data)
-            .args(["--uprobes", PATTERNS, "--"])
+            .args(["--uprobes", PATTERNS, "--uprobe-budget", "0.01", "--"])
             .arg(&plain)
             .arg(rounds),
     );
@@ -109,6 +109,8 @@ fn uprobe_counts_equal_the_runtime_counts() {
         stderr.contains("no_such_fn") && stderr.contains("no function symbol matches"),
         "{stderr}"
     );
+    // At a budget of 0.01 % of a CPU, the busiest functions are reported.
+    assert!(stderr.contains("over the 0.01 % budget"), "{stderr}");
 
     let o = run_ok(
         culprit()

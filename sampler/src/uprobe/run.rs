@@ -53,8 +53,9 @@ impl Budget {
         if secs <= 0.0 {
             return out;
         }
-        let per_call = self.cost.entry_ns + if time { self.cost.return_ns } else { 0.0 };
         for (i, (&n, p)) in calls.iter().zip(&plan.probes).enumerate() {
+            let per_call =
+                self.cost.entry_for(&p.entry_bytes) + if time { self.cost.return_ns } else { 0.0 };
             let rate = n as f64 / secs;
             let share = cost::cpu_share(rate, per_call) * 100.0;
             if share > self.percent && !self.warned[i] {
@@ -360,6 +361,12 @@ impl Session {
             if let Some(reason) = end {
                 let cur = self.counters.read();
                 let d = delta(&cur, &prev);
+                let secs = now.saturating_sub(observed_from.max(start_ns)) as f64 / 1e9;
+                if secs > 0.01 {
+                    for w in budget.check(&self.plan, &d, secs, false) {
+                        warn(&w);
+                    }
+                }
                 for (t, x) in totals.iter_mut().zip(&d) {
                     *t += x;
                 }

@@ -106,6 +106,8 @@ pub struct Probe {
     /// Call sites where the compiler inlined it (those calls are not counted); `None` when
     /// the binary has no DWARF to tell.
     pub inlined_sites: Option<u32>,
+    /// The first bytes at its entry (what the kernel emulates or single-steps on a hit).
+    pub entry_bytes: Vec<u8>,
 }
 
 /// A function that matched but cannot be probed, or a pattern that matched nothing.
@@ -248,12 +250,15 @@ pub fn plan(
                 continue; // an alias of a function already probed
             }
             let base = f.name.split_once('.').map_or(f.name.as_str(), |(b, _)| b);
+            let entry_bytes = read_at(&plan.images[idx].probe_path, offset, 4);
+            let img = &plan.images[idx].image;
             plan.probes.push(Probe {
                 image: idx,
                 name: f.name.clone(),
                 vaddr: f.vaddr,
                 offset,
                 inlined_sites: img.inline.as_ref().map(|i| i.sites(base)),
+                entry_bytes,
             });
         }
         if pieces > 0 && !spec.is_exact() {
@@ -311,6 +316,19 @@ pub fn plan(
         }
     }
     Ok(plan)
+}
+
+/// Up to `n` bytes of `path` at `offset` (empty if unreadable).
+fn read_at(path: &Path, offset: u64, n: usize) -> Vec<u8> {
+    use std::os::unix::fs::FileExt as _;
+    let mut b = vec![0u8; n];
+    match std::fs::File::open(path).and_then(|f| f.read_at(&mut b, offset)) {
+        Ok(k) => {
+            b.truncate(k);
+            b
+        }
+        Err(_) => Vec::new(),
+    }
 }
 
 /// Finds a shared library by file name the way the dynamic loader would for `exe`:
