@@ -54,11 +54,7 @@ impl Cost {
 /// which the kernel emulates at a uprobe instead of single-stepping.
 pub fn emulated_push(b: &[u8]) -> bool {
     cfg!(target_arch = "x86_64")
-        && match b {
-            [0x50..=0x57, ..] => true,
-            [0x41, 0x50..=0x57, ..] => true,
-            _ => false,
-        }
+        && matches!(b, [0x50..=0x57, ..] | [0x41, 0x50..=0x57, ..])
 }
 
 /// Calls per calibration round.
