@@ -31,6 +31,20 @@ pub fn parse_specs(values: &[String]) -> anyhow::Result<Vec<ProbeSpec>> {
     Ok(out)
 }
 
+/// Says what a probe hit costs here, on stderr.
+fn print_cost(c: culprit_sampler::uprobe::cost::Cost, note: Option<&str>) {
+    let how = match note {
+        None => "measured here".to_string(),
+        Some(why) => format!("default figures: not measured here, {why}"),
+    };
+    eprintln!(
+        "culprit: a probe hit costs {:.1} µs of CPU ({:.1} µs where the function starts with a \
+         push; {how})",
+        c.entry_ns / 1000.0,
+        c.entry_emulated_ns / 1000.0
+    );
+}
+
 /// Says what is probed and what is not, on stderr.
 pub fn print_plan(plan: &Plan, events: usize, what: &str) {
     let images: Vec<String> = plan
@@ -159,9 +173,7 @@ fn spawn(command: &[OsString], specs: &[ProbeSpec], cfg: RunConfig) -> anyhow::R
         }
     };
     print_plan(session.plan(), session.events(), "counting with uprobes");
-    if let Some(why) = session.cost_note() {
-        eprintln!("culprit: note: probe cost not measured here ({why}); using the default");
-    }
+    print_cost(session.cost(), session.cost_note());
     let pid = held
         .release()
         .with_context(|| format!("cannot run {}", path.display()))?;
@@ -210,9 +222,7 @@ pub fn open_system(
     let probes = SystemProbes::open(&specs, cfg.ring_pages).context("cannot place the uprobes")?;
     if !quiet {
         print_plan(probes.plan(), probes.events(), "uprobes, every process");
-        if let Some(why) = probes.cost_note() {
-            eprintln!("culprit: note: probe cost not measured here ({why}); using the default");
-        }
+        print_cost(probes.cost(), probes.cost_note());
     }
     Ok(Some(probes))
 }

@@ -53,8 +53,7 @@ impl Cost {
 /// True when the instruction at `b` is a register `push` (x86-64: 50+r, or REX.B 41 50+r),
 /// which the kernel emulates at a uprobe instead of single-stepping.
 pub fn emulated_push(b: &[u8]) -> bool {
-    cfg!(target_arch = "x86_64")
-        && matches!(b, [0x50..=0x57, ..] | [0x41, 0x50..=0x57, ..])
+    cfg!(target_arch = "x86_64") && matches!(b, [0x50..=0x57, ..] | [0x41, 0x50..=0x57, ..])
 }
 
 /// Calls per calibration round.

@@ -181,6 +181,11 @@ impl SystemProbes {
         self.rings.len() + self.fds.len()
     }
 
+    /// The cost per hit in use.
+    pub fn cost(&self) -> Cost {
+        self.cost
+    }
+
     /// Why the cost per hit could not be measured here, when it could not.
     pub fn cost_note(&self) -> Option<&str> {
         self.cost_note.as_deref()
