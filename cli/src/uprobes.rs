@@ -104,7 +104,7 @@ pub fn record(a: Args) -> anyhow::Result<i32> {
         data_dir: data_dir(&a)?,
         node: node(&a)?,
         interval_ns: interval_ns(&a)?,
-        until_ns: None,
+        duration: None,
         budget_percent: a.uprobe_budget,
     };
     match a.attach {
@@ -135,7 +135,7 @@ fn attach(
 ) -> anyhow::Result<i32> {
     if let Some(d) = duration {
         let ns = crate::timefmt::parse_duration(d)?;
-        cfg.until_ns = Some(culprit_sampler::uprobe::run::now_ns() + ns);
+        cfg.duration = Some(std::time::Duration::from_nanos(ns));
     }
     let start = proc_start_ns(pid);
     let session =

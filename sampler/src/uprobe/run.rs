@@ -86,8 +86,8 @@ pub struct RunConfig {
     pub node: String,
     /// Interval, ns.
     pub interval_ns: u64,
-    /// Stop (detach) at this wall-clock time, ns.
-    pub until_ns: Option<u64>,
+    /// Stop (detach) after counting this long.
+    pub duration: Option<Duration>,
     /// Budget, percent of one CPU per function.
     pub budget_percent: f64,
 }
@@ -250,7 +250,7 @@ impl Session {
     }
 
     /// Counts until the process exits (`exited` returns true), `stop` is set, or
-    /// `cfg.until_ns`; writes one record per interval and the end marker. Warnings (functions
+    /// after `cfg.duration`; writes one record per interval and the end marker. Warnings (functions
     /// over the budget) go to `warn` as they are found. Dropping the session afterwards
     /// removes the probes.
     pub fn run(
@@ -265,6 +265,7 @@ impl Session {
             move |source| Error::Io { what, source }
         };
         let start_ns = sys::realtime_ns();
+        let until_ns = cfg.duration.map(|d| start_ns + d.as_nanos() as u64);
         if !self.enabled {
             self.counters.enable()?;
             self.enabled = true;
@@ -353,7 +354,7 @@ impl Session {
                 Some(end_reason::EXIT)
             } else if stop.load(Ordering::SeqCst) {
                 Some(end_reason::SIGNAL)
-            } else if cfg.until_ns.is_some_and(|u| now >= u) {
+            } else if until_ns.is_some_and(|u| now >= u) {
                 Some(end_reason::DONE)
             } else {
                 None
@@ -393,7 +394,7 @@ impl Session {
             if let Some(t) = first_check {
                 wait = wait.min(t.saturating_sub(now));
             }
-            if let Some(u) = cfg.until_ns {
+            if let Some(u) = until_ns {
                 wait = wait.min(u.saturating_sub(now));
             }
             std::thread::sleep(Duration::from_nanos(wait.max(1_000_000)));
