@@ -186,7 +186,7 @@ fn attach_and_detach_leave_the_process_unharmed() {
     assert!(stderr.contains("detached"), "{stderr}");
     assert!(t0.elapsed() < Duration::from_secs(20));
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{:?}", out.status);
+    assert!(out.status.success(), "{:?}\n{stderr}", out.status);
     assert_eq!(
         out.stdout, expected.stdout,
         "the probed process computed otherwise"
@@ -194,9 +194,12 @@ fn attach_and_detach_leave_the_process_unharmed() {
 
     let (c, p) = counts(&data, "att");
     assert_eq!(p["source"], "uprobes");
-    assert_eq!(p["status"], "ended", "{p}");
-    assert!(c.get("middle").copied().unwrap_or(0) > 0, "{c:?}");
-    assert!(c.get("lib_work").copied().unwrap_or(0) > 0, "{c:?}");
+    assert_eq!(p["status"], "ended", "{p}\n{stderr}");
+    assert!(c.get("middle").copied().unwrap_or(0) > 0, "{c:?}\n{stderr}");
+    assert!(
+        c.get("lib_work").copied().unwrap_or(0) > 0,
+        "{c:?}\n{stderr}"
+    );
     // Attached part-way: fewer calls than the whole run makes.
     assert!(c["middle"] < 80_000, "{c:?}");
     let defs = std::fs::read_to_string("/sys/kernel/tracing/uprobe_events").unwrap_or_default();
