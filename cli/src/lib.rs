@@ -30,6 +30,7 @@ pub mod record;
 pub mod report;
 pub mod sample;
 pub mod timefmt;
+pub mod uprobes;
 
 /// Exit status for an error (like `diff`).
 pub const EXIT_ERROR: i32 = 2;

@@ -27,7 +27,10 @@ use culprit_format::names;
     gcc -finstrument-functions -g -O2 server.c -o server\n  \
     culprit record -o data --node io1 -- ./server --port 3334\n  \
     culprit record --exclude 'hash_*,list_*' -- ./server\n  \
-    culprit report data")]
+    culprit report data\n\n\
+    A binary that cannot be rebuilt: count calls with uprobes instead (root):\n  \
+    culprit record --uprobes 'handle_*,libc.so.6:fsync' -- /usr/sbin/server\n  \
+    culprit record --attach 1234 --uprobes 'handle_*' --duration 60s")]
 pub struct Args {
     /// Data directory (CULPRIT_DIR); files go to DIR/NODE/ [default: $CULPRIT_DIR or
     /// ./culprit-data]
@@ -56,9 +59,36 @@ pub struct Args {
     /// cpu-clock]
     #[arg(long, value_name = "EVENT", requires = "sample")]
     pub event: Option<String>,
+    /// Count calls of these functions with perf_event uprobes instead of injecting the runtime:
+    /// the binary needs no rebuild (root or CAP_PERFMON). `[BINARY:]GLOB`, comma-separated or
+    /// repeated; BINARY is a path or a library name (`libc.so.6`), the program by default. Put
+    /// `--` before CMD.
+    #[arg(long, value_name = "[BINARY:]PATTERN", num_args = 1.., conflicts_with_all = ["sample", "include", "exclude"])]
+    pub uprobes: Vec<String>,
+    /// With --uprobes: count in this running process instead of starting CMD, then detach
+    /// (at --duration, on Ctrl-C, or when it exits); it runs on unharmed.
+    #[arg(
+        long,
+        value_name = "PID",
+        requires = "uprobes",
+        conflicts_with = "command"
+    )]
+    pub attach: Option<u32>,
+    /// With --attach: detach after this long (e.g. 30s, 5m) [default: until Ctrl-C or exit]
+    #[arg(long, value_name = "DURATION", requires = "attach")]
+    pub duration: Option<String>,
+    /// With --uprobes: warn about a function whose probe takes more than this percentage of a
+    /// CPU at the rate it is called
+    #[arg(
+        long,
+        value_name = "PERCENT",
+        default_value_t = 5.0,
+        requires = "uprobes"
+    )]
+    pub uprobe_budget: f64,
     /// The program to run and its arguments (after `--`)
     #[arg(
-        required = true,
+        required_unless_present = "attach",
         trailing_var_arg = true,
         allow_hyphen_values = true,
         value_name = "CMD"
@@ -223,6 +253,9 @@ impl Config {
 
 /// Runs `culprit record`.
 pub fn run(args: Args) -> anyhow::Result<i32> {
+    if !args.uprobes.is_empty() {
+        return crate::uprobes::record(args);
+    }
     let cfg = Config::from_args(args)?;
     let program = &cfg.command[0];
     if let Some(path) = which(program) {
@@ -283,8 +316,12 @@ fn report_files(cfg: &Config, before: &[PathBuf]) {
 
 /// The node name the runtime will use: `--node`, else `$CULPRIT_NODE`, else the host name.
 fn effective_node(cfg: &Config) -> String {
-    cfg.node
-        .clone()
+    node_or_default(cfg.node.as_deref())
+}
+
+/// `node` if given, else `$CULPRIT_NODE`, else the host name, as a valid node name.
+pub(crate) fn node_or_default(node: Option<&str>) -> String {
+    node.map(str::to_string)
         .or_else(|| std::env::var("CULPRIT_NODE").ok().filter(|n| !n.is_empty()))
         .map(|n| names::sanitize_node_name(&n))
         .unwrap_or_else(|| names::sanitize_node_name(&culprit_sampler::host_name()))
@@ -393,7 +430,7 @@ fn trace_files(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// Resolves a program name the way `execvp` does.
-fn which(program: &OsStr) -> Option<PathBuf> {
+pub(crate) fn which(program: &OsStr) -> Option<PathBuf> {
     let p = Path::new(program);
     if p.components().count() > 1 {
         return p.is_file().then(|| p.to_path_buf());
@@ -450,7 +487,7 @@ pub fn calls_hooks(path: &Path) -> Option<bool> {
 
 /// A child forked now and held before `exec` until released (the `--sample` start-up).
 #[allow(unsafe_code)]
-mod held {
+pub(crate) mod held {
     use std::ffi::{CString, OsStr, OsString};
     use std::io;
     use std::os::unix::ffi::OsStrExt;
@@ -615,7 +652,7 @@ mod held {
 
 /// Forwarding of SIGINT/SIGTERM sent by other processes to the program.
 #[allow(unsafe_code)]
-mod forward {
+pub(crate) mod forward {
     use super::*;
 
     static CHILD: AtomicI32 = AtomicI32::new(0);

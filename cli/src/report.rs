@@ -157,6 +157,10 @@ pub struct ProcessReport {
     pub lost_frames: u64,
     /// Calls not accounted for lack of room.
     pub overflows: u64,
+    /// Where the counts come from: `instrumentation` (the runtime's hooks) or `uprobes`
+    /// (perf_event uprobes on an unmodified binary: calls entered, no time unless measured
+    /// with uretprobes).
+    pub source: String,
     /// Functions, sorted as asked.
     pub functions: Vec<FunctionRow>,
 }
@@ -493,6 +497,10 @@ fn trace_reports(
             max_threads: threads,
             lost_frames: lost,
             overflows,
+            source: first
+                .info(culprit_format::info_keys::SOURCE)
+                .unwrap_or("instrumentation")
+                .to_string(),
             functions,
         });
     }
@@ -670,9 +678,14 @@ fn print_human(out: &mut dyn std::io::Write, r: &Report, args: &Args) -> std::io
             } else if status == "exec" {
                 status = "replaced by exec (continues in the next file)".to_string();
             }
+            let source = if p.source == "instrumentation" {
+                String::new()
+            } else {
+                format!("  ·  counts from {}", p.source)
+            };
             writeln!(
                 out,
-                "\n{who}  ·  {} interval(s) of {}  ·  {span}  ·  {status}",
+                "\n{who}  ·  {} interval(s) of {}  ·  {span}  ·  {status}{source}",
                 p.intervals,
                 timefmt::duration(p.interval_ns)
             )?;

@@ -286,6 +286,18 @@ pub mod info_keys {
     pub const CPUS: &str = "cpus";
     /// Sampler: scope (`system`, `pid:<n>`, `cgroup:<path>`).
     pub const SCOPE: &str = "scope";
+    /// Where a trace file's counts come from: absent or `instrumentation` for the runtime's
+    /// `-finstrument-functions` hooks, `uprobes` for perf_event uprobes placed on an unmodified
+    /// binary (`culprit record --uprobes`, `culprit sample --uprobes`). Uprobe counts are calls
+    /// *entered* in an interval (the runtime counts calls that returned); their Object records
+    /// place each binary at a writer-chosen bias, so addresses mean something only within the
+    /// file.
+    pub const SOURCE: &str = "source";
+    /// Uprobes: the probed functions, `image:symbol` comma-separated.
+    pub const UPROBES: &str = "uprobes";
+    /// Uprobes: how time was measured: `none` (counts only: time fields are zero) or
+    /// `uretprobes` (entry and return probes).
+    pub const UPROBE_TIME: &str = "uprobe_time";
 }
 
 /// Rounds `n` up to the record alignment.

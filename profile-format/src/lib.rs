@@ -12,7 +12,9 @@
 //!
 //! * `trace-<pid>-<start_ns>.cul` — one per traced process (see [`names`]). `start_ns` is the
 //!   wall-clock time at which the runtime started in that process image, so a reused pid or an
-//!   `exec` in the same process gets a new file.
+//!   `exec` in the same process gets a new file. Files of counts taken through uprobes on an
+//!   unmodified binary have the same form (Info [`info_keys::SOURCE`] = `uprobes`; `start_ns`
+//!   is when probing began).
 //! * `samples-<start_ns>.cul` — one per run of the sampler for this node.
 //! * `node.info` — small `key=value` text file describing the node ([`names::NodeInfo`]).
 //!
