@@ -1,8 +1,10 @@
 //! A plain-file writer: append records with `pwrite`, then advance `committed_end`.
 //!
 //! The sampler (an ordinary process) and tests use this. The tracer runtime writes the same
-//! layout through a shared mapping instead, so the file survives the traced program's death
-//! without a system call per record.
+//! layout with `pwrite` too, but reopens its file for every write (it keeps no descriptor in
+//! the program it is loaded into). Where a file is created is the caller's business: the
+//! writers create theirs safely with the `culprit-datadir` crate and hand them to
+//! [`FileWriter::from_file`].
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -39,17 +41,7 @@ impl FileWriter {
                 .mode(0o644)
                 .open(&path)
             {
-                Ok(file) => {
-                    let header = FileHeader::new(kind, created_ns, pid);
-                    let mut page = vec![0u8; DATA_OFFSET as usize];
-                    page[..128].copy_from_slice(&header.to_bytes());
-                    file.write_all_at(&page, 0)?;
-                    return Ok(FileWriter {
-                        file,
-                        path,
-                        end: DATA_OFFSET,
-                    });
-                }
+                Ok(file) => return Self::from_file(file, path, kind, created_ns, pid),
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
                 Err(e) => return Err(e),
             }
@@ -58,6 +50,23 @@ impl FileWriter {
             io::ErrorKind::AlreadyExists,
             format!("no free file name in {}", dir.display()),
         ))
+    }
+
+    /// Starts a new, empty `.cul` file in `file` (just created, open for writing, at `path`):
+    /// writes its header page.
+    pub fn from_file(
+        file: File,
+        path: PathBuf,
+        kind: FileKind,
+        created_ns: u64,
+        pid: u32,
+    ) -> io::Result<Self> {
+        file.write_all_at(&header_page(kind, created_ns, pid), 0)?;
+        Ok(FileWriter {
+            file,
+            path,
+            end: DATA_OFFSET,
+        })
     }
 
     /// Path of the file.
@@ -98,4 +107,12 @@ impl FileWriter {
     pub fn sync(&self) -> io::Result<()> {
         self.file.sync_data()
     }
+}
+
+/// The first [`DATA_OFFSET`] bytes of a new, empty file: its header, zero-padded.
+pub fn header_page(kind: FileKind, created_ns: u64, pid: u32) -> Vec<u8> {
+    let header = FileHeader::new(kind, created_ns, pid);
+    let mut page = vec![0u8; DATA_OFFSET as usize];
+    page[..128].copy_from_slice(&header.to_bytes());
+    page
 }
