@@ -335,7 +335,7 @@ impl Dir {
         ))
     }
 
-    /// Opens for writing the file `name` this writer created earlier, checking that it is
+    /// Opens for reading and writing the file `name` this writer created earlier, checking that it is
     /// still that file ([`FileId`]), a regular file, not a link.
     pub fn open_file(&self, name: &str, id: FileId) -> Result<File, Error> {
         let path = self.path.join(name);
@@ -343,7 +343,7 @@ impl Dir {
         let fd = match sys::openat(
             Some(self.file.as_fd()),
             &c,
-            libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+            libc::O_RDWR | libc::O_NOFOLLOW | libc::O_NONBLOCK,
             0,
         ) {
             Ok(fd) => fd,

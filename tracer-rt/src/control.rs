@@ -1,7 +1,6 @@
-//! What the process-wide runtime ([`crate::runtime`]) and the flusher thread
-//! ([`crate::flusher`]) share: the request channel and the names of the current file and node.
-//! Both import this module; neither imports the other's internals (the runtime starts the
-//! flusher, the flusher never calls the runtime).
+//! What the process-wide runtime (`runtime`) and the flusher thread (`flusher`) share: the
+//! runtime's state, the request channel and the names of the current file and node. Both
+//! import this module; the flusher never imports the runtime (the runtime starts the flusher).
 
 use std::sync::atomic::AtomicU32;
 use std::sync::atomic::Ordering::Acquire;

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use culprit_datadir::{Dir, FileId};
 use culprit_format::{
     file_state, writer::header_page, FileKind, DATA_OFFSET, HEADER_COMMITTED_END_OFFSET,
-    HEADER_PENDING_END_OFFSET, HEADER_STATE_OFFSET,
+    HEADER_PENDING_END_OFFSET, HEADER_STATE_OFFSET, MAGIC,
 };
 
 /// Why a write did not happen.
@@ -122,7 +122,15 @@ impl TraceOut {
                 self.end
             )));
         }
-        Ok(f)
+        // Cut short and written again since (our own write may have refilled it with zeros).
+        let mut magic = [0u8; 8];
+        match f.read_exact_at(&mut magic, 0) {
+            Ok(()) if magic == MAGIC => Ok(f),
+            _ => Err(WriteError::Gone(format!(
+                "{} was overwritten",
+                self.path.display()
+            ))),
+        }
     }
 
     fn drop_pending(&mut self, f: &File) -> Result<(), WriteError> {
