@@ -4,7 +4,7 @@
 //! * A thread's first hook claims a free block (or maps a new one) and keeps it in the
 //!   thread-local pointer.
 //! * When the thread exits, it hands its counts not yet taken over to the process-wide
-//!   [`Retired`] table (a few atomic adds per function it called, no system call) and frees
+//!   retired table (a few atomic adds per function it called, no system call) and frees
 //!   its block at once: the next new thread reuses it, so a server that starts a thread per
 //!   request keeps as many blocks as it has threads at once, not as many as it started in an
 //!   interval. Only when that table is full does the block wait, dead, for the flusher.
