@@ -516,9 +516,9 @@ fn a_full_disk_delays_the_records_and_loses_none() {
     // Once the runtime has started (its file has its first records): a disk full at start-up
     // would be a start-up failure, reported on stderr.
     let t0 = Instant::now();
-    while !trace_files(&node)
+    while trace_files(&node)
         .first()
-        .is_some_and(|f| std::fs::metadata(f).unwrap().len() > 4096)
+        .is_none_or(|f| std::fs::metadata(f).unwrap().len() <= 4096)
     {
         assert!(t0.elapsed() < Duration::from_secs(10), "no trace file");
         std::thread::sleep(Duration::from_millis(10));
