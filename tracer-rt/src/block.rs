@@ -270,15 +270,16 @@ impl ThreadBlock {
     fn account(&self, f: &Frame, elapsed: u64) {
         let s = &self.table[f.slot.load(Relaxed) as usize & TABLE_MASK];
         bump(&s.excl, elapsed.saturating_sub(f.child.load(Relaxed)));
+        // After the exclusive time, with release (a plain store on x86): a taker that sees
+        // neither the call count nor the inclusive time move may skip the slot
+        // (`take_deltas`).
+        s.calls
+            .store(s.calls.load(Relaxed).wrapping_add(1), Release);
         let a = s.active.load(Relaxed).wrapping_sub(1);
         s.active.store(a, Relaxed);
         if a == 0 {
             bump(&s.incl, elapsed);
         }
-        // Last, with release (a plain store on x86): a taker that sees the new call count sees
-        // its times too, so it may skip a slot whose count did not move (`take_deltas`).
-        s.calls
-            .store(s.calls.load(Relaxed).wrapping_add(1), Release);
     }
 
     /// Entry with `flags` set: busy or paused (nothing to do), or the monotonic clock.
@@ -620,13 +621,14 @@ impl ThreadBlock {
     /// move once the owner exits).
     pub fn take_deltas(&self, mut f: impl FnMut(usize, Delta)) -> Unaccounted {
         for s in self.used_slots() {
-            // Times move only with the call count (stored last by `account`): a slot whose
-            // count did not move costs two loads.
+            // The exclusive time moves only before the call count (`account`): a slot whose
+            // count and inclusive time did not move costs four loads of one cache line.
             let c = s.calls.load(Acquire);
-            if c == s.base_calls.load(Relaxed) {
+            let i = s.incl.load(Relaxed);
+            if c == s.base_calls.load(Relaxed) && i == s.base_incl.load(Relaxed) {
                 continue;
             }
-            let (e, i) = (s.excl.load(Relaxed), s.incl.load(Relaxed));
+            let e = s.excl.load(Relaxed);
             let d = Delta {
                 calls: c.wrapping_sub(s.base_calls.swap(c, Relaxed)),
                 excl: e.wrapping_sub(s.base_excl.swap(e, Relaxed)),
