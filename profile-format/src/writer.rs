@@ -24,7 +24,8 @@ pub struct FileWriter {
 
 impl FileWriter {
     /// Creates `dir/<name_for(seq)>` for the first `seq` in `0..1000` whose name is free
-    /// (`O_EXCL`), and writes an empty header.
+    /// (`O_EXCL`), and writes an empty header. For tests and tools: `dir` is trusted as given
+    /// (the writers create their files with `culprit-datadir` and [`Self::from_file`]).
     pub fn create_unique(
         dir: &Path,
         name_for: impl Fn(u32) -> String,
