@@ -24,8 +24,8 @@ use std::sync::Arc;
 use anyhow::{bail, Context as _};
 use culprit_format::names::{self, NodeInfo};
 use culprit_format::{
-    file_state, info_keys, interval_flags, object_flags, records_at, samples_flags, FileKind,
-    ParsedFile, Record, DATA_OFFSET,
+    file_state, info_keys, interval_flags, object_flags, pending_interval, records_at,
+    samples_flags, FileKind, IntervalRec, ParsedFile, Record, DATA_OFFSET, MAX_RECORD_LEN,
 };
 use culprit_sampler::symbolize::{read_build_id, unresolved_name, ImageAddr, Symbolizer};
 
@@ -144,6 +144,9 @@ pub struct TraceInterval {
     pub lost_frames: u32,
     /// Calls not accounted for lack of room.
     pub overflows: u32,
+    /// Calls not traced for other reasons (a signal handler inside a hook, a thread without
+    /// a table, calls the runtime could not place in an interval).
+    pub dropped: u32,
     /// Per-function counters (functions with the same name are merged).
     pub entries: Vec<TraceEntry>,
 }
@@ -192,14 +195,31 @@ pub struct TraceFile {
     /// The file of the program this process image `exec`ed, when there is one: the image
     /// ended by exec (which runs no exit handler, so there is no end marker).
     pub exec_successor: Option<PathBuf>,
-    /// Intervals in file order.
+    /// Intervals in file order. When the writer is gone without an end marker (a crash,
+    /// `abort`, `kill -9`, `exec`), the last one may be its checkpoint of the interval in
+    /// progress (flagged partial; it is re-read at every refresh).
     pub intervals: Vec<TraceInterval>,
+    /// The checkpoint found at the last read, not yet known to be usable.
+    checkpoint: Option<TraceInterval>,
+    /// The last of `intervals` is the checkpoint.
+    provisional: bool,
     consumed: u64,
     objects: Vec<Object>,
     addr_cache: HashMap<u64, FuncId>,
 }
 
 impl TraceFile {
+    /// True when the process that writes this file still runs (on this machine, same boot,
+    /// same start time).
+    pub fn writer_alive(&self) -> bool {
+        process_alive(
+            self.pid,
+            self.info(info_keys::BOOT_ID),
+            self.info(info_keys::PROC_START_NS)
+                .and_then(|v| v.parse().ok()),
+        )
+    }
+
     /// The value of an info key.
     pub fn info(&self, key: &str) -> Option<&str> {
         self.info
@@ -572,6 +592,15 @@ impl Dataset {
                 t.exec_successor = Some(succ);
             }
         }
+        // A checkpoint counts once its writer is gone (see `TraceFile::intervals`).
+        for t in &mut node.traces {
+            if let Some(cp) = t.checkpoint.take() {
+                if t.exec_successor.is_some() || !t.writer_alive() {
+                    t.intervals.push(cp);
+                    t.provisional = true;
+                }
+            }
+        }
         node.samples.sort_by_key(|s| s.created_ns);
     }
 
@@ -606,9 +635,66 @@ impl Dataset {
     }
 
     fn read_trace(&mut self, t: &mut TraceFile, stats: &mut RefreshStats) {
+        if std::mem::take(&mut t.provisional) {
+            t.intervals.pop();
+        }
+        t.checkpoint = None;
         if matches!(t.status, FileStatus::Damaged(_) | FileStatus::Ended) {
             return;
         }
+        self.read_committed(t, stats);
+        if t.status == FileStatus::Open {
+            t.checkpoint = self.read_checkpoint(t);
+        }
+    }
+
+    /// The writer's checkpoint of the interval in progress, when the file has an intact one
+    /// right after what was read.
+    fn read_checkpoint(&mut self, t: &mut TraceFile) -> Option<TraceInterval> {
+        let f = File::open(&t.path).ok()?;
+        let mut head = [0u8; 128];
+        let n = f.read_at(&mut head, 0).ok()?;
+        let h = ParsedFile::parse(&head[..n]).ok()?.header;
+        if h.committed_end != t.consumed
+            || h.pending_end <= h.committed_end
+            || h.pending_end - h.committed_end > MAX_RECORD_LEN as u64
+        {
+            return None;
+        }
+        let mut bytes = vec![0u8; (h.pending_end - h.committed_end) as usize];
+        f.read_exact_at(&mut bytes, h.committed_end).ok()?;
+        let iv = pending_interval(&bytes)?;
+        Some(self.trace_interval(t, &iv))
+    }
+
+    fn trace_interval(&mut self, t: &mut TraceFile, iv: &IntervalRec<'_>) -> TraceInterval {
+        if t.interval_ns == 0 {
+            t.interval_ns = iv.dur_ns;
+        }
+        let mut entries: Vec<TraceEntry> = Vec::with_capacity(iv.len());
+        for e in iv.entries() {
+            let func = self.trace_func(t, e.addr);
+            entries.push(TraceEntry {
+                func,
+                calls: e.calls,
+                excl_ns: e.excl_ns,
+                incl_ns: e.incl_ns,
+            });
+        }
+        merge_trace_entries(&mut entries);
+        TraceInterval {
+            start_ns: iv.start_ns,
+            dur_ns: iv.dur_ns,
+            flags: iv.flags,
+            threads: iv.threads,
+            lost_frames: iv.lost_frames,
+            overflows: iv.overflows,
+            dropped: iv.dropped,
+            entries,
+        }
+    }
+
+    fn read_committed(&mut self, t: &mut TraceFile, stats: &mut RefreshStats) {
         let Some(chunk) = self.read_new(&t.path, t.consumed, &mut t.status) else {
             return;
         };
@@ -664,29 +750,8 @@ impl Dataset {
                     t.addr_cache.clear();
                 }
                 Ok(Record::Interval(iv)) => {
-                    if t.interval_ns == 0 {
-                        t.interval_ns = iv.dur_ns;
-                    }
-                    let mut entries: Vec<TraceEntry> = Vec::with_capacity(iv.len());
-                    for e in iv.entries() {
-                        let func = self.trace_func(t, e.addr);
-                        entries.push(TraceEntry {
-                            func,
-                            calls: e.calls,
-                            excl_ns: e.excl_ns,
-                            incl_ns: e.incl_ns,
-                        });
-                    }
-                    merge_trace_entries(&mut entries);
-                    t.intervals.push(TraceInterval {
-                        start_ns: iv.start_ns,
-                        dur_ns: iv.dur_ns,
-                        flags: iv.flags,
-                        threads: iv.threads,
-                        lost_frames: iv.lost_frames,
-                        overflows: iv.overflows,
-                        entries,
-                    });
+                    let ti = self.trace_interval(t, &iv);
+                    t.intervals.push(ti);
                     stats.new_intervals += 1;
                 }
                 Ok(Record::End(e)) => {
@@ -940,6 +1005,42 @@ impl Dataset {
     }
 }
 
+/// True when `pid` is a live process on this boot that started at `start_ns` (±2 s).
+pub fn process_alive(pid: u32, boot_id: Option<&str>, start_ns: Option<u64>) -> bool {
+    let this_boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .ok();
+    if boot_id.is_some() && boot_id.map(str::to_string) != this_boot {
+        return false;
+    }
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let Some(start_ns) = start_ns else {
+        return true;
+    };
+    // Field 22 (starttime, clock ticks since boot) comes after the ")" that ends comm.
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let ticks: Option<u64> = after
+        .split_whitespace()
+        .nth(19)
+        .and_then(|v| v.parse().ok());
+    let btime: Option<u64> = std::fs::read_to_string("/proc/stat").ok().and_then(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("btime "))
+            .and_then(|v| v.trim().parse().ok())
+    });
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    match (ticks, btime) {
+        (Some(t), Some(b)) => {
+            let ns = b * 1_000_000_000 + t * (1_000_000_000 / hz);
+            ns.abs_diff(start_ns) <= 2_000_000_000
+        }
+        _ => true,
+    }
+}
+
 enum Opened {
     Trace(TraceFile),
     Samples(SampleFile),
@@ -957,6 +1058,8 @@ fn empty_trace() -> TraceFile {
         status: FileStatus::Open,
         exec_successor: None,
         intervals: Vec::new(),
+        checkpoint: None,
+        provisional: false,
         consumed: DATA_OFFSET,
         objects: Vec::new(),
         addr_cache: HashMap::new(),

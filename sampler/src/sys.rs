@@ -401,6 +401,18 @@ pub fn calibration_call(emulated: bool, x: u64) -> u64 {
     }
 }
 
+/// An anonymous in-memory file (`memfd_create`, close-on-exec), freed when the last descriptor
+/// to it is closed: for copies that must not live in a shared directory such as `/tmp`.
+pub fn memfd(name: &std::ffi::CStr) -> io::Result<File> {
+    // SAFETY: `name` is NUL-terminated; the flags are valid.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a new descriptor returned to us alone; `File` takes ownership.
+    Ok(unsafe { File::from_raw_fd(fd) })
+}
+
 /// Effective user id.
 pub fn euid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.
