@@ -334,6 +334,8 @@ pub enum Record<'a> {
     Edges(EdgesRec<'a>),
     /// Call-duration histograms of an interval (tracer).
     Histograms(HistogramsRec<'a>),
+    /// Sampled call chains of an interval (sampler).
+    Stacks(StacksRec<'a>),
     /// A record kind this reader does not know (written by a newer compatible writer).
     Unknown {
         /// The kind number.
@@ -752,6 +754,80 @@ impl<'a> HistogramsRec<'a> {
     }
 }
 
+/// One distinct call chain of a program in a sampler interval.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StackEntry {
+    /// String id of the program name.
+    pub program: u32,
+    /// Samples with this chain.
+    pub count: u64,
+    /// `(image, function)` string ids, outermost first (the sampled function last); kernel
+    /// frames (image `[kernel.kallsyms]` or a module) come after the user frames they
+    /// interrupted.
+    pub frames: Vec<(u32, u32)>,
+}
+
+/// A decoded [`RecordKind::Stacks`] record.
+#[derive(Clone, Debug)]
+pub struct StacksRec<'a> {
+    /// The interval (the Samples record's).
+    pub interval: IntervalKey,
+    n: u32,
+    entries: &'a [u8],
+}
+
+impl<'a> StacksRec<'a> {
+    /// Number of chains.
+    pub fn len(&self) -> usize {
+        self.n as usize
+    }
+
+    /// True without chains.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// The chains (validated when the record was decoded).
+    pub fn entries(&self) -> impl Iterator<Item = StackEntry> + 'a {
+        let b = self.entries;
+        let mut pos = 0usize;
+        std::iter::from_fn(move || {
+            if pos + 16 > b.len() {
+                return None;
+            }
+            let depth = le32(b, pos + 4) as usize;
+            let frames = (0..depth)
+                .map(|i| (le32(b, pos + 16 + 8 * i), le32(b, pos + 20 + 8 * i)))
+                .collect();
+            let e = StackEntry {
+                program: le32(b, pos),
+                count: le64(b, pos + 8),
+                frames,
+            };
+            pos += 16 + 8 * depth;
+            Some(e)
+        })
+    }
+}
+
+fn stack_entries(p: &[u8], n: u32) -> Result<&[u8], &'static str> {
+    let mut pos = STACKS_FIXED_SIZE;
+    for _ in 0..n {
+        if pos + 16 > p.len() {
+            return Err("stack entry exceeds record");
+        }
+        let depth = le32(p, pos + 4) as usize;
+        pos = depth
+            .checked_mul(8)
+            .and_then(|d| d.checked_add(pos + 16))
+            .ok_or("stack depth overflows")?;
+        if pos > p.len() {
+            return Err("stack entry exceeds record");
+        }
+    }
+    Ok(&p[STACKS_FIXED_SIZE..pos])
+}
+
 /// Checks the variable-length entries of a Histograms record; returns their bytes.
 fn histogram_entries(p: &[u8], n: u32) -> Result<&[u8], &'static str> {
     let mut pos = HISTOGRAMS_FIXED_SIZE;
@@ -919,6 +995,17 @@ fn decode_payload(kind: RecordKind, p: &[u8]) -> Result<Record<'_>, &'static str
                 interval: interval_key(p),
                 n,
                 entries: histogram_entries(p, n)?,
+            })
+        }
+        RecordKind::Stacks => {
+            if p.len() < STACKS_FIXED_SIZE {
+                return Err("stacks record too short");
+            }
+            let n = le32(p, 20);
+            Record::Stacks(StacksRec {
+                interval: interval_key(p),
+                n,
+                entries: stack_entries(p, n)?,
             })
         }
         RecordKind::Events => {

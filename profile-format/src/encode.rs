@@ -345,6 +345,35 @@ impl RecordBuf {
         n
     }
 
+    /// Appends a [`RecordKind::Stacks`] record: per distinct call chain of a program, the
+    /// samples that had it; frames are `(image, function)` string ids, outermost first.
+    /// Returns the number of entries written.
+    pub fn stacks<'f>(
+        &mut self,
+        r: &IntervalRef,
+        entries: impl IntoIterator<Item = (u32, u64, &'f [(u32, u32)])>,
+    ) -> u32 {
+        let start = self.begin(RecordKind::Stacks, 0);
+        self.interval_ref(r);
+        let n_at = self.buf.len();
+        self.u32(0);
+        let mut n = 0u32;
+        for (program, count, frames) in entries {
+            let frames = &frames[..frames.len().min(u16::MAX as usize)];
+            self.u32(program);
+            self.u32(frames.len() as u32);
+            self.u64(count);
+            for &(image, function) in frames {
+                self.u32(image);
+                self.u32(function);
+            }
+            n += 1;
+        }
+        self.patch_u32(n_at, n);
+        self.finish(start);
+        n
+    }
+
     /// Appends a [`RecordKind::Histograms`] record: per function, its address, a 64-bit mask
     /// of the non-empty buckets and their counts (u32 each, saturated), padded to 8 bytes.
     /// Functions without a call are left out. Returns the number of functions written.

@@ -12,7 +12,7 @@ pub const MAGIC: [u8; 8] = *b"CULPRIT\0";
 /// in progress, for readers of a file whose writer died) and the Interval record's `dropped`
 /// field; both are invisible to version-1 readers, which read version-2 files unchanged.
 /// Version 3 added the tracer's [`RecordKind::Unwound`], [`RecordKind::Edges`] and
-/// [`RecordKind::Histograms`] records (an interval's checkpoint may carry them after its
+/// [`RecordKind::Histograms`] records and the sampler's [`RecordKind::Stacks`] (an interval's checkpoint may carry them after its
 /// Interval record: a version-2 reader then ignores that checkpoint), and calls left by
 /// `longjmp`, exceptions or cancellation count in the Interval entries (they were dropped and
 /// counted in `lost_frames` before).
@@ -179,6 +179,8 @@ pub enum RecordKind {
     Edges = 10,
     /// One interval's call-duration histograms (tracer, `CULPRIT_HIST=1`).
     Histograms = 11,
+    /// One interval's sampled call chains (sampler, `--call-graph fp`).
+    Stacks = 12,
 }
 
 impl RecordKind {
@@ -195,6 +197,7 @@ impl RecordKind {
             9 => Self::Unwound,
             10 => Self::Edges,
             11 => Self::Histograms,
+            12 => Self::Stacks,
             _ => return None,
         })
     }
@@ -279,6 +282,8 @@ pub const EDGES_FIXED_SIZE: usize = 32;
 pub const EDGES_ENTRY_SIZE: usize = 40;
 /// Fixed part of a [`RecordKind::Histograms`] payload, in bytes.
 pub const HISTOGRAMS_FIXED_SIZE: usize = 24;
+/// Fixed part of a [`RecordKind::Stacks`] payload, in bytes.
+pub const STACKS_FIXED_SIZE: usize = 24;
 /// Buckets of a call-duration histogram: bucket 0 holds calls of 0–1 ns, bucket `k ≥ 1` calls
 /// of `2^k ..= 2^(k+1) − 1` ns, and the last one everything longer (≥ 2^47 ns, 39 hours).
 pub const HIST_BUCKETS: usize = 48;

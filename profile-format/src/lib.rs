@@ -61,6 +61,7 @@
 //! | [`RecordKind::Unwound`] | tracer | one interval's calls left by `longjmp`, exceptions or cancellation, per function |
 //! | [`RecordKind::Edges`] | tracer | one interval's caller → callee edges: calls, exclusive and inclusive ns |
 //! | [`RecordKind::Histograms`] | tracer | one interval's call-duration histograms (log2 buckets of ns), per function |
+//! | [`RecordKind::Stacks`] | sampler | one interval's sampled call chains per program (`--call-graph fp`) |
 //! | [`RecordKind::End`] | both | clean end: nothing follows |
 //!
 //! The tracer writes an interval's Unwound, Edges and Histograms records (kinds 9–11; the
@@ -85,7 +86,7 @@ pub use decode::{
     pending_interval, pending_records, records_at, EdgeEntry, EdgesRec, EndRec, EventEntry,
     EventsRec, FormatError, Histogram, HistogramsRec, Info, IntervalEntry, IntervalKey,
     IntervalRec, ObjectRec, ParsedFile, Pending, Record, Records, SampleEntry, SamplesRec,
-    StringsRec, UnwoundEntry, UnwoundRec,
+    StackEntry, StacksRec, StringsRec, UnwoundEntry, UnwoundRec,
 };
 pub use encode::{IntervalHead, IntervalRef, ObjectDesc, RecordBuf, SamplesHead};
 pub use layout::*;

@@ -354,6 +354,39 @@ fn tracer_extras_round_trip() {
 }
 
 #[test]
+fn stacks_round_trip() {
+    let mut buf = RecordBuf::new();
+    let r = IntervalRef {
+        start_ns: 10,
+        dur_ns: 10,
+        flags: 0,
+    };
+    let a: &[(u32, u32)] = &[(1, 2), (1, 3), (4, 5)];
+    buf.stacks(&r, [(7, 9, a), (8, 1, &[][..])]);
+    let rec = records_at(buf.as_bytes(), 0).next().unwrap().unwrap();
+    let Record::Stacks(st) = rec else {
+        panic!("{rec:?}")
+    };
+    let e: Vec<StackEntry> = st.entries().collect();
+    assert_eq!(e.len(), 2);
+    assert_eq!(
+        e[0],
+        StackEntry {
+            program: 7,
+            count: 9,
+            frames: a.to_vec()
+        }
+    );
+    assert!(e[1].frames.is_empty());
+    // A depth past the record is an error, not a panic.
+    let mut bytes = buf.as_bytes().to_vec();
+    bytes[16 + 24 + 4] = 200;
+    let crc = crc32(&bytes[16..]);
+    bytes[8..12].copy_from_slice(&crc.to_le_bytes());
+    assert!(records_at(&bytes, 0).next().unwrap().is_err());
+}
+
+#[test]
 fn a_checkpoint_carries_its_interval_records() {
     let mut buf = RecordBuf::new();
     buf.interval(

@@ -103,7 +103,7 @@ mod sys;
 pub mod tracefs;
 pub mod uprobe;
 
-pub use event::{Rate, Sampling};
+pub use event::{CallGraph, Rate, Sampling};
 pub use nodes::{NodeRule, Scope};
 pub use sampler::{
     host_name, online_cpus, perf_event_paranoid, Config, Error, Sampler, Summary, DEFAULT_INTERVAL,

@@ -544,8 +544,7 @@ impl ThreadBlock {
     #[inline(always)]
     pub fn exit_general(&self, addr: usize) {
         let top = self.top.load(Relaxed);
-        if top > hot::STACK && top <= hot::LAST_PUSH + hot::FRAME && self.over.load(Relaxed) == 0
-        {
+        if top > hot::STACK && top <= hot::LAST_PUSH + hot::FRAME && self.over.load(Relaxed) == 0 {
             let i = (top - hot::STACK) / hot::FRAME;
             let slot = self.slot_of(&self.stack[i]);
             if slot != NO_SLOT && self.table[slot].addr.load(Relaxed) == addr {
@@ -814,7 +813,8 @@ impl ThreadBlock {
         let d = if d & decision::PROVISIONAL != 0 && d >> 2 != decide::generation() {
             let nd = decide::decide(s.addr.load(Relaxed) & !SLOW_KEY);
             s.decision.store(nd, Relaxed);
-            s.addr.store(key_of(s.addr.load(Relaxed) & !SLOW_KEY, nd), Relaxed);
+            s.addr
+                .store(key_of(s.addr.load(Relaxed) & !SLOW_KEY, nd), Relaxed);
             nd
         } else {
             d

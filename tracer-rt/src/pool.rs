@@ -84,9 +84,7 @@ pub fn exit_slow(addr: usize, sp: usize) {
         if nested_in_busy(sp) {
             return;
         }
-    } else if cur == hot::NO_BLOCK.word()
-        || cur == hot::IGNORE.word()
-        || cur == hot::PAUSED.word()
+    } else if cur == hot::NO_BLOCK.word() || cur == hot::IGNORE.word() || cur == hot::PAUSED.word()
     {
         return;
     }
