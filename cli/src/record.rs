@@ -167,7 +167,7 @@ impl Config {
         env.push(("LD_PRELOAD", preload));
         let sample = if a.sample {
             let interval = match &a.sample_interval {
-                Some(s) => crate::timefmt::parse_duration(s)?,
+                Some(s) => culprit_analysis::time::parse_duration(s)?,
                 None => culprit_sampler::DEFAULT_INTERVAL.as_nanos() as u64,
             };
             if interval < 100_000_000 {
