@@ -5,6 +5,8 @@
 
 use std::io;
 
+use crate::model::CompIdx;
+
 /// Why an analysis could not be done.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -44,7 +46,7 @@ pub enum Error {
         what: String,
         /// Why it was refused.
         #[source]
-        source: crate::analyzer::PushError,
+        source: PushError,
     },
     /// Writing output (a progress callback) failed.
     #[error("cannot write output")]
@@ -78,3 +80,36 @@ impl Error {
 
 /// The analysis' result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why an interval was refused.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum PushError {
+    /// Interval length or start does not fit the windows.
+    Misaligned {
+        /// Interval start.
+        start_ns: u64,
+        /// Interval length.
+        dur_ns: u64,
+    },
+    /// A value is negative or not finite.
+    BadValue(f64),
+    /// A component index was never registered.
+    UnknownComponent(CompIdx),
+}
+
+impl std::fmt::Display for PushError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PushError::Misaligned { start_ns, dur_ns } => write!(
+                f,
+                "interval of {dur_ns} ns at {start_ns} does not fit the windows (WinShift must \
+                 be a multiple of the record interval, and intervals aligned to it)"
+            ),
+            PushError::BadValue(v) => write!(f, "value {v} is not a non-negative number"),
+            PushError::UnknownComponent(c) => write!(f, "component {c} was never registered"),
+        }
+    }
+}
+
+impl std::error::Error for PushError {}

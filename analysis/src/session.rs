@@ -228,7 +228,7 @@ impl Setup {
             }
             Some(n) => Peers::Domain(n),
         };
-        let families = family::builtin();
+        let families = family::builtin::all();
         let metrics = if o.metrics.is_empty() {
             None
         } else {

@@ -33,13 +33,13 @@ pub type DemoArgs = LabArgs;
 #[cfg(not(feature = "lab"))]
 pub type ExperimentArgs = LabArgs;
 
+/// The one line a build without the lab says (as an error: exit status 2).
 #[cfg(not(feature = "lab"))]
 fn missing(verb: &str) -> anyhow::Result<i32> {
-    eprintln!(
-        "culprit: `culprit {verb}` is part of the lab, which this build leaves out; rebuild with \
+    anyhow::bail!(
+        "`culprit {verb}` is part of the lab, which this build leaves out; rebuild with \
          `cargo build --release -p culprit --features lab` (or run `bash scripts/demo`)"
-    );
-    Ok(crate::EXIT_ERROR)
+    )
 }
 
 /// Runs `culprit demo`: not in this build.

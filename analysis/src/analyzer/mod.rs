@@ -25,14 +25,12 @@ use crate::score::{Peers, ScoreKind, Scorer};
 mod pipeline;
 mod state;
 
+pub use crate::error::PushError;
 use state::{add_slot_values, add_values, valid, MetricState, NodeBucket, NodeState, Writer};
 pub use state::{
-    AnomWindow, AppliedThreshold, Episode, MetricConfig, MetricResult, NodeResult, Ranked,
-    RootCause, ScoredWindow, WindowRange,
+    AnomWindow, Anomaly, AppliedThreshold, Episode, MetricConfig, MetricResult, NodeResult, Ranked,
+    RootCause, ScoredWindow, WindowEvent, WindowRange, MIN_NODES,
 };
-
-/// Peer comparison needs at least this many nodes with data in a window.
-pub const MIN_NODES: usize = 3;
 
 /// Settings shared by all metrics.
 #[derive(Clone, Debug)]
@@ -49,71 +47,6 @@ pub struct AnalyzerConfig {
     pub peers: Peers,
     /// Keep every node's score of every window ([`NodeResult::scores`]).
     pub keep_scores: bool,
-}
-
-/// Why an interval was refused.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub enum PushError {
-    /// Interval length or start does not fit the windows.
-    Misaligned {
-        /// Interval start.
-        start_ns: u64,
-        /// Interval length.
-        dur_ns: u64,
-    },
-    /// A value is negative or not finite.
-    BadValue(f64),
-    /// A component index was never registered.
-    UnknownComponent(CompIdx),
-}
-
-impl std::fmt::Display for PushError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PushError::Misaligned { start_ns, dur_ns } => write!(
-                f,
-                "interval of {dur_ns} ns at {start_ns} does not fit the windows (WinShift must \
-                 be a multiple of the record interval, and intervals aligned to it)"
-            ),
-            PushError::BadValue(v) => write!(f, "value {v} is not a non-negative number"),
-            PushError::UnknownComponent(c) => write!(f, "component {c} was never registered"),
-        }
-    }
-}
-
-impl std::error::Error for PushError {}
-
-/// An anomalous node of a window.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Anomaly {
-    /// The node.
-    pub node: PeerIdx,
-    /// Its score.
-    pub score: f64,
-    /// The threshold it exceeded.
-    pub threshold: f64,
-}
-
-/// What happened when one window closed (for `--follow` output).
-#[derive(Clone, Debug)]
-pub struct WindowEvent {
-    /// Metric.
-    pub metric: Metric,
-    /// Window start, ns.
-    pub start_ns: u64,
-    /// Window end, ns.
-    pub end_ns: u64,
-    /// Nodes scored.
-    pub scored: usize,
-    /// The unsupervised cut-off, when untrained.
-    pub cutoff: Option<f64>,
-    /// Anomalous nodes.
-    pub anomalous: Vec<Anomaly>,
-    /// Nodes that became faulty in this window.
-    pub newly_faulty: Vec<PeerIdx>,
-    /// Nodes (with data before) whose data is incomplete in this window.
-    pub incomplete: Vec<PeerIdx>,
 }
 
 /// What an analysis found: its settings, the nodes, every metric's results.

@@ -21,10 +21,9 @@ use crate::policy::Policy;
 use crate::score::{median_node, Matrix, Reference, Scorer, Scores};
 
 use super::state::{
-    all_set, AnomWindow, AppliedThreshold, Episode, MetricState, NodeBucket, ScoredWindow,
-    WindowRange,
+    all_set, AnomWindow, Anomaly, AppliedThreshold, Episode, MetricState, NodeBucket, ScoredWindow,
+    WindowEvent, WindowRange, MIN_NODES,
 };
-use super::{Anomaly, WindowEvent, MIN_NODES};
 
 /// What every window of every metric shares.
 pub(super) struct Context<'a> {

@@ -10,6 +10,41 @@ use crate::filter::KOfN;
 use crate::model::{CompIdx, CompLabel, IntervalData, PeerIdx};
 use crate::policy::{Policy, Spread, Weights};
 
+/// Peer comparison needs at least this many nodes with data in a window.
+pub const MIN_NODES: usize = 3;
+
+/// An anomalous node of a window.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Anomaly {
+    /// The node.
+    pub node: PeerIdx,
+    /// Its score.
+    pub score: f64,
+    /// The threshold it exceeded.
+    pub threshold: f64,
+}
+
+/// What happened when one window closed (for `--follow` output).
+#[derive(Clone, Debug)]
+pub struct WindowEvent {
+    /// Metric.
+    pub metric: Metric,
+    /// Window start, ns.
+    pub start_ns: u64,
+    /// Window end, ns.
+    pub end_ns: u64,
+    /// Nodes scored.
+    pub scored: usize,
+    /// The unsupervised cut-off, when untrained.
+    pub cutoff: Option<f64>,
+    /// Anomalous nodes.
+    pub anomalous: Vec<Anomaly>,
+    /// Nodes that became faulty in this window.
+    pub newly_faulty: Vec<PeerIdx>,
+    /// Nodes (with data before) whose data is incomplete in this window.
+    pub incomplete: Vec<PeerIdx>,
+}
+
 /// One metric's settings.
 #[derive(Clone, Debug)]
 pub struct MetricConfig {
@@ -161,7 +196,7 @@ pub struct MetricResult {
     pub kept_list: Vec<CompIdx>,
     /// Windows closed.
     pub windows: u64,
-    /// Windows with fewer than [`super::MIN_NODES`] complete nodes.
+    /// Windows with fewer than [`MIN_NODES`] complete nodes.
     pub unscored: u64,
     /// Intervals that arrived after their window had closed (dropped).
     pub late: u64,

@@ -10,22 +10,21 @@
 //! Built in: [`sampler::Samples`] and [`sampler::Events`] (from `culprit sample`),
 //! [`tracer::Count`] and [`tracer::Time`] (from the tracing runtime). A new family implements
 //! [`MetricFamily`] (and a [`FamilyReader`] for its records), gets a [`Metric`] name, and is
-//! listed in [`builtin`] and [`Metric::BUILTIN`].
+//! listed in [`builtin::all`] and [`Metric::BUILTIN`].
 
+use culprit_format::interval_flags;
+use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-
-use culprit_format::interval_flags;
-use serde::{Deserialize, Serialize};
 
 use crate::data::{Dataset, EventInterval, NodeData, SampleInterval, TraceInterval};
 use crate::distance::Distance;
 use crate::error::Result;
 use crate::model::{CompIdx, CompLabel, CompValue, Interval, IntervalData};
 
+pub mod builtin;
 pub mod sampler;
 pub mod tracer;
 
@@ -303,21 +302,6 @@ pub trait IntervalSink {
     fn end(&mut self, writer: &Path);
 }
 
-/// The built-in families, in report order ([`Metric::BUILTIN`]).
-pub fn builtin() -> Vec<Arc<dyn MetricFamily>> {
-    vec![
-        Arc::new(sampler::Samples),
-        Arc::new(tracer::Count),
-        Arc::new(tracer::Time),
-        Arc::new(sampler::Events),
-    ]
-}
-
-/// The built-in family of `metric`.
-pub fn family(metric: Metric) -> Option<Arc<dyn MetricFamily>> {
-    builtin().into_iter().find(|f| f.metric() == metric)
-}
-
 /// An interval record as family readers see it.
 pub trait Record {
     /// Start, wall-clock ns.
@@ -417,7 +401,7 @@ mod tests {
 
     #[test]
     fn builtin_families_are_in_report_order() {
-        let names: Vec<Metric> = builtin().iter().map(|f| f.metric()).collect();
+        let names: Vec<Metric> = builtin::all().iter().map(|f| f.metric()).collect();
         assert_eq!(names, Metric::BUILTIN);
         let mut sorted = names.clone();
         sorted.sort();
