@@ -1,7 +1,7 @@
 //! Helpers for culprit's end-to-end tests: finding the built `culprit` binary and
 //! `libculprit_rt.so`, compiling C programs with gcc at test time, temporary directories, and
-//! the privilege rule of ../shared/DESIGN.md (in CI a missing privilege fails the test;
-//! elsewhere the test skips with a printed reason).
+//! the privilege rule (in CI, `CI=true`, a missing privilege fails the test; elsewhere the test
+//! skips with a printed reason).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -252,7 +252,6 @@ impl Analyzer {
             let words = spb.div_ceil(64);
             let mut fresh = ms.pool.pop().unwrap_or_default();
             fresh.vals.clear();
-            fresh.slots.clear();
             fresh.full.clear();
             fresh.full.resize(words, 0);
             fresh.missed.clear();
@@ -262,8 +261,12 @@ impl Analyzer {
         let first = ((iv.start_ns % shift) / slot) as usize;
         let count = (iv.dur_ns / slot) as usize;
         let ok = add_values(&mut nb.vals, iv.data, n_comps);
-        if ms.comparison != crate::family::Comparison::Sums {
-            add_slot_values(&mut nb.slots, iv.data, n_comps, spb, first..first + count);
+        if ms.per_slot {
+            let row = ms.slot_values.entry(bucket).or_default();
+            if row.len() <= node {
+                row.resize_with(node + 1, Vec::new);
+            }
+            add_slot_values(&mut row[node], iv.data, n_comps, spb, first..first + count);
         }
         let bits = match iv.data {
             IntervalData::Missed => &mut nb.missed,
@@ -368,6 +371,7 @@ impl Analyzer {
             ms.pool
                 .extend(row.into_iter().filter(|nb| !nb.full.is_empty()));
         }
+        ms.slot_values.retain(|&k, _| k >= keep_from);
         // Skip closable windows without any data (an idle night must not take a loop per
         // window); they count as "not anomalous" for every node.
         let closable_until = (limit / shift).saturating_sub(per_window) + 1;

@@ -35,6 +35,8 @@ pub(super) struct Context<'a> {
 
 /// The buckets of one window, per node.
 type Rows<'a> = Vec<Option<&'a Vec<NodeBucket>>>;
+/// Distribution families: the per-slot values of one window's buckets, per node.
+type SlotRows<'a> = Vec<Option<&'a Vec<Vec<f64>>>>;
 
 /// The feature matrix of a window: rows are complete nodes.
 struct Features {
@@ -54,15 +56,25 @@ pub(super) fn close_window(
 ) -> WindowEvent {
     // The window's buckets are read while the stages update the metric's state.
     let buckets = std::mem::take(&mut ms.buckets);
+    let slot_values = std::mem::take(&mut ms.slot_values);
     let rows: Rows<'_> = (b..b + per_window).map(|i| buckets.get(&i)).collect();
-    let ev = analyse(ms, ctx, &rows, b * ms.result.windows_ns.shift_ns);
-    drop(rows);
+    let slots: SlotRows<'_> = (b..b + per_window).map(|i| slot_values.get(&i)).collect();
+    let start = b * ms.result.windows_ns.shift_ns;
+    let ev = analyse(ms, ctx, &rows, &slots, start);
+    drop((rows, slots));
     ms.buckets = buckets;
+    ms.slot_values = slot_values;
     ev
 }
 
 /// The stages of the window starting at `start`.
-fn analyse(ms: &mut MetricState, ctx: &Context<'_>, rows: &Rows<'_>, start: u64) -> WindowEvent {
+fn analyse(
+    ms: &mut MetricState,
+    ctx: &Context<'_>,
+    rows: &Rows<'_>,
+    slots: &SlotRows<'_>,
+    start: u64,
+) -> WindowEvent {
     let end = start + ms.result.windows_ns.size_ns;
     ms.result.windows += 1;
     ms.result.window_range = Some(WindowRange {
@@ -89,7 +101,7 @@ fn analyse(ms: &mut MetricState, ctx: &Context<'_>, rows: &Rows<'_>, start: u64)
         }
         return ev;
     }
-    let features = feature_matrix(ms, rows, &complete);
+    let features = feature_matrix(ms, rows, slots, &complete);
     if matches!(ms.result.config.policy, Policy::Training) {
         note_spread(ms, &features.sums);
     }
@@ -250,7 +262,12 @@ fn note_incomplete(
 }
 
 /// Stage 3, the feature matrix of the kept components, one row per complete node.
-fn feature_matrix(ms: &MetricState, rows: &Rows<'_>, complete: &[PeerIdx]) -> Features {
+fn feature_matrix(
+    ms: &MetricState,
+    rows: &Rows<'_>,
+    slots: &SlotRows<'_>,
+    complete: &[PeerIdx],
+) -> Features {
     let kept = &ms.result.kept_list;
     let mut sums = Matrix::default();
     sums.reset(complete.len(), kept.len());
@@ -267,7 +284,7 @@ fn feature_matrix(ms: &MetricState, rows: &Rows<'_>, complete: &[PeerIdx]) -> Fe
     }
     let cdf = match ms.comparison {
         Comparison::Sums => None,
-        Comparison::Cdf { max_bins } => Some(cdf_features(ms, rows, complete, max_bins)),
+        Comparison::Cdf { max_bins } => Some(cdf_features(ms, slots, complete, max_bins)),
     };
     Features { sums, cdf }
 }
@@ -277,12 +294,12 @@ fn feature_matrix(ms: &MetricState, rows: &Rows<'_>, complete: &[PeerIdx]) -> Fe
 /// component of each column.
 fn cdf_features(
     ms: &MetricState,
-    rows: &Rows<'_>,
+    slots: &SlotRows<'_>,
     complete: &[PeerIdx],
     max_bins: usize,
 ) -> (Matrix, Vec<u32>) {
     let spb = ms.slots_per_bucket;
-    let per_node = rows.len() * spb;
+    let per_node = slots.len() * spb;
     let kept = &ms.result.kept_list;
     // values[ci][ri]: component ci's per-slot values on complete node ri.
     let values: Vec<Vec<Vec<f64>>> = kept
@@ -292,10 +309,12 @@ fn cdf_features(
                 .iter()
                 .map(|&node| {
                     let mut v = Vec::with_capacity(per_node);
-                    for r in rows.iter().flatten() {
-                        let slots = &r[node].slots;
+                    for r in slots {
                         let at = c as usize * spb;
-                        match slots.get(at..at + spb) {
+                        let values = r
+                            .and_then(|r| r.get(node))
+                            .and_then(|n| n.get(at..at + spb));
+                        match values {
                             Some(s) => v.extend_from_slice(s),
                             None => v.resize(v.len() + spb, 0.0),
                         }

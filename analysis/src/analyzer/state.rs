@@ -291,8 +291,6 @@ impl NodeState {
 pub(super) struct NodeBucket {
     /// Sum of each component over the bucket.
     pub(super) vals: Vec<f64>,
-    /// Distribution families: each component's value per slot (component-major).
-    pub(super) slots: Vec<f64>,
     /// Slots covered by a whole (not partial, not missed) interval.
     pub(super) full: Vec<u64>,
     /// Slots some writer could not observe.
@@ -312,9 +310,14 @@ pub(super) struct Writer {
 pub(super) struct MetricState {
     pub(super) result: MetricResult,
     pub(super) comparison: Comparison,
+    /// The comparison needs each slot's values (distributions), not only window sums.
+    pub(super) per_slot: bool,
     pub(super) comp_map: HashMap<CompLabel, CompIdx>,
     pub(super) kept: Vec<bool>,
     pub(super) buckets: BTreeMap<u64, Vec<NodeBucket>>,
+    /// Distribution families: per bucket and node, each component's value per slot
+    /// (component-major); kept apart so that window sums, the common case, carry nothing more.
+    pub(super) slot_values: BTreeMap<u64, Vec<Vec<f64>>>,
     pub(super) next_window: Option<u64>,
     pub(super) closed_any: bool,
     /// Per node.
@@ -346,10 +349,12 @@ impl MetricState {
                 spread: Vec::new(),
                 nodes: Vec::new(),
             },
+            per_slot: comparison != Comparison::Sums,
             comparison,
             comp_map: HashMap::new(),
             kept: Vec::new(),
             buckets: BTreeMap::new(),
+            slot_values: BTreeMap::new(),
             next_window: None,
             closed_any: false,
             writers: Vec::new(),
@@ -418,7 +423,9 @@ pub(super) fn add_values(vals: &mut Vec<f64>, data: IntervalData<'_>, n_comps: u
 }
 
 /// Distribution families: adds an interval's values to each of its slots `slots` of the
-/// bucket (component-major, `spb` slots per component).
+/// bucket (component-major, `spb` slots per component). Out of line: window sums, the common
+/// case, never call it.
+#[inline(never)]
 pub(super) fn add_slot_values(
     slots: &mut Vec<f64>,
     data: IntervalData<'_>,
