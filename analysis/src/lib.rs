@@ -17,13 +17,15 @@
 //!   the pipeline is made of;
 //! * [`combine`], [`missing`] — the combined verdict and missing-data findings;
 //! * [`diagnosis`] — the typed [`Diagnosis`], serialised as the JSON report;
-//! * [`session`] and [`train`] — settings to a diagnosis or a thresholds file, offline or
-//!   following a run in progress; [`thresholds`] — the thresholds file;
+//! * [`setup`] — options resolved into settings; [`plan`] — what diagnosis and training share
+//!   (the metrics to run, the analyzer, [`plan::Progress`]); [`session`] and [`train`] — settings
+//!   to a diagnosis or a thresholds file, offline or following a run in progress;
+//!   [`thresholds`] — the thresholds file;
 //! * [`feed`] — a dataset into the analyzer; [`synth`] — generated peer groups (tests,
 //!   benchmarks); [`time`] — times and durations as people read them.
 //!
 //! The analysis knows nothing of command lines: `culprit` resolves options into a
-//! [`session::Setup`] and renders the [`Diagnosis`]. docs/architecture.md says where to add a
+//! [`setup::Setup`] and renders the [`Diagnosis`]. docs/architecture.md says where to add a
 //! metric family, a scorer or an output.
 
 pub mod analyzer;
@@ -38,9 +40,11 @@ pub mod feed;
 pub mod filter;
 pub mod missing;
 pub mod model;
+pub mod plan;
 pub mod policy;
 pub mod score;
 pub mod session;
+pub mod setup;
 pub mod synth;
 pub mod thresholds;
 pub mod time;

@@ -15,10 +15,9 @@ use crate::error::{Error, Result};
 use crate::family::{Comparison, Metric, MetricFamily};
 use crate::feed::{self, Feeder, Survey};
 use crate::model::CompLabel;
+use crate::plan::{build_analyzer, check_nodes, dedup, plan_metrics, MetricPlan, Progress};
 use crate::policy::{trained_threshold, Policy, Spread, Weights};
-use crate::session::{
-    build_analyzer, check_nodes, dedup, plan_metrics, MetricPlan, Progress, Setup,
-};
+use crate::setup::Setup;
 use crate::thresholds::{
     MetricThresholds, ThresholdRule, ThresholdsFile, Weighting, WeightsFile, THRESHOLDS_FORMAT,
     THRESHOLDS_VERSION,

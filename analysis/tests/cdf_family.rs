@@ -18,8 +18,10 @@ use culprit_analysis::family::sampler::Samples;
 use culprit_analysis::family::{
     Comparison, FamilyReader, KeepRule, KeepSettings, Metric, MetricFamily, Windows, Words,
 };
+use culprit_analysis::plan::Quiet;
 use culprit_analysis::score::SplitMix64;
-use culprit_analysis::session::{self, DiagnoseRequest, Overrides, Quiet, Setup};
+use culprit_analysis::session::{self, DiagnoseRequest};
+use culprit_analysis::setup::{Overrides, Setup};
 use culprit_analysis::time::NS_PER_S;
 use culprit_analysis::Diagnosis;
 use culprit_format::names::samples_file_name;

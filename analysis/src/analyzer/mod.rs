@@ -22,7 +22,7 @@ use crate::family::{Metric, Windows};
 use crate::model::{CompIdx, CompLabel, Interval, IntervalData, PeerIdx};
 use crate::score::{Peers, ScoreKind, Scorer};
 
-mod pipeline;
+pub mod pipeline;
 mod state;
 
 pub use crate::error::PushError;

@@ -1,16 +1,16 @@
 //! One window, top to bottom (seed 000 §"Diagnosis"):
 //!
-//! 1. [`complete_nodes`] — nodes whose data covers the whole window; the others are missing for
+//! 1. `complete_nodes` — nodes whose data covers the whole window; the others are missing for
 //!    that window: a gap is never read as zeros;
-//! 2. [`keep_rule`] — components reaching the metric's minimum in this window on some complete
+//! 2. `keep_rule` — components reaching the metric's minimum in this window on some complete
 //!    node join the kept set (which only grows, so offline and live analyses agree);
-//! 3. [`feature_matrix`] — one row per complete node: the window sums of the kept components,
+//! 3. `feature_matrix` — one row per complete node: the window sums of the kept components,
 //!    or (distribution families) their cumulative histograms on shared bins;
-//! 4. [`weights`] — variance weighting and the distance's preparation;
+//! 4. `weights` — variance weighting and the distance's preparation;
 //! 5. scores — the [`Scorer`]: how unlike its peers each node is;
-//! 6. [`decide`] — the threshold policy (trained, unsupervised, training) decides per node;
+//! 6. `decide` — the threshold policy (trained, unsupervised, training) decides per node;
 //! 7. the k-of-(2k − 1) filter turns anomalous windows into faulty verdicts;
-//! 8. [`root_cause`] — for anomalous nodes, each kept component's distance to the node's
+//! 8. `root_cause` — for anomalous nodes, each kept component's distance to the node's
 //!    reference (the median node) is added up.
 
 use crate::cdf;

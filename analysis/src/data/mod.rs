@@ -7,7 +7,7 @@
 //! arrive: live and offline analyses take the same path.
 //!
 //! Functions are identified across nodes by (image base name, demangled symbol), never by
-//! address: trace addresses are mapped through the process's recorded load map ([`symbols`]);
+//! address: trace addresses are mapped through the process's recorded load map (`symbols.rs`);
 //! sample entries arrive already named by the sampler.
 //!
 //! Damaged input loses nothing: records before a corrupt or truncated record are kept, the file

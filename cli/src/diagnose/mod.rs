@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use culprit_analysis::diagnosis::ClosedWindow;
 use culprit_analysis::distance::Distance;
+use culprit_analysis::plan::{Progress, Quiet};
 use culprit_analysis::score::ScoreKind;
-use culprit_analysis::session::{
-    self, DiagnoseRequest, Follow, Overrides, Progress, Quiet, Setup, TrainedThresholds,
-};
+use culprit_analysis::session::{self, DiagnoseRequest, Follow};
+use culprit_analysis::setup::{Overrides, Setup, TrainedThresholds};
 use culprit_analysis::thresholds::{ThresholdRule, Weighting};
 use culprit_analysis::time::{fmt_dur, parse_duration_ns};
 use culprit_analysis::train::{self, TrainingRun};
