@@ -1,4 +1,4 @@
-//! Scale benchmark of the diagnosis engine (not a test): synthetic feature data generated and
+//! Scale benchmark of the analyzer (not a test): synthetic feature data generated and
 //! streamed by the benchmark, nothing stored.
 //!
 //! `cargo bench -p culprit-analysis --bench diagnose_scale` runs, each case in a fresh child process so
@@ -9,7 +9,7 @@
 //!   N = 10 … 10,000, F = 50 … 1000, for the median-node score and the pairwise score (exact
 //!   all-pairs and rotating analysis domains of 10, seed 001 §4.7.1).
 //! * **day**: 1,000 nodes × 200 functions × 24 h of 1 s data (1.7·10¹⁰ values), streamed
-//!   through the engine; target ≤ 60 s and ≤ 2 GB. One node is faulty for an hour; the run
+//!   through the analyzer; target ≤ 60 s and ≤ 2 GB. One node is faulty for an hour; the run
 //!   checks it is found with the right function.
 //! * **domains vs exact**: the same faulty 1,000-node hour with exact pairwise and rotating
 //!   domains: do they find the same culprits?
@@ -38,7 +38,7 @@ const T0: u64 = 1_704_067_200;
 
 /// Streams synthetic 1 s feature vectors: node n's value of function i is
 /// `base_i · het_{n,i} · (1 + 0.1·z)` with z from a table indexed at a random offset per
-/// (node, second), so generation costs little next to the engine.
+/// (node, second), so generation costs little next to the analyzer.
 struct Gen {
     funcs: usize,
     base: Vec<Vec<f64>>,

@@ -14,7 +14,7 @@ use crate::score::median_in_place;
 /// How a metric's per-window scores become anomalies.
 #[derive(Clone, Debug)]
 pub enum Policy {
-    /// Training: nothing is anomalous; the engine records each node's largest score.
+    /// Training: nothing is anomalous; the analyzer records each node's largest score.
     Training,
     /// Trained thresholds by node name; a node without its own gets `fallback`, the largest.
     Trained {

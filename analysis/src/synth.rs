@@ -168,14 +168,14 @@ impl Scenario {
         }
     }
 
-    /// Registers the nodes and functions in metric `m` of `engine` and pushes the run,
+    /// Registers the nodes and functions in metric `m` of `analyzer` and pushes the run,
     /// closing windows as it goes (offline).
-    pub fn feed(&self, engine: &mut Analyzer, m: usize) {
+    pub fn feed(&self, analyzer: &mut Analyzer, m: usize) {
         let nodes: Vec<usize> = (0..self.nodes)
-            .map(|n| engine.node(&Self::node_name(n)))
+            .map(|n| analyzer.node(&Self::node_name(n)))
             .collect();
         for i in 0..self.funcs {
-            engine.component(m, &CompLabel::func("synth", &format!("f{i:03}")));
+            analyzer.component(m, &CompLabel::func("synth", &format!("f{i:03}")));
         }
         let dur = self.interval_s.max(1) * NS_PER_S;
         let mut last = 0;
@@ -189,12 +189,12 @@ impl Scenario {
             // Everything before this interval is in: close what can close.
             if start != last {
                 last = start;
-                engine.advance(None);
+                analyzer.advance(None);
             }
-            engine
+            analyzer
                 .push(m, nodes[n], 0, &iv)
                 .expect("synthetic data fits the windows");
         });
-        engine.advance(None);
+        analyzer.advance(None);
     }
 }

@@ -175,7 +175,7 @@ impl WeightsFile {
         WeightsFile { default, scales }
     }
 
-    /// The engine's form.
+    /// The analyzer's form.
     pub fn weights(&self) -> Weights {
         Weights {
             scales: self
