@@ -29,6 +29,12 @@
  * malloc needs nothing: the hooks never allocate). Or leave the build alone and exclude them
  * at run time with CULPRIT_EXCLUDE (cheaper than tracing, but not free).
  *
+ * The runtime also defines _exit() and _Exit() (they come first in the symbol lookup when
+ * the runtime is linked or preloaded): they write the interval in progress and the end
+ * marker, as exit() does, then end the process as glibc's do. A crash or abort() loses at most
+ * the last 100 ms of calls. Under secure execution (a set-user-id program run by another
+ * user) the runtime does nothing. See docs/security.md.
+ *
  * Return codes: 0 success; -1 the runtime is not tracing this process (not loaded with data
  * written, set-up failed, or the program is exiting); other negative values as documented per
  * function. No function here is async-signal-safe except culprit_version and

@@ -28,6 +28,8 @@
 //! [`setup::Setup`] and renders the [`Diagnosis`]. docs/architecture.md says where to add a
 //! metric family, a scorer or an output.
 
+#![deny(unsafe_code)]
+
 pub mod analyzer;
 pub mod cdf;
 pub mod combine;
@@ -46,6 +48,8 @@ pub mod score;
 pub mod session;
 pub mod setup;
 pub mod synth;
+#[allow(unsafe_code)]
+pub mod sys;
 pub mod thresholds;
 pub mod time;
 pub mod train;

@@ -20,7 +20,7 @@
 use std::ffi::OsString;
 use std::io::Write as _;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
 
 pub mod diagnose;
 pub mod doctor;
@@ -28,6 +28,7 @@ pub mod lab;
 pub mod record;
 pub mod report;
 pub mod sample;
+pub mod uprobes;
 
 /// Exit status for an error (like `diff`).
 pub const EXIT_ERROR: i32 = 2;
@@ -62,9 +63,18 @@ enum Verb {
     /// Report what this machine allows: perf access, events, tracefs, namespaces, nftables.
     Doctor(doctor::Args),
     /// Run the live demo: an emulated 4-node cluster, one injected fault, the diagnosis.
+    #[cfg_attr(not(feature = "lab"), command(hide = true))]
     Demo(lab::DemoArgs),
     /// Run the accuracy experiment on the emulated cluster (seed 000's Tables 1 and 2).
+    #[cfg_attr(not(feature = "lab"), command(hide = true))]
     Experiment(lab::ExperimentArgs),
+}
+
+/// The `culprit` command-line interface as a clap [`clap::Command`]: what the man pages and
+/// shell completions are generated from (`cargo run -p xtask`), so they cannot drift from the
+/// binary's own `--help`.
+pub fn command() -> clap::Command {
+    Cli::command()
 }
 
 /// Runs the command line `args` (including the program name) and returns the exit status.
@@ -82,6 +92,7 @@ where
         }
     };
     let result = match cli.verb {
+        Verb::Record(a) if !a.uprobes.is_empty() => uprobes::record(a),
         Verb::Record(a) => record::run(a),
         Verb::Sample(a) => sample::run(a),
         Verb::Report(a) => report::run(a),

@@ -4,7 +4,10 @@
 //! The runtime is found without the user naming it: `$CULPRIT_RT_LIB` if set (an explicit
 //! override wins), else next to the `culprit` executable (where cargo builds both, and where
 //! `scripts/install` puts neither), else in `<exe dir>/../lib/` (an installed layout:
-//! `PREFIX/bin/culprit`, `PREFIX/lib/libculprit_rt.so`).
+//! `PREFIX/bin/culprit`, `PREFIX/lib/libculprit_rt.so`), else in the Debian package's
+//! multiarch library directory (`/usr/bin/culprit`, `/usr/lib/x86_64-linux-gnu/` holding
+//! `libculprit_rt.so.0`, the name the runtime is loaded by; the unversioned name is the
+//! link-time symlink).
 //!
 //! SIGINT and SIGTERM sent to `culprit` by another process are forwarded to the program (one
 //! typed at the terminal already reaches it: same process group). The exit status is the
@@ -24,7 +27,10 @@ use culprit_format::names;
     gcc -finstrument-functions -g -O2 server.c -o server\n  \
     culprit record -o data --node io1 -- ./server --port 3334\n  \
     culprit record --exclude 'hash_*,list_*' -- ./server\n  \
-    culprit report data")]
+    culprit report data\n\n\
+    A binary that cannot be rebuilt: count calls with uprobes instead (root):\n  \
+    culprit record --uprobes 'handle_*,libc.so.6:fsync' -- /usr/sbin/server\n  \
+    culprit record --attach 1234 --uprobes 'handle_*' --duration 60s")]
 pub struct Args {
     /// Data directory (CULPRIT_DIR); files go to DIR/NODE/ [default: $CULPRIT_DIR or
     /// ./culprit-data]
@@ -53,9 +59,36 @@ pub struct Args {
     /// cpu-clock]
     #[arg(long, value_name = "EVENT", requires = "sample")]
     pub event: Option<String>,
+    /// Count calls of these functions with perf_event uprobes instead of injecting the runtime:
+    /// the binary needs no rebuild (root or CAP_PERFMON). `[BINARY:]GLOB`, comma-separated or
+    /// repeated; BINARY is a path or a library name (`libc.so.6`), the program by default. Put
+    /// `--` before CMD.
+    #[arg(long, value_name = "[BINARY:]PATTERN", num_args = 1.., conflicts_with_all = ["sample", "include", "exclude"])]
+    pub uprobes: Vec<String>,
+    /// With --uprobes: count in this running process instead of starting CMD, then detach
+    /// (at --duration, on Ctrl-C, or when it exits); it runs on unharmed.
+    #[arg(
+        long,
+        value_name = "PID",
+        requires = "uprobes",
+        conflicts_with = "command"
+    )]
+    pub attach: Option<u32>,
+    /// With --attach: detach after this long (e.g. 30s, 5m) [default: until Ctrl-C or exit]
+    #[arg(long, value_name = "DURATION", requires = "attach")]
+    pub duration: Option<String>,
+    /// With --uprobes: warn about a function whose probe takes more than this percentage of a
+    /// CPU at the rate it is called
+    #[arg(
+        long,
+        value_name = "PERCENT",
+        default_value_t = 5.0,
+        requires = "uprobes"
+    )]
+    pub uprobe_budget: f64,
     /// The program to run and its arguments (after `--`)
     #[arg(
-        required = true,
+        required_unless_present = "attach",
         trailing_var_arg = true,
         allow_hyphen_values = true,
         value_name = "CMD"
@@ -93,6 +126,28 @@ pub struct SampleOpts {
 pub const RT_LIB_VAR: &str = "CULPRIT_RT_LIB";
 /// File name of the runtime library.
 pub const RT_LIB_NAME: &str = "libculprit_rt.so";
+/// The runtime's soname, as the Debian package installs it (`scripts/package` links it in).
+pub const RT_SONAME: &str = "libculprit_rt.so.0";
+
+/// The Debian multiarch directory name of this build's target (`/usr/lib/<triplet>/`, where
+/// the package installs the runtime), for the architectures Debian names this way.
+const MULTIARCH: Option<&str> = if cfg!(all(target_arch = "x86_64", target_env = "gnu")) {
+    Some("x86_64-linux-gnu")
+} else if cfg!(all(target_arch = "aarch64", target_env = "gnu")) {
+    Some("aarch64-linux-gnu")
+} else if cfg!(all(target_arch = "riscv64", target_env = "gnu")) {
+    Some("riscv64-linux-gnu")
+} else if cfg!(all(
+    target_arch = "powerpc64",
+    target_endian = "little",
+    target_env = "gnu"
+)) {
+    Some("powerpc64le-linux-gnu")
+} else if cfg!(all(target_arch = "s390x", target_env = "gnu")) {
+    Some("s390x-linux-gnu")
+} else {
+    None
+};
 
 /// Where the runtime library is, given the directory of the `culprit` executable and the
 /// value of [`RT_LIB_VAR`].
@@ -106,7 +161,11 @@ pub fn find_runtime(exe_dir: Option<&Path>, explicit: Option<&OsStr>) -> anyhow:
     }
     let mut tried = Vec::new();
     if let Some(d) = exe_dir {
-        for cand in [d.join(RT_LIB_NAME), d.join("../lib").join(RT_LIB_NAME)] {
+        let mut cands = vec![d.join(RT_LIB_NAME), d.join("../lib").join(RT_LIB_NAME)];
+        if let Some(triplet) = MULTIARCH {
+            cands.push(d.join("../lib").join(triplet).join(RT_SONAME));
+        }
+        for cand in cands {
             if cand.is_file() {
                 return Ok(cand);
             }
@@ -115,7 +174,8 @@ pub fn find_runtime(exe_dir: Option<&Path>, explicit: Option<&OsStr>) -> anyhow:
     }
     bail!(
         "cannot find {RT_LIB_NAME} (looked in {}); build it with `cargo build -p culprit-rt`, \
-         install it with scripts/install, or set {RT_LIB_VAR}=/path/to/{RT_LIB_NAME}",
+         install culprit (the Debian package from scripts/package, or scripts/install), or \
+         set {RT_LIB_VAR}=/path/to/{RT_LIB_NAME}",
         tried.join(", ")
     )
 }
@@ -191,7 +251,7 @@ impl Config {
     }
 }
 
-/// Runs `culprit record`.
+/// Runs `culprit record` with the tracing runtime (`--uprobes` is [`crate::uprobes::record`]).
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let cfg = Config::from_args(args)?;
     let program = &cfg.command[0];
@@ -253,8 +313,12 @@ fn report_files(cfg: &Config, before: &[PathBuf]) {
 
 /// The node name the runtime will use: `--node`, else `$CULPRIT_NODE`, else the host name.
 fn effective_node(cfg: &Config) -> String {
-    cfg.node
-        .clone()
+    node_or_default(cfg.node.as_deref())
+}
+
+/// `node` if given, else `$CULPRIT_NODE`, else the host name, as a valid node name.
+pub(crate) fn node_or_default(node: Option<&str>) -> String {
+    node.map(str::to_string)
         .or_else(|| std::env::var("CULPRIT_NODE").ok().filter(|n| !n.is_empty()))
         .map(|n| names::sanitize_node_name(&n))
         .unwrap_or_else(|| names::sanitize_node_name(&culprit_sampler::host_name()))
@@ -363,7 +427,7 @@ fn trace_files(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// Resolves a program name the way `execvp` does.
-fn which(program: &OsStr) -> Option<PathBuf> {
+pub(crate) fn which(program: &OsStr) -> Option<PathBuf> {
     let p = Path::new(program);
     if p.components().count() > 1 {
         return p.is_file().then(|| p.to_path_buf());
@@ -420,7 +484,7 @@ pub fn calls_hooks(path: &Path) -> Option<bool> {
 
 /// A child forked now and held before `exec` until released (the `--sample` start-up).
 #[allow(unsafe_code)]
-mod held {
+pub(crate) mod held {
     use std::ffi::{CString, OsStr, OsString};
     use std::io;
     use std::os::unix::ffi::OsStrExt;
@@ -585,7 +649,7 @@ mod held {
 
 /// Forwarding of SIGINT/SIGTERM sent by other processes to the program.
 #[allow(unsafe_code)]
-mod forward {
+pub(crate) mod forward {
     use super::*;
 
     static CHILD: AtomicI32 = AtomicI32::new(0);
@@ -636,6 +700,16 @@ mod tests {
         std::fs::create_dir_all(tmp.join("lib")).unwrap();
         let err = find_runtime(Some(&bin), None).unwrap_err().to_string();
         assert!(err.contains(RT_LIB_VAR), "{err}");
+        if let Some(triplet) = MULTIARCH {
+            // The Debian package's layout: the soname in the multiarch directory.
+            let multi = tmp.join("lib").join(triplet);
+            std::fs::create_dir_all(&multi).unwrap();
+            std::fs::write(multi.join(RT_SONAME), b"x").unwrap();
+            assert_eq!(
+                find_runtime(Some(&bin), None).unwrap(),
+                bin.join("../lib").join(triplet).join(RT_SONAME)
+            );
+        }
         std::fs::write(tmp.join("lib").join(RT_LIB_NAME), b"x").unwrap();
         assert!(find_runtime(Some(&bin), None)
             .unwrap()

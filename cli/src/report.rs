@@ -159,6 +159,18 @@ pub struct ProcessReport {
     pub lost_frames: u64,
     /// Calls not accounted for lack of room.
     pub overflows: u64,
+    /// Where the counts come from: `instrumentation` (the runtime's hooks) or `uprobes`
+    /// (perf_event uprobes on an unmodified binary: calls entered, no time unless measured
+    /// with uretprobes).
+    pub source: String,
+    /// Calls not traced for other reasons: a signal handler's calls made while a hook ran,
+    /// calls in a thread the runtime could not give a table, calls it could not place in an
+    /// interval (it was stopped).
+    pub dropped_calls: u64,
+    /// Trouble the runtime met and recorded (`<wall-clock ns>: <what>`): failed writes, a
+    /// file that was removed or replaced and continued in a new one.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub trouble: Vec<String>,
     /// Functions, sorted as asked.
     pub functions: Vec<FunctionRow>,
 }
@@ -336,50 +348,9 @@ fn status_of(t: &TraceFile) -> (String, Option<String>) {
         FileStatus::Damaged(why) => ("damaged".into(), Some(why.clone())),
         FileStatus::Open if t.exec_successor.is_some() => ("exec".into(), None),
         FileStatus::Open => {
-            let alive = process_alive(
-                t.pid,
-                t.info(culprit_format::info_keys::BOOT_ID),
-                t.info(culprit_format::info_keys::PROC_START_NS)
-                    .and_then(|v| v.parse().ok()),
-            );
+            let alive = t.writer_alive();
             (if alive { "running" } else { "stopped" }.into(), None)
         }
-    }
-}
-
-/// True when `pid` is a live process on this boot that started at `start_ns` (±2 s).
-fn process_alive(pid: u32, boot_id: Option<&str>, start_ns: Option<u64>) -> bool {
-    let this_boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .map(|s| s.trim().to_string())
-        .ok();
-    if boot_id.is_some() && boot_id.map(str::to_string) != this_boot {
-        return false;
-    }
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    let Some(start_ns) = start_ns else {
-        return true;
-    };
-    // Field 22 (starttime, clock ticks since boot) comes after the ")" that ends comm.
-    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let ticks: Option<u64> = after
-        .split_whitespace()
-        .nth(19)
-        .and_then(|v| v.parse().ok());
-    let btime: Option<u64> = std::fs::read_to_string("/proc/stat").ok().and_then(|s| {
-        s.lines()
-            .find_map(|l| l.strip_prefix("btime "))
-            .and_then(|v| v.trim().parse().ok())
-    });
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    match (ticks, btime) {
-        (Some(t), Some(b)) => {
-            let ns = b * 1_000_000_000 + t * (1_000_000_000 / hz);
-            ns.abs_diff(start_ns) <= 2_000_000_000
-        }
-        _ => true,
     }
 }
 
@@ -416,7 +387,7 @@ fn trace_reports(
         let first = files[0];
         let mut acc: HashMap<FuncId, (u64, u64, u64)> = HashMap::new();
         let (mut intervals, mut missed, mut threads) = (0usize, 0usize, 0u32);
-        let (mut lost, mut overflows) = (0u64, 0u64);
+        let (mut lost, mut overflows, mut dropped) = (0u64, 0u64, 0u64);
         let (mut first_ns, mut last_ns) = (None::<u64>, None::<u64>);
         for t in &files {
             for iv in t.intervals.iter().filter(|iv| in_range(iv.start_ns)) {
@@ -424,6 +395,7 @@ fn trace_reports(
                 first_ns = Some(first_ns.map_or(iv.start_ns, |f| f.min(iv.start_ns)));
                 let end = iv.start_ns + iv.dur_ns;
                 last_ns = Some(last_ns.map_or(end, |l| l.max(end)));
+                dropped += iv.dropped as u64;
                 if iv.missed() {
                     missed += 1;
                     continue;
@@ -495,6 +467,17 @@ fn trace_reports(
             max_threads: threads,
             lost_frames: lost,
             overflows,
+            source: first
+                .info(culprit_format::info_keys::SOURCE)
+                .unwrap_or("instrumentation")
+                .to_string(),
+            dropped_calls: dropped,
+            trouble: files
+                .iter()
+                .flat_map(|t| t.info.iter())
+                .filter(|(k, _)| k == "trouble")
+                .map(|(_, v)| v.clone())
+                .collect(),
             functions,
         });
     }
@@ -672,9 +655,14 @@ fn print_human(out: &mut dyn std::io::Write, r: &Report, args: &Args) -> std::io
             } else if status == "exec" {
                 status = "replaced by exec (continues in the next file)".to_string();
             }
+            let source = if p.source == "instrumentation" {
+                String::new()
+            } else {
+                format!("  ·  counts from {}", p.source)
+            };
             writeln!(
                 out,
-                "\n{who}  ·  {} interval(s) of {}  ·  {span}  ·  {status}",
+                "\n{who}  ·  {} interval(s) of {}  ·  {span}  ·  {status}{source}",
                 p.intervals,
                 time::duration(p.interval_ns)
             )?;
@@ -695,8 +683,23 @@ fn print_human(out: &mut dyn std::io::Write, r: &Report, args: &Args) -> std::io
                     p.overflows
                 ));
             }
+            if p.dropped_calls > 0 {
+                notes.push(format!(
+                    "{} call(s) not traced (a signal handler's calls while a hook ran, a \
+                     thread without a table, or calls made while the runtime was stopped)",
+                    p.dropped_calls
+                ));
+            }
             if !notes.is_empty() {
                 writeln!(out, "  note: {}", notes.join("; "))?;
+            }
+            for t in &p.trouble {
+                let (at, what) = t.split_once(": ").unwrap_or(("", t));
+                let when = at
+                    .parse::<u64>()
+                    .map(time::clock)
+                    .unwrap_or_else(|_| at.to_string());
+                writeln!(out, "  trouble at {when}: {what}")?;
             }
             if p.functions.is_empty() {
                 writeln!(out, "  (no calls in range)")?;

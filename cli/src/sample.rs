@@ -83,6 +83,16 @@ pub struct Args {
     /// Convert a perf.data file (from `perf record -a`) into profiles instead of sampling.
     #[arg(long, value_name = "PERF_DATA")]
     pub replay: Option<PathBuf>,
+    /// Also count calls of these functions with uprobes, per process, into trace files beside
+    /// the samples (`BINARY:GLOB`, comma-separated or repeated; BINARY is a path, a program on
+    /// PATH, or a library name such as libc.so.6). For servers that cannot be rebuilt with
+    /// -finstrument-functions.
+    #[arg(long, value_name = "BINARY:PATTERN", num_args = 1.., conflicts_with = "replay")]
+    pub uprobes: Vec<String>,
+    /// With --uprobes: warn about a function whose probe takes more than this percentage of a
+    /// CPU at the rate it is called.
+    #[arg(long, value_name = "PERCENT", default_value_t = 5.0)]
+    pub uprobe_budget: f64,
     /// Print nothing but errors.
     #[arg(short, long)]
     pub quiet: bool,
@@ -196,7 +206,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     }
     let cfg = config(&a)?;
     let stop = culprit_sampler::stop_on_signals();
-    let sampler = Sampler::open(cfg)?;
+    let probes = crate::uprobes::open_system(&a.uprobes, &cfg, a.quiet)?;
+    let sampler = Sampler::open(cfg.clone())?;
     let mut err = std::io::stderr().lock();
     if !a.quiet {
         writeln!(err, "culprit: {}", sampler.describe())?;
@@ -205,7 +216,14 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         }
     }
     drop(err);
-    let s = sampler.run(stop)?;
+    let probes = probes.map(|p| crate::uprobes::spawn_system(p, &cfg, a.uprobe_budget, stop));
+    let s = sampler.run(stop);
+    if let Some(p) = probes {
+        // The sampler ended (duration, signal or error): the probes end with it.
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        crate::uprobes::join_system(p, a.quiet);
+    }
+    let s = s?;
     if !a.quiet {
         let (u, sys) = s.cpu_ns;
         let secs = s.elapsed_ns as f64 / 1e9;

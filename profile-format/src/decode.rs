@@ -95,7 +95,8 @@ impl<'a> ParsedFile<'a> {
             created_ns: le64(bytes, 40),
             pid: le32(bytes, 48),
             reserved0: 0,
-            reserved: [0; 9],
+            pending_end: le64(bytes, 56),
+            reserved: [0; 8],
         };
         if header.min_reader_version > READER_VERSION {
             return Err(FormatError::TooNew {
@@ -126,6 +127,17 @@ impl<'a> ParsedFile<'a> {
         self.header.state == file_state::ENDED
     }
 
+    /// The checkpoint of the interval in progress (see [`FileHeader::pending_end`]), when the
+    /// header announces one and the bytes hold it intact. Meaningful only when the writer is
+    /// gone; the caller decides that.
+    pub fn pending(&self) -> Option<IntervalRec<'a>> {
+        let (c, p) = (self.header.committed_end, self.header.pending_end);
+        if p <= c || p > self.bytes.len() as u64 || self.header.state == file_state::ENDED {
+            return None;
+        }
+        pending_interval(&self.bytes[c as usize..p as usize])
+    }
+
     /// The committed records, in file order.
     pub fn records(&self) -> Records<'a> {
         let start = (self.header.data_offset as usize).min(self.end);
@@ -137,6 +149,22 @@ impl<'a> ParsedFile<'a> {
             done: false,
             base: 0,
         }
+    }
+}
+
+/// Decodes `bytes` (the range `committed_end..pending_end` of a file) as a pending
+/// checkpoint: exactly one intact [`RecordKind::Interval`] record flagged
+/// [`interval_flags::PARTIAL`]. `None` for anything else (a reader may catch the writer
+/// rewriting it: the checksum then fails).
+pub fn pending_interval(bytes: &[u8]) -> Option<IntervalRec<'_>> {
+    let mut recs = records_at(bytes, 0);
+    let rec = recs.next()?.ok()?;
+    if recs.offset() != bytes.len() as u64 {
+        return None;
+    }
+    match rec {
+        Record::Interval(iv) if iv.flags & interval_flags::PARTIAL != 0 => Some(iv),
+        _ => None,
     }
 }
 
@@ -329,6 +357,8 @@ pub struct IntervalRec<'a> {
     pub lost_frames: u32,
     /// Calls not accounted for lack of room.
     pub overflows: u32,
+    /// Calls not traced for other reasons (see `IntervalHead::dropped`); 0 in version-1 files.
+    pub dropped: u32,
     n: u32,
     entries: &'a [u8],
 }
@@ -557,6 +587,7 @@ fn decode_payload(kind: RecordKind, p: &[u8]) -> Result<Record<'_>, &'static str
                 threads: le32(p, 20),
                 lost_frames: le32(p, 28),
                 overflows: le32(p, 32),
+                dropped: le32(p, 36),
                 n,
                 entries: entries_slice(p, INTERVAL_FIXED_SIZE, n, INTERVAL_ENTRY_SIZE)?,
             })
@@ -641,4 +672,69 @@ fn unescape(v: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::encode::{IntervalHead, RecordBuf};
+    use crate::writer::header_page;
+
+    /// A file with one committed Info record and a checkpoint past it.
+    fn file_with_checkpoint(flags: u32) -> Vec<u8> {
+        let mut bytes = header_page(FileKind::Trace, 1, 2);
+        let mut buf = RecordBuf::new();
+        buf.info([("pid", "2")]);
+        bytes.extend_from_slice(buf.as_bytes());
+        let committed = bytes.len() as u64;
+        buf.clear();
+        buf.interval(
+            &IntervalHead {
+                start_ns: 1_000,
+                dur_ns: 1_000,
+                flags,
+                dropped: 3,
+                ..Default::default()
+            },
+            [IntervalEntry {
+                addr: 0x10,
+                calls: 7,
+                excl_ns: 1,
+                incl_ns: 1,
+            }],
+        );
+        bytes.extend_from_slice(buf.as_bytes());
+        let pending = bytes.len() as u64;
+        bytes[HEADER_COMMITTED_END_OFFSET..HEADER_COMMITTED_END_OFFSET + 8]
+            .copy_from_slice(&committed.to_le_bytes());
+        bytes[HEADER_PENDING_END_OFFSET..HEADER_PENDING_END_OFFSET + 8]
+            .copy_from_slice(&pending.to_le_bytes());
+        bytes
+    }
+
+    #[test]
+    fn checkpoint_is_read_only_when_intact() {
+        let bytes = file_with_checkpoint(interval_flags::PARTIAL);
+        let pf = ParsedFile::parse(&bytes).unwrap();
+        assert_eq!(pf.records().count(), 1, "the checkpoint is not committed");
+        let iv = pf.pending().expect("checkpoint");
+        assert_eq!(iv.entries().next().unwrap().calls, 7);
+        assert_eq!(iv.dropped, 3);
+        // Torn (the writer rewriting it): ignored.
+        let mut torn = bytes.clone();
+        let n = torn.len();
+        torn[n - 8] ^= 0xff;
+        assert!(ParsedFile::parse(&torn).unwrap().pending().is_none());
+        // Not flagged partial, or cut off: ignored.
+        let full = file_with_checkpoint(0);
+        assert!(ParsedFile::parse(&full).unwrap().pending().is_none());
+        assert!(ParsedFile::parse(&bytes[..n - 8])
+            .unwrap()
+            .pending()
+            .is_none());
+        // Version-1 files (pending_end 0) have none.
+        let mut v1 = bytes.clone();
+        v1[HEADER_PENDING_END_OFFSET..HEADER_PENDING_END_OFFSET + 8].fill(0);
+        assert!(ParsedFile::parse(&v1).unwrap().pending().is_none());
+    }
 }

@@ -40,6 +40,11 @@ pub struct IntervalHead {
     pub lost_frames: u32,
     /// Calls not accounted because a thread's shadow stack or function table was full.
     pub overflows: u32,
+    /// Calls not traced for any other reason: made by a signal handler that interrupted a hook,
+    /// by a thread the runtime could not give a table (or that was exiting), or that returned
+    /// while the writer could not place them in an interval (it woke too late). Format
+    /// version 2; 0 in older files.
+    pub dropped: u32,
 }
 
 /// Fixed fields of a [`RecordKind::Samples`] record.
@@ -178,7 +183,7 @@ impl RecordBuf {
         self.u32(0);
         self.u32(head.lost_frames);
         self.u32(head.overflows);
-        self.u32(0);
+        self.u32(head.dropped);
         let mut n = 0u32;
         for e in entries {
             self.u64(e.addr);

@@ -8,8 +8,10 @@ use std::mem::{offset_of, size_of};
 
 /// First 8 bytes of every `.cul` file.
 pub const MAGIC: [u8; 8] = *b"CULPRIT\0";
-/// Format version this crate writes.
-pub const FORMAT_VERSION: u16 = 1;
+/// Format version this crate writes. Version 2 added the header's `pending_end` (the interval
+/// in progress, for readers of a file whose writer died) and the Interval record's `dropped`
+/// field; both are invisible to version-1 readers, which read version-2 files unchanged.
+pub const FORMAT_VERSION: u16 = 2;
 /// Oldest reader version able to read what this crate writes.
 pub const MIN_READER_VERSION: u16 = 1;
 /// Reader version this crate implements: it reads files whose `min_reader_version` is at most this.
@@ -57,8 +59,8 @@ pub mod file_state {
 /// The fixed header at offset 0 of every `.cul` file (128 bytes; the rest of the first 4096-byte
 /// page is zero).
 ///
-/// `committed_end` and `state` are updated in place by the writer; when the file is a shared
-/// mapping they are accessed as atomics (`AtomicU64::from_ptr`, `AtomicU32::from_ptr`).
+/// `committed_end`, `pending_end` and `state` are updated in place by the writer (`pwrite` of
+/// the field, or an atomic store when the file is a shared mapping).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(C)]
 pub struct FileHeader {
@@ -84,8 +86,16 @@ pub struct FileHeader {
     pub pid: u32,
     /// Reserved, zero.
     pub reserved0: u32,
+    /// When greater than `committed_end`: the bytes from `committed_end` to here hold one
+    /// [`RecordKind::Interval`] record flagged [`interval_flags::PARTIAL`], the counts of the
+    /// interval in progress as of the writer's last checkpoint (the tracer writes one every
+    /// 100 ms). It is not committed: the writer rewrites it at every checkpoint and sets this
+    /// field to 0 before it commits more records. A reader uses it only when the writer is gone
+    /// (it died without an end marker); it is then the file's last record. 0 when unused
+    /// (always, in version-1 files).
+    pub pending_end: u64,
     /// Reserved, zero.
-    pub reserved: [u64; 9],
+    pub reserved: [u64; 8],
 }
 
 const _: () = assert!(size_of::<FileHeader>() == 128);
@@ -94,6 +104,8 @@ const _: () = assert!(size_of::<FileHeader>() == 128);
 pub const HEADER_COMMITTED_END_OFFSET: usize = offset_of!(FileHeader, committed_end);
 /// Byte offset of [`FileHeader::state`] (for atomic in-place updates).
 pub const HEADER_STATE_OFFSET: usize = offset_of!(FileHeader, state);
+/// Byte offset of [`FileHeader::pending_end`] (for in-place updates).
+pub const HEADER_PENDING_END_OFFSET: usize = offset_of!(FileHeader, pending_end);
 
 impl FileHeader {
     /// A fresh header for a new, empty file.
@@ -110,7 +122,8 @@ impl FileHeader {
             created_ns,
             pid,
             reserved0: 0,
-            reserved: [0; 9],
+            pending_end: 0,
+            reserved: [0; 8],
         }
     }
 
@@ -127,12 +140,14 @@ impl FileHeader {
         b[32..40].copy_from_slice(&self.committed_end.to_le_bytes());
         b[40..48].copy_from_slice(&self.created_ns.to_le_bytes());
         b[48..52].copy_from_slice(&self.pid.to_le_bytes());
+        b[56..64].copy_from_slice(&self.pending_end.to_le_bytes());
         b
     }
 }
 
 const _: () = assert!(HEADER_STATE_OFFSET == 20);
 const _: () = assert!(HEADER_COMMITTED_END_OFFSET == 32);
+const _: () = assert!(HEADER_PENDING_END_OFFSET == 56);
 
 /// Record kinds (the first field of every record header).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -286,6 +301,18 @@ pub mod info_keys {
     pub const CPUS: &str = "cpus";
     /// Sampler: scope (`system`, `pid:<n>`, `cgroup:<path>`).
     pub const SCOPE: &str = "scope";
+    /// Where a trace file's counts come from: absent or `instrumentation` for the runtime's
+    /// `-finstrument-functions` hooks, `uprobes` for perf_event uprobes placed on an unmodified
+    /// binary (`culprit record --uprobes`, `culprit sample --uprobes`). Uprobe counts are calls
+    /// *entered* in an interval (the runtime counts calls that returned); their Object records
+    /// place each binary at a writer-chosen bias, so addresses mean something only within the
+    /// file.
+    pub const SOURCE: &str = "source";
+    /// Uprobes: the probed functions, `image:symbol` comma-separated.
+    pub const UPROBES: &str = "uprobes";
+    /// Uprobes: how time was measured: `none` (counts only: time fields are zero) or
+    /// `uretprobes` (entry and return probes).
+    pub const UPROBE_TIME: &str = "uprobe_time";
 }
 
 /// Rounds `n` up to the record alignment.

@@ -12,7 +12,9 @@
 //!
 //! * `trace-<pid>-<start_ns>.cul` — one per traced process (see [`names`]). `start_ns` is the
 //!   wall-clock time at which the runtime started in that process image, so a reused pid or an
-//!   `exec` in the same process gets a new file.
+//!   `exec` in the same process gets a new file. Files of counts taken through uprobes on an
+//!   unmodified binary have the same form (Info [`info_keys::SOURCE`] = `uprobes`; `start_ns`
+//!   is when probing began).
 //! * `samples-<start_ns>.cul` — one per run of the sampler for this node.
 //! * `node.info` — small `key=value` text file describing the node ([`names::NodeInfo`]).
 //!
@@ -27,10 +29,15 @@
 //! length, CRC-32 of the payload) and a payload padded to a multiple of 8 bytes.
 //!
 //! The header's `committed_end` is the file offset up to which records are complete. A writer
-//! first writes a whole record past `committed_end`, then advances `committed_end` (a release
-//! store when the file is a shared mapping). A reader trusts nothing past `committed_end`, so a
-//! writer killed in the middle of a record (`kill -9`) leaves every earlier record readable, and a
-//! reader can read while the writer runs.
+//! first writes a whole record past `committed_end`, then advances `committed_end`. A reader
+//! trusts nothing past `committed_end`, so a writer killed in the middle of a record (`kill -9`)
+//! leaves every earlier record readable, and a reader can read while the writer runs.
+//!
+//! Past `committed_end`, the tracer keeps a *checkpoint* of the interval in progress (header
+//! field `pending_end`, format version 2): one PARTIAL Interval record it rewrites every 100 ms.
+//! A reader adds it as the file's last record only when the writer is gone (a crash, `abort`,
+//! `kill -9`): a crash then loses at most the calls since the last checkpoint
+//! ([`ParsedFile::pending`]).
 //!
 //! # Versions
 //!
@@ -68,8 +75,8 @@ pub mod writer;
 
 pub use crc::crc32;
 pub use decode::{
-    records_at, EndRec, EventEntry, EventsRec, FormatError, Info, IntervalEntry, IntervalRec,
-    ObjectRec, ParsedFile, Record, Records, SampleEntry, SamplesRec, StringsRec,
+    pending_interval, records_at, EndRec, EventEntry, EventsRec, FormatError, Info, IntervalEntry,
+    IntervalRec, ObjectRec, ParsedFile, Record, Records, SampleEntry, SamplesRec, StringsRec,
 };
 pub use encode::{IntervalHead, ObjectDesc, RecordBuf, SamplesHead};
 pub use layout::*;

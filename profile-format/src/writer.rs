@@ -1,8 +1,10 @@
 //! A plain-file writer: append records with `pwrite`, then advance `committed_end`.
 //!
 //! The sampler (an ordinary process) and tests use this. The tracer runtime writes the same
-//! layout through a shared mapping instead, so the file survives the traced program's death
-//! without a system call per record.
+//! layout with `pwrite` too, but reopens its file for every write (it keeps no descriptor in
+//! the program it is loaded into). Where a file is created is the caller's business: the
+//! writers create theirs safely with the `culprit-datadir` crate and hand them to
+//! [`FileWriter::from_file`].
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -22,7 +24,8 @@ pub struct FileWriter {
 
 impl FileWriter {
     /// Creates `dir/<name_for(seq)>` for the first `seq` in `0..1000` whose name is free
-    /// (`O_EXCL`), and writes an empty header.
+    /// (`O_EXCL`), and writes an empty header. For tests and tools: `dir` is trusted as given
+    /// (the writers create their files with `culprit-datadir` and [`Self::from_file`]).
     pub fn create_unique(
         dir: &Path,
         name_for: impl Fn(u32) -> String,
@@ -39,17 +42,7 @@ impl FileWriter {
                 .mode(0o644)
                 .open(&path)
             {
-                Ok(file) => {
-                    let header = FileHeader::new(kind, created_ns, pid);
-                    let mut page = vec![0u8; DATA_OFFSET as usize];
-                    page[..128].copy_from_slice(&header.to_bytes());
-                    file.write_all_at(&page, 0)?;
-                    return Ok(FileWriter {
-                        file,
-                        path,
-                        end: DATA_OFFSET,
-                    });
-                }
+                Ok(file) => return Self::from_file(file, path, kind, created_ns, pid),
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
                 Err(e) => return Err(e),
             }
@@ -58,6 +51,23 @@ impl FileWriter {
             io::ErrorKind::AlreadyExists,
             format!("no free file name in {}", dir.display()),
         ))
+    }
+
+    /// Starts a new, empty `.cul` file in `file` (just created, open for writing, at `path`):
+    /// writes its header page.
+    pub fn from_file(
+        file: File,
+        path: PathBuf,
+        kind: FileKind,
+        created_ns: u64,
+        pid: u32,
+    ) -> io::Result<Self> {
+        file.write_all_at(&header_page(kind, created_ns, pid), 0)?;
+        Ok(FileWriter {
+            file,
+            path,
+            end: DATA_OFFSET,
+        })
     }
 
     /// Path of the file.
@@ -98,4 +108,12 @@ impl FileWriter {
     pub fn sync(&self) -> io::Result<()> {
         self.file.sync_data()
     }
+}
+
+/// The first [`DATA_OFFSET`] bytes of a new, empty file: its header, zero-padded.
+pub fn header_page(kind: FileKind, created_ns: u64, pid: u32) -> Vec<u8> {
+    let header = FileHeader::new(kind, created_ns, pid);
+    let mut page = vec![0u8; DATA_OFFSET as usize];
+    page[..128].copy_from_slice(&header.to_bytes());
+    page
 }

@@ -26,6 +26,7 @@ fn sample_file() -> Vec<u8> {
             threads: 3,
             lost_frames: 1,
             overflows: 0,
+            dropped: 4,
         },
         [
             IntervalEntry {
@@ -101,6 +102,7 @@ fn every_record_kind_round_trips() {
             assert_eq!(iv.start_ns, 2_000_000_000);
             assert_eq!(iv.threads, 3);
             assert_eq!(iv.lost_frames, 1);
+            assert_eq!(iv.dropped, 4);
             let e: Vec<_> = iv.entries().collect();
             assert_eq!(e.len(), 2);
             assert_eq!(e[0].calls, 10);

@@ -53,6 +53,12 @@
 //!   third of libc's addresses here. Kernel symbols come from our own `/proc/kallsyms` table,
 //!   which also gives module names (see [`symbolize`]).
 //!
+//! # Uprobes
+//!
+//! [`uprobe`] counts calls of chosen functions of binaries built without instrumentation
+//! (perf_event uprobes), per process, into the tracer's kind of file: `culprit record
+//! --uprobes` / `--attach` and `culprit sample --uprobes`.
+//!
 //! # Use as a library
 //!
 //! The testbed and `culprit record --sample` drive the sampler in-process:
@@ -95,6 +101,7 @@ pub mod symbolize;
 #[allow(unsafe_code)]
 mod sys;
 pub mod tracefs;
+pub mod uprobe;
 
 pub use event::{Rate, Sampling};
 pub use nodes::{NodeRule, Scope};

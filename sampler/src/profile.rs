@@ -14,6 +14,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use culprit_datadir::Dir;
 use culprit_format::names::{self, NodeInfo};
 use culprit_format::writer::FileWriter;
 use culprit_format::{
@@ -434,23 +435,23 @@ impl Output {
         info: RunInfo,
     ) -> io::Result<Output> {
         let mut files = Vec::with_capacity(nodes.len());
+        // The sampler runs as root: directories and files are made the safe way (no link
+        // followed, explicit modes, only directories owned by us or root; culprit-datadir).
+        let root = Dir::open_root(data_dir, true).map_err(datadir_error)?;
         for node in nodes {
-            let dir = data_dir.join(node);
-            std::fs::create_dir_all(&dir)
-                .map_err(|e| io::Error::new(e.kind(), format!("create {}: {e}", dir.display())))?;
-            let mut writer = FileWriter::create_unique(
-                &dir,
-                |seq| names::samples_file_name(start_ns, seq),
+            let dir = root.node(node, true).map_err(datadir_error)?;
+            let (file, name) = dir
+                .create_file(|seq| names::samples_file_name(start_ns, seq))
+                .map_err(datadir_error)?;
+            let path = dir.path().join(name);
+            let mut writer = FileWriter::from_file(
+                file,
+                path.clone(),
                 FileKind::Samples,
                 start_ns,
                 std::process::id(),
             )
-            .map_err(|e| {
-                io::Error::new(
-                    e.kind(),
-                    format!("create a samples file in {}: {e}", dir.display()),
-                )
-            })?;
+            .map_err(|e| io::Error::new(e.kind(), format!("write {}: {e}", path.display())))?;
             let mut f = NodeFile {
                 writer: {
                     let mut buf = RecordBuf::new();
@@ -478,7 +479,7 @@ impl Output {
                 .collect();
             files.push(f);
             if names::is_node_name(node) {
-                write_node_info(&dir, &info)?;
+                write_node_info(&dir, &info).map_err(datadir_error)?;
             }
         }
         Ok(Output {
@@ -624,14 +625,24 @@ const NODE_INFO_SAMPLER_KEYS: &[&str] = &[
     "sampler_freq",
 ];
 
+/// A data-directory error as an I/O error (`PermissionDenied` for a refusal).
+fn datadir_error(e: culprit_datadir::Error) -> io::Error {
+    let kind = match &e {
+        culprit_datadir::Error::Refused { .. } => io::ErrorKind::PermissionDenied,
+        culprit_datadir::Error::Io { source, .. } => source.kind(),
+        _ => io::ErrorKind::Other,
+    };
+    io::Error::new(kind, e.to_string())
+}
+
 /// Updates `dir/node.info` with what the sampler knows (host, kernel, clock source, its interval
-/// and event), keeping other writers' keys; replaced atomically (temporary file + rename).
-fn write_node_info(dir: &Path, info: &RunInfo) -> io::Result<()> {
-    let path = dir.join(names::NODE_INFO_FILE);
-    let mut ni = std::fs::read_to_string(&path)
-        .ok()
-        .and_then(|t| NodeInfo::parse(&t))
-        .unwrap_or_default();
+/// and event), keeping other writers' keys when their file is trustworthy; replaced atomically
+/// (a new file with a random name, renamed over it).
+fn write_node_info(dir: &Dir, info: &RunInfo) -> Result<(), culprit_datadir::Error> {
+    dir.update_node_info(|ni| set_sampler_keys(ni, info))
+}
+
+fn set_sampler_keys(ni: &mut NodeInfo, info: &RunInfo) {
     ni.pairs
         .retain(|(k, _)| !NODE_INFO_SAMPLER_KEYS.contains(&k.as_str()));
     let get = |k: &str| {
@@ -656,13 +667,6 @@ fn write_node_info(dir: &Path, info: &RunInfo) -> io::Result<()> {
         .into(),
         info.period.to_string(),
     ));
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        names::NODE_INFO_FILE,
-        std::process::id()
-    ));
-    std::fs::write(&tmp, ni.to_text())?;
-    std::fs::rename(&tmp, &path)
 }
 
 /// The kernel's current clock source (`tsc`, `kvm-clock`, …).

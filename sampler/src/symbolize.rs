@@ -29,7 +29,9 @@
 //! read again, at most every ten minutes, when an address falls outside it (a module loaded
 //! later): reading /proc/kallsyms costs the kernel about a tenth of a second.
 //! The vDSO has no file: [`Symbolizer::vdso`] resolves offsets in a copy of this process's
-//! vDSO (the same image the kernel maps into every 64-bit process).
+//! vDSO (the same image the kernel maps into every 64-bit process), kept in memory (a
+//! `memfd`, read through `/proc/self/fd/N`): never in a shared directory such as `/tmp`,
+//! where another user could plant a link in its place, and never left behind.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -323,7 +325,7 @@ impl Symbolizer {
     }
 
     /// The function containing `offset` in the vDSO, resolved in a copy of this process's
-    /// vDSO (written once to a temporary file, removed when the symbolizer is dropped).
+    /// vDSO (made once, in memory, freed when the symbolizer is dropped).
     pub fn vdso(&mut self, offset: u64) -> Option<Name> {
         if self.vdso.is_none() {
             self.vdso = Some(VdsoCopy::make());
@@ -520,14 +522,19 @@ impl KernelSymbols {
     }
 }
 
-/// A copy of this process's vDSO in a temporary file.
+/// A copy of this process's vDSO in an in-memory file.
 #[derive(Debug)]
 struct VdsoCopy {
+    /// `/proc/self/fd/<fd of file>`.
     path: PathBuf,
+    /// Holds the copy alive.
+    _file: std::fs::File,
 }
 
 impl VdsoCopy {
     fn make() -> Option<VdsoCopy> {
+        use std::io::Write as _;
+        use std::os::fd::AsRawFd as _;
         use std::os::unix::fs::FileExt as _;
         let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
         let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
@@ -541,17 +548,10 @@ impl VdsoCopy {
             .ok()?
             .read_exact_at(&mut bytes, start)
             .ok()?;
-        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let path = std::env::temp_dir().join(format!("culprit-vdso-{}-{n}.so", std::process::id()));
-        std::fs::write(&path, &bytes).ok()?;
-        Some(VdsoCopy { path })
-    }
-}
-
-impl Drop for VdsoCopy {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        let mut file = crate::sys::memfd(c"culprit-vdso").ok()?;
+        file.write_all(&bytes).ok()?;
+        let path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+        Some(VdsoCopy { path, _file: file })
     }
 }
 

@@ -36,6 +36,34 @@ impl PerfFd {
         Ok(PerfFd { file })
     }
 
+    /// Opens a uprobe (`attr.type` is the uprobe PMU's) on the function at file offset
+    /// `offset` of the binary at `path`: `perf_event_open(attr, pid, cpu, -1, CLOEXEC)` with
+    /// `config1` pointing at the path and `config2` holding the offset.
+    pub fn open_uprobe(
+        attr: &perf_event_attr,
+        path: &std::ffi::CStr,
+        offset: u64,
+        pid: i32,
+        cpu: i32,
+    ) -> io::Result<PerfFd> {
+        let mut a = *attr;
+        // The kernel copies the NUL-terminated path during the call (perf_uprobe_init uses
+        // strndup_user); `path` is borrowed for the whole of `open` below, so the pointer stays
+        // valid while it is read.
+        a.__bindgen_anon_3.config1 = path.as_ptr() as u64;
+        a.__bindgen_anon_4.config2 = offset;
+        PerfFd::open(&a, pid, cpu, 0)
+    }
+
+    /// The value of a counting event (`read_format` 0: one u64; with `inherit`, the sum over
+    /// the task and every task that inherited the event, exited ones included).
+    pub fn read_count(&self) -> io::Result<u64> {
+        use std::io::Read as _;
+        let mut b = [0u8; 8];
+        (&self.file).read_exact(&mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+
     /// Starts counting / sampling.
     pub fn enable(&self) -> io::Result<()> {
         // SAFETY: ENABLE takes an integer argument and only acts on our own descriptor.
@@ -269,6 +297,120 @@ pub fn self_cpu_ns() -> (u64, u64) {
     }
     let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
     (ns(ru.ru_utime), ns(ru.ru_stime))
+}
+
+/// Raises the soft limit on open files to the hard limit (per-thread uprobe counters take one
+/// descriptor per thread and function). Returns the limit now in force.
+pub fn raise_nofile_limit() -> u64 {
+    // SAFETY: rlimit is plain old data; all-zero is a valid value.
+    let mut rl: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: getrlimit writes one rlimit through a valid pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } != 0 {
+        return 1024;
+    }
+    if rl.rlim_cur < rl.rlim_max {
+        let want = libc::rlimit {
+            rlim_cur: rl.rlim_max,
+            rlim_max: rl.rlim_max,
+        };
+        // SAFETY: setrlimit reads one rlimit through a valid pointer; raising the soft limit up
+        // to the hard one needs no privilege.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &want) } == 0 {
+            return want.rlim_cur;
+        }
+    }
+    rl.rlim_cur
+}
+
+/// CPU time of the calling thread, ns (CLOCK_THREAD_CPUTIME_ID).
+pub fn thread_cpu_ns() -> u64 {
+    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+// Two functions for calibrating uprobes (`uprobe::cost`): the kernel emulates a `push` at a
+// probed address (cheap), and single-steps most other instructions out of line (a second trap,
+// very costly in some virtual machines). Written in assembly so their first instruction is
+// known.
+#[cfg(target_arch = "x86_64")]
+std::arch::global_asm!(
+    ".pushsection .text.culprit_cal,\"ax\",@progbits",
+    ".globl culprit_cal_push",
+    ".hidden culprit_cal_push",
+    ".type culprit_cal_push,@function",
+    "culprit_cal_push:",
+    "push rbx",
+    "pop rbx",
+    "lea rax, [rdi + 1]",
+    "ret",
+    ".size culprit_cal_push, . - culprit_cal_push",
+    ".globl culprit_cal_step",
+    ".hidden culprit_cal_step",
+    ".type culprit_cal_step,@function",
+    "culprit_cal_step:",
+    "mov rax, rdi",
+    "add rax, 1",
+    "ret",
+    ".size culprit_cal_step, . - culprit_cal_step",
+    ".popsection",
+);
+
+#[cfg(target_arch = "x86_64")]
+extern "C" {
+    fn culprit_cal_push(x: u64) -> u64;
+    fn culprit_cal_step(x: u64) -> u64;
+}
+
+/// Address of the calibration function whose first instruction is a `push` (`emulated`), or
+/// a `mov`; `None` on other architectures.
+pub fn calibration_addr(emulated: bool) -> Option<u64> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let f: unsafe extern "C" fn(u64) -> u64 = if emulated {
+            culprit_cal_push
+        } else {
+            culprit_cal_step
+        };
+        Some(f as usize as u64)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = emulated;
+        None
+    }
+}
+
+/// Calls the calibration function (see [`calibration_addr`]): returns `x + 1`.
+#[inline(never)]
+pub fn calibration_call(emulated: bool, x: u64) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: both functions (global_asm above) follow the C ABI, touch only rax and rbx
+        // (saved and restored) and the stack, and return x + 1.
+        unsafe {
+            if emulated {
+                culprit_cal_push(x)
+            } else {
+                culprit_cal_step(x)
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = emulated;
+        x + 1
+    }
+}
+
+/// An anonymous in-memory file (`memfd_create`, close-on-exec), freed when the last descriptor
+/// to it is closed: for copies that must not live in a shared directory such as `/tmp`.
+pub fn memfd(name: &std::ffi::CStr) -> io::Result<File> {
+    // SAFETY: `name` is NUL-terminated; the flags are valid.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a new descriptor returned to us alone; `File` takes ownership.
+    Ok(unsafe { File::from_raw_fd(fd) })
 }
 
 /// Effective user id.

@@ -2,9 +2,9 @@
 //!
 //! Each thread that calls an instrumented function gets one [`ThreadBlock`]: a shadow stack of
 //! open calls and an open-addressing hash table from function address to [`Slot`]. Blocks live
-//! in memory the runtime maps itself (never `malloc`), are never freed while the process lives,
-//! and are recycled for a new thread only after their thread has exited *and* the flusher has
-//! taken their last counts ([`state`]).
+//! in memory the runtime maps itself (never `malloc`) and are never unmapped; an exiting
+//! thread hands its counts over and frees its block for the next new thread at once, and the
+//! flusher gives the memory of blocks that stay free back to the kernel (see `pool`).
 //!
 //! # Who writes what
 //!
@@ -28,8 +28,8 @@
 //!
 //! `flags` holds, while a hook runs, that hook's stack pointer (the busy mark), and a pause
 //! bit. A hook that finds it non-zero returns at once: this covers a signal handler
-//! interrupting a hook (the handler's calls are not traced), a hook firing inside the runtime
-//! itself, and `culprit_pause()`. A signal handler that runs while the thread is in
+//! interrupting a hook (the handler's calls are not traced, and counted as `dropped`, so none
+//! is lost silently), a hook firing inside the runtime itself, and `culprit_pause()`. A signal handler that runs while the thread is in
 //! instrumented code (not inside a hook) is traced normally: its calls nest on top of the
 //! interrupted frame.
 //!
@@ -51,6 +51,7 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 use std::sync::atomic::{compiler_fence, AtomicU16, AtomicU32, AtomicU64, AtomicUsize};
 
 use crate::clock::{self, Monotonic, Ticks, Tsc};
+use crate::decide::{self, decision};
 
 /// Deepest shadow stack; deeper calls are counted as overflows and not traced. A power of two
 /// (the fast path masks indices with it).
@@ -73,8 +74,11 @@ pub mod state {
     pub const FREE: u32 = 0;
     /// Owned by a running thread.
     pub const LIVE: u32 = 1;
-    /// Its thread exited; the flusher takes the last counts, then frees it.
+    /// Its thread exited without handing its counts over (see `pool`); the flusher takes the
+    /// last counts, then frees it.
     pub const DEAD: u32 = 2;
+    /// Free, and its memory being given back by the flusher: not claimable meanwhile.
+    pub const RELEASING: u32 = 3;
 }
 
 /// `flags`: this thread's hooks read `CLOCK_MONOTONIC` instead of the TSC. Folded into `flags`
@@ -85,18 +89,6 @@ const PAUSED: usize = 2;
 /// `flags` bits that are not the busy mark. The busy mark is the running hook's stack pointer
 /// (8-aligned, so these bits are free; non-zero, so it marks busy by itself).
 const LOW_BITS: usize = 7;
-
-/// Include/exclude decision cached in a slot: low two bits, the decision table generation above.
-pub mod decision {
-    /// Traced.
-    pub const INCLUDE: u32 = 0;
-    /// Excluded by `CULPRIT_INCLUDE` / `CULPRIT_EXCLUDE`: behaves as if not instrumented.
-    pub const EXCLUDE: u32 = 1;
-    /// The address had no known symbol when decided: re-decide when the table changes.
-    pub const PROVISIONAL: u32 = 2;
-    /// Mask of the decision bits.
-    pub const MASK: u32 = 3;
-}
 
 /// One function's counters in one thread (one cache line).
 #[derive(Debug)]
@@ -150,17 +142,40 @@ pub struct ThreadBlock {
     /// Compactions to skip (see [`ThreadBlock::compact`]).
     compact_skip: AtomicU32,
     _pad2: u32,
-    /// Registry link (address of the next block, 0 at the end); set before publication.
-    pub next: AtomicUsize,
+    /// Times the block was claimed by a thread (the flusher tells idle free blocks by it).
+    pub claims: AtomicU32,
+    _pad3: u32,
     lost: AtomicU64,
     overflows: AtomicU64,
+    /// Calls of a signal handler that interrupted a hook (see the module docs).
+    dropped: AtomicU64,
     base_lost: AtomicU64,
     base_overflows: AtomicU64,
+    base_dropped: AtomicU64,
     nused: AtomicU32,
     _pad1: u32,
     used: [AtomicU16; TABLE_CAP],
     stack: [Frame; STACK_DEPTH],
     table: [Slot; TABLE_CAP],
+}
+
+/// A block's per-interval counters of calls it could not account.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Unaccounted {
+    /// Frames dropped recovering from mismatched exits, abandoned frames.
+    pub lost: u64,
+    /// Calls refused for lack of room (stack or table full).
+    pub overflows: u64,
+    /// Calls not traced: a signal handler's, made while a hook ran.
+    pub dropped: u64,
+}
+
+impl std::ops::AddAssign for Unaccounted {
+    fn add_assign(&mut self, o: Unaccounted) {
+        self.lost += o.lost;
+        self.overflows += o.overflows;
+        self.dropped += o.dropped;
+    }
 }
 
 /// Per-interval counters of one function, in ticks.
@@ -254,8 +269,12 @@ impl ThreadBlock {
     #[inline(always)]
     fn account(&self, f: &Frame, elapsed: u64) {
         let s = &self.table[f.slot.load(Relaxed) as usize & TABLE_MASK];
-        bump(&s.calls, 1);
         bump(&s.excl, elapsed.saturating_sub(f.child.load(Relaxed)));
+        // After the exclusive time, with release (a plain store on x86): a taker that sees
+        // neither the call count nor the inclusive time move may skip the slot
+        // (`take_deltas`).
+        s.calls
+            .store(s.calls.load(Relaxed).wrapping_add(1), Release);
         let a = s.active.load(Relaxed).wrapping_sub(1);
         s.active.store(a, Relaxed);
         if a == 0 {
@@ -270,7 +289,13 @@ impl ThreadBlock {
         match self.idle_flags(sp) {
             Some(0) => self.enter_general::<Tsc>(addr, 0, sp),
             Some(MONO) => self.enter_general::<Monotonic>(addr, MONO, sp),
-            _ => {}
+            // Paused: not traced on purpose.
+            Some(_) => {}
+            // A signal handler's call while a hook runs. One locked add: a handler nested in
+            // this one cannot tear it.
+            None => {
+                self.dropped.fetch_add(1, Relaxed);
+            }
         }
     }
 
@@ -514,8 +539,8 @@ impl ThreadBlock {
 
     fn redecide(&self, i: usize, d: u32) -> Option<usize> {
         let s = &self.table[i];
-        let d = if d & decision::PROVISIONAL != 0 && d >> 2 != crate::decide::generation() {
-            let nd = crate::decide::decide(s.addr.load(Relaxed));
+        let d = if d & decision::PROVISIONAL != 0 && d >> 2 != decide::generation() {
+            let nd = decide::decide(s.addr.load(Relaxed));
             s.decision.store(nd, Relaxed);
             nd
         } else {
@@ -531,7 +556,7 @@ impl ThreadBlock {
             return None;
         }
         let s = &self.table[i];
-        let d = crate::decide::decide(addr);
+        let d = decide::decide(addr);
         s.decision.store(d, Relaxed);
         s.active.store(0, Relaxed);
         s.addr.store(addr, Release);
@@ -584,15 +609,26 @@ impl ThreadBlock {
             .filter(|s| s.addr.load(Acquire) != 0)
     }
 
-    /// Flusher: calls `f(addr, delta)` for every function whose counters moved since the last
-    /// call, advances the baselines, and returns the (lost frames, overflows) deltas.
-    pub fn take_deltas(&self, mut f: impl FnMut(usize, Delta)) -> (u64, u64) {
+    /// Functions in the table.
+    pub fn used_count(&self) -> u32 {
+        self.nused.load(Acquire).min(TABLE_MAX_USED)
+    }
+
+    /// Calls `f(addr, delta)` for every function whose counters moved since the last call,
+    /// advances the baselines, and returns the unaccounted calls since then. Run by the
+    /// flusher, and by the owner thread as it exits: the baselines are swapped atomically, so
+    /// when both take at once every delta goes to exactly one of them (the counters no longer
+    /// move once the owner exits).
+    pub fn take_deltas(&self, mut f: impl FnMut(usize, Delta)) -> Unaccounted {
         for s in self.used_slots() {
-            let (c, e, i) = (
-                s.calls.load(Relaxed),
-                s.excl.load(Relaxed),
-                s.incl.load(Relaxed),
-            );
+            // The exclusive time moves only before the call count (`account`): a slot whose
+            // count and inclusive time did not move costs four loads of one cache line.
+            let c = s.calls.load(Acquire);
+            let i = s.incl.load(Relaxed);
+            if c == s.base_calls.load(Relaxed) && i == s.base_incl.load(Relaxed) {
+                continue;
+            }
+            let e = s.excl.load(Relaxed);
             let d = Delta {
                 calls: c.wrapping_sub(s.base_calls.swap(c, Relaxed)),
                 excl: e.wrapping_sub(s.base_excl.swap(e, Relaxed)),
@@ -602,16 +638,43 @@ impl ThreadBlock {
                 f(s.addr.load(Relaxed), d);
             }
         }
-        let l = self.lost.load(Relaxed);
-        let o = self.overflows.load(Relaxed);
-        (
-            l.wrapping_sub(self.base_lost.swap(l, Relaxed)),
-            o.wrapping_sub(self.base_overflows.swap(o, Relaxed)),
-        )
+        let take = |c: &AtomicU64, base: &AtomicU64| {
+            let v = c.load(Relaxed);
+            v.wrapping_sub(base.swap(v, Relaxed))
+        };
+        Unaccounted {
+            lost: take(&self.lost, &self.base_lost),
+            overflows: take(&self.overflows, &self.base_overflows),
+            dropped: take(&self.dropped, &self.base_dropped),
+        }
     }
 
     /// Forgets counts not yet taken (a forked child must not report its parent's counts).
     pub fn drop_deltas(&self) {
         self.take_deltas(|_, _| {});
+    }
+
+    /// Empties a block no thread owns and whose counts are taken (state
+    /// [`state::RELEASING`]), as a fresh one: the fields in its first page are reset here; the
+    /// caller gives the other pages back to the kernel (they read as zeros). Returns the offset
+    /// from which the pages may be discarded.
+    pub fn forget_all(&self) -> usize {
+        self.nused.store(0, Relaxed);
+        for a in [
+            &self.lost,
+            &self.overflows,
+            &self.dropped,
+            &self.base_lost,
+            &self.base_overflows,
+            &self.base_dropped,
+        ] {
+            a.store(0, Relaxed);
+        }
+        self.depth.store(0, Relaxed);
+        self.flags.store(0, Relaxed);
+        self.pauses.store(0, Relaxed);
+        self.overflow_sp.store(0, Relaxed);
+        self.compact_skip.store(0, Relaxed);
+        std::mem::offset_of!(ThreadBlock, used)
     }
 }

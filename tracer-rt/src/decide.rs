@@ -5,7 +5,7 @@
 //! (no include list = everything) and not excluded. The decision for each function address is
 //! made once per thread, when the address first shows up, from a process-wide table built from
 //! the `.symtab` and `.dynsym` of the loaded objects (rebuilt when objects are loaded), and
-//! cached in the thread's slot ([`crate::block::decision`]).
+//! cached in the thread's slot ([`decision`]).
 //!
 //! An address with no symbol in the table (an object loaded less than an interval ago, or a
 //! stripped one) gets a *provisional* decision: traced unless an include list is set (a name
@@ -13,11 +13,22 @@
 
 use std::sync::atomic::{AtomicU32, Ordering::Acquire, Ordering::Release};
 
-use crate::block::decision;
 use crate::elf::{self, Tables};
 use crate::glob::glob_match;
 use crate::objects::Obj;
 use crate::sys::Publish;
+
+/// Include/exclude decision cached in a slot: low two bits, the decision table generation above.
+pub mod decision {
+    /// Traced.
+    pub const INCLUDE: u32 = 0;
+    /// Excluded by `CULPRIT_INCLUDE` / `CULPRIT_EXCLUDE`: behaves as if not instrumented.
+    pub const EXCLUDE: u32 = 1;
+    /// The address had no known symbol when decided: re-decide when the table changes.
+    pub const PROVISIONAL: u32 = 2;
+    /// Mask of the decision bits.
+    pub const MASK: u32 = 3;
+}
 
 /// The patterns in effect.
 #[derive(Clone, Debug, Default)]

@@ -18,33 +18,57 @@
 //!
 //! # Files
 //!
-//! The file is `$CULPRIT_DIR/<node>/trace-<pid>-<start_ns>.cul`, a shared mapping
-//! ([`MappedFile`]). It starts with an `Info` record and one `Object` record per loaded object;
+//! The file is `$CULPRIT_DIR/<node>/trace-<pid>-<start_ns>.cul`, written with `pwrite`
+//! ([`TraceOut`]). It starts with an `Info` record and one `Object` record per loaded object;
 //! objects loaded later (`dlopen`) get an `Object` record before the first interval that can
-//! hold their addresses, and unloaded ones an `UNLOADED` record after it. A clean exit writes
-//! the last partial interval, an `End` record, and marks the file ended.
+//! hold their addresses, and unloaded ones an `UNLOADED` record after it. A clean exit (and
+//! `_exit`) writes the last partial interval, an `End` record, and marks the file ended.
+//!
+//! # Checkpoints: what a crash can lose
+//!
+//! Every [`CHECKPOINT_NS`] (100 ms) the flusher takes the threads' counts and writes the
+//! interval in progress as the file's checkpoint (see [`crate::output`]); readers add it when
+//! the process died (`abort`, a crash, `kill -9`). A crash thus loses the calls of the last
+//! 100 ms at most (plus the flusher's scheduling delay on a loaded machine). Nothing is
+//! written when nothing was counted since the last checkpoint.
+//!
+//! # Trouble
+//!
+//! After start-up the runtime prints nothing (the program's descriptor 2 may be one of its
+//! own files by then). Trouble goes into the data, as `trouble` keys of an `Info` record that
+//! `culprit report` shows: a write that failed (full disk) is retried with the records kept
+//! (up to [`MAX_QUEUE`] bytes); a file that was removed, replaced or cut short is continued in
+//! a new file (Info `continues`). A data directory that is no longer safe (see
+//! `culprit-datadir`) stops the writing, silently.
 
 use std::collections::HashMap;
-use std::path::Path;
 
 use culprit_format::{
-    end_reason, info_keys, interval_flags, names, object_flags, FileHeader, FileKind,
-    IntervalEntry, IntervalHead, ObjectDesc, RecordBuf,
+    end_reason, info_keys, interval_flags, names, object_flags, records_at, IntervalEntry,
+    IntervalHead, ObjectDesc, Record, RecordBuf,
 };
 
-use crate::block::{state, Delta};
+use crate::block::{state, Delta, Unaccounted};
 use crate::clock::{self, Calibration};
 use crate::config::{host_name, Config};
+use crate::control::{req, CURRENT_FILE, CURRENT_NODE, DONE, NODE_REQUEST, PENDING, REQ};
 use crate::objects::{Obj, Tracker};
-use crate::runtime::{req, CURRENT_FILE, CURRENT_NODE, DONE, NODE_REQUEST, PENDING, REQ};
-use crate::sys::{self, MappedFile};
-use crate::{decide, procinfo};
+use crate::output::{TraceOut, WriteError};
+use crate::{decide, pool, procinfo, sys};
 
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
 
 /// Most `MISSED` records written one per interval for one gap; a longer gap gets one more
 /// record covering the rest (its `dur_ns` is longer than an interval).
 const MAX_MISSED_RECORDS: u64 = 100_000;
+/// Period of checkpoints: the most a crash can lose.
+pub const CHECKPOINT_NS: u64 = 100_000_000;
+/// Most bytes of records kept while writes fail; beyond, they are dropped (and that is noted).
+pub const MAX_QUEUE: usize = 8 << 20;
+/// Info key of trouble notes (`<wall-clock ns>: <what happened>`).
+pub const TROUBLE_KEY: &str = "trouble";
+/// Info key naming the file a new file continues (the old one was removed or replaced).
+pub const CONTINUES_KEY: &str = "continues";
 
 /// Where this process image's tracing comes from (for the `Info` record).
 #[derive(Clone, Debug)]
@@ -57,6 +81,8 @@ pub enum Origin {
     Exec(String),
     /// Continues, under a new node name, the file named here (`culprit_set_node`).
     Renamed(String),
+    /// Continues the file named here, which was removed, replaced or cut short.
+    Replaced(String),
 }
 
 /// The flusher's state; owned by the flusher thread (no lock anywhere).
@@ -67,7 +93,8 @@ pub struct Flusher {
     cal: Calibration,
     start_ns: u64,
     origin: Origin,
-    out: Option<MappedFile>,
+    out: Option<TraceOut>,
+    /// Writing stopped for good (the directory is not safe any more, or none can be made).
     failed: bool,
     objects: Tracker,
     /// Start of the interval being accumulated.
@@ -75,9 +102,18 @@ pub struct Flusher {
     /// Time since which that interval is observed (after its start: partial).
     observed_from: u64,
     agg: HashMap<usize, Delta>,
-    threads: u32,
-    lost: u64,
-    overflows: u64,
+    unaccounted: Unaccounted,
+    /// Threads that exited during the interval.
+    exited: u64,
+    /// Blocks owned by a thread at the last collection.
+    live: u32,
+    /// Something was collected since the last checkpoint.
+    dirty: bool,
+    /// Encoded records not yet committed (kept while writes fail).
+    queue: Vec<u8>,
+    /// Since when, and why, writes fail.
+    failing: Option<(u64, String)>,
+    idle: Vec<pool::Idle>,
     buf: RecordBuf,
 }
 
@@ -103,53 +139,61 @@ impl Flusher {
             open_start: start_ns / i * i,
             observed_from: start_ns,
             agg: HashMap::new(),
-            threads: 0,
-            lost: 0,
-            overflows: 0,
+            unaccounted: Unaccounted::default(),
+            exited: 0,
+            live: 0,
+            dirty: false,
+            queue: Vec::new(),
+            failing: None,
+            idle: Vec::new(),
             buf: RecordBuf::new(),
         }
     }
 
     /// Name of the file being written, once it exists.
     pub fn file_name(&self) -> Option<String> {
-        self.out.as_ref().and_then(|m| {
-            m.path()
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-        })
+        self.out.as_ref().map(|o| o.name().to_string())
     }
 
     /// Creates the file with its `Info` and `Object` records, and refreshes `node.info`.
-    pub fn open_file(&mut self) -> std::io::Result<()> {
-        let dir = self.cfg.node_dir(&self.node);
-        std::fs::create_dir_all(&dir)?;
+    pub fn open_file(&mut self) -> Result<(), WriteError> {
         let pid = std::process::id();
-        let header = FileHeader::new(FileKind::Trace, self.start_ns, pid).to_bytes();
         let start_ns = self.start_ns;
-        let mut out = MappedFile::create(
-            &dir,
+        let (mut out, dir) = TraceOut::create(
+            &self.cfg.root,
+            &self.node,
             |seq| names::trace_file_name(pid, start_ns, seq),
-            &header,
+            start_ns,
+            pid,
         )?;
-        self.buf.clear();
-        self.info_record(pid);
+        let mut buf = RecordBuf::new();
+        self.info_record(&mut buf, pid);
         self.objects.reset();
         let ch = self.objects.refresh();
         for o in &ch.added {
-            object_record(&mut self.buf, o, 0);
+            object_record(&mut buf, o, 0);
         }
-        out.append(self.buf.as_bytes())?;
-        self.buf.clear();
-        if let Some(n) = out.path().file_name() {
-            CURRENT_FILE.set(n.to_string_lossy().into_owned());
-        }
+        out.commit(buf.as_bytes())?;
+        CURRENT_FILE.set(out.name().to_string());
         CURRENT_NODE.set(self.node.clone());
         self.out = Some(out);
-        write_node_info(&dir, self.cfg);
+        let cfg = self.cfg;
+        let _ = dir.update_node_info(|info| {
+            let mut set = |k: &str, v: String| {
+                info.pairs.retain(|(key, _)| key != k);
+                info.pairs.push((k.to_string(), v));
+            };
+            set("host", host_name());
+            set("kernel", procinfo::kernel());
+            set("boot_id", procinfo::boot_id());
+            set("clocksource", procinfo::clocksource());
+            set("trace_clock", clock::source_name().to_string());
+            set("trace_interval_ns", cfg.interval_ns.to_string());
+        });
         Ok(())
     }
 
-    fn info_record(&mut self, pid: u32) {
+    fn info_record(&self, buf: &mut RecordBuf, pid: u32) {
         let mut pairs: Vec<(&str, String)> = vec![
             (info_keys::NODE, self.node.clone()),
             (info_keys::HOST, host_name()),
@@ -181,8 +225,9 @@ impl Flusher {
             Origin::Forked(f) => pairs.push((info_keys::FORKED_FROM, f.clone())),
             Origin::Exec(f) => pairs.push((info_keys::EXEC_FROM, f.clone())),
             Origin::Renamed(f) => pairs.push(("node_changed_from", f.clone())),
+            Origin::Replaced(f) => pairs.push((CONTINUES_KEY, f.clone())),
         }
-        self.buf.info(pairs.iter().map(|(k, v)| (*k, v.as_str())));
+        buf.info(pairs.iter().map(|(k, v)| (*k, v.as_str())));
     }
 
     /// Creates the file if this process has none yet (a forked child creates it at its first
@@ -193,71 +238,178 @@ impl Flusher {
         }
         if self.out.is_none() {
             if let Err(e) = self.open_file() {
-                self.fail(&format!(
-                    "cannot write trace data under {}: {e}",
-                    self.cfg.node_dir(&self.node).display()
-                ));
+                self.open_failed(e);
                 return false;
             }
         }
         true
     }
 
-    /// Appends the encoded records to the file. A failure stops writing for good, after one
-    /// line on stderr: the program goes on untraced.
-    fn commit(&mut self) {
-        if self.failed || self.buf.is_empty() {
-            self.buf.clear();
-            return;
-        }
-        let Some(out) = self.out.as_mut() else {
-            self.buf.clear();
-            return;
-        };
-        if let Err(e) = out.append(self.buf.as_bytes()) {
-            let p = out.path().display().to_string();
-            self.fail(&format!("cannot write to {p}: {e}"));
-        }
+    /// No file can be made: a forked child, or a new node, whose directory cannot be written
+    /// or is refused. Nothing is printed (see the module docs); the process goes on untraced.
+    fn open_failed(&mut self, _e: WriteError) {
+        self.failed = true;
+        self.queue.clear();
         self.buf.clear();
     }
 
-    fn fail(&mut self, msg: &str) {
-        sys::stderr_line(&format!("culprit: {msg}; tracing stopped"));
-        self.failed = true;
+    /// Notes trouble in the data: an Info record committed with the next records.
+    fn note(&mut self, now: u64, what: &str) {
+        self.buf
+            .info([(TROUBLE_KEY, format!("{now}: {what}").as_str())]);
+    }
+
+    /// Commits the encoded records (and any kept from failed writes). A file that is gone is
+    /// continued in a new one; a failed write keeps the records for the next try.
+    fn commit(&mut self) {
+        self.queue.extend_from_slice(self.buf.as_bytes());
         self.buf.clear();
+        if self.failed {
+            self.queue.clear();
+            return;
+        }
+        if self.queue.is_empty() || self.out.is_none() {
+            return;
+        }
+        let now = sys::realtime_ns();
+        for _attempt in 0..2 {
+            let Some(out) = self.out.as_mut() else { return };
+            match out.commit(&self.queue) {
+                Ok(()) => {
+                    self.queue.clear();
+                    if let Some((since, why)) = self.failing.take() {
+                        // Written with the next records.
+                        self.note(
+                            now,
+                            &format!(
+                                "writes failed from {since} ns on ({why}); the records were \
+                                 kept and written late"
+                            ),
+                        );
+                    }
+                    return;
+                }
+                Err(WriteError::Gone(why)) => {
+                    let old = self.file_name().unwrap_or_default();
+                    if !self.replace_file(now, &why, old) {
+                        return;
+                    }
+                }
+                Err(WriteError::Refused(_)) => {
+                    self.failed = true;
+                    self.queue.clear();
+                    return;
+                }
+                Err(WriteError::Failed(why)) => {
+                    self.failing.get_or_insert((now, why));
+                    if self.queue.len() > MAX_QUEUE {
+                        let n = self.queue.len();
+                        self.queue.clear();
+                        self.note(
+                            now,
+                            &format!("{n} bytes of records dropped: writes kept failing"),
+                        );
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The file is gone (removed, replaced, cut short): start a new one that continues it,
+    /// carrying over the records not yet written (except `Object` records: the new file
+    /// describes every loaded object again). False when no new file can be made.
+    fn replace_file(&mut self, now: u64, why: &str, old: String) -> bool {
+        self.out = None;
+        let kept = carry_over(&std::mem::take(&mut self.queue));
+        self.origin = Origin::Replaced(old);
+        self.start_ns = now;
+        if let Err(e) = self.open_file() {
+            self.open_failed(e);
+            return false;
+        }
+        self.note(now, &format!("{why}; this file continues it"));
+        self.queue = kept;
+        self.queue.extend_from_slice(self.buf.as_bytes());
+        self.buf.clear();
+        true
     }
 
     /// Takes every thread's counts since the last call into `agg`, and frees the blocks of
     /// threads that have exited (their last counts are now taken).
     fn collect(&mut self) {
-        for b in sys::blocks() {
+        let agg = &mut self.agg;
+        let mut moved = false;
+        let mut add = |addr: usize, d: Delta| {
+            let e = agg.entry(addr).or_default();
+            e.calls += d.calls;
+            e.excl += d.excl;
+            e.incl += d.incl;
+            moved = true;
+        };
+        let mut un = Unaccounted::default();
+        let mut live = 0;
+        for b in pool::blocks() {
             let st = b.state.load(Acquire);
-            if st == state::FREE {
+            if st != state::LIVE && st != state::DEAD {
                 continue;
             }
-            self.threads += 1;
-            let agg = &mut self.agg;
-            let (lost, over) = b.take_deltas(|addr, d| {
-                let e = agg.entry(addr).or_default();
-                e.calls += d.calls;
-                e.excl += d.excl;
-                e.incl += d.incl;
-            });
-            self.lost += lost;
-            self.overflows += over;
+            un += b.take_deltas(&mut add);
             if st == state::DEAD {
+                self.exited += 1;
                 let _ = b
                     .state
                     .compare_exchange(state::DEAD, state::FREE, AcqRel, Acquire);
+            } else {
+                live += 1;
             }
         }
+        let (u, exited) = pool::take_retired(&mut add);
+        un += u;
+        un.dropped += pool::take_ignored();
+        self.exited += exited;
+        self.live = live;
+        self.dirty |= moved || un != Unaccounted::default();
+        self.unaccounted += un;
     }
 
     fn clear_counts(&mut self) {
         self.agg.clear();
-        self.threads = 0;
-        self.lost = 0;
-        self.overflows = 0;
+        self.unaccounted = Unaccounted::default();
+        self.exited = 0;
+        self.dirty = false;
+    }
+
+    /// The interval record for `start` from what `collect` gathered.
+    fn encode_interval(&mut self, buf_is_self: bool, start: u64, flags: u32) -> RecordBuf {
+        let mut entries: Vec<IntervalEntry> = self
+            .agg
+            .iter()
+            .map(|(&addr, d)| IntervalEntry {
+                addr: addr as u64,
+                calls: d.calls,
+                excl_ns: self.cal.to_ns(d.excl),
+                incl_ns: self.cal.to_ns(d.incl),
+            })
+            .collect();
+        entries.sort_unstable_by_key(|e| e.addr);
+        let sat = |v: u64| v.min(u32::MAX as u64) as u32;
+        let head = IntervalHead {
+            start_ns: start,
+            dur_ns: self.cfg.interval_ns,
+            flags,
+            threads: sat(self.live as u64 + self.exited),
+            lost_frames: sat(self.unaccounted.lost),
+            overflows: sat(self.unaccounted.overflows),
+            dropped: sat(self.unaccounted.dropped),
+        };
+        let mut out = if buf_is_self {
+            std::mem::take(&mut self.buf)
+        } else {
+            RecordBuf::new()
+        };
+        out.interval(&head, entries);
+        out
     }
 
     /// Writes the interval starting at `start` with what `collect` gathered.
@@ -274,26 +426,7 @@ impl Flusher {
             object_record(&mut self.buf, o, 0);
         }
         self.cal.refine();
-        let mut entries: Vec<IntervalEntry> = self
-            .agg
-            .iter()
-            .map(|(&addr, d)| IntervalEntry {
-                addr: addr as u64,
-                calls: d.calls,
-                excl_ns: self.cal.to_ns(d.excl),
-                incl_ns: self.cal.to_ns(d.incl),
-            })
-            .collect();
-        entries.sort_unstable_by_key(|e| e.addr);
-        let head = IntervalHead {
-            start_ns: start,
-            dur_ns: self.cfg.interval_ns,
-            flags,
-            threads: self.threads,
-            lost_frames: self.lost.min(u32::MAX as u64) as u32,
-            overflows: self.overflows.min(u32::MAX as u64) as u32,
-        };
-        self.buf.interval(&head, entries);
+        self.buf = self.encode_interval(true, start, flags);
         for o in &changes.removed {
             object_record(&mut self.buf, o, object_flags::UNLOADED);
         }
@@ -301,11 +434,12 @@ impl Flusher {
         self.commit();
     }
 
-    fn write_missed(&mut self, start: u64, dur_ns: u64) {
+    fn write_missed(&mut self, start: u64, dur_ns: u64, dropped: u64) {
         let head = IntervalHead {
             start_ns: start,
             dur_ns,
             flags: interval_flags::MISSED,
+            dropped: dropped.min(u32::MAX as u64) as u32,
             ..IntervalHead::default()
         };
         self.buf.interval(&head, std::iter::empty());
@@ -328,25 +462,52 @@ impl Flusher {
             self.write_interval(self.open_start, flags);
             self.open_start = end;
             self.observed_from = end;
+            let mut add_late = HashMap::new();
+            let un = pool::release_idle(&mut self.idle, |addr, d: Delta| {
+                let e: &mut Delta = add_late.entry(addr).or_default();
+                e.calls += d.calls;
+                e.excl += d.excl;
+                e.incl += d.incl;
+            });
+            // Counts found in released blocks (none unless a fork left some): this interval.
+            self.agg = add_late;
+            self.unaccounted += un;
             return;
         }
-        // Woke too late to tell which interval the counts belong to.
+        // Woke too late (the process was stopped, or the flusher starved): what the last
+        // checkpoints collected belongs to the open interval, observed up to then; what came
+        // since cannot be placed, and is counted as dropped.
+        let observed = !self.agg.is_empty() || self.unaccounted != Unaccounted::default();
+        if observed {
+            self.write_interval(self.open_start, interval_flags::PARTIAL);
+        }
         self.collect();
+        let unplaced: u64 =
+            self.agg.values().map(|d| d.calls).sum::<u64>() + self.unaccounted.dropped;
         self.clear_counts();
         let cur = now / i * i;
-        if self.ensure_open() {
-            let mut s = self.open_start;
+        let mut s = if observed {
+            self.open_start + i
+        } else {
+            self.open_start
+        };
+        if s < cur && self.ensure_open() {
             let mut n = 0;
+            let mut dropped = unplaced;
             while s < cur {
                 if n == MAX_MISSED_RECORDS {
-                    self.write_missed(s, cur - s);
+                    self.write_missed(s, cur - s, dropped);
                     break;
                 }
-                self.write_missed(s, i);
+                self.write_missed(s, i, dropped);
+                dropped = 0;
                 s += i;
                 n += 1;
             }
             self.commit();
+        } else if unplaced > 0 {
+            // No whole interval was missed: the current one carries the count.
+            self.unaccounted.dropped += unplaced;
         }
         self.open_start = cur;
         self.observed_from = now;
@@ -359,15 +520,65 @@ impl Flusher {
         self.observed_from = now.max(self.open_start + 1);
     }
 
+    /// Collects, and writes the interval in progress as the file's checkpoint when something
+    /// was counted since the last one.
+    fn checkpoint(&mut self) {
+        self.collect();
+        if !self.dirty || !self.queue.is_empty() || self.failed {
+            return;
+        }
+        if self.agg.is_empty() && self.unaccounted == Unaccounted::default() {
+            return;
+        }
+        if !self.ensure_open() {
+            return;
+        }
+        self.cal.refine();
+        let rec = self.encode_interval(false, self.open_start, interval_flags::PARTIAL);
+        let Some(out) = self.out.as_mut() else { return };
+        match out.checkpoint(rec.as_bytes()) {
+            Ok(()) => self.dirty = false,
+            Err(WriteError::Gone(why)) => {
+                let now = sys::realtime_ns();
+                let old = self.file_name().unwrap_or_default();
+                if self.replace_file(now, &why, old) {
+                    self.commit();
+                }
+            }
+            Err(WriteError::Refused(_)) => {
+                self.failed = true;
+                self.queue.clear();
+            }
+            // Tried again at the next checkpoint.
+            Err(WriteError::Failed(_)) => {}
+        }
+    }
+
     fn end_file(&mut self, now: u64, reason: u32) {
         if !self.ensure_open() {
             return;
         }
         self.buf.end(now, reason);
-        self.commit();
-        if let Some(out) = self.out.take() {
-            if !self.failed {
-                out.finish();
+        self.queue.extend_from_slice(self.buf.as_bytes());
+        self.buf.clear();
+        if self.failed {
+            return;
+        }
+        for _attempt in 0..2 {
+            let Some(out) = self.out.take() else { return };
+            let old = out.name().to_string();
+            match out.finish(&self.queue) {
+                Ok(()) => {
+                    self.queue.clear();
+                    return;
+                }
+                Err(WriteError::Gone(why)) => {
+                    // The End record is the last of the queue: the new file gets it too.
+                    if !self.replace_file(now, &why, old) {
+                        return;
+                    }
+                }
+                Err(_) => return,
             }
         }
     }
@@ -380,25 +591,37 @@ impl Flusher {
             return;
         }
         self.write_partial(now);
-        let old = match (self.out.is_some(), self.file_name()) {
-            (true, Some(f)) => Some(format!("{}/{f}", self.node)),
-            _ => None,
-        };
+        let old = self
+            .out
+            .as_ref()
+            .map(|o| format!("{}/{}", self.node, o.name()));
         if self.out.is_some() {
             self.end_file(now, end_reason::DONE);
         }
+        self.out = None;
         self.node = node;
         self.start_ns = now;
         if let Some(old) = old {
             self.origin = Origin::Renamed(old);
         }
         self.failed = false;
+        self.queue.clear();
+        self.failing = None;
         if let Err(e) = self.open_file() {
-            self.fail(&format!(
-                "cannot write trace data under {}: {e}",
-                self.cfg.node_dir(&self.node).display()
-            ));
+            self.open_failed(e);
         }
+    }
+
+    /// The process exits (`exit`, `_exit`): the last interval and the end marker. A forked
+    /// child that counted nothing leaves no file.
+    fn exit(&mut self, now: u64) {
+        self.collect();
+        let nothing = self.agg.is_empty() && self.unaccounted == Unaccounted::default();
+        if self.out.is_none() && nothing {
+            return;
+        }
+        self.write_interval(self.open_start, interval_flags::PARTIAL);
+        self.end_file(now, end_reason::EXIT);
     }
 
     /// The flusher loop: runs until the process exits.
@@ -407,10 +630,11 @@ impl Flusher {
     /// storing in [`DONE`] the value of `REQ` it read before taking the bits. It sleeps only
     /// when every request it has seen is acknowledged, so none waits for the next interval.
     pub fn run(mut self) {
+        let mut next_checkpoint = (sys::realtime_ns() / CHECKPOINT_NS + 1) * CHECKPOINT_NS;
         loop {
             let seen = REQ.load(Acquire);
             let now = sys::realtime_ns();
-            let deadline = self.open_start + self.cfg.interval_ns;
+            let deadline = (self.open_start + self.cfg.interval_ns).min(next_checkpoint);
             if PENDING.load(Acquire) == 0 && DONE.load(Acquire) == seen && now < deadline {
                 sys::futex_wait_until_realtime(&REQ, seen, deadline);
                 continue;
@@ -424,18 +648,49 @@ impl Flusher {
                 self.write_partial(now);
             }
             if pending & req::EXIT != 0 {
-                self.collect();
-                self.write_interval(self.open_start, interval_flags::PARTIAL);
-                self.end_file(now, end_reason::EXIT);
+                self.exit(now);
                 // Nothing is served after this: release every waiter.
                 DONE.store(REQ.load(Acquire), Release);
                 sys::futex_wake_all(&DONE);
                 return;
             }
+            if now >= next_checkpoint {
+                self.checkpoint();
+                next_checkpoint = (now / CHECKPOINT_NS + 1) * CHECKPOINT_NS;
+            }
             DONE.store(seen, Release);
             sys::futex_wake_all(&DONE);
         }
     }
+}
+
+/// The records of `queue` worth carrying into a new file: all but `Object` records (the new
+/// file describes the loaded objects itself, with its own ids).
+fn carry_over(queue: &[u8]) -> Vec<u8> {
+    let mut buf = RecordBuf::new();
+    for rec in records_at(queue, 0) {
+        match rec {
+            Ok(Record::Info(i)) => buf.info(i.pairs.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
+            Ok(Record::Interval(iv)) => {
+                buf.interval(
+                    &IntervalHead {
+                        start_ns: iv.start_ns,
+                        dur_ns: iv.dur_ns,
+                        flags: iv.flags,
+                        threads: iv.threads,
+                        lost_frames: iv.lost_frames,
+                        overflows: iv.overflows,
+                        dropped: iv.dropped,
+                    },
+                    iv.entries(),
+                );
+            }
+            Ok(Record::End(e)) => buf.end(e.end_ns, e.reason),
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    buf.as_bytes().to_vec()
 }
 
 fn object_record(buf: &mut RecordBuf, o: &Obj, extra_flags: u32) {
@@ -448,31 +703,4 @@ fn object_record(buf: &mut RecordBuf, o: &Obj, extra_flags: u32) {
         build_id: &o.build_id,
         path: &o.path,
     });
-}
-
-/// Refreshes `DATA/<node>/node.info` (keeps keys other writers put there; atomic replace).
-fn write_node_info(dir: &Path, cfg: &Config) {
-    let path = dir.join(names::NODE_INFO_FILE);
-    let mut info = std::fs::read_to_string(&path)
-        .ok()
-        .and_then(|t| names::NodeInfo::parse(&t))
-        .unwrap_or_default();
-    let mut set = |k: &str, v: String| {
-        info.pairs.retain(|(key, _)| key != k);
-        info.pairs.push((k.to_string(), v));
-    };
-    set("host", host_name());
-    set("kernel", procinfo::kernel());
-    set("boot_id", procinfo::boot_id());
-    set("clocksource", procinfo::clocksource());
-    set("trace_clock", clock::source_name().to_string());
-    set("trace_interval_ns", cfg.interval_ns.to_string());
-    let tmp = dir.join(format!(
-        ".{}.tmp.{}",
-        names::NODE_INFO_FILE,
-        std::process::id()
-    ));
-    if std::fs::write(&tmp, info.to_text()).is_ok() && std::fs::rename(&tmp, &path).is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
 }

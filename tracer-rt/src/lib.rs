@@ -21,15 +21,23 @@
 //!
 //! # Design constraints
 //!
-//! * **Never break the host program.** If set-up fails (data directory not writable, …) one
-//!   `culprit:` line goes to stderr and the program runs untraced. Nothing is ever written to
-//!   stdout; no signal is used. A program that calls no hook (not instrumented) is left alone
-//!   entirely: no file, no thread.
+//! * **Never break the host program.** If set-up fails or is refused (data directory not
+//!   writable, or not safe: see the `culprit-datadir` crate) one `culprit:` line goes to stderr
+//!   and the program runs untraced; after start-up nothing is printed (trouble goes into the
+//!   data). Nothing is ever written to stdout; no signal is used; no descriptor is kept open.
+//!   A program that calls no hook (not instrumented) is left alone entirely: no file, no
+//!   thread. Under secure execution (set-user-id programs) the runtime does nothing, silently.
 //! * **Hooks are cheap and async-signal-safe**: no allocation, lock, system call or unwinding;
-//!   thread-local state reached with one `%fs:` load; TSC timestamps (see [`clock`]).
-//! * **Crash-safe output**: the file is a shared mapping; `kill -9` loses at most the
-//!   interval in progress.
-//! * **`unsafe` lives in [`sys`] only.**
+//!   thread-local state reached with one `%fs:` load; TSC timestamps (see [`clock`]). They
+//!   write only memory the runtime owns; the flusher copies it into the file with `pwrite`
+//!   ([`output`]), so truncating or removing the file cannot fault the program.
+//! * **Crash-safe output**: every 100 ms the interval in progress is checkpointed into the
+//!   file; a crash, `abort` or `kill -9` loses at most the calls of the last 100 ms. `exit`
+//!   and `_exit` (interposed) write everything.
+//! * **Nothing lost silently**: calls that cannot be accounted are counted (`lost_frames`,
+//!   `overflows`, `dropped` in every interval).
+//! * **`unsafe` lives in [`sys`] only** (and one `unsafe impl` marker in [`pool`]); `sys`
+//!   knows no domain type.
 //! * **Accounting is at exit**: a call counts in the interval in which it returns; calls still
 //!   running when the process ends (e.g. `main` when the program calls `exit()`) are not
 //!   counted.
@@ -39,11 +47,14 @@
 pub mod block;
 pub mod clock;
 pub mod config;
+pub mod control;
 pub mod decide;
 pub mod elf;
 pub mod flusher;
 pub mod glob;
 pub mod objects;
+pub mod output;
+pub mod pool;
 pub mod procinfo;
 pub mod runtime;
 #[allow(unsafe_code)]

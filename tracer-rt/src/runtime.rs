@@ -4,47 +4,18 @@
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
-use crate::block::state;
 use crate::clock::Calibration;
 use crate::config::Config;
+use crate::control::{
+    self, req, state, CURRENT_FILE, CURRENT_NODE, DONE, NODE_REQUEST, PENDING, REQ, STATE,
+};
 use crate::flusher::{Flusher, Origin};
+use crate::output::WriteError;
 use crate::sys::{self, Publish};
-use crate::{decide, elf, objects};
+use crate::{decide, elf, objects, pool};
 
-/// Not started yet (hooks do nothing).
-const UNINIT: u32 = 0;
-/// Tracing.
-const ACTIVE: u32 = 1;
-/// Not tracing: set-up failed, or the program calls no hook.
-const OFF: u32 = 2;
-/// The process is exiting; the last records are written.
-const ENDED: u32 = 3;
-
-static STATE: AtomicU32 = AtomicU32::new(UNINIT);
 static CONFIG: Publish<Config> = Publish::new();
 
-/// Requests to the flusher (see `request`).
-pub mod req {
-    /// Write what the current interval has so far.
-    pub const FLUSH: u32 = 1;
-    /// Move to the node set by `culprit_set_node`.
-    pub const NODE: u32 = 2;
-    /// The process exits: write the last interval and the end marker.
-    pub const EXIT: u32 = 4;
-}
-
-/// Futex word the flusher sleeps on; bumped by every request.
-pub static REQ: AtomicU32 = AtomicU32::new(0);
-/// Bits of [`req`] not yet handled.
-pub static PENDING: AtomicU32 = AtomicU32::new(0);
-/// Value of [`REQ`] up to which requests are handled; futex word requesters sleep on.
-pub static DONE: AtomicU32 = AtomicU32::new(0);
-/// Node requested by `culprit_set_node`.
-pub static NODE_REQUEST: Publish<String> = Publish::new();
-/// Name of the file this process writes now (for a forked child's `forked_from`).
-pub static CURRENT_FILE: Publish<String> = Publish::new();
-/// Node this process writes to now (a forked child starts there).
-pub static CURRENT_NODE: Publish<String> = Publish::new();
 /// Ticks-to-ns calibration start, shared with forked children.
 static CALIBRATION: Publish<Calibration> = Publish::new();
 /// Wall-clock ns at which the runtime started in this process (or forked child).
@@ -60,7 +31,7 @@ pub const CHAIN_VAR: &str = "CULPRIT_TRACE_FILE";
 
 /// Is the runtime tracing this process?
 pub fn is_active() -> bool {
-    STATE.load(Acquire) == ACTIVE
+    control::is_active()
 }
 
 /// The configuration (after start-up).
@@ -74,9 +45,17 @@ fn say(msg: &str) {
 
 /// The constructor: reads the configuration, decides whether to trace, creates the file,
 /// starts the flusher. Fails open: any problem leaves the program running untraced after one
-/// `culprit:` line on stderr.
+/// `culprit:` line on stderr — the only time the runtime prints anything.
+///
+/// Under secure execution (a set-user-id program run by another user, see
+/// [`sys::secure_execution`]) the environment (`CULPRIT_DIR`, `CULPRIT_NODE`) comes from the
+/// caller and cannot be trusted: the runtime does not trace, silently.
 pub fn start() {
-    if STATE.load(Acquire) != UNINIT {
+    if STATE.load(Acquire) != state::UNINIT {
+        return;
+    }
+    if sys::secure_execution() {
+        STATE.store(state::OFF, Release);
         return;
     }
     let objs = objects::scan();
@@ -86,7 +65,7 @@ pub fn start() {
         .iter()
         .any(|o| o.has_file() && elf::calls_hooks(o.path.as_ref()))
     {
-        STATE.store(OFF, Release);
+        STATE.store(state::OFF, Release);
         return;
     }
     let mut warnings = Vec::new();
@@ -106,26 +85,32 @@ pub fn start() {
     CURRENT_NODE.set(cfg.node.clone());
     let mut flusher = Flusher::new(cfg, cfg.node.clone(), cal, start_ns, origin);
     if let Err(e) = flusher.open_file() {
-        say(&format!(
-            "cannot write trace data under {}: {e}; running untraced",
-            cfg.node_dir(&cfg.node).display()
-        ));
-        STATE.store(OFF, Release);
+        match e {
+            WriteError::Refused(why) => say(&format!("{why}; running untraced")),
+            e => say(&format!(
+                "cannot write trace data under {}: {e}; running untraced",
+                cfg.node_dir(&cfg.node).display()
+            )),
+        }
+        STATE.store(state::OFF, Release);
         return;
     }
     if let Some(name) = flusher.file_name() {
         // Constructors run before `main`, normally single-threaded: setenv is safe here.
         std::env::set_var(CHAIN_VAR, format!("{}:{name}", std::process::id()));
     }
-    if !(sys::create_exit_key() && sys::at_fork_child(after_fork_child) && sys::at_exit(at_exit)) {
+    if !(sys::create_exit_key::<crate::block::ThreadBlock>()
+        && sys::at_fork_child(after_fork_child)
+        && sys::at_exit(at_exit))
+    {
         say("cannot register thread/fork/exit handlers; running untraced");
-        STATE.store(OFF, Release);
+        STATE.store(state::OFF, Release);
         return;
     }
-    STATE.store(ACTIVE, Release);
+    STATE.store(state::ACTIVE, Release);
     if !sys::spawn_detached(Box::new(move || flusher.run())) {
         say("cannot start the flusher thread; running untraced");
-        STATE.store(OFF, Release);
+        STATE.store(state::OFF, Release);
     }
 }
 
@@ -146,32 +131,6 @@ fn chain_origin() -> Origin {
     } else {
         Origin::Start
     }
-}
-
-/// The first hook of a thread: gives it a block (and traces the call).
-#[cold]
-#[inline(never)]
-pub fn first_enter(addr: usize, sp: usize) {
-    if let Some(b) = ensure_block() {
-        b.enter(addr, sp);
-    }
-}
-
-/// This thread's block, claiming one if it has none; `None` when not tracing or when this
-/// thread's hooks are ignored.
-pub fn ensure_block() -> Option<&'static crate::block::ThreadBlock> {
-    if let Some(b) = sys::current_block() {
-        return Some(b);
-    }
-    if sys::tls_word() != sys::TLS_NONE || STATE.load(Acquire) != ACTIVE {
-        return None;
-    }
-    // Hooks firing while the block is set up (inside mmap, pthread_setspecific) do nothing.
-    sys::tls_ignore();
-    let b = sys::claim_block()?;
-    sys::set_exit_hook(b);
-    sys::set_current_block(b);
-    Some(b)
 }
 
 /// Sends `bits` to the flusher and waits (up to `timeout_ns`) until it has handled them.
@@ -227,7 +186,7 @@ pub fn set_node(name: &str) -> i32 {
 
 /// `culprit_pause()`.
 pub fn pause() -> i32 {
-    match ensure_block() {
+    match pool::ensure_block() {
         Some(b) => {
             b.pause();
             0
@@ -238,7 +197,7 @@ pub fn pause() -> i32 {
 
 /// `culprit_resume()`.
 pub fn resume() -> i32 {
-    match sys::current_block() {
+    match pool::current() {
         Some(b) if b.resume() => 0,
         Some(_) => -2,
         None => -1,
@@ -246,10 +205,16 @@ pub fn resume() -> i32 {
 }
 
 extern "C" fn at_exit() {
-    // Not in a child without a flusher: with vfork, ENDED would stop the parent's tracing.
+    before_exit();
+}
+
+/// The process exits (`exit`, or `_exit`/`_Exit`, which the runtime interposes): the flusher
+/// writes the last interval and the end marker; waits for it at most 3 s. Does nothing in a
+/// child without a flusher (with vfork, ENDED would stop the parent's tracing).
+pub fn before_exit() {
     if std::process::id() == OWNER_PID.load(Relaxed)
         && STATE
-            .compare_exchange(ACTIVE, ENDED, AcqRel, Acquire)
+            .compare_exchange(state::ACTIVE, state::ENDED, AcqRel, Acquire)
             .is_ok()
     {
         request(req::EXIT, 3_000_000_000);
@@ -260,16 +225,10 @@ extern "C" fn at_exit() {
 /// zero (the parent reports everything up to the fork), it writes its own file (created at
 /// its first write, so a child that `exec`s at once leaves none), with a new flusher thread.
 extern "C" fn after_fork_child() {
-    if STATE.load(Acquire) != ACTIVE {
+    if STATE.load(Acquire) != state::ACTIVE {
         return;
     }
-    let me = sys::current_block().map(|b| b as *const _);
-    for b in sys::blocks() {
-        b.drop_deltas();
-        if Some(b as *const _) != me {
-            b.state.store(state::FREE, Release);
-        }
-    }
+    pool::after_fork(pool::current());
     PENDING.store(0, Relaxed);
     REQ.store(0, Relaxed);
     DONE.store(0, Relaxed);
@@ -289,6 +248,6 @@ extern "C" fn after_fork_child() {
     OWNER_PID.store(std::process::id(), Relaxed);
     let flusher = Flusher::new(cfg, node, *cal, start_ns, origin);
     if !sys::spawn_detached(Box::new(move || flusher.run())) {
-        STATE.store(OFF, Release);
+        STATE.store(state::OFF, Release);
     }
 }

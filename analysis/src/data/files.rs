@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use culprit_format::names::NodeInfo;
-use culprit_format::{interval_flags, DATA_OFFSET};
+use culprit_format::{info_keys, interval_flags, DATA_OFFSET};
 
 use super::names::{EventId, FuncId, ProgramId};
 use super::symbols::Object;
@@ -51,6 +51,9 @@ pub struct TraceInterval {
     pub lost_frames: u32,
     /// Calls not accounted for lack of room.
     pub overflows: u32,
+    /// Calls not traced for other reasons (a signal handler inside a hook, a thread without
+    /// a table, calls the runtime could not place in an interval).
+    pub dropped: u32,
     /// Per-function counters (functions with the same name are merged).
     pub entries: Vec<TraceEntry>,
 }
@@ -84,14 +87,31 @@ pub struct TraceFile {
     /// The file of the program this process image `exec`ed, when there is one: the image
     /// ended by exec (which runs no exit handler, so there is no end marker).
     pub exec_successor: Option<PathBuf>,
-    /// Intervals in file order.
+    /// Intervals in file order. When the writer is gone without an end marker (a crash,
+    /// `abort`, `kill -9`, `exec`), the last one may be its checkpoint of the interval in
+    /// progress (flagged partial; it is re-read at every refresh).
     pub intervals: Vec<TraceInterval>,
+    /// The checkpoint found at the last read, not yet known to be usable.
+    pub(super) checkpoint: Option<TraceInterval>,
+    /// The last of `intervals` is the checkpoint.
+    pub(super) provisional: bool,
     pub(super) consumed: u64,
     pub(super) objects: Vec<Object>,
     pub(super) addr_cache: HashMap<u64, FuncId>,
 }
 
 impl TraceFile {
+    /// True when the process that writes this file still runs (on this machine, same boot,
+    /// same start time).
+    pub fn writer_alive(&self) -> bool {
+        process_alive(
+            self.pid,
+            self.info(info_keys::BOOT_ID),
+            self.info(info_keys::PROC_START_NS)
+                .and_then(|v| v.parse().ok()),
+        )
+    }
+
     /// The value of an info key.
     pub fn info(&self, key: &str) -> Option<&str> {
         self.info
@@ -231,6 +251,8 @@ pub(super) fn empty_trace() -> TraceFile {
         status: FileStatus::Open,
         exec_successor: None,
         intervals: Vec::new(),
+        checkpoint: None,
+        provisional: false,
         consumed: DATA_OFFSET,
         objects: Vec::new(),
         addr_cache: HashMap::new(),
@@ -270,4 +292,39 @@ pub(super) fn merge_trace_entries(entries: &mut Vec<TraceEntry>) {
         }
     }
     *entries = out;
+}
+
+/// True when `pid` is a live process on this boot that started at `start_ns` (±2 s).
+pub fn process_alive(pid: u32, boot_id: Option<&str>, start_ns: Option<u64>) -> bool {
+    let this_boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .ok();
+    if boot_id.is_some() && boot_id.map(str::to_string) != this_boot {
+        return false;
+    }
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let Some(start_ns) = start_ns else {
+        return true;
+    };
+    // Field 22 (starttime, clock ticks since boot) comes after the ")" that ends comm.
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let ticks: Option<u64> = after
+        .split_whitespace()
+        .nth(19)
+        .and_then(|v| v.parse().ok());
+    let btime: Option<u64> = std::fs::read_to_string("/proc/stat").ok().and_then(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("btime "))
+            .and_then(|v| v.trim().parse().ok())
+    });
+    let hz = crate::sys::clock_ticks_per_second();
+    match (ticks, btime) {
+        (Some(t), Some(b)) => {
+            let ns = b * 1_000_000_000 + t * (1_000_000_000 / hz);
+            ns.abs_diff(start_ns) <= 2_000_000_000
+        }
+        _ => true,
+    }
 }

@@ -18,7 +18,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use culprit_format::{
-    file_state, info_keys, object_flags, records_at, samples_flags, FileKind, ParsedFile, Record,
+    file_state, info_keys, object_flags, pending_interval, records_at, samples_flags, FileKind,
+    IntervalRec, ParsedFile, Record, MAX_RECORD_LEN,
 };
 
 mod files;
@@ -28,8 +29,8 @@ mod symbols;
 
 use files::{empty_samples, empty_trace, merge_trace_entries};
 pub use files::{
-    EventCount, EventInterval, FileStatus, NodeData, SampleCount, SampleFile, SampleInterval,
-    TraceEntry, TraceFile, TraceInterval,
+    process_alive, EventCount, EventInterval, FileStatus, NodeData, SampleCount, SampleFile,
+    SampleInterval, TraceEntry, TraceFile, TraceInterval,
 };
 pub use names::{EventId, FuncId, FuncKey, Interner, Names, ProgramId};
 pub use source::{DirSource, NodeListing, ReadAt, Source};
@@ -225,6 +226,15 @@ impl Dataset {
                 t.exec_successor = Some(succ);
             }
         }
+        // A checkpoint counts once its writer is gone (see `TraceFile::intervals`).
+        for t in &mut node.traces {
+            if let Some(cp) = t.checkpoint.take() {
+                if t.exec_successor.is_some() || !t.writer_alive() {
+                    t.intervals.push(cp);
+                    t.provisional = true;
+                }
+            }
+        }
         node.samples.sort_by_key(|s| s.created_ns);
     }
 
@@ -262,9 +272,68 @@ impl Dataset {
     }
 
     fn read_trace(&mut self, t: &mut TraceFile, stats: &mut RefreshStats) {
+        if std::mem::take(&mut t.provisional) {
+            t.intervals.pop();
+        }
+        t.checkpoint = None;
         if matches!(t.status, FileStatus::Damaged(_) | FileStatus::Ended) {
             return;
         }
+        self.read_committed(t, stats);
+        if t.status == FileStatus::Open {
+            t.checkpoint = self.read_checkpoint(t);
+        }
+    }
+
+    /// The writer's checkpoint of the interval in progress, when the stream has an intact one
+    /// right after what was read.
+    fn read_checkpoint(&mut self, t: &mut TraceFile) -> Option<TraceInterval> {
+        let f = self.source.open(&t.path).ok()?;
+        let mut head = [0u8; 128];
+        let n = read_fully(&*f, &mut head, 0).ok()?;
+        let h = ParsedFile::parse(&head[..n]).ok()?.header;
+        if h.committed_end != t.consumed
+            || h.pending_end <= h.committed_end
+            || h.pending_end - h.committed_end > MAX_RECORD_LEN as u64
+        {
+            return None;
+        }
+        let mut bytes = vec![0u8; (h.pending_end - h.committed_end) as usize];
+        if read_fully(&*f, &mut bytes, h.committed_end).ok()? != bytes.len() {
+            return None;
+        }
+        let iv = pending_interval(&bytes)?;
+        Some(self.trace_interval(t, &iv))
+    }
+
+    fn trace_interval(&mut self, t: &mut TraceFile, iv: &IntervalRec<'_>) -> TraceInterval {
+        if t.interval_ns == 0 {
+            t.interval_ns = iv.dur_ns;
+        }
+        let mut entries: Vec<TraceEntry> = Vec::with_capacity(iv.len());
+        for e in iv.entries() {
+            let func = self.trace_func(t, e.addr);
+            entries.push(TraceEntry {
+                func,
+                calls: e.calls,
+                excl_ns: e.excl_ns,
+                incl_ns: e.incl_ns,
+            });
+        }
+        merge_trace_entries(&mut entries);
+        TraceInterval {
+            start_ns: iv.start_ns,
+            dur_ns: iv.dur_ns,
+            flags: iv.flags,
+            threads: iv.threads,
+            lost_frames: iv.lost_frames,
+            overflows: iv.overflows,
+            dropped: iv.dropped,
+            entries,
+        }
+    }
+
+    fn read_committed(&mut self, t: &mut TraceFile, stats: &mut RefreshStats) {
         let Some(chunk) = self.read_new(&t.path, t.consumed, &mut t.status) else {
             return;
         };
@@ -322,29 +391,8 @@ impl Dataset {
                     t.addr_cache.clear();
                 }
                 Ok(Record::Interval(iv)) => {
-                    if t.interval_ns == 0 {
-                        t.interval_ns = iv.dur_ns;
-                    }
-                    let mut entries: Vec<TraceEntry> = Vec::with_capacity(iv.len());
-                    for e in iv.entries() {
-                        let func = self.trace_func(t, e.addr);
-                        entries.push(TraceEntry {
-                            func,
-                            calls: e.calls,
-                            excl_ns: e.excl_ns,
-                            incl_ns: e.incl_ns,
-                        });
-                    }
-                    merge_trace_entries(&mut entries);
-                    t.intervals.push(TraceInterval {
-                        start_ns: iv.start_ns,
-                        dur_ns: iv.dur_ns,
-                        flags: iv.flags,
-                        threads: iv.threads,
-                        lost_frames: iv.lost_frames,
-                        overflows: iv.overflows,
-                        entries,
-                    });
+                    let ti = self.trace_interval(t, &iv);
+                    t.intervals.push(ti);
                     stats.new_intervals += 1;
                 }
                 Ok(Record::End(e)) => {

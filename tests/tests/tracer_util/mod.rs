@@ -110,6 +110,7 @@ pub struct Interval {
     pub threads: u32,
     pub lost_frames: u32,
     pub overflows: u32,
+    pub dropped: u32,
     pub entries: usize,
     /// Calls of all functions in the interval.
     pub calls: u64,
@@ -217,6 +218,7 @@ fn load_file(path: &Path) -> Proc {
                     threads: iv.threads,
                     lost_frames: iv.lost_frames,
                     overflows: iv.overflows,
+                    dropped: iv.dropped,
                     entries: iv.len(),
                     calls: iv.entries().map(|e| e.calls).sum(),
                 });

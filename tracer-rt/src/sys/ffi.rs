@@ -1,11 +1,11 @@
 //! The exported C functions: the two `-finstrument-functions` hooks, the C API of
-//! `include/culprit.h`, and the constructor. Each is a thin shell over safe code; none lets a
-//! Rust panic or error cross the C boundary (the C API returns codes).
+//! `include/culprit.h`, `_exit`/`_Exit`, and the constructor. Each is a thin shell over safe
+//! code; none lets a Rust panic or error cross the C boundary (the C API returns codes).
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 
-use super::{current_block, stack_pointer, tls_word, TLS_NONE};
-use crate::runtime;
+use super::stack_pointer;
+use crate::{pool, runtime};
 
 /// Hook called by code compiled with `-finstrument-functions` on entry to every function.
 ///
@@ -19,20 +19,31 @@ use crate::runtime;
 /// panic would find no handler in C frames and end the process, as the guard would have.
 #[no_mangle]
 pub extern "C-unwind" fn __cyg_profile_func_enter(func: *mut c_void, _call_site: *mut c_void) {
-    let sp = stack_pointer();
-    match current_block() {
-        Some(b) => b.enter(func as usize, sp),
-        None if tls_word() == TLS_NONE => runtime::first_enter(func as usize, sp),
-        None => {}
-    }
+    pool::enter_hook(func as usize, stack_pointer());
 }
 
 /// Hook called on exit from every instrumented function.
 #[no_mangle]
 pub extern "C-unwind" fn __cyg_profile_func_exit(func: *mut c_void, _call_site: *mut c_void) {
-    if let Some(b) = current_block() {
-        b.exit(func as usize, stack_pointer());
-    }
+    pool::exit_hook(func as usize, stack_pointer());
+}
+
+/// `_exit(2)` as the program sees it when the runtime is linked or preloaded (it comes before
+/// glibc in the symbol lookup order): writes the interval in progress and the end marker
+/// (bounded wait), then ends the process as glibc's `_exit` does. Pre-forked workers and
+/// children that `_exit` would otherwise lose everything since their last interval boundary.
+/// glibc's own internal uses of `_exit` (`exit`, `posix_spawn`, `system`) do not come here.
+#[no_mangle]
+pub extern "C" fn _exit(status: c_int) -> ! {
+    let _ = std::panic::catch_unwind(runtime::before_exit);
+    super::exit_group(status)
+}
+
+/// `_Exit(3)`: the same as [`_exit`].
+#[no_mangle]
+pub extern "C" fn _Exit(status: c_int) -> ! {
+    let _ = std::panic::catch_unwind(runtime::before_exit);
+    super::exit_group(status)
 }
 
 /// See `culprit_flush` in include/culprit.h.

@@ -1,15 +1,14 @@
 //! Every `unsafe` operation of the runtime, behind safe functions and owner types: the
-//! thread-local pointer, the TSC, anonymous and file-backed mappings, futexes, pthread keys,
-//! `pthread_atfork`, `atexit`, `dl_iterate_phdr`, and (in [`ffi`]) the exported C functions.
+//! thread-local pointer, the TSC, anonymous mappings, futexes, pthread keys, `pthread_atfork`,
+//! `atexit`, `dl_iterate_phdr`, and (in [`ffi`]) the exported C functions.
+//!
+//! This layer knows no domain type: what the thread-local pointer points at is any
+//! [`ThreadData`] (the runtime has one, its per-thread block), and the registry of those is a
+//! generic [`Registry`].
 
 use std::ffi::{c_int, c_void, CStr};
-use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize};
-
-use crate::block::{state, ThreadBlock};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize};
 
 pub mod ffi;
 
@@ -103,22 +102,140 @@ pub fn tls_ignore() {
     tls::set(TLS_IGNORE);
 }
 
-/// This thread's block, if it has one.
+/// What the thread-local pointer points at: the runtime's per-thread data.
+///
+/// # Safety
+///
+/// Implementors guarantee that
+/// * all-zero bytes are a valid value of the type, and it has no drop glue (values are made
+///   by [`alloc_zeroed`] in fresh anonymous memory and never dropped);
+/// * every field is an atomic or made of atomics, so the kernel zeroing its pages
+///   ([`discard_tail`]) is no different from other threads storing zeros;
+/// * it is the only type implementing this trait in the crate: the thread-local pointer is
+///   one word, and [`thread_data`] reads back as `T` what [`set_thread_data`] stored.
+pub unsafe trait ThreadData: Sync + 'static {
+    /// Called in a thread that exits while it has data (from a pthread key destructor), after
+    /// the thread's hooks have been switched off ([`TLS_IGNORE`]).
+    fn on_thread_exit(&'static self);
+}
+
+/// This thread's data, if it has any.
 #[inline(always)]
-pub fn current_block() -> Option<&'static ThreadBlock> {
+pub fn thread_data<T: ThreadData>() -> Option<&'static T> {
     let w = tls::get();
     if w > TLS_IGNORE {
-        // SAFETY: the only values above TLS_IGNORE ever stored are addresses of blocks from
-        // `Registry`, which are never unmapped.
-        Some(unsafe { &*(w as *const ThreadBlock) })
+        // SAFETY: the only values above TLS_IGNORE ever stored are addresses of `&'static T`
+        // (set_thread_data), and T is the crate's only ThreadData type.
+        Some(unsafe { &*(w as *const T) })
     } else {
         None
     }
 }
 
-/// Makes `b` this thread's block.
-pub fn set_current_block(b: &'static ThreadBlock) {
-    tls::set(b as *const ThreadBlock as usize);
+/// Makes `d` this thread's data, and arranges for [`ThreadData::on_thread_exit`] to run when
+/// the thread exits (see [`create_exit_key`]).
+pub fn set_thread_data<T: ThreadData>(d: &'static T) {
+    let key = KEY.load(Acquire);
+    if key != u32::MAX {
+        // SAFETY: the key was created by create_exit_key; any non-null value makes its
+        // destructor run.
+        unsafe { libc::pthread_setspecific(key, std::ptr::dangling::<c_void>()) };
+    }
+    tls::set(d as *const T as usize);
+}
+
+/// A fresh zeroed `T` in its own anonymous mapping, never unmapped; `None` when memory cannot
+/// be mapped.
+pub fn alloc_zeroed<T: ThreadData>() -> Option<&'static T> {
+    let size = size_of::<T>();
+    // SAFETY: anonymous private mapping; the result is checked.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return None;
+    }
+    const { assert!(align_of::<T>() <= 4096) };
+    // SAFETY: zeroed memory is a valid T (ThreadData), page alignment satisfies T's, and the
+    // mapping is never unmapped, so 'static holds.
+    Some(unsafe { &*(p as *const T) })
+}
+
+/// Gives the pages of `d` from byte `from` (rounded up to a page) to its end back to the
+/// kernel: they read as zeros afterwards, and use no memory until written again. The caller
+/// makes sure no other thread uses `d` meanwhile.
+pub fn discard_tail<T: ThreadData>(d: &'static T, from: usize) {
+    let start = (d as *const T as usize) + from.next_multiple_of(4096);
+    let end = (d as *const T as usize) + size_of::<T>();
+    if start < end {
+        // SAFETY: the range is whole pages inside d's own mapping (alloc_zeroed maps every T
+        // on its own, page-aligned); zeroing them is valid for a ThreadData (all atomics,
+        // all-zero valid).
+        unsafe { libc::madvise(start as *mut c_void, end - start, libc::MADV_DONTNEED) };
+    }
+}
+
+/// A lock-free list of `&'static T`, only ever appended to, with room for `N`.
+#[derive(Debug)]
+pub struct Registry<T: ThreadData, const N: usize> {
+    items: [AtomicPtr<T>; N],
+    len: AtomicUsize,
+}
+
+impl<T: ThreadData, const N: usize> Default for Registry<T, N> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T: ThreadData, const N: usize> Registry<T, N> {
+    /// Empty.
+    pub const fn new() -> Self {
+        Registry {
+            items: [const { AtomicPtr::new(std::ptr::null_mut()) }; N],
+            len: AtomicUsize::new(0),
+        }
+    }
+
+    /// Appends `d`; false when full.
+    pub fn push(&self, d: &'static T) -> bool {
+        let i = self.len.fetch_add(1, AcqRel);
+        if i >= N {
+            self.len.fetch_sub(1, AcqRel);
+            return false;
+        }
+        self.items[i].store(d as *const T as *mut T, Release);
+        true
+    }
+
+    /// The items in the order they were added (an item being added right now may be missed).
+    pub fn iter(&self) -> impl Iterator<Item = &'static T> + '_ {
+        (0..self.len()).filter_map(|i| self.get(i))
+    }
+
+    /// Number of slots handed out so far (an item may still be on its way into the last ones).
+    pub fn len(&self) -> usize {
+        self.len.load(Acquire).min(N)
+    }
+
+    /// True when nothing was added.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The `i`-th item, if it is there.
+    pub fn get(&self, i: usize) -> Option<&'static T> {
+        let p = self.items.get(i)?.load(Acquire);
+        // SAFETY: non-null pointers stored here come from `&'static T` (push).
+        (!p.is_null()).then(|| unsafe { &*p })
+    }
 }
 
 /// The stack pointer of the calling function (inlined into the hooks: the hook's own, which,
@@ -194,99 +311,31 @@ pub fn realtime_ns() -> u64 {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The registry of thread blocks: a lock-free list, only ever pushed to.
-
-static BLOCKS: AtomicUsize = AtomicUsize::new(0);
-
-/// Iterates over every block ever allocated.
-pub fn blocks() -> impl Iterator<Item = &'static ThreadBlock> {
-    let mut p = BLOCKS.load(Acquire);
-    std::iter::from_fn(move || {
-        if p == 0 {
-            return None;
-        }
-        // SAFETY: the list holds only blocks from `alloc_block`, never unmapped; `next` was
-        // set before the block was published with a release CAS.
-        let b = unsafe { &*(p as *const ThreadBlock) };
-        p = b.next.load(Acquire);
-        Some(b)
-    })
-}
-
-/// A block for a new thread: a free one if any, else a fresh mapping. `None` when memory
-/// cannot be mapped.
-pub fn claim_block() -> Option<&'static ThreadBlock> {
-    for b in blocks() {
-        if b.state
-            .compare_exchange(state::FREE, state::LIVE, AcqRel, Relaxed)
-            .is_ok()
-        {
-            b.reset_for_owner();
-            return Some(b);
-        }
-    }
-    let size = size_of::<ThreadBlock>();
-    // SAFETY: anonymous private mapping; the result is checked. Zeroed memory is a valid
-    // empty ThreadBlock (all atomics), and page alignment satisfies its 4096 alignment.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            size,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return None;
-    }
-    // SAFETY: see above; the mapping is never unmapped, so 'static holds.
-    let b: &'static ThreadBlock = unsafe { &*(p as *const ThreadBlock) };
-    b.state.store(state::LIVE, Relaxed);
-    b.reset_for_owner();
-    let mut head = BLOCKS.load(Relaxed);
-    loop {
-        b.next.store(head, Relaxed);
-        match BLOCKS.compare_exchange_weak(head, p as usize, Release, Relaxed) {
-            Ok(_) => return Some(b),
-            Err(h) => head = h,
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Thread exit: a pthread key whose destructor marks the block dead.
+// Thread exit: a pthread key whose destructor runs `ThreadData::on_thread_exit`.
 
 static KEY: AtomicU32 = AtomicU32::new(u32::MAX);
 
-extern "C" fn block_destructor(p: *mut c_void) {
+extern "C" fn exit_destructor<T: ThreadData>(_: *mut c_void) {
+    let w = tls::get();
     tls::set(TLS_IGNORE);
-    if !p.is_null() {
-        // SAFETY: the key's value is only ever set to a block address (set_exit_hook).
-        let b = unsafe { &*(p as *const ThreadBlock) };
-        b.state.store(state::DEAD, Release);
+    if let Some(d) = (w > TLS_IGNORE).then(|| {
+        // SAFETY: as in thread_data: values above TLS_IGNORE are `&'static T`.
+        unsafe { &*(w as *const T) }
+    }) {
+        d.on_thread_exit();
     }
 }
 
-/// Creates the pthread key whose destructor marks a thread's block dead when it exits.
-pub fn create_exit_key() -> bool {
+/// Creates the pthread key whose destructor runs [`ThreadData::on_thread_exit`] for `T` in
+/// every exiting thread that has data.
+pub fn create_exit_key<T: ThreadData>() -> bool {
     let mut key: libc::pthread_key_t = 0;
     // SAFETY: valid out-pointer and an extern "C" destructor that never unwinds.
-    if unsafe { libc::pthread_key_create(&mut key, Some(block_destructor)) } != 0 {
+    if unsafe { libc::pthread_key_create(&mut key, Some(exit_destructor::<T>)) } != 0 {
         return false;
     }
     KEY.store(key, Release);
     true
-}
-
-/// Arranges for `b` to be marked dead when this thread exits.
-pub fn set_exit_hook(b: &'static ThreadBlock) {
-    let key = KEY.load(Acquire);
-    if key != u32::MAX {
-        // SAFETY: the key was created by create_exit_key; the value is a block address.
-        unsafe { libc::pthread_setspecific(key, b as *const ThreadBlock as *const c_void) };
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -306,7 +355,9 @@ pub fn at_exit(f: extern "C" fn()) -> bool {
 
 /// Starts a detached thread running `f` with a raw `pthread_create` (safe to call in a
 /// `fork` child handler, unlike `std::thread`, which takes process-wide locks). The thread's
-/// hooks do nothing.
+/// hooks do nothing, and it blocks every signal from its first instruction on: the program's
+/// handlers never run in it (a handler's calls would go untraced there, and one calling
+/// `_exit` would wait for the very thread it runs in).
 pub fn spawn_detached(f: Box<dyn FnOnce() + Send>) -> bool {
     extern "C" fn start(arg: *mut c_void) -> *mut c_void {
         tls::set(TLS_IGNORE);
@@ -318,9 +369,20 @@ pub fn spawn_detached(f: Box<dyn FnOnce() + Send>) -> bool {
     }
     let arg = Box::into_raw(Box::new(f)) as *mut c_void;
     let mut tid: libc::pthread_t = 0;
+    // The new thread inherits the creator's signal mask: block everything around the create.
+    // SAFETY: zeroed sigset_t values are valid out-parameters; sigfillset fills one.
+    let (mut all, mut old): (libc::sigset_t, libc::sigset_t) =
+        unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+    // SAFETY: valid sigset pointers.
+    unsafe {
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+    }
     // SAFETY: valid out-pointer, default attributes, an extern "C" start routine that takes
     // ownership of arg.
     let rc = unsafe { libc::pthread_create(&mut tid, std::ptr::null(), start, arg) };
+    // SAFETY: restores the mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
     if rc != 0 {
         // SAFETY: the thread was not created, so arg is still ours.
         drop(unsafe { Box::from_raw(arg as *mut Box<dyn FnOnce() + Send>) });
@@ -411,6 +473,22 @@ pub fn clock_ticks_per_sec() -> u64 {
         v as u64
     } else {
         100
+    }
+}
+
+/// True under secure execution (`AT_SECURE`: a set-user-id or set-group-id program, or one
+/// with file capabilities, run by someone else): the environment is the caller's, not the
+/// program owner's.
+pub fn secure_execution() -> bool {
+    // SAFETY: getauxval has no preconditions.
+    unsafe { libc::getauxval(libc::AT_SECURE) != 0 }
+}
+
+/// Ends the process at once with `status`, as glibc's `_exit` does.
+pub fn exit_group(status: c_int) -> ! {
+    loop {
+        // SAFETY: exit_group does not return; the loop satisfies the type if it ever did.
+        unsafe { libc::syscall(libc::SYS_exit_group, status) };
     }
 }
 
@@ -580,208 +658,4 @@ pub fn link_map_counts() -> (u64, u64) {
     // SAFETY: the callback matches dl_iterate_phdr's contract and only touches `c`.
     unsafe { libc::dl_iterate_phdr(Some(read_counts), &mut c as *mut _ as *mut c_void) };
     c
-}
-
-// ---------------------------------------------------------------------------------------------
-// The output file: a file-backed shared mapping.
-
-/// A `.cul` file mapped `MAP_SHARED`: records written into it are in the page cache at once,
-/// so they survive `kill -9` of the process, and readers see them while it runs.
-///
-/// No descriptor is kept open: daemons close every descriptor after forking, and a kept one
-/// could be closed and reused for one of the program's own files. Growing reopens the file by
-/// path and checks it is still the same inode.
-#[derive(Debug)]
-pub struct MappedFile {
-    ptr: *mut u8,
-    len: usize,
-    end: u64,
-    path: PathBuf,
-    id: (u64, u64),
-}
-
-// SAFETY: the mapping is owned by this value; it is only accessed through &mut self.
-unsafe impl Send for MappedFile {}
-
-const INITIAL_FILE_LEN: usize = 256 << 10;
-const MAX_GROW_STEP: usize = 64 << 20;
-
-impl MappedFile {
-    /// Creates `dir/name_for(seq)` for the first free `seq` (`O_EXCL`), sizes and maps it,
-    /// and writes `header` (the 128 header bytes) at its start.
-    pub fn create(
-        dir: &Path,
-        name_for: impl Fn(u32) -> String,
-        header: &[u8; 128],
-    ) -> io::Result<MappedFile> {
-        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-        let mut last = None;
-        for seq in 0..1000 {
-            let path = dir.join(name_for(seq));
-            match std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .mode(0o644)
-                .custom_flags(libc::O_CLOEXEC)
-                .open(&path)
-            {
-                Ok(f) => {
-                    let meta = f.metadata()?;
-                    let fd = OwnedFd::from(f);
-                    let mapped = reserve(&fd, 0, INITIAL_FILE_LEN).and_then(|()| {
-                        // SAFETY: maps the whole (just sized) file shared; checked below.
-                        let p = unsafe {
-                            libc::mmap(
-                                std::ptr::null_mut(),
-                                INITIAL_FILE_LEN,
-                                libc::PROT_READ | libc::PROT_WRITE,
-                                libc::MAP_SHARED,
-                                fd.as_raw_fd(),
-                                0,
-                            )
-                        };
-                        if p == libc::MAP_FAILED {
-                            Err(io::Error::last_os_error())
-                        } else {
-                            Ok(p)
-                        }
-                    });
-                    let p = match mapped {
-                        Ok(p) => p,
-                        Err(e) => {
-                            let _ = std::fs::remove_file(&path);
-                            return Err(e);
-                        }
-                    };
-                    let mut m = MappedFile {
-                        ptr: p as *mut u8,
-                        len: INITIAL_FILE_LEN,
-                        end: culprit_format::DATA_OFFSET,
-                        path,
-                        id: (meta.dev(), meta.ino()),
-                    };
-                    m.bytes_mut()[..128].copy_from_slice(header);
-                    return Ok(m);
-                }
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
-                Err(e) => return Err(e),
-            }
-        }
-        Err(last.unwrap_or_else(|| io::Error::other("no free file name")))
-    }
-
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: ptr..ptr+len is our live shared mapping; &mut self makes this access unique
-        // within the process.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
-    }
-
-    /// Path of the file.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Bytes committed so far (file offset of the end of the last record).
-    pub fn committed_end(&self) -> u64 {
-        self.end
-    }
-
-    fn header_u64(&self, off: usize) -> &AtomicU64 {
-        // SAFETY: off is 8-aligned inside the header page of the live mapping; the mapping
-        // is page-aligned, so the AtomicU64 is aligned.
-        unsafe { AtomicU64::from_ptr(self.ptr.add(off) as *mut u64) }
-    }
-
-    fn header_u32(&self, off: usize) -> &AtomicU32 {
-        // SAFETY: as header_u64, for a 4-aligned u32.
-        unsafe { AtomicU32::from_ptr(self.ptr.add(off) as *mut u32) }
-    }
-
-    /// Appends encoded records past `committed_end`, then publishes them with a release store
-    /// of `committed_end`. On error nothing is committed.
-    pub fn append(&mut self, records: &[u8]) -> io::Result<()> {
-        let start = self.end as usize;
-        let need = start + records.len();
-        if need > self.len {
-            self.grow(need)?;
-        }
-        self.bytes_mut()[start..need].copy_from_slice(records);
-        self.end = need as u64;
-        self.header_u64(culprit_format::HEADER_COMMITTED_END_OFFSET)
-            .store(self.end, Release);
-        Ok(())
-    }
-
-    /// Opens the file again, checking it is still ours.
-    fn reopen(&self) -> io::Result<OwnedFd> {
-        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_CLOEXEC)
-            .open(&self.path)?;
-        let m = f.metadata()?;
-        if (m.dev(), m.ino()) != self.id {
-            return Err(io::Error::other("the file was replaced"));
-        }
-        Ok(OwnedFd::from(f))
-    }
-
-    fn grow(&mut self, need: usize) -> io::Result<()> {
-        let step = self.len.min(MAX_GROW_STEP);
-        let new_len = (self.len + step).max(need.next_multiple_of(4096));
-        reserve(&self.reopen()?, self.len, new_len - self.len)?;
-        // SAFETY: remaps our own mapping to the file's new size; the result is checked and
-        // on success the old range is gone (MREMAP_MAYMOVE).
-        let p = unsafe {
-            libc::mremap(
-                self.ptr as *mut c_void,
-                self.len,
-                new_len,
-                libc::MREMAP_MAYMOVE,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        self.ptr = p as *mut u8;
-        self.len = new_len;
-        Ok(())
-    }
-
-    /// Marks the file cleanly ended and cuts it to its committed length.
-    pub fn finish(self) {
-        self.header_u32(culprit_format::HEADER_STATE_OFFSET)
-            .store(culprit_format::file_state::ENDED, Release);
-        if let Ok(fd) = self.reopen() {
-            // SAFETY: shrinks our own file to what is committed; nothing past it is used.
-            unsafe { libc::ftruncate(fd.as_raw_fd(), self.end as libc::off_t) };
-        }
-    }
-}
-
-impl Drop for MappedFile {
-    fn drop(&mut self) {
-        // SAFETY: unmaps our own mapping exactly once.
-        unsafe { libc::munmap(self.ptr as *mut c_void, self.len) };
-    }
-}
-
-/// Gives the file blocks for `off..off+len` (so writing through the mapping cannot raise
-/// SIGBUS on a full disk), falling back to `ftruncate` where `fallocate` is not supported.
-fn reserve(fd: &OwnedFd, off: usize, len: usize) -> io::Result<()> {
-    // SAFETY: plain system calls on our own descriptor.
-    let rc = unsafe { libc::fallocate(fd.as_raw_fd(), 0, off as libc::off_t, len as libc::off_t) };
-    if rc == 0 {
-        return Ok(());
-    }
-    let e = io::Error::last_os_error();
-    if e.raw_os_error() != Some(libc::EOPNOTSUPP) {
-        return Err(e);
-    }
-    // SAFETY: as above.
-    if unsafe { libc::ftruncate(fd.as_raw_fd(), (off + len) as libc::off_t) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }

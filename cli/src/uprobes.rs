@@ -1,0 +1,271 @@
+//! `culprit record --uprobes`: call counts of a binary that was not built with
+//! `-finstrument-functions`, through perf_event uprobes (library: `culprit_sampler::uprobe`).
+//!
+//! Two ways in: `record --uprobes PATTERN… -- CMD` forks the program held before `exec`, opens
+//! the probes on it (enabled by the `exec`), then lets it run; `record --attach PID --uprobes
+//! PATTERN…` opens them on every thread of a running process and closes them at `--duration`,
+//! on Ctrl-C, or when the process exits, leaving it running as before. `culprit sample
+//! --uprobes BINARY:PATTERN…` counts them in every process beside the samples.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use anyhow::{bail, Context as _};
+use culprit_sampler::uprobe::run::{process_gone, RunConfig, RunSummary, Session};
+use culprit_sampler::uprobe::system::{SystemConfig, SystemProbes, SystemSummary};
+use culprit_sampler::uprobe::{proc_start_ns, Plan, ProbeSpec};
+
+use crate::record::{forward, held, node_or_default, which, Args};
+
+/// Parses every `--uprobes` value (each may hold a comma-separated list).
+pub fn parse_specs(values: &[String]) -> anyhow::Result<Vec<ProbeSpec>> {
+    let mut out = Vec::new();
+    for v in values {
+        out.extend(ProbeSpec::parse_list(v).map_err(anyhow::Error::msg)?);
+    }
+    if out.is_empty() {
+        bail!("--uprobes: give at least one [BINARY:]PATTERN");
+    }
+    Ok(out)
+}
+
+/// Says what a probe hit costs here, on stderr.
+fn print_cost(c: culprit_sampler::uprobe::cost::Cost, note: Option<&str>) {
+    let how = match note {
+        None => "measured here".to_string(),
+        Some(why) => format!("default figures: not measured here, {why}"),
+    };
+    eprintln!(
+        "culprit: a probe hit costs {:.1} µs of CPU ({:.1} µs where the function starts with a \
+         push; {how})",
+        c.entry_ns / 1000.0,
+        c.entry_emulated_ns / 1000.0
+    );
+}
+
+/// Says what is probed and what is not, on stderr.
+pub fn print_plan(plan: &Plan, events: usize, what: &str) {
+    let images: Vec<String> = plan
+        .images
+        .iter()
+        .map(|i| i.path.display().to_string())
+        .collect();
+    eprintln!(
+        "culprit: {what}: {} function(s) in {} ({events} perf events)",
+        plan.probes.len(),
+        images.join(", ")
+    );
+    for n in plan.notes() {
+        eprintln!("culprit: warning: {n}");
+    }
+}
+
+fn interval_ns(a: &Args) -> anyhow::Result<u64> {
+    let ms = a.interval.unwrap_or(1000);
+    if !(10..=3_600_000).contains(&ms) {
+        bail!("--interval {ms}: give milliseconds between 10 and 3600000");
+    }
+    Ok(ms * 1_000_000)
+}
+
+fn data_dir(a: &Args) -> anyhow::Result<PathBuf> {
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let dir = a
+        .output
+        .clone()
+        .or_else(|| std::env::var_os("CULPRIT_DIR").map(PathBuf::from))
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or_else(|| PathBuf::from("culprit-data"));
+    Ok(cwd.join(dir))
+}
+
+fn node(a: &Args) -> anyhow::Result<String> {
+    if let Some(n) = &a.node {
+        if !culprit_format::names::is_node_name(n) {
+            bail!(
+                "--node {n:?} is not a valid node name: use 1..{} characters of [A-Za-z0-9._-], \
+                 not starting with '.' or '_'",
+                culprit_format::names::MAX_NODE_NAME
+            );
+        }
+    }
+    Ok(node_or_default(a.node.as_deref()))
+}
+
+/// Runs `culprit record --uprobes …` (with CMD or `--attach`).
+pub fn record(a: Args) -> anyhow::Result<i32> {
+    let specs = parse_specs(&a.uprobes)?;
+    if a.uprobe_budget.is_nan() || a.uprobe_budget <= 0.0 {
+        bail!("--uprobe-budget must be a positive percentage");
+    }
+    let cfg = RunConfig {
+        data_dir: data_dir(&a)?,
+        node: node(&a)?,
+        interval_ns: interval_ns(&a)?,
+        duration: None,
+        budget_percent: a.uprobe_budget,
+    };
+    match a.attach {
+        Some(pid) => attach(pid, &specs, cfg, a.duration.as_deref()),
+        None => spawn(&a.command, &specs, cfg),
+    }
+}
+
+fn warn_line(w: &str) {
+    eprintln!("culprit: warning: {w}");
+}
+
+fn summarize(s: &RunSummary, plan: &Plan) {
+    let total: u64 = s.calls.iter().sum();
+    eprintln!(
+        "culprit: {total} call(s) of {} function(s) counted in {} interval(s) → {}",
+        plan.probes.len(),
+        s.intervals,
+        s.path.display()
+    );
+}
+
+fn attach(
+    pid: u32,
+    specs: &[ProbeSpec],
+    mut cfg: RunConfig,
+    duration: Option<&str>,
+) -> anyhow::Result<i32> {
+    if let Some(d) = duration {
+        let ns = culprit_analysis::time::parse_duration(d)?;
+        cfg.duration = Some(std::time::Duration::from_nanos(ns));
+    }
+    let start = proc_start_ns(pid);
+    let session =
+        Session::attach(pid, specs).with_context(|| format!("cannot attach to process {pid}"))?;
+    print_plan(
+        session.plan(),
+        session.events(),
+        &format!("attached to {pid}"),
+    );
+    if let Some(why) = session.cost_note() {
+        eprintln!("culprit: note: probe cost not measured here ({why}); using the default");
+    }
+    let stop = culprit_sampler::stop_on_signals();
+    let plan = session.plan().clone();
+    let s = session.run(&cfg, stop, &|| process_gone(pid, start), &mut warn_line)?;
+    summarize(&s, &plan);
+    if s.end != culprit_format::end_reason::EXIT {
+        eprintln!("culprit: detached from process {pid}; it runs on");
+    }
+    Ok(0)
+}
+
+fn spawn(command: &[OsString], specs: &[ProbeSpec], cfg: RunConfig) -> anyhow::Result<i32> {
+    let program = command.first().context("no program given")?;
+    let path = which(program)
+        .with_context(|| format!("cannot run {}: not found", program.to_string_lossy()))?;
+    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    let held = held::spawn(&path, command, &env)
+        .with_context(|| format!("cannot run {}", path.display()))?;
+    let session = match Session::for_held_child(held.pid() as u32, &path, specs) {
+        Ok(s) => s,
+        Err(e) => {
+            held.abandon();
+            return Err(anyhow::Error::new(e).context("cannot place the uprobes"));
+        }
+    };
+    print_plan(session.plan(), session.events(), "counting with uprobes");
+    print_cost(session.cost(), session.cost_note());
+    let pid = held
+        .release()
+        .with_context(|| format!("cannot run {}", path.display()))?;
+    forward::install(pid);
+    let exited = Arc::new(AtomicBool::new(false));
+    let waiter = {
+        let exited = exited.clone();
+        std::thread::spawn(move || {
+            let st = held::wait(pid);
+            exited.store(true, Ordering::SeqCst);
+            st
+        })
+    };
+    // Ctrl-C and SIGTERM go to the program (forwarded); counting ends when it exits.
+    let never = AtomicBool::new(false);
+    let plan = session.plan().clone();
+    let result = session.run(
+        &cfg,
+        &never,
+        &|| exited.load(Ordering::SeqCst),
+        &mut warn_line,
+    );
+    let status = waiter
+        .join()
+        .map_err(|_| anyhow::anyhow!("the waiter thread panicked"))?
+        .context("waiting for the program")?;
+    forward::uninstall();
+    match result {
+        Ok(s) => summarize(&s, &plan),
+        Err(e) => eprintln!("culprit: warning: counting stopped early: {e}"),
+    }
+    Ok(status)
+}
+
+/// `sample --uprobes`: opens the system-wide probes (before the sampler, so a bad pattern is
+/// an error before anything runs). `None` when no pattern is given.
+pub fn open_system(
+    values: &[String],
+    cfg: &culprit_sampler::Config,
+    quiet: bool,
+) -> anyhow::Result<Option<SystemProbes>> {
+    if values.is_empty() {
+        return Ok(None);
+    }
+    let specs = parse_specs(values)?;
+    let probes = SystemProbes::open(&specs, cfg.ring_pages).context("cannot place the uprobes")?;
+    if !quiet {
+        print_plan(probes.plan(), probes.events(), "uprobes, every process");
+        print_cost(probes.cost(), probes.cost_note());
+    }
+    Ok(Some(probes))
+}
+
+/// Runs the system-wide probes on their own thread until `stop` or the sampler's duration.
+/// Uprobe files use 1 s intervals (the tracer's default), or the sampler's when shorter.
+pub fn spawn_system(
+    probes: SystemProbes,
+    cfg: &culprit_sampler::Config,
+    budget: f64,
+    stop: &'static AtomicBool,
+) -> std::thread::JoinHandle<anyhow::Result<SystemSummary>> {
+    let data_dir = cfg.data_dir.clone();
+    let interval_ns = (cfg.interval.as_nanos() as u64).clamp(10_000_000, 1_000_000_000);
+    let until_ns = cfg
+        .duration
+        .map(|d| culprit_sampler::uprobe::run::now_ns() + d.as_nanos() as u64);
+    let nodes = culprit_sampler::nodes::Nodes::new(&cfg.node, &cfg.node_rules, cfg.scope.clone());
+    std::thread::spawn(move || {
+        let cfg = SystemConfig {
+            data_dir,
+            nodes: nodes.map_err(anyhow::Error::msg)?,
+            interval_ns,
+            budget_percent: budget,
+            until_ns,
+        };
+        probes
+            .run(&cfg, stop, &mut warn_line)
+            .map_err(anyhow::Error::new)
+    })
+}
+
+/// Waits for the probes' thread and says what it wrote.
+pub fn join_system(h: std::thread::JoinHandle<anyhow::Result<SystemSummary>>, quiet: bool) {
+    match h.join() {
+        Ok(Ok(s)) if !quiet => eprintln!(
+            "culprit: uprobes: {} hit(s) ({} lost) in {} process file(s)",
+            s.hits,
+            s.lost,
+            s.files.len()
+        ),
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => eprintln!("culprit: warning: uprobe counting stopped: {e:#}"),
+        Err(_) => eprintln!("culprit: warning: the uprobe thread panicked"),
+    }
+}

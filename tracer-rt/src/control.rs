@@ -1,0 +1,51 @@
+//! What the process-wide runtime (`runtime`) and the flusher thread (`flusher`) share: the
+//! runtime's state, the request channel and the names of the current file and node. Both
+//! import this module; the flusher never imports the runtime (the runtime starts the flusher).
+
+use std::sync::atomic::AtomicU32;
+use std::sync::atomic::Ordering::Acquire;
+
+use crate::sys::Publish;
+
+/// Lifecycle of the runtime in this process ([`STATE`]).
+pub mod state {
+    /// Not started yet (hooks do nothing).
+    pub const UNINIT: u32 = 0;
+    /// Tracing.
+    pub const ACTIVE: u32 = 1;
+    /// Not tracing: set-up failed or was refused, or the program calls no hook.
+    pub const OFF: u32 = 2;
+    /// The process is exiting; the last records are written.
+    pub const ENDED: u32 = 3;
+}
+
+/// The runtime's [`state`].
+pub static STATE: AtomicU32 = AtomicU32::new(state::UNINIT);
+
+/// Is the runtime tracing this process?
+pub fn is_active() -> bool {
+    STATE.load(Acquire) == state::ACTIVE
+}
+
+/// Request bits (see [`PENDING`]).
+pub mod req {
+    /// Write what the current interval has so far.
+    pub const FLUSH: u32 = 1;
+    /// Move to the node set by `culprit_set_node`.
+    pub const NODE: u32 = 2;
+    /// The process exits: write the last interval and the end marker.
+    pub const EXIT: u32 = 4;
+}
+
+/// Futex word the flusher sleeps on; bumped by every request.
+pub static REQ: AtomicU32 = AtomicU32::new(0);
+/// Bits of [`req`] not yet handled.
+pub static PENDING: AtomicU32 = AtomicU32::new(0);
+/// Value of [`REQ`] up to which requests are handled; futex word requesters sleep on.
+pub static DONE: AtomicU32 = AtomicU32::new(0);
+/// Node requested by `culprit_set_node`.
+pub static NODE_REQUEST: Publish<String> = Publish::new();
+/// Name of the file this process writes now (for a forked child's `forked_from`).
+pub static CURRENT_FILE: Publish<String> = Publish::new();
+/// Node this process writes to now (a forked child starts there).
+pub static CURRENT_NODE: Publish<String> = Publish::new();
