@@ -100,7 +100,7 @@ pub struct Args {
 
 /// Parses `10s`, `500ms`, `2m`, `1h`, `1.5s`, or a plain number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    crate::timefmt::parse_duration_ns(s).map(Duration::from_nanos)
+    culprit_analysis::time::parse_duration_ns(s).map(Duration::from_nanos)
 }
 
 fn split_rule<'a>(flag: &str, v: &'a str) -> anyhow::Result<(&'a str, &'a str)> {
