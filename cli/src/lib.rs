@@ -11,7 +11,8 @@
 //! * `report` — per-node, per-process function profiles from a data directory;
 //! * `train` / `diagnose` — peer-comparison diagnosis;
 //! * `doctor` — what this machine allows (perf access, events, tracefs, namespaces…);
-//! * `demo` — the live demo on an emulated cluster.
+//! * `demo`, `experiment` — the live demo and the accuracy experiment on an emulated cluster
+//!   (the lab: built with the `lab` feature only, see [`lab`]).
 //!
 //! Exit status: 0 success (for `diagnose`: no node flagged), 1 a faulty node found
 //! (`diagnose`), 2 an error.
@@ -21,15 +22,12 @@ use std::io::Write as _;
 
 use clap::{CommandFactory as _, Parser, Subcommand};
 
-pub mod data;
-pub mod demo;
 pub mod diagnose;
 pub mod doctor;
-pub mod experiment;
+pub mod lab;
 pub mod record;
 pub mod report;
 pub mod sample;
-pub mod timefmt;
 pub mod uprobes;
 
 /// Exit status for an error (like `diff`).
@@ -65,9 +63,11 @@ enum Verb {
     /// Report what this machine allows: perf access, events, tracefs, namespaces, nftables.
     Doctor(doctor::Args),
     /// Run the live demo: an emulated 4-node cluster, one injected fault, the diagnosis.
-    Demo(demo::Args),
+    #[cfg_attr(not(feature = "lab"), command(hide = true))]
+    Demo(lab::DemoArgs),
     /// Run the accuracy experiment on the emulated cluster (seed 000's Tables 1 and 2).
-    Experiment(experiment::Args),
+    #[cfg_attr(not(feature = "lab"), command(hide = true))]
+    Experiment(lab::ExperimentArgs),
 }
 
 /// The `culprit` command-line interface as a clap [`clap::Command`]: what the man pages and
@@ -92,14 +92,15 @@ where
         }
     };
     let result = match cli.verb {
+        Verb::Record(a) if !a.uprobes.is_empty() => uprobes::record(a),
         Verb::Record(a) => record::run(a),
         Verb::Sample(a) => sample::run(a),
         Verb::Report(a) => report::run(a),
         Verb::Train(a) => diagnose::run_train(a),
         Verb::Diagnose(a) => diagnose::run_diagnose(a),
         Verb::Doctor(a) => doctor::run(a),
-        Verb::Demo(a) => demo::run(a),
-        Verb::Experiment(a) => experiment::run(a),
+        Verb::Demo(a) => lab::demo(a),
+        Verb::Experiment(a) => lab::experiment(a),
     };
     match result {
         Ok(code) => code,

@@ -227,7 +227,7 @@ impl Config {
         env.push(("LD_PRELOAD", preload));
         let sample = if a.sample {
             let interval = match &a.sample_interval {
-                Some(s) => crate::timefmt::parse_duration(s)?,
+                Some(s) => culprit_analysis::time::parse_duration(s)?,
                 None => culprit_sampler::DEFAULT_INTERVAL.as_nanos() as u64,
             };
             if interval < 100_000_000 {
@@ -251,11 +251,8 @@ impl Config {
     }
 }
 
-/// Runs `culprit record`.
+/// Runs `culprit record` with the tracing runtime (`--uprobes` is [`crate::uprobes::record`]).
 pub fn run(args: Args) -> anyhow::Result<i32> {
-    if !args.uprobes.is_empty() {
-        return crate::uprobes::record(args);
-    }
     let cfg = Config::from_args(args)?;
     let program = &cfg.command[0];
     if let Some(path) = which(program) {

@@ -10,8 +10,10 @@ use std::path::PathBuf;
 use anyhow::bail;
 use serde::Serialize;
 
-use crate::data::{Dataset, FileStatus, FuncId, LoadOptions, NodeData, SampleFile, TraceFile};
-use crate::timefmt;
+use culprit_analysis::data::{
+    Dataset, FileStatus, FuncId, LoadOptions, NodeData, SampleFile, TraceFile,
+};
+use culprit_analysis::time;
 
 /// JSON schema identifier of `culprit report --json`.
 pub const SCHEMA: &str = "culprit-report/1";
@@ -292,18 +294,18 @@ pub fn data_span(ds: &Dataset) -> Option<(u64, u64)> {
 pub fn build(ds: &Dataset, args: &Args) -> anyhow::Result<Report> {
     let (lo, hi) = data_span(ds).unwrap_or((0, 0));
     let from = match &args.from {
-        Some(s) => timefmt::parse_time(s)?.resolve(lo, hi),
+        Some(s) => time::parse_time(s)?.resolve(lo, hi),
         None => 0,
     };
     let to = match &args.to {
-        Some(s) => timefmt::parse_time(s)?.resolve(lo, hi),
+        Some(s) => time::parse_time(s)?.resolve(lo, hi),
         None => u64::MAX,
     };
     if from >= to {
         bail!(
             "empty time range: --from {} is not before --to {}",
-            timefmt::iso(from),
-            timefmt::iso(to)
+            time::iso(from),
+            time::iso(to)
         );
     }
     let in_range = |start: u64| start >= from && start < to;
@@ -542,8 +544,8 @@ fn sample_reports(
             }
         }
         for iv in s.events.iter().filter(|iv| in_range(iv.start_ns)) {
-            for &(ev, c) in &iv.counts {
-                *events.entry(ev).or_default() += c;
+            for c in &iv.counts {
+                *events.entry(c.event).or_default() += c.count;
             }
         }
         let mut entries: Vec<SampleRow> = acc
@@ -619,9 +621,9 @@ fn print_human(out: &mut dyn std::io::Write, r: &Report, args: &Args) -> std::io
             out,
             "culprit report: {} node(s), {} – {} ({})",
             r.nodes.len(),
-            timefmt::iso(r.from_ns),
-            timefmt::iso(r.to_ns),
-            timefmt::duration(r.to_ns - r.from_ns)
+            time::iso(r.from_ns),
+            time::iso(r.to_ns),
+            time::duration(r.to_ns - r.from_ns)
         )?;
     } else {
         writeln!(
@@ -641,7 +643,7 @@ fn print_human(out: &mut dyn std::io::Write, r: &Report, args: &Args) -> std::io
             };
             let span = match (p.first_ns, p.last_ns) {
                 (Some(a), Some(b)) => {
-                    format!("{}–{}", timefmt::clock(a), timefmt::clock(b))
+                    format!("{}–{}", time::clock(a), time::clock(b))
                 }
                 _ => "no intervals in range".to_string(),
             };
@@ -662,7 +664,7 @@ fn print_human(out: &mut dyn std::io::Write, r: &Report, args: &Args) -> std::io
                 out,
                 "\n{who}  ·  {} interval(s) of {}  ·  {span}  ·  {status}{source}",
                 p.intervals,
-                timefmt::duration(p.interval_ns)
+                time::duration(p.interval_ns)
             )?;
             let mut notes = Vec::new();
             if p.missed_intervals > 0 {
@@ -695,7 +697,7 @@ fn print_human(out: &mut dyn std::io::Write, r: &Report, args: &Args) -> std::io
                 let (at, what) = t.split_once(": ").unwrap_or(("", t));
                 let when = at
                     .parse::<u64>()
-                    .map(timefmt::clock)
+                    .map(time::clock)
                     .unwrap_or_else(|_| at.to_string());
                 writeln!(out, "  trouble at {when}: {what}")?;
             }
@@ -714,9 +716,9 @@ fn print_human(out: &mut dyn std::io::Write, r: &Report, args: &Args) -> std::io
                     out,
                     "  {:>12}  {:>10}  {:>10}  {:>10}  {} ({})",
                     group_digits(f.calls),
-                    timefmt::duration(f.self_ns),
-                    timefmt::duration(f.total_ns),
-                    timefmt::duration(avg),
+                    time::duration(f.self_ns),
+                    time::duration(f.total_ns),
+                    time::duration(avg),
                     f.function,
                     f.image
                 )?;

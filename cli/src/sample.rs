@@ -105,7 +105,7 @@ pub struct Args {
 
 /// Parses `10s`, `500ms`, `2m`, `1h`, `1.5s`, or a plain number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    crate::timefmt::parse_duration_ns(s).map(Duration::from_nanos)
+    culprit_analysis::time::parse_duration_ns(s).map(Duration::from_nanos)
 }
 
 /// `--call-graph`: `fp`. DWARF unwinding (copying user stacks into the ring and unwinding

@@ -134,7 +134,7 @@ fn attach(
     duration: Option<&str>,
 ) -> anyhow::Result<i32> {
     if let Some(d) = duration {
-        let ns = crate::timefmt::parse_duration(d)?;
+        let ns = culprit_analysis::time::parse_duration(d)?;
         cfg.duration = Some(std::time::Duration::from_nanos(ns));
     }
     let start = proc_start_ns(pid);

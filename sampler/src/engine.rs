@@ -1,5 +1,5 @@
-//! The record pipeline shared by live sampling and by replaying a `perf.data` file (STYLE.md
-//! §8: live and offline share one path): decode records, merge them in timestamp order, track
+//! The record pipeline shared by live sampling and by replaying a `perf.data` file (live and
+//! offline share one path, so a replay tests what runs live): decode records, merge them in timestamp order, track
 //! processes, attribute samples and tracepoint hits to nodes, count them per interval.
 //!
 //! Rings are not ordered with each other, so records are buffered and sorted; the caller says up

@@ -3,7 +3,7 @@
 //! Seed 000 §"Sample profiling": OProfile's default is CPU_CLK_UNHALTED every 100,000 cycles.
 //! Virtual machines often have no hardware PMU (`cycles` fails with ENOENT), so the default
 //! falls back to the `cpu-clock` software event at 1 kHz per CPU (a period of 1,000,000 ns),
-//! which keeps the overhead near 1 % (DESIGN.md §"The diagnosis algorithm and its defaults").
+//! which keeps the overhead near 1 % (100,000 cycles would be about 25 kHz on these machines).
 //! The software clock event also fires while a CPU idles; `exclude_idle` drops those samples so
 //! that, like unhalted cycles, only work is sampled.
 

@@ -1,8 +1,8 @@
 //! Which node a process belongs to, and whether it is in the sampler's scope.
 //!
 //! A real node is the whole host: every sample goes to one node. To emulate several nodes on one
-//! host (DESIGN.md §"Testing on one machine": each emulated node is a set of processes with its
-//! own network namespace and cgroups), the sampler assigns each process to a node by rules:
+//! host (for tests and the lab: each emulated node is a set of processes with its own network
+//! namespace and cgroups), the sampler assigns each process to a node by rules:
 //! a process tree (`--node-pid`), a cgroup (`--node-cgroup`), a network namespace
 //! (`--node-netns`); TCP events by socket address (`--node-addr`). Samples matching no rule go
 //! to [`culprit_format::names::UNASSIGNED_DIR`], which diagnosis skips.

@@ -3,8 +3,8 @@
 //! record per node and interval (seed 000 §"Sample profiling": profiles saved at a fixed
 //! interval so faults can be localized to windows of time).
 //!
-//! Intervals are aligned to multiples of their length since the Unix epoch (DESIGN.md §"Records,
-//! time and identity"). Every interval gets records for every node, empty or not; the first and
+//! Intervals are aligned to multiples of their length since the Unix epoch, so that intervals of
+//! different nodes and writers line up without negotiation. Every interval gets records for every node, empty or not; the first and
 //! the last are flagged PARTIAL when the sampler started or stopped inside them; an interval the
 //! sampler could not observe (it was stopped and the rings overflowed) is flagged MISSED and has
 //! no entries.

@@ -1,7 +1,7 @@
 //! Every system call of the sampler that needs `unsafe`: `perf_event_open`, the ioctls on its file
 //! descriptors, the mapping of the ring buffers, `poll`, `mount`, clocks, `getrusage` and the
 //! SIGINT/SIGTERM handler. The rest of the crate only sees the safe owner types [`PerfFd`] and
-//! [`Ring`] and a few plain functions (STYLE.md §3).
+//! [`Ring`] and a few plain functions: all the crate's `unsafe` is here, behind them.
 
 use std::fs::File;
 use std::io;

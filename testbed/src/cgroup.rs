@@ -1,9 +1,9 @@
 //! cgroup v1 groups for emulated nodes: `cpu` (a fixed CPU share), `cpuacct` (to measure it) and
 //! `blkio` (the node's "disk": a bandwidth and IOPS budget on the storage device).
 //!
-//! ../shared/DESIGN.md §"Testing on one machine": every node gets a fixed CPU share so that a
-//! rogue process inside one node slows that node and not its peers; server data I/O uses O_DIRECT
-//! so that `blkio.throttle.*` on the node's cgroup reaches the server instead of the page cache.
+//! Every node gets a fixed CPU share so that a rogue process inside one node slows that node and
+//! not its peers; server data I/O uses O_DIRECT so that `blkio.throttle.*` on the node's cgroup
+//! reaches the server instead of the page cache.
 
 use std::fs;
 use std::io;

@@ -1,4 +1,4 @@
-//! An emulated PVFS-like cluster on one machine (../shared/DESIGN.md §"Testing on one machine").
+//! An emulated PVFS-like cluster on one machine (docs/testbed.md).
 //!
 //! Each I/O server is a *node*: its own network namespace (veth to a switch namespace, real TCP),
 //! its own cgroups (a fixed CPU share, a disk budget on the storage device), its own storage

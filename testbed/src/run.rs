@@ -11,7 +11,7 @@ use crate::cluster::{Cluster, ClusterSpec, Tracing};
 use crate::error::{Error, Result};
 use crate::fault::FaultKind;
 use crate::programs::Programs;
-use crate::tools::{Sampler, Tools};
+use crate::tools::{SamplerProcess, Tools};
 use crate::workload::{Bound, Workload, WorkloadSpec};
 
 /// Phase durations (seed 000: 15 s settle, 120 s fault-free, 300 s fault, ≥ 180 s after).
@@ -178,7 +178,7 @@ pub fn run_once(
         cluster.prepare(plan.workload, &plan.clients)?;
         cluster.stop_servers(Duration::from_secs(5));
     }
-    let mut sampler: Option<Sampler> = match (plan.instrument.sampling, tools) {
+    let mut sampler: Option<SamplerProcess> = match (plan.instrument.sampling, tools) {
         (true, Some(t)) => {
             Some(t.start_sampler(&cluster, &data_dir, plan.instrument.sampler_interval_ms)?)
         }

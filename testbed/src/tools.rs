@@ -1,12 +1,17 @@
 //! culprit's own tools as the testbed runs them: the tracer runtime injected into every server
 //! (`LD_PRELOAD`), one system-wide sampler assigning samples to nodes (`culprit sample`), and
 //! `culprit train` / `culprit diagnose` on the data directory — through their command-line
-//! contracts (../shared/DESIGN.md §"Interface contract"), as a user would run them.
+//! contracts (the verbs, their options and exit statuses, `--json`), as a user would run them.
+//! The report is read as a typed [`Diagnosis`]: an unknown schema or version, or a missing
+//! field, is an error, never "nothing flagged".
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
+
+use culprit_analysis::diagnosis::MetricStatus;
+use culprit_analysis::Diagnosis;
 
 use crate::cluster::{stop_child, Cluster};
 use crate::error::{Error, Result};
@@ -69,7 +74,7 @@ pub struct Tools {
 pub const METRICS: [&str; 5] = ["samples", "count", "time", "events", "combined"];
 
 /// What `culprit diagnose --json` said, reduced to what the experiment scores.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Verdicts {
     /// Exit status (0 nothing flagged, 1 faulty node found).
     pub exit: i32,
@@ -77,8 +82,8 @@ pub struct Verdicts {
     pub flagged: BTreeMap<String, BTreeSet<String>>,
     /// Metrics the diagnosis had data for.
     pub metrics: BTreeSet<String>,
-    /// The full JSON report.
-    pub json: serde_json::Value,
+    /// The full report.
+    pub diagnosis: Diagnosis,
 }
 
 impl Tools {
@@ -111,7 +116,7 @@ impl Tools {
         cluster: &Cluster,
         data_dir: &Path,
         interval_ms: u32,
-    ) -> Result<Sampler> {
+    ) -> Result<SamplerProcess> {
         let mut cmd = self.culprit();
         cmd.arg("sample")
             .arg("--output")
@@ -132,7 +137,7 @@ impl Tools {
         let child = cmd
             .spawn()
             .map_err(|e| Error::io("start culprit sample", e))?;
-        let mut s = Sampler {
+        let mut s = SamplerProcess {
             child: Some(child),
             log,
         };
@@ -187,9 +192,9 @@ impl Tools {
                 detail: String::from_utf8_lossy(&o.stderr).trim().to_string(),
             });
         }
-        let json: serde_json::Value = serde_json::from_slice(&o.stdout)
+        let diagnosis: Diagnosis = serde_json::from_slice(&o.stdout)
             .map_err(|e| Error::Parse(format!("culprit diagnose --json output ({e})")))?;
-        let mut v = parse_verdicts(&json);
+        let mut v = verdicts(diagnosis);
         v.exit = exit;
         Ok(v)
     }
@@ -215,14 +220,14 @@ impl Tools {
     }
 }
 
-/// The running sampler; dropping it stops it.
+/// The running `culprit sample`; dropping it stops it.
 #[derive(Debug)]
-pub struct Sampler {
+pub struct SamplerProcess {
     child: Option<Child>,
     log: PathBuf,
 }
 
-impl Sampler {
+impl SamplerProcess {
     /// An error if the sampler has exited.
     pub fn check(&mut self) -> Result<()> {
         if let Some(c) = self.child.as_mut() {
@@ -248,7 +253,7 @@ impl Sampler {
     }
 }
 
-impl Drop for Sampler {
+impl Drop for SamplerProcess {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = crate::sys::kill(c.id(), libc::SIGINT);
@@ -257,77 +262,71 @@ impl Drop for Sampler {
     }
 }
 
-/// Reads the flagged nodes per metric out of `culprit diagnose --json` (schema
-/// `culprit-diagnosis`, docs/diagnose-json.md): `metrics[].{metric, nodes[].{node, verdict}}`
-/// per metric, `culprits` (nodes whose combined verdict is faulty or stopped) for the combined
-/// verdict.
-pub fn parse_verdicts(json: &serde_json::Value) -> Verdicts {
-    let mut v = Verdicts {
-        json: json.clone(),
-        ..Verdicts::default()
-    };
-    for m in METRICS {
-        v.flagged.insert(m.to_string(), BTreeSet::new());
-    }
-    let flagged = |verdict: Option<&str>| matches!(verdict, Some("faulty") | Some("stopped"));
-    for m in json
-        .get("metrics")
-        .and_then(|x| x.as_array())
-        .into_iter()
-        .flatten()
-    {
-        let Some(metric) = m.get("metric").and_then(|x| x.as_str()) else {
-            continue;
-        };
-        v.metrics.insert(metric.to_string());
-        let set = v.flagged.entry(metric.to_string()).or_default();
-        for n in m
-            .get("nodes")
-            .and_then(|x| x.as_array())
-            .into_iter()
-            .flatten()
-        {
-            if let (Some(node), true) = (
-                n.get("node").and_then(|x| x.as_str()),
-                flagged(n.get("verdict").and_then(|x| x.as_str())),
-            ) {
-                set.insert(node.to_string());
-            }
+/// The flagged nodes per metric of a diagnosis: per metric, the nodes whose verdict on it is
+/// faulty; for the combined verdict, the culprits (nodes found faulty or stopped).
+pub fn verdicts(diagnosis: Diagnosis) -> Verdicts {
+    let mut flagged: BTreeMap<String, BTreeSet<String>> = METRICS
+        .iter()
+        .map(|m| (m.to_string(), BTreeSet::new()))
+        .collect();
+    let mut metrics = BTreeSet::new();
+    for m in &diagnosis.metrics {
+        metrics.insert(m.metric.to_string());
+        let set = flagged.entry(m.metric.to_string()).or_default();
+        for n in m.nodes.iter().filter(|n| n.verdict == MetricStatus::Faulty) {
+            set.insert(n.node.clone());
         }
     }
-    let combined = v.flagged.entry("combined".into()).or_default();
-    for c in json
-        .get("culprits")
-        .and_then(|x| x.as_array())
-        .into_iter()
-        .flatten()
-    {
-        if let Some(node) = c.as_str() {
-            combined.insert(node.to_string());
-        }
+    let combined = flagged.entry("combined".into()).or_default();
+    combined.extend(diagnosis.culprits.iter().cloned());
+    Verdicts {
+        exit: diagnosis.exit_status(),
+        flagged,
+        metrics,
+        diagnosis,
     }
-    v
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// A report as `culprit diagnose --json` prints it (schema culprit-diagnosis, version 1).
+    fn report(metrics: &str) -> String {
+        format!(
+            r#"{{"schema": "culprit-diagnosis", "version": 1, "data": ["DATA"], "trained": false,
+            "thresholds_file": null,
+            "settings": {{"win_size_s": 10.0, "win_shift_s": 5.0, "k": 3, "score": "median-node",
+              "distance": "manhattan", "peers": "n/a", "by_program": false, "unsupervised": null}},
+            "from": null, "to": null, "nodes": ["io0", "io1", "io2"], "culprits": ["io2"],
+            "verdicts": [], "metrics": [{metrics}], "findings": [], "notes": [], "warnings": []}}"#
+        )
+    }
+
+    fn node(name: &str, verdict: &str) -> String {
+        format!(
+            r#"{{"node": "{name}", "verdict": "{verdict}", "threshold": null,
+            "threshold_source": "unsupervised", "windows_scored": 9, "windows_incomplete": 0,
+            "windows_different": 0, "max_score": 1.0, "evidence": null, "episodes": [],
+            "anomalous_windows": [], "top": []}}"#
+        )
+    }
+
+    fn metric(name: &str, nodes: &[String]) -> String {
+        format!(
+            r#"{{"metric": "{name}", "unit": "u", "score_unit": "u", "thresholds": "untrained",
+            "windows": 9, "unscored_windows": 0, "kept": 3, "nodes": [{}]}}"#,
+            nodes.join(",")
+        )
+    }
+
     #[test]
     fn verdicts_are_read_per_metric_and_combined() {
-        let j = serde_json::json!({
-            "schema": "culprit-diagnosis",
-            "culprits": ["io2"],
-            "metrics": [
-                {"metric": "time", "nodes": [
-                    {"node": "io1", "verdict": "ok"},
-                    {"node": "io2", "verdict": "faulty"}]},
-                {"metric": "samples", "nodes": [
-                    {"node": "io0", "verdict": "suspect"},
-                    {"node": "io2", "verdict": "ok"}]}
-            ]
-        });
-        let v = parse_verdicts(&j);
+        let time = metric("time", &[node("io1", "ok"), node("io2", "faulty")]);
+        let samples = metric("samples", &[node("io0", "ok"), node("io2", "no-data")]);
+        let d: Diagnosis = serde_json::from_str(&report(&format!("{time},{samples}"))).unwrap();
+        let v = verdicts(d);
+        assert_eq!(v.exit, 1);
         assert_eq!(v.flagged["time"], ["io2".to_string()].into_iter().collect());
         assert!(v.flagged["samples"].is_empty());
         assert!(v.flagged["count"].is_empty());
@@ -341,5 +340,19 @@ mod tests {
                 .into_iter()
                 .collect()
         );
+    }
+
+    /// A renamed field must not read as "nothing flagged".
+    #[test]
+    fn a_report_of_another_shape_is_an_error() {
+        let good = report(&metric("time", &[node("io2", "faulty")]));
+        assert!(serde_json::from_str::<Diagnosis>(&good).is_ok());
+        let renamed = good.replace("\"culprits\"", "\"suspects\"");
+        assert!(serde_json::from_str::<Diagnosis>(&renamed).is_err());
+        let newer = good.replace("\"version\": 1", "\"version\": 2");
+        let e = serde_json::from_str::<Diagnosis>(&newer).unwrap_err();
+        assert!(e.to_string().contains("version 2"), "{e}");
+        let other = good.replace("culprit-diagnosis", "culprit-thresholds");
+        assert!(serde_json::from_str::<Diagnosis>(&other).is_err());
     }
 }

@@ -1,7 +1,7 @@
 //! Helpers for culprit's end-to-end tests: finding the built `culprit` binary and
 //! `libculprit_rt.so`, compiling C programs with gcc at test time, temporary directories, and
-//! the privilege rule of ../shared/DESIGN.md (in CI a missing privilege fails the test;
-//! elsewhere the test skips with a printed reason).
+//! the privilege rule (in CI, `CI=true`, a missing privilege fails the test; elsewhere the test
+//! skips with a printed reason).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -26,8 +26,9 @@ pub fn profile_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// Builds the `culprit` binary and `libculprit_rt.so` (once per test process) in the same
-/// profile as the tests, so `cargo test` alone is enough.
+/// Builds the `culprit` binary (with the lab: `culprit demo`, `culprit experiment`) and
+/// `libculprit_rt.so` (once per test process) in the same profile as the tests, so `cargo test`
+/// alone is enough.
 pub fn ensure_built() {
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
@@ -40,6 +41,8 @@ pub fn ensure_built() {
             "culprit",
             "-p",
             "culprit-rt",
+            "--features",
+            "culprit/lab",
         ]);
         if release {
             cmd.arg("--release");

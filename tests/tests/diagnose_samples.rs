@@ -8,13 +8,19 @@
 
 use std::path::Path;
 
+use culprit_analysis::combine::Verdict;
+use culprit_analysis::diagnosis::{MetricStatus, ThresholdSource, Thresholds};
+use culprit_analysis::distance::Distance;
+use culprit_analysis::family::Metric;
+use culprit_analysis::missing::{Ending, Finding};
+use culprit_analysis::score::ScoreKind;
+use culprit_analysis::thresholds::{ThresholdsFile, Weighting};
 use culprit_format::names::samples_file_name;
 use culprit_format::writer::FileWriter;
 use culprit_format::{
     end_reason, samples_flags, EventEntry, FileKind, RecordBuf, SampleEntry, SamplesHead,
 };
 use culprit_tests::*;
-use serde_json::Value;
 
 mod diagnose_util;
 use diagnose_util::*;
@@ -202,24 +208,29 @@ fn finds_the_node_and_the_function() {
     specs[3].fault = Some((12, 3.0));
     write_run(dir.path(), &specs, 48);
     let (code, r) = diagnose_json(&[dir.path().to_str().unwrap()]);
-    assert_eq!(code, 1, "{r:#}");
-    assert_eq!(r["schema"], "culprit-diagnosis");
-    assert_eq!(r["culprits"], serde_json::json!(["io3"]));
-    assert_eq!(r["trained"], false);
+    assert_eq!(code, 1, "{r:#?}");
+    assert_eq!(r.schema, "culprit-diagnosis");
+    assert_eq!(r.culprits, ["io3"]);
+    assert!(!r.trained);
     let s = metric(&r, "samples");
-    assert_eq!(s["thresholds"], "untrained");
+    assert_eq!(s.thresholds, Thresholds::Untrained);
     let io3 = node(s, "io3");
-    assert_eq!(io3["verdict"], "faulty");
-    let top = io3["top"].as_array().unwrap();
-    assert_eq!(top[0]["function"], "hot_path", "{io3:#}");
-    assert_eq!(top[0]["direction"], "more samples");
-    assert!(top[0]["relative"].as_f64().unwrap() > 1.5, "{:#}", top[0]);
+    assert_eq!(io3.verdict, MetricStatus::Faulty);
+    let top = &io3.top;
+    assert_eq!(top[0].function, "hot_path", "{io3:#?}");
+    assert_eq!(top[0].direction, "more samples");
+    assert!(top[0].relative.unwrap() > 1.5, "{:#?}", top[0]);
     // The fault starts at interval 12 (2 minutes in); windows are aligned on 30 s.
-    let first = io3["anomalous_windows"][0]["start_ns"].as_u64().unwrap();
+    let first = io3.anomalous_windows[0].start_ns;
     assert_eq!(first % (30 * NS), 0);
     assert!(first >= (T0 + 60) * NS, "{first}");
     for n in ["io0", "io1", "io2", "io4"] {
-        assert_eq!(node(s, n)["verdict"], "ok", "{n}: {:#}", node(s, n));
+        assert_eq!(
+            node(s, n).verdict,
+            MetricStatus::Ok,
+            "{n}: {:#?}",
+            node(s, n)
+        );
     }
 }
 
@@ -268,14 +279,14 @@ fn renaming_nodes_changes_nothing() {
     let (ca, ra) = diagnose_json(&[a.path().to_str().unwrap()]);
     let (cb, rb) = diagnose_json(&[b.path().to_str().unwrap()]);
     assert_eq!(ca, cb);
-    assert_eq!(rb["culprits"], serde_json::json!(["mu"]));
+    assert_eq!(rb.culprits, ["mu"]);
     let (ma, mb) = (metric(&ra, "samples"), metric(&rb, "samples"));
     for (s, n) in specs.iter().zip(renamed) {
         let (x, y) = (node(ma, &s.name), node(mb, n));
-        assert_eq!(x["verdict"], y["verdict"], "{} vs {n}", s.name);
-        assert_eq!(x["max_score"], y["max_score"], "{} vs {n}", s.name);
-        assert_eq!(x["anomalous_windows"], y["anomalous_windows"]);
-        assert_eq!(x["top"], y["top"]);
+        assert_eq!(x.verdict, y.verdict, "{} vs {n}", s.name);
+        assert_eq!(x.max_score, y.max_score, "{} vs {n}", s.name);
+        assert_eq!(x.anomalous_windows, y.anomalous_windows);
+        assert_eq!(x.top, y.top);
     }
     // Giving the node directories one by one, in another order, changes nothing either.
     let mut dirs: Vec<String> = renamed
@@ -287,7 +298,7 @@ fn renaming_nodes_changes_nothing() {
     let args: Vec<&str> = dirs.iter().map(String::as_str).collect();
     let (cc, rc) = diagnose_json(&args);
     assert_eq!(cc, cb);
-    assert_eq!(metric(&rc, "samples")["nodes"], mb["nodes"]);
+    assert_eq!(metric(&rc, "samples").nodes, mb.nodes);
 }
 
 /// Train on two fault-free runs; a third fault-free run flags nothing; a faulty run flags the
@@ -317,29 +328,24 @@ fn train_then_diagnose() {
             .arg("--out")
             .arg(&th),
     );
-    let f: Value = serde_json::from_str(&std::fs::read_to_string(&th).unwrap()).unwrap();
-    assert_eq!(f["format"], "culprit-thresholds");
-    assert_eq!(f["settings"]["win_size_ns"], 60 * NS);
-    let s = &f["metrics"]["samples"];
+    let f = ThresholdsFile::load(&th).unwrap();
+    assert_eq!(f.format, "culprit-thresholds");
+    assert_eq!(f.settings.win_size_ns, 60 * NS);
+    let s = &f.metrics[&Metric::SAMPLES];
     // Variance weighting by default: scores in deviations, a positive scale per kept function.
-    assert_eq!(f["settings"]["weighting"], "variance");
-    assert_eq!(s["unit"], "deviations");
-    let scales = s["weights"]["scales"].as_array().unwrap();
-    assert_eq!(scales.len(), s["kept"].as_array().unwrap().len(), "{s:#}");
-    assert!(scales.iter().all(|e| e["scale"].as_f64().unwrap() > 0.0));
-    assert_eq!(s["recording"]["event"], "cpu-clock");
-    assert_eq!(s["recording"]["period"], 1000);
-    assert_eq!(s["recording"]["freq"], true);
-    let kept: Vec<&str> = s["kept"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|k| k["name"].as_str().unwrap())
-        .collect();
+    assert_eq!(f.settings.weighting, Weighting::Variance);
+    assert_eq!(s.unit, "deviations");
+    let scales = &s.weights.as_ref().unwrap().scales;
+    assert_eq!(scales.len(), s.kept.len(), "{s:#?}");
+    assert!(scales.iter().all(|e| e.scale > 0.0));
+    assert_eq!(s.recording.event.as_deref(), Some("cpu-clock"));
+    assert_eq!(s.recording.period, Some(1000));
+    assert!(s.recording.freq);
+    let kept: Vec<&str> = s.kept.iter().map(|k| k.name.as_ref()).collect();
     assert!(kept.contains(&"hot_path"), "{kept:?}");
     for n in 0..5 {
-        let t = s["thresholds"][format!("io{n}")].as_f64().unwrap();
-        let m = s["max_scores"][format!("io{n}")].as_f64().unwrap();
+        let t = s.thresholds[&format!("io{n}")];
+        let m = s.max_scores[&format!("io{n}")];
         // Least step of the grid (0.001 deviation) above the largest score, doubled.
         assert!(
             t >= 2.0 * m && t <= 2.0 * (m + 0.001) + 1e-9,
@@ -348,24 +354,19 @@ fn train_then_diagnose() {
         let steps = t / 0.002;
         assert!((steps - steps.round()).abs() < 1e-6, "io{n}: {t}");
         // The k-of-(2k − 1) basis (--threshold-rule flagged) never exceeds the largest score.
-        let fl = s["flag_scores"][format!("io{n}")].as_f64().unwrap();
+        let fl = s.flag_scores[&format!("io{n}")];
         assert!(fl > 0.0 && fl <= m, "io{n}: flag score {fl} vs largest {m}");
     }
     let th_s = th.to_str().unwrap();
     let (code, r) = diagnose_json(&[runs[2].to_str().unwrap(), "--thresholds", th_s]);
-    assert_eq!(code, 0, "fault-free run after training: {r:#}");
-    assert_eq!(r["trained"], true);
+    assert_eq!(code, 0, "fault-free run after training: {r:#?}");
+    assert!(r.trained);
     let (code, r) = diagnose_json(&[faulty.to_str().unwrap(), "--thresholds", th_s]);
     assert_eq!(code, 1);
-    assert_eq!(r["culprits"], serde_json::json!(["io4"]));
-    assert_eq!(
-        node(metric(&r, "samples"), "io4")["threshold_source"],
-        "largest"
-    );
-    assert_eq!(
-        node(metric(&r, "samples"), "io4")["top"][0]["function"],
-        "hot_path"
-    );
+    assert_eq!(r.culprits, ["io4"]);
+    let io4 = node(metric(&r, "samples"), "io4");
+    assert_eq!(io4.threshold_source, Some(ThresholdSource::Largest));
+    assert_eq!(io4.top[0].function, "hot_path");
 }
 
 /// Thresholds applied to data sampled differently, or with other window settings: one clear
@@ -435,16 +436,24 @@ fn killed_node_is_reported_as_stopped() {
     specs[0].killed_after = Some(15);
     write_run(dir.path(), &specs, 40);
     let (code, r) = diagnose_json(&[dir.path().to_str().unwrap()]);
-    assert_eq!(code, 1, "{r:#}");
-    assert_eq!(r["culprits"], serde_json::json!(["io0"]));
-    let f = finding(&r, "stopped");
-    assert_eq!(f["node"], "io0");
-    assert_eq!(f["ending"], "no-end-marker");
-    assert_eq!(f["at_ns"], (T0 + 150) * NS);
-    assert_eq!(verdict(&r, "io0"), "stopped");
+    assert_eq!(code, 1, "{r:#?}");
+    assert_eq!(r.culprits, ["io0"]);
+    let Finding::Stopped {
+        node: who,
+        ending,
+        at_ns,
+        ..
+    } = finding(&r, |f| matches!(f, Finding::Stopped { .. }))
+    else {
+        unreachable!()
+    };
+    assert_eq!(who, "io0");
+    assert_eq!(*ending, Ending::NoEndMarker);
+    assert_eq!(*at_ns, (T0 + 150) * NS);
+    assert_eq!(verdict(&r, "io0"), Verdict::Stopped);
     let io0 = node(metric(&r, "samples"), "io0");
-    assert!(io0["anomalous_windows"].as_array().unwrap().is_empty());
-    assert!(io0["windows_incomplete"].as_u64().unwrap() > 0);
+    assert!(io0.anomalous_windows.is_empty());
+    assert!(io0.windows_incomplete > 0);
 }
 
 /// Fewer than three nodes: an error saying peer comparison needs three (meant for four).
@@ -490,17 +499,17 @@ fn by_program_separates_programs() {
     specs[2].fault_in = ("backup", "memcpy");
     write_run(dir.path(), &specs, 36);
     let (code, r) = diagnose_json(&[dir.path().to_str().unwrap()]);
-    assert_eq!(code, 1, "{r:#}");
-    let top = &node(metric(&r, "samples"), "io2")["top"][0];
-    assert_eq!(top["function"], "memcpy");
-    assert_eq!(top["program"], Value::Null);
+    assert_eq!(code, 1, "{r:#?}");
+    let top = &node(metric(&r, "samples"), "io2").top[0];
+    assert_eq!(top.function, "memcpy");
+    assert_eq!(top.program, None);
     let (code, r) = diagnose_json(&[dir.path().to_str().unwrap(), "--by-program"]);
-    assert_eq!(code, 1, "{r:#}");
-    assert_eq!(r["settings"]["by_program"], true);
-    let top = &node(metric(&r, "samples"), "io2")["top"][0];
-    assert_eq!(top["function"], "memcpy");
-    assert_eq!(top["program"], "backup", "{top:#}");
-    assert_eq!(top["image"], "libc.so.6");
+    assert_eq!(code, 1, "{r:#?}");
+    assert!(r.settings.by_program);
+    let top = &node(metric(&r, "samples"), "io2").top[0];
+    assert_eq!(top.function, "memcpy");
+    assert_eq!(top.program.as_deref(), Some("backup"), "{top:#?}");
+    assert_eq!(top.image.as_deref(), Some("libc.so.6"));
 }
 
 /// Kernel event counts are one more metric: a node retransmitting 5× as much is flagged on
@@ -513,21 +522,21 @@ fn kernel_events_are_a_metric() {
     specs[4].retransmits = Some((6, 5.0));
     write_run(dir.path(), &specs, 36);
     let (code, r) = diagnose_json(&[dir.path().to_str().unwrap()]);
-    assert_eq!(code, 1, "{r:#}");
-    assert_eq!(r["culprits"], serde_json::json!(["io4"]));
+    assert_eq!(code, 1, "{r:#?}");
+    assert_eq!(r.culprits, ["io4"]);
     let e = metric(&r, "events");
-    assert_eq!(e["unit"], "events");
-    assert_eq!(e["kept"], 2);
+    assert_eq!(e.unit, "events");
+    assert_eq!(e.kept, 2);
     let io4 = node(e, "io4");
-    assert_eq!(io4["verdict"], "faulty");
-    assert_eq!(io4["top"][0]["function"], "tcp:tcp_retransmit_skb");
-    assert_eq!(io4["top"][0]["image"], Value::Null);
-    assert_eq!(io4["top"][0]["direction"], "more events");
-    assert_eq!(node(metric(&r, "samples"), "io4")["verdict"], "ok");
+    assert_eq!(io4.verdict, MetricStatus::Faulty);
+    assert_eq!(io4.top[0].function, "tcp:tcp_retransmit_skb");
+    assert_eq!(io4.top[0].image, None);
+    assert_eq!(io4.top[0].direction, "more events");
+    assert_eq!(node(metric(&r, "samples"), "io4").verdict, MetricStatus::Ok);
     // --metrics restricts the analysis.
     let (code, r) = diagnose_json(&[dir.path().to_str().unwrap(), "--metrics", "samples"]);
-    assert_eq!(code, 0, "{r:#}");
-    assert_eq!(r["metrics"].as_array().unwrap().len(), 1);
+    assert_eq!(code, 0, "{r:#?}");
+    assert_eq!(r.metrics.len(), 1);
 }
 
 /// A node whose data starts two minutes after its peers': reported as a late start (not a
@@ -539,16 +548,18 @@ fn late_start_is_reported() {
     specs[3].starts_at = 12;
     write_run(dir.path(), &specs, 40);
     let (code, r) = diagnose_json(&[dir.path().to_str().unwrap()]);
-    assert_eq!(code, 0, "{r:#}");
-    let f = finding(&r, "late-start");
-    assert_eq!(f["node"], "io3");
-    assert_eq!(f["at_ns"], (T0 + 120) * NS);
-    assert_eq!(verdict(&r, "io3"), "ok");
+    assert_eq!(code, 0, "{r:#?}");
+    let Finding::LateStart {
+        node: who, at_ns, ..
+    } = finding(&r, |f| matches!(f, Finding::LateStart { .. }))
+    else {
+        unreachable!()
+    };
+    assert_eq!(who, "io3");
+    assert_eq!(*at_ns, (T0 + 120) * NS);
+    assert_eq!(verdict(&r, "io3"), Verdict::Ok);
     let io3 = node(metric(&r, "samples"), "io3");
-    assert!(
-        io3["anomalous_windows"].as_array().unwrap().is_empty(),
-        "{io3:#}"
-    );
+    assert!(io3.anomalous_windows.is_empty(), "{io3:#?}");
 }
 
 /// Every distance and score finds the culprit and its function on the same data.
@@ -559,16 +570,28 @@ fn every_distance_and_score_finds_it() {
     specs[1].fault = Some((12, 4.0));
     write_run(dir.path(), &specs, 40);
     let d = dir.path().to_str().unwrap();
-    for distance in ["manhattan", "relative", "scaled", "kl"] {
-        for score in ["median-node", "leave-one-out", "pairwise"] {
-            let (code, r) = diagnose_json(&[d, "--distance", distance, "--score", score]);
-            let what = format!("{distance}/{score}");
-            assert_eq!(code, 1, "{what}: {r:#}");
-            assert_eq!(r["culprits"], serde_json::json!(["io1"]), "{what}");
-            assert_eq!(r["settings"]["distance"], distance);
-            assert_eq!(r["settings"]["score"], score);
-            let top = &node(metric(&r, "samples"), "io1")["top"][0];
-            assert_eq!(top["function"], "hot_path", "{what}: {top:#}");
+    let distances = [
+        Distance::Manhattan,
+        Distance::Relative,
+        Distance::Scaled,
+        Distance::SymKl,
+    ];
+    let scores = [
+        ScoreKind::MedianNode,
+        ScoreKind::LeaveOneOut,
+        ScoreKind::PairwiseMedian,
+    ];
+    for distance in distances {
+        for score in scores {
+            let (dn, sn) = (distance.name(), score.name());
+            let (code, r) = diagnose_json(&[d, "--distance", dn, "--score", sn]);
+            let what = format!("{dn}/{sn}");
+            assert_eq!(code, 1, "{what}: {r:#?}");
+            assert_eq!(r.culprits, ["io1"], "{what}");
+            assert_eq!(r.settings.distance, distance);
+            assert_eq!(r.settings.score, score);
+            let top = &node(metric(&r, "samples"), "io1").top[0];
+            assert_eq!(top.function, "hot_path", "{what}: {top:#?}");
         }
     }
 }
@@ -582,13 +605,8 @@ fn thresholds_for_unknown_nodes_and_programs() {
     write_run(&train, &five_nodes(), 30);
     let th = root.join("t.json");
     run_ok(culprit().arg("train").arg(&train).arg("--out").arg(&th));
-    let t: Value = serde_json::from_str(&std::fs::read_to_string(&th).unwrap()).unwrap();
-    let largest = t["metrics"]["samples"]["thresholds"]
-        .as_object()
-        .unwrap()
-        .values()
-        .map(|v| v.as_f64().unwrap())
-        .fold(0.0, f64::max);
+    let t = ThresholdsFile::load(&th).unwrap();
+    let largest = t.metrics[&Metric::SAMPLES].largest();
     let data = root.join("data");
     let mut specs = five_nodes();
     specs.push(NodeSpec::new("io5", 105));
@@ -600,15 +618,15 @@ fn thresholds_for_unknown_nodes_and_programs() {
         th_s,
         "--per-node-thresholds",
     ]);
-    assert_eq!(code, 0, "{r:#}");
+    assert_eq!(code, 0, "{r:#?}");
     let io5 = node(metric(&r, "samples"), "io5");
-    assert_eq!(io5["threshold_source"], "largest");
-    assert_eq!(io5["threshold"].as_f64().unwrap(), largest);
+    assert_eq!(io5.threshold_source, Some(ThresholdSource::Largest));
+    assert_eq!(io5.threshold, Some(largest));
     assert_eq!(
-        node(metric(&r, "samples"), "io0")["threshold_source"],
-        "own"
+        node(metric(&r, "samples"), "io0").threshold_source,
+        Some(ThresholdSource::Own)
     );
-    let notes = r["notes"].to_string();
+    let notes = r.notes.join("\n");
     assert!(
         notes.contains("io5 has no trained samples threshold of its own"),
         "{notes}"
@@ -671,9 +689,9 @@ fn weighting_without_training_is_said() {
     let data = root.join("data");
     write_run(&data, &five_nodes(), 30);
     let (code, r) = diagnose_json(&[data.to_str().unwrap(), "--weighting", "variance"]);
-    assert_eq!(code, 0, "{r:#}");
-    let notes = r["notes"].to_string();
+    assert_eq!(code, 0, "{r:#?}");
+    let notes = r.notes.join("\n");
     assert!(notes.contains("needs trained thresholds"), "{notes}");
     let (_, r) = diagnose_json(&[data.to_str().unwrap()]);
-    assert!(!r["notes"].to_string().contains("needs trained thresholds"));
+    assert!(!r.notes.join("\n").contains("needs trained thresholds"));
 }

@@ -7,6 +7,8 @@
 //! Shortened windows (WinSize 10 s, WinShift 5 s, k = 3; 1 s intervals); the algorithm is seed
 //! 000's. Budget: about three and a half minutes. Needs root (CI provides it).
 
+use culprit_analysis::family::Metric;
+use culprit_analysis::Diagnosis;
 use culprit_testbed::cluster;
 use culprit_testbed::run::{run_once, Instrument, Phases, RunPlan};
 use culprit_testbed::tools::{Tools, Windows};
@@ -41,20 +43,16 @@ fn plan(id: &str, fault: Option<(FaultKind, usize)>, phases: Phases, dir: &TempD
 
 /// Per metric, the largest score ÷ threshold of `nodes` (all nodes when empty): how close a
 /// run came to being flagged, printed so CI logs show the margin and not only pass or fail.
-fn margins(json: &serde_json::Value, nodes: &[&str]) -> String {
+fn margins(d: &Diagnosis, nodes: &[&str]) -> String {
     let mut out = Vec::new();
-    for m in json["metrics"].as_array().into_iter().flatten() {
-        let ratio = m["nodes"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|n| nodes.is_empty() || nodes.iter().any(|&x| n["node"] == x))
-            .filter_map(|n| Some(n["max_score"].as_f64()? / n["threshold"].as_f64()?))
+    for m in &d.metrics {
+        let ratio = m
+            .nodes
+            .iter()
+            .filter(|n| nodes.is_empty() || nodes.contains(&n.node.as_str()))
+            .filter_map(|n| Some(n.max_score / n.threshold?))
             .fold(0.0, f64::max);
-        out.push(format!(
-            "{} {ratio:.2}",
-            m["metric"].as_str().unwrap_or("?")
-        ));
+        out.push(format!("{} {ratio:.2}", m.metric));
     }
     out.join(", ")
 }
@@ -120,7 +118,7 @@ fn diagnosis_flags_the_faulty_node_and_nothing_without_a_fault() {
         .expect("diagnose clean run");
     eprintln!(
         "fault-free run, largest score ÷ threshold: {}",
-        margins(&v.json, &[])
+        margins(&v.diagnosis, &[])
     );
     assert!(
         v.flagged["combined"].is_empty() && v.exit == 0,
@@ -157,8 +155,8 @@ fn diagnosis_flags_the_faulty_node_and_nothing_without_a_fault() {
         .expect("diagnose faulty run");
     eprintln!(
         "faulty run, io2's largest score ÷ threshold: {}; the others': {}",
-        margins(&v.json, &["io2"]),
-        margins(&v.json, &["io0", "io1", "io3"])
+        margins(&v.diagnosis, &["io2"]),
+        margins(&v.diagnosis, &["io0", "io1", "io3"])
     );
     let report = tools
         .diagnose_text(&run.data_dir, Some(&thresholds), windows)
@@ -179,18 +177,11 @@ fn diagnosis_flags_the_faulty_node_and_nothing_without_a_fault() {
     assert_eq!(v.exit, 1, "diagnose exits 1 when it finds a culprit");
     // Root cause: the node's blocking storage writes take longer (seed 000: "time spent blocked
     // on storage" ranks dbpf_pread first under disk faults).
-    let time_top = v.json["metrics"]
-        .as_array()
-        .and_then(|ms| ms.iter().find(|m| m["metric"] == "time"))
-        .and_then(|m| m["nodes"].as_array())
-        .and_then(|ns| ns.iter().find(|n| n["node"] == "io2"))
-        .and_then(|n| n["top"].as_array())
-        .map(|t| {
-            t.iter()
-                .take(3)
-                .filter_map(|f| f["function"].as_str())
-                .collect::<Vec<_>>()
-        })
+    let time_top: Vec<&str> = v
+        .diagnosis
+        .metric(Metric::TIME)
+        .and_then(|m| m.nodes.iter().find(|n| n.node == "io2"))
+        .map(|n| n.top.iter().take(3).map(|f| f.function.as_str()).collect())
         .unwrap_or_default();
     assert!(
         time_top.contains(&"io_pwrite"),

@@ -1,4 +1,4 @@
-//! Emulated nodes on one host (DESIGN.md §"Testing on one machine"): the sampler assigns each
+//! Emulated nodes on one host (docs/testbed.md): the sampler assigns each
 //! process to a node by its network namespace, cgroup or process tree, and TCP retransmits by
 //! socket address. A lossy path (an nftables `numgen random` drop rule on the receiving side's
 //! input, in a namespace this test creates) must show retransmits for the receiving node only.

@@ -1,14 +1,19 @@
 //! Shared helpers of the diagnosis tests: run `culprit diagnose --json` and find things in its
-//! report (schema: docs/diagnose-json.md).
+//! report, read as the typed [`Diagnosis`] (schema: docs/diagnose-json.md) — a report of another
+//! shape fails the test instead of reading as "nothing flagged".
 
 #![allow(dead_code)]
 
+use culprit_analysis::combine::Verdict;
+use culprit_analysis::diagnosis::{MetricReport, NodeReport};
+use culprit_analysis::family::Metric;
+use culprit_analysis::missing::Finding;
+use culprit_analysis::Diagnosis;
 use culprit_tests::*;
-use serde_json::Value;
 
 /// Runs `culprit diagnose ARGS --json`; returns the exit status (0 or 1, anything else fails the
 /// test with stderr) and the report.
-pub fn diagnose_json(args: &[&str]) -> (i32, Value) {
+pub fn diagnose_json(args: &[&str]) -> (i32, Diagnosis) {
     let o = culprit()
         .arg("diagnose")
         .args(args)
@@ -21,46 +26,45 @@ pub fn diagnose_json(args: &[&str]) -> (i32, Value) {
         "culprit diagnose {args:?} failed ({code}):\n{}",
         String::from_utf8_lossy(&o.stderr)
     );
-    (code, stdout_json(&o))
+    (code, report(&o))
+}
+
+/// A command's stdout as a diagnosis report.
+pub fn report(o: &std::process::Output) -> Diagnosis {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not a diagnosis report ({e}):\n{}",
+            String::from_utf8_lossy(&o.stdout)
+        )
+    })
 }
 
 /// The report's entry for metric `name`.
-pub fn metric<'a>(r: &'a Value, name: &str) -> &'a Value {
-    r["metrics"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["metric"] == name)
-        .unwrap_or_else(|| panic!("no metric {name} in {r:#}"))
+pub fn metric<'a>(r: &'a Diagnosis, name: &str) -> &'a MetricReport {
+    let m = Metric::from_name(name).unwrap_or_else(|| panic!("no metric called {name}"));
+    r.metric(m)
+        .unwrap_or_else(|| panic!("no metric {name} in {r:#?}"))
 }
 
 /// A metric's entry for node `name`.
-pub fn node<'a>(m: &'a Value, name: &str) -> &'a Value {
-    m["nodes"]
-        .as_array()
-        .unwrap()
+pub fn node<'a>(m: &'a MetricReport, name: &str) -> &'a NodeReport {
+    m.nodes
         .iter()
-        .find(|n| n["node"] == name)
-        .unwrap_or_else(|| panic!("no node {name} in {m:#}"))
+        .find(|n| n.node == name)
+        .unwrap_or_else(|| panic!("no node {name} in {m:#?}"))
 }
 
 /// The combined verdict on node `name`.
-pub fn verdict(r: &Value, name: &str) -> String {
-    r["verdicts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["node"] == name)
-        .map(|v| v["verdict"].as_str().unwrap().to_string())
-        .unwrap_or_else(|| panic!("no verdict for {name} in {r:#}"))
+pub fn verdict(r: &Diagnosis, name: &str) -> Verdict {
+    r.verdict(name)
+        .map(|v| v.combined.verdict)
+        .unwrap_or_else(|| panic!("no verdict for {name} in {r:#?}"))
 }
 
-/// The first finding of `kind`.
-pub fn finding<'a>(r: &'a Value, kind: &str) -> &'a Value {
-    r["findings"]
-        .as_array()
-        .unwrap()
+/// The first finding that `is` accepts.
+pub fn finding(r: &Diagnosis, is: impl Fn(&Finding) -> bool) -> &Finding {
+    r.findings
         .iter()
-        .find(|f| f["kind"] == kind)
-        .unwrap_or_else(|| panic!("no {kind} finding: {r:#}"))
+        .find(|f| is(f))
+        .unwrap_or_else(|| panic!("no such finding: {:#?}", r.findings))
 }

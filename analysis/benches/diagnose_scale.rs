@@ -1,7 +1,7 @@
-//! Scale benchmark of the diagnosis engine (not a test): synthetic feature data generated and
+//! Scale benchmark of the analyzer (not a test): synthetic feature data generated and
 //! streamed by the benchmark, nothing stored.
 //!
-//! `cargo bench -p culprit --bench diagnose_scale` runs, each case in a fresh child process so
+//! `cargo bench -p culprit-analysis --bench diagnose_scale` runs, each case in a fresh child process so
 //! its peak RSS (VmHWM) is its own:
 //!
 //! * **real time**: N nodes × F functions of 1 s data; one 30 s window shift = 30 × N × F values
@@ -9,7 +9,7 @@
 //!   N = 10 … 10,000, F = 50 … 1000, for the median-node score and the pairwise score (exact
 //!   all-pairs and rotating analysis domains of 10, seed 001 §4.7.1).
 //! * **day**: 1,000 nodes × 200 functions × 24 h of 1 s data (1.7·10¹⁰ values), streamed
-//!   through the engine; target ≤ 60 s and ≤ 2 GB. One node is faulty for an hour; the run
+//!   through the analyzer; target ≤ 60 s and ≤ 2 GB. One node is faulty for an hour; the run
 //!   checks it is found with the right function.
 //! * **domains vs exact**: the same faulty 1,000-node hour with exact pairwise and rotating
 //!   domains: do they find the same culprits?
@@ -19,13 +19,17 @@
 //! core, 88 servers in real time; 49 min and 6.1 GB for a day of 2,304 LUNs.
 
 use std::process::Command;
+use std::sync::Arc;
 use std::time::Instant;
 
-use culprit::diagnose::distance::Distance;
-use culprit::diagnose::engine::{Engine, EngineConfig, KeepRule, MetricConfig, Weights};
-use culprit::diagnose::model::{CompLabel, Interval, IntervalData, MetricKind, NS_PER_S};
-use culprit::diagnose::score::{Peers, ScoreKind, SplitMix64};
-use culprit::diagnose::thresholds::{Policy, Unsupervised};
+use culprit_analysis::analyzer::{Analyzer, AnalyzerConfig, MetricConfig};
+use culprit_analysis::distance::Distance;
+use culprit_analysis::family::tracer::Time;
+use culprit_analysis::family::{KeepRule, Windows};
+use culprit_analysis::model::{CompLabel, Interval, IntervalData};
+use culprit_analysis::policy::{Policy, Unsupervised, Weights};
+use culprit_analysis::score::{Peers, ScoreKind, SplitMix64};
+use culprit_analysis::time::NS_PER_S;
 
 const SHIFT_S: u64 = 30;
 const SIZE_S: u64 = 60;
@@ -34,7 +38,7 @@ const T0: u64 = 1_704_067_200;
 
 /// Streams synthetic 1 s feature vectors: node n's value of function i is
 /// `base_i · het_{n,i} · (1 + 0.1·z)` with z from a table indexed at a random offset per
-/// (node, second), so generation costs little next to the engine.
+/// (node, second), so generation costs little next to the analyzer.
 struct Gen {
     funcs: usize,
     base: Vec<Vec<f64>>,
@@ -84,7 +88,7 @@ impl Gen {
     }
 }
 
-fn engine(nodes: usize, funcs: usize, score: ScoreKind, peers: Peers, weighted: bool) -> Engine {
+fn engine(nodes: usize, funcs: usize, score: ScoreKind, peers: Peers, weighted: bool) -> Analyzer {
     // Variance weighting as `culprit train` leaves it: a learned scale per function.
     let weights = weighted.then(|| Weights {
         scales: (0..funcs)
@@ -97,17 +101,20 @@ fn engine(nodes: usize, funcs: usize, score: ScoreKind, peers: Peers, weighted: 
             .collect(),
         default: 1.0,
     });
-    let mut e = Engine::new(
-        EngineConfig {
-            win_size_ns: SIZE_S * NS_PER_S,
-            win_shift_ns: SHIFT_S * NS_PER_S,
+    let mut e = Analyzer::new(
+        AnalyzerConfig {
+            windows: Windows {
+                size_ns: SIZE_S * NS_PER_S,
+                shift_ns: SHIFT_S * NS_PER_S,
+            },
             k: 3,
             distance: Distance::Manhattan,
             score,
             peers,
+            keep_scores: false,
         },
         vec![MetricConfig {
-            kind: MetricKind::Time,
+            family: Arc::new(Time),
             slot_ns: NS_PER_S,
             lag_ns: 2 * NS_PER_S,
             keep: KeepRule::AtLeast(0.0),
@@ -126,7 +133,14 @@ fn engine(nodes: usize, funcs: usize, score: ScoreKind, peers: Peers, weighted: 
 
 /// Pushes seconds `[from, to)` of all nodes (time-major, as data arrives), then closes what can
 /// close. Returns the number of windows closed.
-fn stream(e: &mut Engine, g: &mut Gen, nodes: usize, from: u64, to: u64, buf: &mut [f64]) -> usize {
+fn stream(
+    e: &mut Analyzer,
+    g: &mut Gen,
+    nodes: usize,
+    from: u64,
+    to: u64,
+    buf: &mut [f64],
+) -> usize {
     let mut closed = 0;
     for t in from..to {
         for n in 0..nodes {
@@ -212,11 +226,11 @@ fn child_day(nodes: usize, funcs: usize, hours: u64, score: &str) {
     e.advance(None);
     let el = t.elapsed().as_secs_f64();
     let cpu = cpu_secs() - cpu0;
-    let m = &e.metrics[0];
+    let m = e.result(0);
     let faulty: Vec<usize> = (0..nodes).filter(|&n| m.nodes[n].faulty()).collect();
     let top = faulty
         .first()
-        .and_then(|&n| m.top(n, 1).first().map(|(c, _)| *c as i64))
+        .and_then(|&n| m.top(n, 1).first().map(|r| r.comp as i64))
         .unwrap_or(-1);
     println!(
         "{el} {} {windows} {} {} {cpu}",
@@ -265,7 +279,7 @@ fn child_culprits(nodes: usize, funcs: usize, score: &str) {
     e.advance(None);
     let el = t.elapsed().as_secs_f64();
     let faulty: Vec<String> = (0..nodes)
-        .filter(|&n| e.metrics[0].nodes[n].faulty())
+        .filter(|&n| e.result(0).nodes[n].faulty())
         .map(|n| n.to_string())
         .collect();
     println!("{el} {}", faulty.join(","));

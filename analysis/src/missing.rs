@@ -8,14 +8,15 @@
 //! fixed grace (one WinShift, at least two record intervals): a node is "stopped" when its data
 //! ends more than the grace before the median node's.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use super::engine::Engine;
-use super::model::{fmt_wall, rfc3339, MetricKind};
-use super::score::median_in_place;
+use crate::analyzer::{Outcome, WindowRange};
+use crate::family::{Metric, Windows};
+use crate::score::median_in_place;
+use crate::time::{fmt_wall, rfc3339};
 
 /// How a node's data ended, judged from its files.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Ending {
     /// Every file has an end marker: the programs exited (or the sampler was stopped).
@@ -30,7 +31,7 @@ pub enum Ending {
 }
 
 /// A finding about missing data.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum Finding {
     /// The node's data ends while its peers' goes on.
@@ -62,7 +63,7 @@ pub enum Finding {
         /// Node.
         node: String,
         /// Metric.
-        metric: MetricKind,
+        metric: Metric,
         /// Windows in which its data was incomplete, not counting those after it stopped or
         /// before it started.
         windows: u64,
@@ -72,7 +73,7 @@ pub enum Finding {
         /// Node.
         node: String,
         /// Metric.
-        metric: MetricKind,
+        metric: Metric,
     },
 }
 
@@ -138,10 +139,10 @@ impl Finding {
     }
 }
 
-/// Span of a node's data over all metrics.
-fn span(engine: &Engine, node: usize) -> Option<(u64, u64)> {
+/// Span of a node's data over all metrics: (first start, last end).
+fn span(outcome: &Outcome, node: usize) -> Option<(u64, u64)> {
     let mut out: Option<(u64, u64)> = None;
-    for m in &engine.metrics {
+    for m in &outcome.metrics {
         let nm = &m.nodes[node];
         if let (Some(f), Some(l)) = (nm.first_ns, nm.last_ns) {
             out = Some(match out {
@@ -153,16 +154,16 @@ fn span(engine: &Engine, node: usize) -> Option<(u64, u64)> {
     out
 }
 
-/// The findings of an engine's data. `grace_ns` is the margin for "stopped" and "late";
+/// The findings of an analysis' data. `grace_ns` is the margin for "stopped" and "late";
 /// `ending(node)` says how a node's files ended.
 pub fn findings(
-    engine: &Engine,
-    reported: &[MetricKind],
+    outcome: &Outcome,
+    reported: &[Metric],
     grace_ns: u64,
     ending: impl Fn(&str) -> Ending,
 ) -> Vec<Finding> {
-    let names = engine.names();
-    let spans: Vec<Option<(u64, u64)>> = (0..names.len()).map(|n| span(engine, n)).collect();
+    let names = &outcome.names;
+    let spans: Vec<Option<(u64, u64)>> = (0..names.len()).map(|n| span(outcome, n)).collect();
     let mut firsts: Vec<f64> = spans.iter().flatten().map(|s| s.0 as f64).collect();
     let mut lasts: Vec<f64> = spans.iter().flatten().map(|s| s.1 as f64).collect();
     let mut out = Vec::new();
@@ -191,8 +192,8 @@ pub fn findings(
             });
         }
     }
-    for m in &engine.metrics {
-        if !reported.contains(&m.cfg.kind) {
+    for m in &outcome.metrics {
+        if !reported.contains(&m.metric()) {
             continue;
         }
         let with_data = m.nodes.iter().filter(|n| n.first_ns.is_some()).count();
@@ -201,7 +202,7 @@ pub fn findings(
                 if with_data > 0 && spans[n].is_some() {
                     out.push(Finding::NoData {
                         node: names[n].clone(),
-                        metric: m.cfg.kind,
+                        metric: m.metric(),
                     });
                 }
                 continue;
@@ -210,17 +211,16 @@ pub fn findings(
             // Windows holding the node's partial first or last interval are edges, not gaps.
             let first = nm.first_full_ns.or(nm.first_ns).unwrap_or(0);
             let last = nm.last_full_ns.or(nm.last_ns).unwrap_or(0);
-            let Some((w0, w1)) = m.window_range else {
+            let Some(range) = m.window_range else {
                 continue;
             };
             let any = nm.first_ns.unwrap_or(0);
-            let inside =
-                nm.incomplete
-                    .saturating_sub(edge_windows(engine, any, first, last, (w0, w1)));
+            let edges = edge_windows(m.windows_ns, range, Span { any, first, last });
+            let inside = nm.incomplete.saturating_sub(edges);
             if inside > 0 {
                 out.push(Finding::Gaps {
                     node: names[n].clone(),
-                    metric: m.cfg.kind,
+                    metric: m.metric(),
                     windows: inside,
                 });
             }
@@ -229,17 +229,24 @@ pub fn findings(
     out
 }
 
-/// Windows in `[w0, w1]` (starts) that are incomplete for a node only because they begin before
-/// its first whole interval or end after its last: those are "late start"/"stopped", not gaps.
-/// The engine counts a window incomplete once it ends after the node's first data (`any`).
-fn edge_windows(engine: &Engine, any: u64, first: u64, last: u64, (w0, w1): (u64, u64)) -> u64 {
-    let shift = engine.cfg.win_shift_ns;
-    let size = engine.cfg.win_size_ns;
-    let total = (w1 - w0) / shift + 1;
+/// Where a node's data is: its first data (`any`), its first whole interval and the end of its
+/// last.
+struct Span {
+    any: u64,
+    first: u64,
+    last: u64,
+}
+
+/// Windows of `range` that are incomplete for a node only because they begin before its first
+/// whole interval or end after its last: those are "late start"/"stopped", not gaps. The
+/// analyzer counts a window incomplete once it ends after the node's first data.
+fn edge_windows(w: Windows, range: WindowRange, span: Span) -> u64 {
+    let (shift, size) = (w.shift_ns, w.size_ns);
+    let total = (range.last_ns - range.first_ns) / shift + 1;
     (0..total)
-        .map(|i| w0 + i * shift)
-        .filter(|&s| s < first || s + size > last)
-        .filter(|&s| s + size > any)
+        .map(|i| range.first_ns + i * shift)
+        .filter(|&s| s < span.first || s + size > span.last)
+        .filter(|&s| s + size > span.any)
         .count() as u64
 }
 

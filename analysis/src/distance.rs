@@ -13,27 +13,31 @@ use serde::{Deserialize, Serialize};
 pub const KL_SMOOTHING: f64 = 1e-3;
 
 /// A distance between two feature vectors.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "kebab-case")]
 pub enum Distance {
     /// Σ|pᵢ − qᵢ| (the default: "Manhattan results were the best overall", seed 000).
-    #[value(help = "Σ|p−q| (seed 000's best overall)")]
+    #[cfg_attr(feature = "clap", value(help = "Σ|p−q| (seed 000's best overall)"))]
     Manhattan,
     /// Σ|pᵢ − qᵢ| / max(pᵢ, qᵢ), a term being 0 when both are 0. Bounded by the dimension.
-    #[value(help = "Σ|p−q|/max(p,q)")]
+    #[cfg_attr(feature = "clap", value(help = "Σ|p−q|/max(p,q)"))]
     Relative,
     /// Σ(pᵢ − qᵢ)² / max(pᵢ, qᵢ), a term being 0 when both are 0.
-    #[value(help = "Σ(p−q)²/max(p,q)")]
+    #[cfg_attr(feature = "clap", value(help = "Σ(p−q)²/max(p,q)"))]
     Scaled,
     /// Symmetric Kullback–Leibler divergence of the vectors as distributions over components:
     /// ½ Σ (p̂ᵢ − q̂ᵢ)(ln p̂ᵢ − ln q̂ᵢ) — which is ½ Σ p̂ᵢ ln(p̂ᵢ/q̂ᵢ) + q̂ᵢ ln(q̂ᵢ/p̂ᵢ) — where
     /// p̂ = (1 − λ)·p/Σp + λ/F mixes in the uniform distribution with λ = [`KL_SMOOTHING`] so
     /// that a zero component (a function one node never ran) gives a finite, large term instead
     /// of infinity. An all-zero vector becomes the uniform distribution.
-    #[value(
-        name = "kl",
-        help = "symmetric Kullback–Leibler divergence of the vectors as distributions (zeros \
+    #[cfg_attr(
+        feature = "clap",
+        value(
+            name = "kl",
+            help = "symmetric Kullback–Leibler divergence of the vectors as distributions (zeros \
                 smoothed with 0.1 % of the uniform distribution)"
+        )
     )]
     #[serde(rename = "kl")]
     SymKl,

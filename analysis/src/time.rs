@@ -1,10 +1,13 @@
-//! Wall-clock times as users read and write them: UTC ISO-8601 (`2026-11-22T13:05:00Z`), epoch
-//! seconds, and offsets from the start or end of the data (`+30s`, `-2m`). No time-zone
-//! database: output is UTC, input accepts a `Z` or `±HH:MM` suffix.
+//! Wall-clock times and durations as users read and write them: UTC ISO-8601
+//! (`2026-11-22T13:05:00Z`), RFC 3339 with milliseconds for JSON, epoch seconds, offsets from the
+//! start or end of the data (`+30s`, `-2m`), and durations (`30s`, `500ms`). No time-zone database:
+//! output is UTC, input accepts a `Z` or `±HH:MM` suffix.
 
-use anyhow::{bail, Context as _};
+use std::fmt;
 
-const NS: u64 = 1_000_000_000;
+/// Nanoseconds per second.
+pub const NS_PER_S: u64 = 1_000_000_000;
+const NS: u64 = NS_PER_S;
 
 /// Days since 1970-01-01 → (year, month, day) (Howard Hinnant's civil_from_days).
 fn civil_from_days(z: i64) -> (i64, u32, u32) {
@@ -95,9 +98,21 @@ pub fn parse_duration_ns(s: &str) -> Result<u64, String> {
     Ok((secs * 1e9).round() as u64)
 }
 
-/// [`parse_duration_ns`] for callers that speak `anyhow`.
-pub fn parse_duration(s: &str) -> anyhow::Result<u64> {
-    parse_duration_ns(s).map_err(anyhow::Error::msg)
+/// A time or duration the user wrote that could not be read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParseError(String);
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ParseError {}
+
+/// [`parse_duration_ns`] with a [`std::error::Error`].
+pub fn parse_duration(s: &str) -> Result<u64, ParseError> {
+    parse_duration_ns(s).map_err(ParseError)
 }
 
 /// A point in time given by the user.
@@ -124,7 +139,7 @@ impl TimeSpec {
 
 /// Parses `2026-11-22T13:05:00Z` (also with a space, fractional seconds, `±HH:MM`), epoch
 /// seconds (`1763816700.5`), `+30s` (after the data's start) or `-2m` (before its end).
-pub fn parse_time(s: &str) -> anyhow::Result<TimeSpec> {
+pub fn parse_time(s: &str) -> Result<TimeSpec, ParseError> {
     let s = s.trim();
     if let Some(rest) = s.strip_prefix('+') {
         return Ok(TimeSpec::FromStart(parse_duration(rest)?));
@@ -137,28 +152,28 @@ pub fn parse_time(s: &str) -> anyhow::Result<TimeSpec> {
             return Ok(TimeSpec::At((v * 1e9).round() as u64));
         }
     }
-    parse_iso(s).map(TimeSpec::At).with_context(|| {
-        format!(
+    parse_iso(s).map(TimeSpec::At).map_err(|why| {
+        ParseError(format!(
             "bad time {s:?} (examples: 2026-11-22T13:05:00Z, 1763816700, +30s after the start, \
-             -2m before the end)"
-        )
+             -2m before the end): {why}"
+        ))
     })
 }
 
-fn parse_iso(s: &str) -> anyhow::Result<u64> {
+fn parse_iso(s: &str) -> Result<u64, &'static str> {
     let b = s.as_bytes();
     if b.len() < 19 || b[4] != b'-' || b[7] != b'-' || !(b[10] == b'T' || b[10] == b' ') {
-        bail!("not an ISO date-time");
+        return Err("not an ISO date-time");
     }
-    let num = |r: std::ops::Range<usize>| -> anyhow::Result<i64> {
+    let num = |r: std::ops::Range<usize>| -> Result<i64, &'static str> {
         s.get(r)
             .and_then(|x| x.parse().ok())
-            .context("not an ISO date-time")
+            .ok_or("not an ISO date-time")
     };
     let (y, mo, d) = (num(0..4)?, num(5..7)? as u32, num(8..10)? as u32);
     let (h, mi, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
     if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || sec > 60 {
-        bail!("date-time field out of range");
+        return Err("date-time field out of range");
     }
     let mut rest = &s[19..];
     let mut frac_ns = 0u64;
@@ -176,18 +191,63 @@ fn parse_iso(s: &str) -> anyhow::Result<u64> {
         "" | "Z" | "z" => 0,
         o if (o.starts_with('+') || o.starts_with('-')) && o.len() == 6 && &o[3..4] == ":" => {
             let sign = if o.starts_with('-') { -1 } else { 1 };
-            let oh: i64 = o[1..3].parse().context("bad offset")?;
-            let om: i64 = o[4..6].parse().context("bad offset")?;
+            let oh: i64 = o[1..3].parse().map_err(|_| "bad offset")?;
+            let om: i64 = o[4..6].parse().map_err(|_| "bad offset")?;
             sign * (oh * 3600 + om * 60)
         }
-        _ => bail!("bad time-zone suffix"),
+        _ => return Err("bad time-zone suffix"),
     };
     let days = days_from_civil(y, mo, d);
     let secs = days * 86_400 + h * 3600 + mi * 60 + sec - offset_s;
     if secs < 0 {
-        bail!("time before 1970");
+        return Err("time before 1970");
     }
     Ok(secs as u64 * NS + frac_ns)
+}
+
+/// Formats wall-clock ns as `YYYY-MM-DD HH:MM:SS[.fff]Z` (UTC; sub-second digits only when
+/// present), for people.
+pub fn fmt_wall(ns: u64) -> String {
+    let secs = ns / NS;
+    let frac_ms = (ns % NS) / 1_000_000;
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let (y, m, d) = civil_from_days(days);
+    let (hh, mm, ss) = (rem / 3600, (rem / 60) % 60, rem % 60);
+    if ns % NS == 0 {
+        format!("{y:04}-{m:02}-{d:02} {hh:02}:{mm:02}:{ss:02}Z")
+    } else {
+        format!("{y:04}-{m:02}-{d:02} {hh:02}:{mm:02}:{ss:02}.{frac_ms:03}Z")
+    }
+}
+
+/// Formats wall-clock ns as RFC 3339 with milliseconds (`YYYY-MM-DDTHH:MM:SS.fffZ`), for JSON.
+pub fn rfc3339(ns: u64) -> String {
+    let secs = ns / NS;
+    let frac_ms = (ns % NS) / 1_000_000;
+    let (y, m, d) = civil_from_days((secs / 86_400) as i64);
+    let rem = secs % 86_400;
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{frac_ms:03}Z",
+        rem / 3600,
+        (rem / 60) % 60,
+        rem % 60
+    )
+}
+
+/// Formats a duration in ns for people, exactly when it is a round number: `60 s`, `1.5 s`,
+/// `250 ms` (settings; [`duration`] rounds measured durations instead).
+pub fn fmt_dur(ns: u64) -> String {
+    if ns % NS == 0 {
+        format!("{} s", ns / NS)
+    } else if ns >= NS {
+        let v = format!("{:.3}", ns as f64 / 1e9);
+        format!("{} s", v.trim_end_matches('0'))
+    } else if ns % 1_000_000 == 0 {
+        format!("{} ms", ns / 1_000_000)
+    } else {
+        format!("{} µs", ns / 1000)
+    }
 }
 
 #[cfg(test)]
@@ -227,6 +287,32 @@ mod tests {
         assert_eq!(duration(1_500_000_000), "1.50 s");
         assert_eq!(duration(2_500_000), "2.5 ms");
         assert_eq!(clock(t_of(13, 5, 9)), "13:05:09");
+    }
+
+    #[test]
+    fn wall_clock_formatting() {
+        assert_eq!(fmt_wall(0), "1970-01-01 00:00:00Z");
+        // 2024-02-29 12:34:56 UTC = 1709210096.
+        assert_eq!(fmt_wall(1_709_210_096 * NS), "2024-02-29 12:34:56Z");
+        assert_eq!(
+            fmt_wall(1_709_210_096 * NS + 250_000_000),
+            "2024-02-29 12:34:56.250Z"
+        );
+        assert_eq!(rfc3339(1_709_210_096 * NS), "2024-02-29T12:34:56.000Z");
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration_ns("60").unwrap(), 60 * NS);
+        assert_eq!(parse_duration_ns("30s").unwrap(), 30 * NS);
+        assert_eq!(parse_duration_ns("1.5s").unwrap(), 1_500_000_000);
+        assert_eq!(parse_duration_ns("500ms").unwrap(), 500_000_000);
+        assert_eq!(parse_duration_ns("2m").unwrap(), 120 * NS);
+        assert!(parse_duration_ns("fast").is_err());
+        assert!(parse_duration_ns("-1").is_err());
+        assert_eq!(fmt_dur(60 * NS), "60 s");
+        assert_eq!(fmt_dur(1_500_000_000), "1.5 s");
+        assert_eq!(fmt_dur(250_000_000), "250 ms");
     }
 
     fn t_of(h: u64, m: u64, s: u64) -> u64 {

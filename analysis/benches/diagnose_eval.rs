@@ -1,7 +1,7 @@
 //! Accuracy evaluation of the diagnosis on synthetic peer groups (not a test, not a timing):
 //! which score to make the default, and how to combine metrics.
 //!
-//! `cargo bench -p culprit --bench diagnose_eval` prints two tables:
+//! `cargo bench -p culprit-analysis --bench diagnose_eval` prints two tables:
 //!
 //! 1. Scores at N = 4, 5, 6, 10 nodes: for each score (seed 000's pairwise median, distance to
 //!    the median node, leave-one-out), trained on three fault-free runs per cluster, then
@@ -12,20 +12,24 @@
 //!    healthy node persistently different (1.5× on three functions — the metadata server), the
 //!    case where the pairwise median flags healthy nodes.
 //! 2. Combination rules over three metrics with independent noise: OR (seed 000's "combined"
-//!    bound) against "corroborated or decisive" ([`culprit::diagnose::combine`]).
+//!    bound) against "corroborated or decisive" ([`culprit_analysis::combine`]).
 //!
-//! The synthetic model is [`culprit::diagnose::synth`]: Zipf-like profiles, persistent
+//! The synthetic model is [`culprit_analysis::synth`]: Zipf-like profiles, persistent
 //! per-node differences (heterogeneity), per-interval noise, transient hiccups.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
-use culprit::diagnose::combine::{combine_with, MetricVerdict, DECISIVE};
-use culprit::diagnose::distance::Distance;
-use culprit::diagnose::engine::{Engine, EngineConfig, KeepRule, MetricConfig};
-use culprit::diagnose::model::{MetricKind, NS_PER_S};
-use culprit::diagnose::score::{Peers, ScoreKind};
-use culprit::diagnose::synth::{Fault, Scenario};
-use culprit::diagnose::thresholds::{trained_threshold, Policy, Unsupervised};
+use culprit_analysis::analyzer::{Analyzer, AnalyzerConfig, MetricConfig};
+use culprit_analysis::combine::{combine_with, MetricVerdict, DECISIVE};
+use culprit_analysis::distance::Distance;
+use culprit_analysis::family::sampler::Samples;
+use culprit_analysis::family::tracer::{Count, Time};
+use culprit_analysis::family::{KeepRule, MetricFamily, Windows};
+use culprit_analysis::policy::{trained_threshold, Policy, Unsupervised};
+use culprit_analysis::score::{Peers, ScoreKind};
+use culprit_analysis::synth::{Fault, OddNode, Scenario};
+use culprit_analysis::time::NS_PER_S;
 
 const SCORES: [ScoreKind; 3] = [
     ScoreKind::PairwiseMedian,
@@ -33,20 +37,23 @@ const SCORES: [ScoreKind; 3] = [
     ScoreKind::LeaveOneOut,
 ];
 
-fn engine(score: ScoreKind, policies: Vec<(MetricKind, Policy)>) -> Engine {
-    Engine::new(
-        EngineConfig {
-            win_size_ns: 60 * NS_PER_S,
-            win_shift_ns: 30 * NS_PER_S,
+fn engine(score: ScoreKind, policies: Vec<(Family, Policy)>) -> Analyzer {
+    Analyzer::new(
+        AnalyzerConfig {
+            windows: Windows {
+                size_ns: 60 * NS_PER_S,
+                shift_ns: 30 * NS_PER_S,
+            },
             k: 3,
             distance: Distance::Manhattan,
             score,
             peers: Peers::All,
+            keep_scores: false,
         },
         policies
             .into_iter()
-            .map(|(kind, policy)| MetricConfig {
-                kind,
+            .map(|(family, policy)| MetricConfig {
+                family,
                 slot_ns: 10 * NS_PER_S,
                 lag_ns: 20 * NS_PER_S,
                 keep: KeepRule::AtLeast(0.0),
@@ -75,10 +82,19 @@ fn scenario(n: usize, cluster: u64, run: u64, metric: u64) -> Scenario {
     }
 }
 
-const METRICS: [MetricKind; 3] = [MetricKind::Samples, MetricKind::Count, MetricKind::Time];
+type Family = Arc<dyn MetricFamily>;
 
-/// Runs a cluster's run through an engine with `m` metrics; returns the engine.
-fn run(score: ScoreKind, policies: Vec<(MetricKind, Policy)>, runs: &[Scenario]) -> Engine {
+/// Three metrics with independent noise.
+fn metric(m: usize) -> Family {
+    match m {
+        0 => Arc::new(Samples),
+        1 => Arc::new(Count),
+        _ => Arc::new(Time),
+    }
+}
+
+/// Runs a cluster's run through an analyzer with `m` metrics; returns the analyzer.
+fn run(score: ScoreKind, policies: Vec<(Family, Policy)>, runs: &[Scenario]) -> Analyzer {
     let mut e = engine(score, policies);
     for (m, sc) in runs.iter().enumerate() {
         sc.feed(&mut e, m);
@@ -93,8 +109,8 @@ fn train(
     n: usize,
     cluster: u64,
     metrics: usize,
-    odd: Option<(usize, f64)>,
-) -> Vec<(MetricKind, Policy)> {
+    odd: Option<OddNode>,
+) -> Vec<(Family, Policy)> {
     let mut max: Vec<HashMap<String, f64>> = vec![HashMap::new(); metrics];
     for r in 0..3 {
         let runs: Vec<Scenario> = (0..metrics)
@@ -106,11 +122,11 @@ fn train(
         let e = run(
             score,
             (0..metrics)
-                .map(|m| (METRICS[m], Policy::Training))
+                .map(|m| (metric(m), Policy::Training))
                 .collect(),
             &runs,
         );
-        for (m, ms) in e.metrics.iter().enumerate() {
+        for (m, ms) in e.results().enumerate() {
             for (i, nm) in ms.nodes.iter().enumerate() {
                 let v = max[m].entry(e.name(i).to_string()).or_insert(0.0);
                 *v = v.max(nm.max_score);
@@ -125,7 +141,7 @@ fn train(
                 .map(|(k, v)| (k, trained_threshold(v, 1.0)))
                 .collect();
             let fallback = by_node.values().copied().fold(0.0, f64::max);
-            (METRICS[m], Policy::Trained { by_node, fallback })
+            (metric(m), Policy::Trained { by_node, fallback })
         })
         .collect()
 }
@@ -154,8 +170,8 @@ impl Rate {
     }
 }
 
-fn flagged_by_metric(e: &Engine, m: usize) -> Vec<bool> {
-    e.metrics[m].nodes.iter().map(|n| n.faulty()).collect()
+fn flagged_by_metric(e: &Analyzer, m: usize) -> Vec<bool> {
+    e.result(m).nodes.iter().map(|n| n.faulty()).collect()
 }
 
 fn scores_table(clusters: u64) {
@@ -171,11 +187,14 @@ fn scores_table(clusters: u64) {
                     let (mut ff, mut moderate, mut extreme) =
                         (Rate::default(), Rate::default(), Rate::default());
                     for c in 0..clusters {
-                        let odd_node = odd.then_some(((c as usize + 1) % n, 1.5));
+                        let odd_node = odd.then_some(OddNode {
+                            node: (c as usize + 1) % n,
+                            factor: 1.5,
+                        });
                         let p = if trained {
                             train(score, n, c, 1, odd_node)
                         } else {
-                            vec![(METRICS[0], Policy::Untrained(Unsupervised::default()))]
+                            vec![(metric(0), Policy::Untrained(Unsupervised::default()))]
                         };
                         let mut sc = scenario(n, c, 10, 0);
                         sc.odd = odd_node;
@@ -218,15 +237,13 @@ fn scores_table(clusters: u64) {
 
 /// Per node: flagged by OR of the metrics, and by the combination rule with each decisive
 /// factor.
-fn combined(e: &Engine, decisive: &[f64]) -> Vec<Vec<bool>> {
+fn combined(e: &Analyzer, decisive: &[f64]) -> Vec<Vec<bool>> {
     let n = e.names().len();
-    let analysed = e.metrics.len();
+    let analysed = e.results().count();
     // out[0]: OR; out[1 + j]: the rule with decisive[j].
     let per_node: Vec<Vec<bool>> = (0..n)
         .map(|i| {
-            let per: Vec<MetricVerdict> = (0..e.metrics.len())
-                .map(|m| MetricVerdict::of(e, m, i))
-                .collect();
+            let per: Vec<MetricVerdict> = e.results().map(|m| MetricVerdict::of(m, i)).collect();
             std::iter::once(per.iter().any(|v| v.faulty))
                 .chain(decisive.iter().map(|&d| {
                     combine_with(&per, analysed, false, 5 * 30 * NS_PER_S, d)
@@ -272,9 +289,8 @@ fn combination_table(clusters: u64) {
                     let p = if trained {
                         train(score, n, c, 3, None)
                     } else {
-                        METRICS
-                            .iter()
-                            .map(|&m| (m, Policy::Untrained(Unsupervised::default())))
+                        (0..3)
+                            .map(|m| (metric(m), Policy::Untrained(Unsupervised::default())))
                             .collect()
                     };
                     let bad = (c as usize) % n;

@@ -1,4 +1,4 @@
-//! Synthetic peer groups, for unit tests and the evaluation benchmark (cli/benches): nodes with
+//! Synthetic peer groups, for unit tests and the evaluation benchmark (benches/): nodes with
 //! a shared per-function profile, persistent per-node differences, per-interval noise, injected
 //! faults and stops. Nothing here is used by `culprit` itself on real data.
 //!
@@ -8,9 +8,10 @@
 //! alike, not identical: different disks, different shares of metadata), and `z ~ N(0, 1)` is
 //! fresh noise. A fault multiplies some functions of one node by a factor for a while.
 
-use super::engine::Engine;
-use super::model::{CompLabel, Interval, IntervalData, NS_PER_S};
-use super::score::SplitMix64;
+use crate::analyzer::Analyzer;
+use crate::model::{CompLabel, Interval, IntervalData};
+use crate::score::SplitMix64;
+use crate::time::NS_PER_S;
 
 /// A fault: node `node` does `factor` times the usual amount of function `func` during
 /// `[from_s, to_s)` (seconds from the start).
@@ -26,6 +27,24 @@ pub struct Fault {
     pub from_s: u64,
     /// End, seconds from the scenario start.
     pub to_s: u64,
+}
+
+/// A healthy node that is persistently different from its peers.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OddNode {
+    /// The node.
+    pub node: usize,
+    /// Multiplier of its functions 2 to 4.
+    pub factor: f64,
+}
+
+/// A node that stops producing data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stop {
+    /// The node.
+    pub node: usize,
+    /// When, seconds from the start.
+    pub at_s: u64,
 }
 
 /// A synthetic run.
@@ -57,12 +76,12 @@ pub struct Scenario {
     /// See `hiccup_rate`.
     pub hiccup_factor: f64,
     /// A healthy node that is persistently different from its peers (it holds more metadata,
-    /// a different disk): `factor` on functions 2 to 4, in every run.
-    pub odd: Option<(usize, f64)>,
+    /// a different disk), in every run.
+    pub odd: Option<OddNode>,
     /// Faults (or, in evaluations, benign asymmetries: the same mechanism, judged healthy).
     pub faults: Vec<Fault>,
     /// A node that stops producing data at a time (seconds from the start).
-    pub stop: Option<(usize, u64)>,
+    pub stop: Option<Stop>,
 }
 
 impl Default for Scenario {
@@ -119,7 +138,7 @@ impl Scenario {
         let mut t = 0;
         while t < self.secs {
             for (n, het_n) in het.iter().enumerate() {
-                if self.stop.is_some_and(|(sn, at)| sn == n && t >= at) {
+                if self.stop.is_some_and(|s| s.node == n && t >= s.at_s) {
                     continue;
                 }
                 let hiccup = (self.hiccup_rate > 0.0 && rng.unit() < self.hiccup_rate)
@@ -128,8 +147,10 @@ impl Scenario {
                     let mut val = base[i] * het_n[i] * step as f64;
                     // Noise shrinks with aggregation like a sum of per-second noises.
                     val *= 1.0 + self.noise / (step as f64).sqrt() * normal(&mut rng);
-                    if self.odd.is_some_and(|(on, _)| on == n) && (2..5).contains(&i) {
-                        val *= self.odd.map_or(1.0, |o| o.1);
+                    if let Some(odd) = self.odd.filter(|o| o.node == n) {
+                        if (2..5).contains(&i) {
+                            val *= odd.factor;
+                        }
                     }
                     if hiccup == Some(i) {
                         val *= self.hiccup_factor;
@@ -147,14 +168,14 @@ impl Scenario {
         }
     }
 
-    /// Registers the nodes and functions in metric `m` of `engine` and pushes the run,
+    /// Registers the nodes and functions in metric `m` of `analyzer` and pushes the run,
     /// closing windows as it goes (offline).
-    pub fn feed(&self, engine: &mut Engine, m: usize) {
+    pub fn feed(&self, analyzer: &mut Analyzer, m: usize) {
         let nodes: Vec<usize> = (0..self.nodes)
-            .map(|n| engine.node(&Self::node_name(n)))
+            .map(|n| analyzer.node(&Self::node_name(n)))
             .collect();
         for i in 0..self.funcs {
-            engine.component(m, &CompLabel::func("synth", &format!("f{i:03}")));
+            analyzer.component(m, &CompLabel::func("synth", &format!("f{i:03}")));
         }
         let dur = self.interval_s.max(1) * NS_PER_S;
         let mut last = 0;
@@ -168,12 +189,12 @@ impl Scenario {
             // Everything before this interval is in: close what can close.
             if start != last {
                 last = start;
-                engine.advance(None);
+                analyzer.advance(None);
             }
-            engine
+            analyzer
                 .push(m, nodes[n], 0, &iv)
                 .expect("synthetic data fits the windows");
         });
-        engine.advance(None);
+        analyzer.advance(None);
     }
 }

@@ -16,11 +16,12 @@
 //!
 //! docs/thresholds.md gives the measured false-positive rates of OR-ing and of this rule.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use super::engine::{Engine, NodeMetric};
-use super::model::MetricKind;
-use super::score::median_in_place;
+use crate::analyzer::{Episode, MetricResult, NodeResult};
+use crate::family::Metric;
+use crate::model::PeerIdx;
+use crate::score::median_in_place;
 
 /// Median factor by which a single metric's anomalous windows must exceed their threshold for
 /// that metric alone to make a node faulty. With trained thresholds (twice the largest
@@ -28,7 +29,7 @@ use super::score::median_in_place;
 pub const DECISIVE: f64 = 1.5;
 
 /// The combined verdict on one node.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Verdict {
     /// No metric finds the node faulty.
@@ -60,7 +61,7 @@ impl Verdict {
 
 /// Strength of a metric's evidence against a node: the median of score / threshold over its
 /// anomalous windows (1 = at the threshold).
-pub fn evidence(nm: &NodeMetric) -> Option<f64> {
+pub fn evidence(nm: &NodeResult) -> Option<f64> {
     let mut r: Vec<f64> = nm
         .anomalous
         .iter()
@@ -77,52 +78,47 @@ pub fn evidence(nm: &NodeMetric) -> Option<f64> {
 #[derive(Clone, Debug)]
 pub struct MetricVerdict {
     /// The metric.
-    pub metric: MetricKind,
+    pub metric: Metric,
     /// Faulty by the k-of-(2k − 1) filter.
     pub faulty: bool,
     /// [`evidence`].
     pub evidence: Option<f64>,
-    /// Faulty stretches: (first, last) window starts, ns.
-    pub episodes: Vec<(u64, u64)>,
+    /// Faulty stretches.
+    pub episodes: Vec<Episode>,
     /// Starts of anomalous windows, ns.
     pub anomalous: Vec<u64>,
 }
 
 impl MetricVerdict {
-    /// The verdict of metric `m` of an engine on node `n`.
-    pub fn of(engine: &Engine, m: usize, n: usize) -> Self {
-        let ms = &engine.metrics[m];
-        let nm = &ms.nodes[n];
+    /// The verdict of a metric's results on node `n`.
+    pub fn of(m: &MetricResult, n: PeerIdx) -> Self {
+        let nm = &m.nodes[n];
         MetricVerdict {
-            metric: ms.cfg.kind,
+            metric: m.metric(),
             faulty: nm.faulty(),
             evidence: evidence(nm),
-            episodes: nm
-                .episodes
-                .iter()
-                .map(|e| (e.first_window_ns, e.last_window_ns))
-                .collect(),
+            episodes: nm.episodes.clone(),
             anomalous: nm.anomalous.iter().map(|a| a.start_ns).collect(),
         }
     }
 
     /// True when this metric has an anomalous window within `slack_ns` of a stretch of `other`.
     fn supports(&self, other: &MetricVerdict, slack_ns: u64) -> bool {
-        other.episodes.iter().any(|&(a, b)| {
+        other.episodes.iter().any(|e| {
             self.anomalous
                 .iter()
-                .any(|&w| w + slack_ns >= a && w <= b + slack_ns)
+                .any(|&w| w + slack_ns >= e.first_window_ns && w <= e.last_window_ns + slack_ns)
         })
     }
 }
 
 /// Why the combined verdict is what it is.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Combined {
     /// The verdict.
     pub verdict: Verdict,
     /// Metrics finding the node faulty.
-    pub metrics: Vec<MetricKind>,
+    pub metrics: Vec<Metric>,
     /// One line: "corroborated by count and time", "decisive on samples: 6.1× its threshold"…
     pub reason: String,
 }
@@ -148,7 +144,7 @@ pub fn combine_with(
     decisive: f64,
 ) -> Combined {
     let faulty: Vec<&MetricVerdict> = per_metric.iter().filter(|v| v.faulty).collect();
-    let metrics: Vec<MetricKind> = faulty.iter().map(|v| v.metric).collect();
+    let metrics: Vec<Metric> = faulty.iter().map(|v| v.metric).collect();
     let names: Vec<&str> = metrics.iter().map(|m| m.name()).collect();
     let (verdict, reason) = if stopped {
         (
@@ -217,12 +213,16 @@ fn join_and(v: &[&str]) -> String {
 mod tests {
     use super::*;
 
-    fn mv(metric: MetricKind, faulty: bool, evidence: f64) -> MetricVerdict {
+    fn mv(metric: Metric, faulty: bool, evidence: f64) -> MetricVerdict {
+        let episode = Episode {
+            first_window_ns: 100,
+            last_window_ns: 200,
+        };
         MetricVerdict {
             metric,
             faulty,
             evidence: faulty.then_some(evidence),
-            episodes: if faulty { vec![(100, 200)] } else { vec![] },
+            episodes: if faulty { vec![episode] } else { vec![] },
             anomalous: if faulty {
                 vec![40, 100, 150, 200]
             } else {
@@ -233,19 +233,21 @@ mod tests {
 
     #[test]
     fn corroborated_or_decisive() {
-        use MetricKind::*;
-        let c = combine(&[mv(Count, true, 1.1), mv(Time, true, 1.2)], 2, false, 50);
+        const COUNT: Metric = Metric::COUNT;
+        const TIME: Metric = Metric::TIME;
+        const SAMPLES: Metric = Metric::SAMPLES;
+        let c = combine(&[mv(COUNT, true, 1.1), mv(TIME, true, 1.2)], 2, false, 50);
         assert_eq!(c.verdict, Verdict::Faulty);
         assert_eq!(c.reason, "corroborated by count and time");
         let c = combine(
-            &[mv(Samples, true, 5.0), mv(Time, false, 0.0)],
+            &[mv(SAMPLES, true, 5.0), mv(TIME, false, 0.0)],
             3,
             false,
             50,
         );
         assert_eq!(c.verdict, Verdict::Faulty);
         let c = combine(
-            &[mv(Samples, true, 1.3), mv(Time, false, 0.0)],
+            &[mv(SAMPLES, true, 1.3), mv(TIME, false, 0.0)],
             3,
             false,
             50,
@@ -253,15 +255,15 @@ mod tests {
         assert_eq!(c.verdict, Verdict::Suspect);
         // One anomalous window of another metric near the faulty stretch corroborates it; one
         // far away does not.
-        let mut time = mv(Time, false, 0.0);
+        let mut time = mv(TIME, false, 0.0);
         time.anomalous = vec![280];
-        let c = combine(&[mv(Samples, true, 1.3), time.clone()], 3, false, 50);
+        let c = combine(&[mv(SAMPLES, true, 1.3), time.clone()], 3, false, 50);
         assert_eq!(c.verdict, Verdict::Suspect);
-        let c = combine(&[mv(Samples, true, 1.3), time], 3, false, 100);
+        let c = combine(&[mv(SAMPLES, true, 1.3), time], 3, false, 100);
         assert_eq!(c.verdict, Verdict::Faulty, "{}", c.reason);
-        let c = combine(&[mv(Samples, true, 1.3)], 1, false, 50);
+        let c = combine(&[mv(SAMPLES, true, 1.3)], 1, false, 50);
         assert_eq!(c.verdict, Verdict::Faulty);
-        let c = combine(&[mv(Samples, false, 0.0)], 1, true, 50);
+        let c = combine(&[mv(SAMPLES, false, 0.0)], 1, true, 50);
         assert_eq!(c.verdict, Verdict::Stopped);
         assert!(!combine(&[], 3, false, 50).verdict.is_culprit());
     }

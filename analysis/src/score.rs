@@ -11,11 +11,12 @@
 //! * [`ScoreKind::LeaveOneOut`] — the distance of a node to the component-wise median of the
 //!   *other* nodes. O(N·F·log N).
 //!
-//! New scorers (suspect scores of seed 002, persistence ordering of seed 001) are added here.
+//! Each is a [`Scorer`]; [`ScoreKind`] names them for settings. New scorers (suspect scores of
+//! seed 002, RPCA of seed 004) implement [`Scorer`] and get a [`ScoreKind`] name.
 
 use serde::{Deserialize, Serialize};
 
-use super::distance::Distance;
+use crate::distance::Distance;
 
 /// Above this many nodes the pairwise score uses rotating analysis domains unless told
 /// otherwise (exact all-pairs costs N²·F per window: 5·10⁹ at 5,000 nodes × 200 functions).
@@ -24,18 +25,28 @@ pub const PAIRWISE_EXACT_MAX: usize = 1000;
 pub const DEFAULT_DOMAIN: usize = 10;
 
 /// How a node's anomaly score is computed from a window's feature vectors.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "kebab-case")]
 pub enum ScoreKind {
     /// Distance to the component-wise median node (robust; the default).
-    #[value(help = "distance to the component-wise median node (robust at 4–6 nodes)")]
+    #[cfg_attr(
+        feature = "clap",
+        value(help = "distance to the component-wise median node (robust at 4–6 nodes)")
+    )]
     MedianNode,
     /// Distance to the component-wise median of the other nodes.
-    #[value(help = "distance to the component-wise median of the other nodes")]
+    #[cfg_attr(
+        feature = "clap",
+        value(help = "distance to the component-wise median of the other nodes")
+    )]
     LeaveOneOut,
     /// Median of the distances to the other nodes (seed 000).
-    #[value(help = "median of the distances to the other nodes (seed 000)")]
-    #[value(name = "pairwise")]
+    #[cfg_attr(
+        feature = "clap",
+        value(help = "median of the distances to the other nodes (seed 000)")
+    )]
+    #[cfg_attr(feature = "clap", value(name = "pairwise"))]
     #[serde(rename = "pairwise")]
     PairwiseMedian,
 }
@@ -98,7 +109,8 @@ pub fn median_in_place(v: &mut [f64]) -> f64 {
     }
 }
 
-/// The component-wise median of the rows of `x` ("the median node", DESIGN.md).
+/// The component-wise median of the rows of `x`: "the median node", the reference peer
+/// comparison measures every node against.
 pub fn median_node(x: &Matrix) -> Vec<f64> {
     let mut col = vec![0.0; x.rows];
     (0..x.cols)
@@ -118,19 +130,40 @@ pub struct Scores {
     pub scores: Vec<f64>,
     /// The component-wise median node of all rows.
     pub median: Vec<f64>,
-    /// Leave-one-out only: columns sorted ascending (column-major) and each row's rank in each
-    /// column, to derive the median of the others.
-    loo: Option<(Vec<f64>, Vec<u32>)>,
+    /// Leave-one-out only: each column's values sorted and each row's rank in them, to derive
+    /// the median of the others.
+    others: Option<SortedColumns>,
+}
+
+/// Columns sorted ascending (column-major) and each row's rank in each column.
+#[derive(Debug)]
+struct SortedColumns {
+    sorted: Vec<f64>,
+    rank: Vec<u32>,
 }
 
 impl Scores {
+    /// Scores compared with the median node `median` (root cause uses it for every row).
+    pub fn new(scores: Vec<f64>, median: Vec<f64>) -> Self {
+        Scores {
+            scores,
+            median,
+            others: None,
+        }
+    }
+
     /// The vector row `i` is compared with for root cause: the median of the others for
     /// leave-one-out, the median node otherwise (seed 000: "component distances to the median
     /// node").
     pub fn reference(&self, x: &Matrix, i: usize) -> Vec<f64> {
-        match &self.loo {
-            Some((sorted, rank)) => (0..x.cols)
-                .map(|c| loo_median(&sorted[c * x.rows..(c + 1) * x.rows], rank[i * x.cols + c]))
+        match &self.others {
+            Some(o) => (0..x.cols)
+                .map(|c| {
+                    loo_median(
+                        &o.sorted[c * x.rows..(c + 1) * x.rows],
+                        o.rank[i * x.cols + c],
+                    )
+                })
                 .collect(),
             None => self.median.clone(),
         }
@@ -161,57 +194,107 @@ pub enum Peers {
     Domain(usize),
 }
 
-/// Scores the rows of `x` (prepared by the distance). `seed` varies the rotating analysis
-/// domains from window to window (the window start is used).
-pub fn score(kind: ScoreKind, d: Distance, x: &Matrix, peers: Peers, seed: u64) -> Scores {
-    let median = median_node(x);
-    match kind {
-        ScoreKind::MedianNode => {
-            let scores = par_map(x.rows, x.cols, |i| d.dist(x.row(i), &median));
-            Scores {
-                scores,
-                median,
-                loo: None,
-            }
-        }
-        ScoreKind::LeaveOneOut => {
-            let (sorted, rank) = sorted_columns(x);
-            let scores = par_map(x.rows, x.cols, |i| {
-                let mut s = 0.0;
-                for (c, &v) in x.row(i).iter().enumerate() {
-                    let col = &sorted[c * x.rows..(c + 1) * x.rows];
-                    s += d.term(v, loo_median(col, rank[i * x.cols + c]));
-                }
-                s
-            });
-            Scores {
-                scores,
-                median,
-                loo: Some((sorted, rank)),
-            }
-        }
-        ScoreKind::PairwiseMedian => {
-            let domain = match peers {
-                Peers::All => None,
-                Peers::Auto if x.rows <= PAIRWISE_EXACT_MAX => None,
-                Peers::Auto => Some(DEFAULT_DOMAIN),
-                Peers::Domain(k) if k >= x.rows => None,
-                Peers::Domain(k) => Some(k.max(3)),
-            };
-            let scores = match domain {
-                None => pairwise_all(d, x),
-                Some(k) => pairwise_domains(d, x, k, seed),
-            };
-            Scores {
-                scores,
-                median,
-                loo: None,
-            }
+/// What root cause compares a node's raw (unweighted) values with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reference {
+    /// The component-wise median of all nodes.
+    MedianNode,
+    /// The component-wise median of the other nodes.
+    MedianOfOthers,
+}
+
+/// A node score: how unlike its peers each node of a window is. Scores are compared with a
+/// threshold per node (trained, or the unsupervised rule's), so a scorer only ranks.
+pub trait Scorer: std::fmt::Debug + Send + Sync {
+    /// Scores the rows of `x` (prepared for `d`). `seed` varies randomized choices (rotating
+    /// domains) from window to window; the window start is used.
+    fn score(&self, d: Distance, x: &Matrix, seed: u64) -> Scores;
+
+    /// What root cause compares a node's raw values with.
+    fn reference(&self) -> Reference {
+        Reference::MedianNode
+    }
+}
+
+impl ScoreKind {
+    /// The scorer of this kind; `peers` applies to the pairwise score.
+    pub fn scorer(self, peers: Peers) -> Box<dyn Scorer> {
+        match self {
+            ScoreKind::MedianNode => Box::new(MedianNodeScore),
+            ScoreKind::LeaveOneOut => Box::new(LeaveOneOutScore),
+            ScoreKind::PairwiseMedian => Box::new(PairwiseScore { peers }),
         }
     }
 }
 
-fn sorted_columns(x: &Matrix) -> (Vec<f64>, Vec<u32>) {
+/// [`ScoreKind::MedianNode`]: the distance to the component-wise median node. O(N·F).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MedianNodeScore;
+
+impl Scorer for MedianNodeScore {
+    fn score(&self, d: Distance, x: &Matrix, _seed: u64) -> Scores {
+        let median = median_node(x);
+        let scores = par_map(x.rows, x.cols, |i| d.dist(x.row(i), &median));
+        Scores::new(scores, median)
+    }
+}
+
+/// [`ScoreKind::LeaveOneOut`]: the distance to the component-wise median of the other nodes,
+/// derived from sorted columns. O(N·F·log N).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LeaveOneOutScore;
+
+impl Scorer for LeaveOneOutScore {
+    fn score(&self, d: Distance, x: &Matrix, _seed: u64) -> Scores {
+        let median = median_node(x);
+        let others = sorted_columns(x);
+        let scores = par_map(x.rows, x.cols, |i| {
+            let mut s = 0.0;
+            for (c, &v) in x.row(i).iter().enumerate() {
+                let col = &others.sorted[c * x.rows..(c + 1) * x.rows];
+                s += d.term(v, loo_median(col, others.rank[i * x.cols + c]));
+            }
+            s
+        });
+        Scores {
+            scores,
+            median,
+            others: Some(others),
+        }
+    }
+
+    fn reference(&self) -> Reference {
+        Reference::MedianOfOthers
+    }
+}
+
+/// [`ScoreKind::PairwiseMedian`]: the median of the distances to the other nodes (seed 000), or
+/// to the members of a rotating analysis domain (seed 001 §4.7.1).
+#[derive(Clone, Copy, Debug)]
+pub struct PairwiseScore {
+    /// Which peers each node is compared with.
+    pub peers: Peers,
+}
+
+impl Scorer for PairwiseScore {
+    fn score(&self, d: Distance, x: &Matrix, seed: u64) -> Scores {
+        let median = median_node(x);
+        let domain = match self.peers {
+            Peers::All => None,
+            Peers::Auto if x.rows <= PAIRWISE_EXACT_MAX => None,
+            Peers::Auto => Some(DEFAULT_DOMAIN),
+            Peers::Domain(k) if k >= x.rows => None,
+            Peers::Domain(k) => Some(k.max(3)),
+        };
+        let scores = match domain {
+            None => pairwise_all(d, x),
+            Some(k) => pairwise_domains(d, x, k, seed),
+        };
+        Scores::new(scores, median)
+    }
+}
+
+fn sorted_columns(x: &Matrix) -> SortedColumns {
     let mut sorted = vec![0.0; x.rows * x.cols];
     let mut rank = vec![0u32; x.rows * x.cols];
     let mut idx: Vec<u32> = Vec::with_capacity(x.rows);
@@ -226,7 +309,7 @@ fn sorted_columns(x: &Matrix) -> (Vec<f64>, Vec<u32>) {
             rank[i as usize * x.cols + c] = r as u32;
         }
     }
-    (sorted, rank)
+    SortedColumns { sorted, rank }
 }
 
 /// Exact seed-000 score: for each row, the median of its distances to all other rows. Rows are
@@ -333,6 +416,10 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    fn score(kind: ScoreKind, d: Distance, x: &Matrix, peers: Peers, seed: u64) -> Scores {
+        kind.scorer(peers).score(d, x, seed)
+    }
+
     fn matrix(rows: &[Vec<f64>]) -> Matrix {
         Matrix {
             rows: rows.len(),
@@ -372,6 +459,10 @@ mod tests {
         let pw = score(ScoreKind::PairwiseMedian, d, &x, Peers::All, 0).scores;
         let mn = score(ScoreKind::MedianNode, d, &x, Peers::All, 0).scores;
         let lo = score(ScoreKind::LeaveOneOut, d, &x, Peers::All, 0).scores;
+        assert_eq!(
+            ScoreKind::LeaveOneOut.scorer(Peers::All).reference(),
+            Reference::MedianOfOthers
+        );
         // Healthy node 1 (104): pairwise distances 4, 8, 904 → median 8, its distance to its
         // least similar healthy peer.
         assert_eq!(pw[1], 8.0);

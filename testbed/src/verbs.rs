@@ -1,15 +1,69 @@
-//! `culprit experiment`: the accuracy experiment on the emulated cluster (culprit-testbed) —
-//! seed 000's protocol, Table 1 (TP/FP per fault and metric) and Table 2 (overhead).
+//! The lab's two verbs, `culprit demo` and `culprit experiment`: their options and what they
+//! run. The `culprit` command links them only when built with its `lab` feature.
 
 use std::io::Write as _;
 use std::path::PathBuf;
 
-use anyhow::Context as _;
-use culprit_testbed::experiment::{
-    analyze, analyze_file, rediagnose, run_experiment, ExperimentConfig,
-};
-use culprit_testbed::tools::Tools;
-use culprit_testbed::Workload;
+use crate::demo::{default_work_dir, run_demo, DemoConfig};
+use crate::error::{Error, Result};
+use crate::experiment::{analyze, analyze_file, rediagnose, run_experiment, ExperimentConfig};
+use crate::tools::Tools;
+use crate::{FaultKind, Workload};
+
+/// Arguments of `culprit demo`.
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Example (as root):\n  culprit demo --fault receive-pktloss --node 1\n\n\
+Faults: disk-hog, slow-disk, write-network-hog, read-network-hog, receive-pktloss, \
+send-pktloss, cpu-hog, cpu-quota. Needs root (network namespaces, cgroups, nftables)."
+)]
+pub struct DemoArgs {
+    /// The fault to inject.
+    #[arg(long, default_value = "slow-disk")]
+    fault: String,
+    /// The faulty node, 0–3 (default: chosen at random).
+    #[arg(long)]
+    node: Option<usize>,
+    /// The workload: ddw (large writes), ddr (large reads) or postmark (small files).
+    #[arg(long, default_value = "ddw")]
+    workload: String,
+    /// Seconds the fault lasts.
+    #[arg(long, default_value_t = 50.0)]
+    fault_secs: f64,
+    /// Seconds of the fault-free training run.
+    #[arg(long, default_value_t = 60.0)]
+    train_secs: f64,
+    /// Trace only: no sampler (count and time metrics only).
+    #[arg(long)]
+    no_sample: bool,
+    /// Directory for builds, storage and data (on a real disk, not tmpfs).
+    #[arg(long)]
+    work_dir: Option<PathBuf>,
+}
+
+/// Runs `culprit demo`. Exit status 0 when culprit flagged exactly the faulty node, 1 when not.
+pub fn demo(args: DemoArgs) -> Result<i32> {
+    let fault: FaultKind = args.fault.parse()?;
+    let workload: Workload = args.workload.parse()?;
+    if !(args.fault_secs >= 20.0 && args.train_secs >= 20.0) {
+        return Err(Error::Config(
+            "--fault-secs and --train-secs must be at least 20 (a few 10 s windows)".into(),
+        ));
+    }
+    let tools = tools()?;
+    let mut cfg = DemoConfig::new(args.work_dir.unwrap_or_else(default_work_dir));
+    cfg.fault = fault;
+    cfg.node = args.node;
+    cfg.workload = workload;
+    cfg.phases.fault_s = args.fault_secs;
+    cfg.train_s = args.train_secs;
+    cfg.sampling = !args.no_sample;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let outcome = run_demo(&cfg, &tools, &mut out)?;
+    out.flush().map_err(|e| Error::io("write", e))?;
+    Ok(if outcome.correct { 0 } else { 1 })
+}
 
 /// Arguments of `culprit experiment`.
 #[derive(Debug, clap::Args)]
@@ -18,7 +72,7 @@ culprit experiment --out /var/tmp/exp                  # shortened protocol, all
 culprit experiment --protocol seed --out /var/tmp/seed # 120 s + 300 s + 180 s runs\n  \
 culprit experiment --analyze --out /var/tmp/exp        # re-print the tables\n\n\
 Results are appended to OUT/results.jsonl as they come; running again resumes.")]
-pub struct Args {
+pub struct ExperimentArgs {
     /// Directory for results (results.jsonl, table.md), thresholds and run data.
     #[arg(long, default_value = "/var/tmp/culprit-experiment")]
     out: PathBuf,
@@ -75,8 +129,7 @@ pub struct Args {
 }
 
 /// Runs `culprit experiment`.
-pub fn run(args: Args) -> anyhow::Result<i32> {
-    let stdout = std::io::stdout();
+pub fn experiment(args: ExperimentArgs) -> Result<i32> {
     if args.analyze {
         // OUT is the experiment's directory, or one of its results files.
         let table = if args.out.is_file() {
@@ -84,12 +137,12 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         } else {
             analyze(&args.out)?
         };
-        writeln!(stdout.lock(), "{table}")?;
+        print(&table)?;
         return Ok(0);
     }
     if let Some(train) = &args.rediagnose {
-        let parse = |v: &[String]| -> anyhow::Result<Vec<Workload>> {
-            v.iter().map(|s| Ok(s.parse::<Workload>()?)).collect()
+        let parse = |v: &[String]| -> Result<Vec<Workload>> {
+            v.iter().map(|s| s.parse::<Workload>()).collect()
         };
         let train = parse(train)?;
         let test = match &args.workloads {
@@ -101,19 +154,23 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             train.iter().map(|w| w.name()).collect::<Vec<_>>().join("+"),
             test.iter().map(|w| w.name()).collect::<Vec<_>>().join("+")
         );
-        let exe = std::env::current_exe().context("locate the culprit binary")?;
-        let tools = Tools::beside(exe)?;
+        let tools = tools()?;
         let mut say = |s: &str| eprintln!("culprit experiment: {s}");
         let path = rediagnose(&args.out, &tools, &train, &test, &tag, &mut say)?;
         let table = analyze_file(&path)?;
-        std::fs::write(path.with_extension("md"), &table)?;
-        writeln!(stdout.lock(), "{table}")?;
+        let md = path.with_extension("md");
+        std::fs::write(&md, &table).map_err(|e| Error::io(format!("write {}", md.display()), e))?;
+        print(&table)?;
         return Ok(0);
     }
     let mut cfg = match args.protocol.as_str() {
         "shortened" => ExperimentConfig::shortened(),
         "seed" => ExperimentConfig::seed(),
-        other => anyhow::bail!("--protocol {other:?}: use `shortened` or `seed`"),
+        other => {
+            return Err(Error::Config(format!(
+                "--protocol {other:?}: use `shortened` or `seed`"
+            )))
+        }
     };
     if let Some(w) = args.workloads {
         cfg.workloads = w;
@@ -141,7 +198,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     }
     if let Some(w) = args.windows {
         if w.len() != 2 || w[1] == 0 || w[0] < w[1] {
-            anyhow::bail!("--windows SIZE,SHIFT: want SIZE >= SHIFT > 0");
+            return Err(Error::Config(
+                "--windows SIZE,SHIFT: want SIZE >= SHIFT > 0".into(),
+            ));
         }
         cfg.windows = (w[0], w[1], cfg.windows.2);
     }
@@ -150,18 +209,29 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     }
     if let Some(d) = args.disk {
         if d.len() != 2 {
-            anyhow::bail!("--disk MBPS,IOPS: two numbers, e.g. 12,300 (0,0: unthrottled)");
+            return Err(Error::Config(
+                "--disk MBPS,IOPS: two numbers, e.g. 12,300 (0,0: unthrottled)".into(),
+            ));
         }
         cfg.disk = (d[0] * 1_000_000, d[1]);
     }
     cfg.accuracy = !args.overhead_only;
-    let exe = std::env::current_exe().context("locate the culprit binary")?;
-    let tools = Tools::beside(exe)?;
+    let tools = tools()?;
     let mut say = |s: &str| eprintln!("culprit experiment: {s}");
     run_experiment(&cfg, &tools, &args.out, &mut say)?;
     let table = analyze(&args.out)?;
-    std::fs::write(args.out.join("table.md"), &table)
-        .with_context(|| format!("write {}", args.out.join("table.md").display()))?;
-    writeln!(stdout.lock(), "{table}")?;
+    let md = args.out.join("table.md");
+    std::fs::write(&md, &table).map_err(|e| Error::io(format!("write {}", md.display()), e))?;
+    print(&table)?;
     Ok(0)
+}
+
+/// culprit's tools beside the running `culprit` binary.
+fn tools() -> Result<Tools> {
+    let exe = std::env::current_exe().map_err(|e| Error::io("locate the culprit binary", e))?;
+    Tools::beside(exe)
+}
+
+fn print(table: &str) -> Result<()> {
+    writeln!(std::io::stdout().lock(), "{table}").map_err(|e| Error::io("write", e))
 }

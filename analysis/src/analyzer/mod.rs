@@ -1,0 +1,741 @@
+//! The streaming peer-comparison analyzer (seed 000 §"Diagnosis").
+//!
+//! Input: per metric, per node and per writer (a process's file, a sampler run), intervals of
+//! per-component values on aligned starts ([`Interval`]). Intervals are added into *buckets*
+//! of WinShift seconds starting at multiples of WinShift since the epoch; a window of WinSize
+//! seconds is the sum of WinSize/WinShift consecutive buckets, so every value is added once
+//! whatever the overlap, and memory holds only the buckets of windows not yet closed.
+//!
+//! A window closes once every live writer has data past its end (or, in `--follow`, has been
+//! silent for longer than the metric's lag; offline, once all input is in). Then the window goes
+//! through the stages of [`pipeline`], top to bottom: complete nodes → keep rule → feature
+//! matrix → weights → scores → the threshold policy decides per node → k of 2k − 1 → root
+//! cause.
+//!
+//! The analyzer knows nothing of files: [`crate::feed`] feeds it from a dataset through the
+//! metric families, [`crate::synth`] and the benchmarks from generated data.
+
+use std::collections::HashMap;
+
+use crate::distance::Distance;
+use crate::family::{Metric, Windows};
+use crate::model::{CompIdx, CompLabel, Interval, IntervalData, PeerIdx};
+use crate::score::{Peers, ScoreKind, Scorer};
+
+pub mod pipeline;
+mod state;
+
+pub use crate::error::PushError;
+use state::{add_slot_values, add_values, valid, MetricState, NodeBucket, NodeState, Writer};
+pub use state::{
+    AnomWindow, Anomaly, AppliedThreshold, Episode, MetricConfig, MetricResult, NodeResult, Ranked,
+    RootCause, ScoredWindow, WindowEvent, WindowRange, MIN_NODES,
+};
+
+/// Settings shared by all metrics.
+#[derive(Clone, Debug)]
+pub struct AnalyzerConfig {
+    /// WinSize and WinShift (a family may bring its own).
+    pub windows: Windows,
+    /// k of the k-of-(2k − 1) filter.
+    pub k: usize,
+    /// Distance between feature vectors of window sums.
+    pub distance: Distance,
+    /// Node score.
+    pub score: ScoreKind,
+    /// Peers of the pairwise score.
+    pub peers: Peers,
+    /// Keep every node's score of every window ([`NodeResult::scores`]).
+    pub keep_scores: bool,
+}
+
+/// What an analysis found: its settings, the nodes, every metric's results.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// Settings.
+    pub config: AnalyzerConfig,
+    /// Node names by index.
+    pub names: Vec<String>,
+    /// Per metric, in the analyzer's order.
+    pub metrics: Vec<MetricResult>,
+}
+
+/// The analyzer: all metrics of one analysis.
+#[derive(Debug)]
+pub struct Analyzer {
+    cfg: AnalyzerConfig,
+    scorer: Box<dyn Scorer>,
+    names: Vec<String>,
+    name_map: HashMap<String, PeerIdx>,
+    metrics: Vec<MetricState>,
+}
+
+impl Analyzer {
+    /// An analyzer for these metrics. Metrics whose keep rule follows another metric's must
+    /// come after it.
+    pub fn new(cfg: AnalyzerConfig, metrics: Vec<MetricConfig>) -> Self {
+        assert!(cfg.windows.shift_ns > 0 && cfg.windows.size_ns % cfg.windows.shift_ns == 0);
+        let metrics = metrics
+            .into_iter()
+            .map(|m| {
+                let w = m.family.windows().unwrap_or(cfg.windows);
+                assert!(w.shift_ns > 0 && w.size_ns % w.shift_ns == 0);
+                assert!(m.slot_ns > 0 && w.shift_ns % m.slot_ns == 0);
+                MetricState::new(m, w, cfg.keep_scores)
+            })
+            .collect();
+        Analyzer {
+            scorer: cfg.score.scorer(cfg.peers),
+            cfg,
+            names: Vec::new(),
+            name_map: HashMap::new(),
+            metrics,
+        }
+    }
+
+    /// Settings.
+    pub fn config(&self) -> &AnalyzerConfig {
+        &self.cfg
+    }
+
+    /// The results of metric `m` so far.
+    pub fn result(&self, m: usize) -> &MetricResult {
+        &self.metrics[m].result
+    }
+
+    /// The results of every metric so far.
+    pub fn results(&self) -> impl Iterator<Item = &MetricResult> {
+        self.metrics.iter().map(|m| &m.result)
+    }
+
+    /// What the analysis found.
+    pub fn into_outcome(self) -> Outcome {
+        Outcome {
+            config: self.cfg,
+            names: self.names,
+            metrics: self.metrics.into_iter().map(|m| m.result).collect(),
+        }
+    }
+
+    /// The index of metric `metric`, if analysed.
+    pub fn metric_index(&self, metric: Metric) -> Option<usize> {
+        self.metrics
+            .iter()
+            .position(|m| m.result.metric() == metric)
+    }
+
+    /// The node called `name`, registering it.
+    pub fn node(&mut self, name: &str) -> PeerIdx {
+        if let Some(&i) = self.name_map.get(name) {
+            return i;
+        }
+        let i = self.names.len();
+        self.names.push(name.to_string());
+        self.name_map.insert(name.to_string(), i);
+        for m in &mut self.metrics {
+            m.nodes.push(NodeState::new(self.cfg.k));
+            m.result.nodes.push(NodeResult::default());
+            m.writers.push(Vec::new());
+        }
+        i
+    }
+
+    /// Node names by index.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// Node name.
+    pub fn name(&self, n: PeerIdx) -> &str {
+        &self.names[n]
+    }
+
+    /// The component `label` of metric `m`, registering it.
+    pub fn component(&mut self, m: usize, label: &CompLabel) -> CompIdx {
+        self.metrics[m].component(label)
+    }
+
+    /// Marks components kept from the start (a thresholds file's kept set).
+    pub fn seed_kept(&mut self, m: usize, labels: &[CompLabel]) {
+        let ms = &mut self.metrics[m];
+        for l in labels {
+            let c = ms.component(l);
+            ms.keep(c);
+        }
+    }
+
+    /// Says that a writer will send no more data (it ended cleanly), so windows need not wait
+    /// for it.
+    pub fn end_writer(&mut self, m: usize, node: PeerIdx, writer: u64) {
+        let ms = &mut self.metrics[m];
+        if let Some(w) = ms.writers[node].iter_mut().find(|w| w.id == writer) {
+            w.ended = true;
+        }
+    }
+
+    /// Adds one interval of `writer` of `node` to metric `m`.
+    pub fn push(
+        &mut self,
+        m: usize,
+        node: PeerIdx,
+        writer: u64,
+        iv: &Interval<'_>,
+    ) -> Result<(), PushError> {
+        let ms = &mut self.metrics[m];
+        let shift = ms.result.windows_ns.shift_ns;
+        let slot = ms.result.config.slot_ns;
+        let spb = ms.slots_per_bucket;
+        let misaligned = PushError::Misaligned {
+            start_ns: iv.start_ns,
+            dur_ns: iv.dur_ns,
+        };
+        if iv.dur_ns == 0
+            || iv.dur_ns % slot != 0
+            || shift % iv.dur_ns != 0
+            || iv.start_ns % iv.dur_ns != 0
+        {
+            return Err(misaligned);
+        }
+        let n_comps = ms.result.comps.len();
+        match iv.data {
+            IntervalData::Sparse(v) => {
+                for e in v {
+                    if !valid(e.value) {
+                        return Err(PushError::BadValue(e.value));
+                    }
+                    if e.comp as usize >= n_comps {
+                        return Err(PushError::UnknownComponent(e.comp));
+                    }
+                }
+            }
+            IntervalData::Dense(v) => {
+                if v.len() > n_comps {
+                    return Err(PushError::UnknownComponent(v.len() as CompIdx - 1));
+                }
+                // Values are checked while they are added (one pass over 10⁹ values a day in
+                // the benchmark); an interval with a bad value is then marked missed.
+            }
+            IntervalData::Missed => {}
+        }
+        let end = iv.start_ns + iv.dur_ns;
+        let nr = &mut ms.result.nodes[node];
+        nr.first_ns = Some(nr.first_ns.map_or(iv.start_ns, |f| f.min(iv.start_ns)));
+        nr.last_ns = Some(nr.last_ns.map_or(end, |l| l.max(end)));
+        if !iv.partial && !matches!(iv.data, IntervalData::Missed) {
+            nr.first_full_ns = Some(nr.first_full_ns.map_or(iv.start_ns, |f| f.min(iv.start_ns)));
+            nr.last_full_ns = Some(nr.last_full_ns.map_or(end, |l| l.max(end)));
+        }
+        match ms.writers[node].iter_mut().find(|w| w.id == writer) {
+            Some(w) => w.frontier = w.frontier.max(end),
+            None => ms.writers[node].push(Writer {
+                id: writer,
+                frontier: end,
+                ended: false,
+            }),
+        }
+        let bucket = iv.start_ns / shift;
+        match ms.next_window {
+            Some(w) if ms.closed_any && bucket < w => {
+                ms.result.late += 1;
+                return Ok(());
+            }
+            Some(w) if bucket < w => ms.next_window = Some(bucket),
+            None => ms.next_window = Some(bucket),
+            _ => {}
+        }
+        let row = ms.buckets.entry(bucket).or_default();
+        if row.len() <= node {
+            row.resize_with(node + 1, NodeBucket::default);
+        }
+        let nb = &mut row[node];
+        if nb.full.is_empty() {
+            let words = spb.div_ceil(64);
+            let mut fresh = ms.pool.pop().unwrap_or_default();
+            fresh.vals.clear();
+            fresh.full.clear();
+            fresh.full.resize(words, 0);
+            fresh.missed.clear();
+            fresh.missed.resize(words, 0);
+            *nb = fresh;
+        }
+        let first = ((iv.start_ns % shift) / slot) as usize;
+        let count = (iv.dur_ns / slot) as usize;
+        let ok = add_values(&mut nb.vals, iv.data, n_comps);
+        if ms.per_slot {
+            let row = ms.slot_values.entry(bucket).or_default();
+            if row.len() <= node {
+                row.resize_with(node + 1, Vec::new);
+            }
+            add_slot_values(&mut row[node], iv.data, n_comps, spb, first..first + count);
+        }
+        let bits = match iv.data {
+            IntervalData::Missed => &mut nb.missed,
+            _ if !ok => &mut nb.missed,
+            // Values count; coverage comes from another writer or not at all.
+            _ if iv.partial => return Ok(()),
+            _ => &mut nb.full,
+        };
+        for s in first..first + count {
+            bits[s / 64] |= 1 << (s % 64);
+        }
+        if ok {
+            return Ok(());
+        }
+        let bad = match iv.data {
+            IntervalData::Dense(v) => v.iter().copied().find(|x| !valid(*x)),
+            _ => None,
+        };
+        Err(PushError::BadValue(bad.unwrap_or(f64::NAN)))
+    }
+
+    /// Closes every window that can close. `now_ns` is the wall clock in `--follow` (windows
+    /// wait for live writers); `None` means all input is in (offline).
+    pub fn advance(&mut self, now_ns: Option<u64>) -> Vec<WindowEvent> {
+        let mut events = Vec::new();
+        loop {
+            let mut progressed = false;
+            for m in 0..self.metrics.len() {
+                if let Some(ev) = self.close_one(m, now_ns) {
+                    events.push(ev);
+                    progressed = true;
+                }
+            }
+            if !progressed {
+                return events;
+            }
+        }
+    }
+
+    /// The latest window end metric `m` can close at.
+    fn close_limit(&self, m: usize, now_ns: Option<u64>) -> u64 {
+        let ms = &self.metrics[m];
+        let max = ms
+            .writers
+            .iter()
+            .flatten()
+            .map(|w| w.frontier)
+            .max()
+            .unwrap_or(0);
+        let Some(now) = now_ns else {
+            return max;
+        };
+        ms.writers
+            .iter()
+            .flatten()
+            .filter(|w| !w.ended && now.saturating_sub(w.frontier) <= ms.result.config.lag_ns)
+            .map(|w| w.frontier)
+            .min()
+            .unwrap_or(max)
+            .min(max)
+    }
+
+    fn close_one(&mut self, m: usize, now_ns: Option<u64>) -> Option<WindowEvent> {
+        let limit = self.close_limit(m, now_ns);
+        let w = self.metrics[m].result.windows_ns;
+        let shift = w.shift_ns;
+        let per_window = w.size_ns / shift;
+        let b = self.metrics[m].next_window?;
+        let end = (b + per_window) * shift;
+        if end > limit {
+            return None;
+        }
+        // Follow the driver's kept set (count uses the time rule).
+        if let Some(driver) = self.metrics[m].result.config.keep.follows() {
+            if let Some(d) = self.metric_index(driver) {
+                let labels = self.metrics[d].result.kept_labels();
+                let ms = &mut self.metrics[m];
+                for l in &labels {
+                    if let Some(&c) = ms.comp_map.get(l) {
+                        ms.keep(c);
+                    }
+                }
+            }
+        }
+        let k = self.cfg.k;
+        let ctx = pipeline::Context {
+            k,
+            distance: self.cfg.distance,
+            scorer: self.scorer.as_ref(),
+            names: &self.names,
+        };
+        let ev = pipeline::close_window(&mut self.metrics[m], &ctx, b, per_window);
+        let ms = &mut self.metrics[m];
+        ms.closed_any = true;
+        // Recycle buckets no open window needs.
+        let keep_from = b + 1;
+        while let Some((&k, _)) = ms.buckets.first_key_value() {
+            if k >= keep_from {
+                break;
+            }
+            let row = ms.buckets.remove(&k).unwrap_or_default();
+            ms.pool
+                .extend(row.into_iter().filter(|nb| !nb.full.is_empty()));
+        }
+        ms.slot_values.retain(|&k, _| k >= keep_from);
+        // Skip closable windows without any data (an idle night must not take a loop per
+        // window); they count as "not anomalous" for every node.
+        let closable_until = (limit / shift).saturating_sub(per_window) + 1;
+        let next = match ms.buckets.first_key_value() {
+            Some((&k, _)) => (k + 1).saturating_sub(per_window),
+            None => closable_until,
+        }
+        .min(closable_until)
+        .max(keep_from);
+        let skipped = next - keep_from;
+        for ns in &mut ms.nodes {
+            for _ in 0..skipped.min(2 * k as u64) {
+                ns.gap(k);
+            }
+        }
+        ms.next_window = Some(next);
+        Some(ev)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::family::tracer::Time;
+    use crate::family::KeepRule;
+    use crate::filter::KOfN;
+    use crate::model::CompValue;
+    use crate::policy::{trained_threshold, Policy, Unsupervised, Weights};
+    use crate::time::NS_PER_S;
+
+    fn cfg(size: u64, shift: u64) -> AnalyzerConfig {
+        AnalyzerConfig {
+            windows: Windows {
+                size_ns: size * NS_PER_S,
+                shift_ns: shift * NS_PER_S,
+            },
+            k: 3,
+            distance: Distance::Manhattan,
+            score: ScoreKind::MedianNode,
+            peers: Peers::Auto,
+            keep_scores: true,
+        }
+    }
+
+    fn metric(policy: Policy) -> MetricConfig {
+        MetricConfig {
+            family: Arc::new(Time),
+            slot_ns: NS_PER_S,
+            lag_ns: 2 * NS_PER_S,
+            keep: KeepRule::AtLeast(1.0),
+            policy,
+            weights: None,
+        }
+    }
+
+    fn v(comp: CompIdx, value: f64) -> CompValue {
+        CompValue { comp, value }
+    }
+
+    /// Pushes one whole second `s` of node `n`'s values (metric 0, writer 0).
+    fn push_second(e: &mut Analyzer, n: PeerIdx, s: u64, data: &[CompValue]) {
+        e.push(
+            0,
+            n,
+            0,
+            &Interval {
+                start_ns: s * NS_PER_S,
+                dur_ns: NS_PER_S,
+                partial: false,
+                data: IntervalData::Sparse(data),
+            },
+        )
+        .unwrap();
+    }
+
+    /// Four nodes, two functions, one second intervals from t0 for `secs`; node `bad` does
+    /// `extra` more of function 1 from second `from`.
+    fn run(
+        e: &mut Analyzer,
+        t0: u64,
+        secs: u64,
+        bad: Option<(usize, u64, f64)>,
+    ) -> Vec<WindowEvent> {
+        let names = ["a", "b", "c", "d"];
+        let nodes: Vec<PeerIdx> = names.iter().map(|n| e.node(n)).collect();
+        let f0 = e.component(0, &CompLabel::func("srv", "f0"));
+        let f1 = e.component(0, &CompLabel::func("srv", "f1"));
+        let mut evs = Vec::new();
+        for s in 0..secs {
+            for (i, &n) in nodes.iter().enumerate() {
+                let jitter = ((s * 7 + i as u64 * 3) % 5) as f64;
+                let mut v1 = 100.0 + jitter;
+                if let Some((b, from, extra)) = bad {
+                    if b == i && s >= from {
+                        v1 += extra;
+                    }
+                }
+                push_second(e, n, t0 + s, &[v(f0, 500.0 - jitter), v(f1, v1)]);
+            }
+            evs.extend(e.advance(Some((t0 + s + 1) * NS_PER_S)));
+        }
+        evs
+    }
+
+    #[test]
+    fn finds_the_node_and_function_untrained() {
+        let mut e = Analyzer::new(
+            cfg(6, 3),
+            vec![metric(Policy::Untrained(Unsupervised::default()))],
+        );
+        let evs = run(&mut e, 1_000_002, 60, Some((2, 20, 300.0)));
+        let ms = e.result(0);
+        assert!(ms.nodes[2].faulty(), "{:?}", ms.nodes[2]);
+        for n in [0, 1, 3] {
+            assert!(
+                !ms.nodes[n].faulty(),
+                "node {n}: {:?}",
+                ms.nodes[n].anomalous
+            );
+        }
+        let top = ms.top(2, 10);
+        assert_eq!(ms.comps[top[0].comp as usize].name.as_ref(), "f1");
+        assert!(top[0].cause.node > top[0].cause.reference, "more time");
+        // Every scored window's score is kept, with its threshold.
+        let n2 = &ms.nodes[2];
+        assert_eq!(n2.scores.len() as u64, n2.scored);
+        assert!(n2.scores.iter().any(|w| w.score > w.threshold));
+        // Reported within one WinShift of the window that made it faulty closing: windows close
+        // in the advance() call right after their last interval arrives.
+        let fired = evs.iter().find(|e| e.newly_faulty.contains(&2)).unwrap();
+        assert!(fired.start_ns >= 20 * NS_PER_S);
+        // First window starting at a multiple of WinShift since the epoch.
+        assert_eq!(ms.window_range.unwrap().first_ns % (3 * NS_PER_S), 0);
+    }
+
+    #[test]
+    fn training_then_diagnosis() {
+        let mut t = Analyzer::new(cfg(6, 3), vec![metric(Policy::Training)]);
+        run(&mut t, 1_000_002, 40, None);
+        t.advance(None);
+        let by_node: HashMap<String, f64> = (0..4)
+            .map(|n| {
+                let m = t.result(0).nodes[n].max_score;
+                (t.name(n).to_string(), trained_threshold(m, 1.0))
+            })
+            .collect();
+        assert!(t.result(0).nodes.iter().all(|n| n.anomalous.is_empty()));
+        let fallback = by_node.values().copied().fold(0.0, f64::max);
+        let policy = Policy::Trained { by_node, fallback };
+        let mut clean = Analyzer::new(cfg(6, 3), vec![metric(policy.clone())]);
+        run(&mut clean, 2_000_001, 40, None);
+        assert!(clean.result(0).nodes.iter().all(|n| !n.faulty()));
+        let mut bad = Analyzer::new(cfg(6, 3), vec![metric(policy)]);
+        run(&mut bad, 2_000_001, 40, Some((1, 10, 200.0)));
+        let faulty: Vec<usize> = (0..4)
+            .filter(|&n| bad.result(0).nodes[n].faulty())
+            .collect();
+        assert_eq!(faulty, vec![1]);
+    }
+
+    /// Variance weighting (seed 000 §"Future work"): a quiet function that moves on one node
+    /// stands out once each function is divided by its fault-free scale, while raw distances
+    /// flag healthy nodes. Noisy: the nodes take 1000, 1100, 1200, 1300, rotating every 8 s
+    /// (raw distances of 200–600 per 4 s window); quiet: 10 everywhere, 40 on node d from
+    /// second 20.
+    fn weighting_run(weights: Option<Weights>) -> Vec<Vec<PeerIdx>> {
+        let mut m = metric(Policy::Trained {
+            by_node: HashMap::new(),
+            fallback: 50.0,
+        });
+        m.weights = weights;
+        let mut e = Analyzer::new(cfg(4, 2), vec![m]);
+        let nodes: Vec<PeerIdx> = ["a", "b", "c", "d"].iter().map(|n| e.node(n)).collect();
+        let noisy = e.component(0, &CompLabel::func("srv", "noisy"));
+        let quiet = e.component(0, &CompLabel::func("srv", "quiet"));
+        let mut anomalous = Vec::new();
+        for s in 0..40u64 {
+            for (i, &n) in nodes.iter().enumerate() {
+                let q = if i == 3 && s >= 20 { 40.0 } else { 10.0 };
+                let level = ((s / 8 + i as u64) % 4) as f64;
+                push_second(
+                    &mut e,
+                    n,
+                    s,
+                    &[v(noisy, 1000.0 + 100.0 * level), v(quiet, q)],
+                );
+            }
+            for ev in e.advance(Some((s + 1) * NS_PER_S)) {
+                anomalous.push(ev.anomalous.iter().map(|a| a.node).collect());
+            }
+        }
+        anomalous
+    }
+
+    #[test]
+    fn variance_weighting_lets_a_quiet_function_speak() {
+        let raw = weighting_run(None);
+        assert!(raw.len() > 10);
+        assert!(
+            raw.iter().any(|a| a.iter().any(|&n| n != 3)),
+            "raw: healthy nodes flagged by the noise {raw:?}"
+        );
+        let w = Weights {
+            scales: [
+                (CompLabel::func("srv", "noisy"), 100.0),
+                (CompLabel::func("srv", "quiet"), 1.0),
+            ]
+            .into_iter()
+            .collect(),
+            default: 1.0,
+        };
+        let weighted = weighting_run(Some(w));
+        assert_eq!(weighted.len(), raw.len());
+        // Windows ending by second 20 see nothing; those starting at or after it see node d only.
+        let windows_before = (20 - 4) / 2 + 1;
+        assert!(
+            weighted[..windows_before].iter().all(|a| a.is_empty()),
+            "{weighted:?}"
+        );
+        assert!(
+            weighted[windows_before + 2..].iter().all(|a| a == &[3]),
+            "{weighted:?}"
+        );
+    }
+
+    /// The least threshold that never flags a node: the largest k-th largest score of any
+    /// 2k − 1 consecutive windows; a gap counts as a zero score (as it counts as not anomalous).
+    #[test]
+    fn flag_score_follows_the_k_of_n_filter() {
+        let (mut ns, mut nr) = (NodeState::new(3), NodeResult::default());
+        for s in [10.0, 1.0, 1.0, 1.0, 1.0, 8.0, 7.0, 9.0, 1.0] {
+            ns.note_training_score(s, 3, &mut nr);
+        }
+        // [1, 8, 7, 9, 1]: above 7 only 8 and 9 — two of five, never faulty; above 6.9, three.
+        assert_eq!(nr.flag_score, 7.0);
+        let mut f = KOfN::new(3);
+        let flagged = |t: f64, f: &mut KOfN| {
+            let mut any = false;
+            for s in [10.0, 1.0, 1.0, 1.0, 1.0, 8.0, 7.0, 9.0, 1.0] {
+                any |= f.push(s > t);
+            }
+            any
+        };
+        assert!(!flagged(7.0, &mut f));
+        assert!(flagged(6.9, &mut KOfN::new(3)));
+        let (mut g, mut gr) = (NodeState::new(3), NodeResult::default());
+        for s in [5.0, 5.0] {
+            g.note_training_score(s, 3, &mut gr);
+        }
+        g.gap(3);
+        assert_eq!(gr.flag_score, 0.0, "two high windows and a gap never flag");
+        g.note_training_score(5.0, 3, &mut gr);
+        assert_eq!(gr.flag_score, 5.0);
+    }
+
+    #[test]
+    fn gaps_are_missing_not_zeros() {
+        let mut e = Analyzer::new(
+            cfg(2, 1),
+            vec![metric(Policy::Untrained(Unsupervised::default()))],
+        );
+        let nodes: Vec<PeerIdx> = ["a", "b", "c", "d"].iter().map(|n| e.node(n)).collect();
+        let f = e.component(0, &CompLabel::func("x", "f"));
+        for s in 0..30u64 {
+            for &n in &nodes {
+                // Node d stops at 10 s and comes back at 20 s with a missed interval.
+                if n == nodes[3] && (10..20).contains(&s) {
+                    continue;
+                }
+                let data = [v(f, 1000.0)];
+                let iv = Interval {
+                    start_ns: (100 + s) * NS_PER_S,
+                    dur_ns: NS_PER_S,
+                    partial: false,
+                    data: if n == nodes[3] && s == 20 {
+                        IntervalData::Missed
+                    } else {
+                        IntervalData::Sparse(&data)
+                    },
+                };
+                e.push(0, n, 0, &iv).unwrap();
+            }
+        }
+        e.advance(None);
+        let d = &e.result(0).nodes[3];
+        // Windows [109,111) … [120,122) touch the gap or the missed interval.
+        assert_eq!(d.incomplete, 12, "{d:?}");
+        assert!(d.anomalous.is_empty(), "a gap is not an anomaly");
+        assert_eq!(e.result(0).unscored, 0);
+    }
+
+    #[test]
+    fn follow_waits_for_live_sources_then_gives_up_on_silent_ones() {
+        let mut e = Analyzer::new(
+            cfg(2, 1),
+            vec![metric(Policy::Untrained(Unsupervised::default()))],
+        );
+        let nodes: Vec<PeerIdx> = ["a", "b", "c"].iter().map(|n| e.node(n)).collect();
+        let f = e.component(0, &CompLabel::func("x", "f"));
+        let push = |e: &mut Analyzer, n, s: u64| push_second(e, n, s, &[v(f, 1.0)]);
+        for s in 10..14 {
+            push(&mut e, nodes[0], s);
+            push(&mut e, nodes[1], s);
+        }
+        push(&mut e, nodes[2], 10);
+        // Node c is behind but not yet silent for longer than the lag: nothing closes past it.
+        assert!(e.advance(Some(12 * NS_PER_S)).is_empty());
+        // Once c has been silent for longer than the lag, windows close without it.
+        let evs = e.advance(Some(14 * NS_PER_S));
+        assert_eq!(
+            evs.iter().map(|e| e.start_ns).collect::<Vec<_>>(),
+            vec![10 * NS_PER_S, 11 * NS_PER_S, 12 * NS_PER_S]
+        );
+        assert!(evs[1].incomplete.contains(&nodes[2]));
+        // Too few complete nodes: unscored.
+        assert_eq!(e.result(0).unscored, 3);
+    }
+
+    #[test]
+    fn refuses_misaligned_and_bad_values() {
+        let mut e = Analyzer::new(
+            cfg(2, 1),
+            vec![metric(Policy::Untrained(Unsupervised::default()))],
+        );
+        let n = e.node("a");
+        let f = e.component(0, &CompLabel::func("x", "f"));
+        let iv = |start, dur, data| Interval {
+            start_ns: start,
+            dur_ns: dur,
+            partial: false,
+            data,
+        };
+        let ok = [v(f, 1.0)];
+        assert!(matches!(
+            e.push(
+                0,
+                n,
+                0,
+                &iv(NS_PER_S / 2, NS_PER_S, IntervalData::Sparse(&ok))
+            ),
+            Err(PushError::Misaligned { .. })
+        ));
+        assert!(matches!(
+            e.push(0, n, 0, &iv(0, 2 * NS_PER_S, IntervalData::Sparse(&ok))),
+            Err(PushError::Misaligned { .. })
+        ));
+        let bad = [v(f, f64::NAN)];
+        assert!(matches!(
+            e.push(0, n, 0, &iv(0, NS_PER_S, IntervalData::Sparse(&bad))),
+            Err(PushError::BadValue(_))
+        ));
+        let dense = [1.0, -2.0];
+        let _ = e.component(0, &CompLabel::func("x", "g"));
+        assert!(matches!(
+            e.push(0, n, 0, &iv(0, NS_PER_S, IntervalData::Dense(&dense))),
+            Err(PushError::BadValue(-2.0))
+        ));
+        let unknown = [v(7, 1.0)];
+        assert!(matches!(
+            e.push(0, n, 0, &iv(0, NS_PER_S, IntervalData::Sparse(&unknown))),
+            Err(PushError::UnknownComponent(7))
+        ));
+    }
+}

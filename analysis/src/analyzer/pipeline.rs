@@ -1,0 +1,491 @@
+//! One window, top to bottom (seed 000 §"Diagnosis"):
+//!
+//! 1. `complete_nodes` — nodes whose data covers the whole window; the others are missing for
+//!    that window: a gap is never read as zeros;
+//! 2. `keep_rule` — components reaching the metric's minimum in this window on some complete
+//!    node join the kept set (which only grows, so offline and live analyses agree);
+//! 3. `feature_matrix` — one row per complete node: the window sums of the kept components,
+//!    or (distribution families) their cumulative histograms on shared bins;
+//! 4. `weights` — variance weighting and the distance's preparation;
+//! 5. scores — the [`Scorer`]: how unlike its peers each node is;
+//! 6. `decide` — the threshold policy (trained, unsupervised, training) decides per node;
+//! 7. the k-of-(2k − 1) filter turns anomalous windows into faulty verdicts;
+//! 8. `root_cause` — for anomalous nodes, each kept component's distance to the node's
+//!    reference (the median node) is added up.
+
+use crate::cdf;
+use crate::distance::Distance;
+use crate::family::{Comparison, KeepRule};
+use crate::model::{CompIdx, PeerIdx};
+use crate::policy::Policy;
+use crate::score::{median_node, Matrix, Reference, Scorer, Scores};
+
+use super::state::{
+    all_set, AnomWindow, Anomaly, AppliedThreshold, Episode, MetricState, NodeBucket, ScoredWindow,
+    WindowEvent, WindowRange, MIN_NODES,
+};
+
+/// What every window of every metric shares.
+pub(super) struct Context<'a> {
+    pub(super) k: usize,
+    pub(super) distance: Distance,
+    pub(super) scorer: &'a dyn Scorer,
+    pub(super) names: &'a [String],
+}
+
+/// The buckets of one window, per node.
+type Rows<'a> = Vec<Option<&'a Vec<NodeBucket>>>;
+/// Distribution families: the per-slot values of one window's buckets, per node.
+type SlotRows<'a> = Vec<Option<&'a Vec<Vec<f64>>>>;
+
+/// The feature matrix of a window: rows are complete nodes.
+struct Features {
+    /// Window sums of the kept components (the metric's unit).
+    sums: Matrix,
+    /// Distribution families: cumulative histograms, and the kept component (index into the
+    /// kept list) of each column.
+    cdf: Option<(Matrix, Vec<u32>)>,
+}
+
+/// Closes window `b` (bucket index of its start) of metric `ms`.
+pub(super) fn close_window(
+    ms: &mut MetricState,
+    ctx: &Context<'_>,
+    b: u64,
+    per_window: u64,
+) -> WindowEvent {
+    // The window's buckets are read while the stages update the metric's state.
+    let buckets = std::mem::take(&mut ms.buckets);
+    let slot_values = std::mem::take(&mut ms.slot_values);
+    let rows: Rows<'_> = (b..b + per_window).map(|i| buckets.get(&i)).collect();
+    let slots: SlotRows<'_> = (b..b + per_window).map(|i| slot_values.get(&i)).collect();
+    let start = b * ms.result.windows_ns.shift_ns;
+    let ev = analyse(ms, ctx, &rows, &slots, start);
+    drop((rows, slots));
+    ms.buckets = buckets;
+    ms.slot_values = slot_values;
+    ev
+}
+
+/// The stages of the window starting at `start`.
+fn analyse(
+    ms: &mut MetricState,
+    ctx: &Context<'_>,
+    rows: &Rows<'_>,
+    slots: &SlotRows<'_>,
+    start: u64,
+) -> WindowEvent {
+    let end = start + ms.result.windows_ns.size_ns;
+    ms.result.windows += 1;
+    ms.result.window_range = Some(WindowRange {
+        first_ns: ms.result.window_range.map_or(start, |r| r.first_ns),
+        last_ns: start,
+    });
+    let complete = complete_nodes(ms, rows);
+    keep_rule(ms, rows, &complete);
+    let mut ev = WindowEvent {
+        metric: ms.result.metric(),
+        start_ns: start,
+        end_ns: end,
+        scored: complete.len(),
+        cutoff: None,
+        anomalous: Vec::new(),
+        newly_faulty: Vec::new(),
+        incomplete: Vec::new(),
+    };
+    note_incomplete(ms, ctx, &complete, end, &mut ev);
+    if complete.len() < MIN_NODES {
+        ms.result.unscored += 1;
+        for &n in &complete {
+            ms.nodes[n].gap(ctx.k);
+        }
+        return ev;
+    }
+    let features = feature_matrix(ms, rows, slots, &complete);
+    if matches!(ms.result.config.policy, Policy::Training) {
+        note_spread(ms, &features.sums);
+    }
+    let (prepared, distance) = weights(ms, ctx.distance, &features);
+    let x = prepared
+        .as_ref()
+        .or(features.cdf.as_ref().map(|c| &c.0))
+        .unwrap_or(&features.sums);
+    let scores = ctx.scorer.score(distance, x, start);
+    let cutoff = match &ms.result.config.policy {
+        Policy::Untrained(rule) => {
+            let mut zero = vec![0.0; x.cols];
+            distance.prepare(&mut zero);
+            let size = distance.dist(&scores.median, &zero);
+            Some(rule.cutoff(&scores.scores, size))
+        }
+        _ => None,
+    };
+    ev.cutoff = cutoff;
+    let mut raw_median: Option<Vec<f64>> = None;
+    for (ri, &node) in complete.iter().enumerate() {
+        let s = scores.scores[ri];
+        let threshold = decide(ms, ctx, node, s, cutoff);
+        let anomalous = s > threshold;
+        let nr = &mut ms.result.nodes[node];
+        nr.scored += 1;
+        nr.max_score = nr.max_score.max(s);
+        if ms.keep_scores {
+            nr.scores.push(ScoredWindow {
+                start_ns: start,
+                score: s,
+                threshold,
+            });
+        }
+        if matches!(ms.result.config.policy, Policy::Training) {
+            ms.nodes[node].note_training_score(s, ctx.k, nr);
+        }
+        // 7. k of the last 2k − 1 windows.
+        let was = ms.nodes[node].filter.faulty();
+        if ms.nodes[node].filter.push(anomalous) {
+            match nr.episodes.last_mut() {
+                Some(e) if was => e.last_window_ns = start,
+                _ => {
+                    nr.episodes.push(Episode {
+                        first_window_ns: start,
+                        last_window_ns: start,
+                    });
+                    ev.newly_faulty.push(node);
+                }
+            }
+        }
+        if !anomalous {
+            continue;
+        }
+        nr.anomalous.push(AnomWindow {
+            start_ns: start,
+            score: s,
+            threshold,
+        });
+        ev.anomalous.push(Anomaly {
+            node,
+            score: s,
+            threshold,
+        });
+        let input = RootCauseInput {
+            features: &features,
+            x,
+            scores: &scores,
+            distance,
+            reference: ctx.scorer.reference(),
+        };
+        root_cause(ms, &input, ri, node, &mut raw_median);
+    }
+    ev
+}
+
+/// Stage 1, complete nodes: data covering every slot of the window, none of it missed.
+fn complete_nodes(ms: &MetricState, rows: &Rows<'_>) -> Vec<PeerIdx> {
+    let spb = ms.slots_per_bucket;
+    (0..ms.nodes.len())
+        .filter(|&node| {
+            rows.iter().all(|r| {
+                r.and_then(|r| r.get(node)).is_some_and(|nb| {
+                    !nb.full.is_empty()
+                        && all_set(&nb.full, spb)
+                        && nb.missed.iter().all(|&w| w == 0)
+                })
+            })
+        })
+        .collect()
+}
+
+/// Each component's largest window sum over the complete nodes.
+fn window_maxima(ms: &MetricState, rows: &Rows<'_>, complete: &[PeerIdx]) -> Vec<f64> {
+    let n_comps = ms.result.comps.len();
+    let mut col_max = vec![0.0f64; n_comps];
+    if !matches!(ms.result.config.keep, KeepRule::AtLeast(_)) {
+        return col_max;
+    }
+    let mut sum = vec![0.0f64; n_comps];
+    for &node in complete {
+        sum.fill(0.0);
+        for r in rows.iter().flatten() {
+            for (s, v) in sum.iter_mut().zip(&r[node].vals) {
+                *s += v;
+            }
+        }
+        for (m, s) in col_max.iter_mut().zip(&sum) {
+            *m = m.max(*s);
+        }
+    }
+    col_max
+}
+
+/// Stage 2, the keep rule: components reaching the minimum in this window join the kept set.
+fn keep_rule(ms: &mut MetricState, rows: &Rows<'_>, complete: &[PeerIdx]) {
+    match ms.result.config.keep {
+        KeepRule::AtLeast(min) => {
+            let col_max = window_maxima(ms, rows, complete);
+            for (c, &v) in col_max.iter().enumerate() {
+                if v >= min {
+                    ms.keep(c as CompIdx);
+                }
+            }
+        }
+        KeepRule::All => {
+            for c in 0..ms.result.comps.len() {
+                ms.keep(c as CompIdx);
+            }
+        }
+        KeepRule::SameAs(_) => {}
+    }
+}
+
+/// Nodes that are not complete: a gap (not anomalous), and incomplete once their data began.
+fn note_incomplete(
+    ms: &mut MetricState,
+    ctx: &Context<'_>,
+    complete: &[PeerIdx],
+    end: u64,
+    ev: &mut WindowEvent,
+) {
+    let mut is_complete = vec![false; ms.nodes.len()];
+    for &n in complete {
+        is_complete[n] = true;
+    }
+    for (node, ns) in ms.nodes.iter_mut().enumerate() {
+        if is_complete[node] {
+            continue;
+        }
+        let nr = &mut ms.result.nodes[node];
+        if nr.first_ns.is_some_and(|f| f < end) {
+            nr.incomplete += 1;
+            ev.incomplete.push(node);
+        }
+        ns.gap(ctx.k);
+    }
+}
+
+/// Stage 3, the feature matrix of the kept components, one row per complete node.
+fn feature_matrix(
+    ms: &MetricState,
+    rows: &Rows<'_>,
+    slots: &SlotRows<'_>,
+    complete: &[PeerIdx],
+) -> Features {
+    let kept = &ms.result.kept_list;
+    let mut sums = Matrix::default();
+    sums.reset(complete.len(), kept.len());
+    for (ri, &node) in complete.iter().enumerate() {
+        let row = sums.row_mut(ri);
+        for r in rows.iter().flatten() {
+            let vals = &r[node].vals;
+            for (o, &c) in row.iter_mut().zip(kept) {
+                if let Some(v) = vals.get(c as usize) {
+                    *o += v;
+                }
+            }
+        }
+    }
+    let cdf = match ms.comparison {
+        Comparison::Sums => None,
+        Comparison::Cdf { max_bins } => Some(cdf_features(ms, slots, complete, max_bins)),
+    };
+    Features { sums, cdf }
+}
+
+/// Stage 3 for distribution families: each kept component's values per slot on each complete node,
+/// as cumulative histograms on bins shared by the nodes; returns the matrix and the kept
+/// component of each column.
+fn cdf_features(
+    ms: &MetricState,
+    slots: &SlotRows<'_>,
+    complete: &[PeerIdx],
+    max_bins: usize,
+) -> (Matrix, Vec<u32>) {
+    let spb = ms.slots_per_bucket;
+    let per_node = slots.len() * spb;
+    let kept = &ms.result.kept_list;
+    // values[ci][ri]: component ci's per-slot values on complete node ri.
+    let values: Vec<Vec<Vec<f64>>> = kept
+        .iter()
+        .map(|&c| {
+            complete
+                .iter()
+                .map(|&node| {
+                    let mut v = Vec::with_capacity(per_node);
+                    for r in slots {
+                        let at = c as usize * spb;
+                        let values = r
+                            .and_then(|r| r.get(node))
+                            .and_then(|n| n.get(at..at + spb));
+                        match values {
+                            Some(s) => v.extend_from_slice(s),
+                            None => v.resize(v.len() + spb, 0.0),
+                        }
+                    }
+                    v
+                })
+                .collect()
+        })
+        .collect();
+    let bins: Vec<cdf::Bins> = values
+        .iter()
+        .map(|per| {
+            let pooled: Vec<f64> = per.iter().flatten().copied().collect();
+            cdf::Bins::shared(&pooled, per_node, max_bins)
+        })
+        .collect();
+    let cols: usize = bins.iter().map(|b| b.count).sum();
+    let mut comp_of = Vec::with_capacity(cols);
+    for (ci, b) in bins.iter().enumerate() {
+        comp_of.extend(std::iter::repeat_n(ci as u32, b.count));
+    }
+    let mut x = Matrix::default();
+    x.reset(complete.len(), cols);
+    for ri in 0..complete.len() {
+        let row = x.row_mut(ri);
+        let mut at = 0;
+        for (per_node, b) in values.iter().zip(&bins) {
+            b.cumulative(&per_node[ri], &mut row[at..at + b.count]);
+            at += b.count;
+        }
+    }
+    (x, comp_of)
+}
+
+/// Training: how far each component strays from the median node (variance weighting learns
+/// its scales from this).
+fn note_spread(ms: &mut MetricState, raw: &Matrix) {
+    let med = median_node(raw);
+    for (ci, &c) in ms.result.kept_list.iter().enumerate() {
+        let sp = &mut ms.result.spread[c as usize];
+        sp.level_sum += med[ci];
+        sp.windows += 1;
+        for ri in 0..raw.rows {
+            sp.dev_sum += (raw.row(ri)[ci] - med[ci]).abs();
+            sp.n += 1;
+        }
+    }
+}
+
+/// Stage 4, weights and the distance's preparation: the matrix the scorer compares (`None`:
+/// the raw sums, or a distribution family's cumulative histograms, as they are) and the distance
+/// it compares with — for histograms the CDF distance, Σ|P(i) − Q(i)| (Manhattan on them).
+fn weights(ms: &MetricState, distance: Distance, f: &Features) -> (Option<Matrix>, Distance) {
+    if f.cdf.is_some() {
+        return (None, Distance::Manhattan);
+    }
+    let weighted = ms.result.config.weights.is_some();
+    if distance != Distance::SymKl && !weighted {
+        return (None, distance);
+    }
+    let kept = &ms.result.kept_list;
+    let mut p = f.sums.clone();
+    for i in 0..p.rows {
+        let row = p.row_mut(i);
+        if weighted {
+            for (v, &c) in row.iter_mut().zip(kept) {
+                *v /= ms.scale[c as usize];
+            }
+        }
+        distance.prepare(row);
+    }
+    (Some(p), distance)
+}
+
+/// Stage 6, the threshold policy decides node `node`'s threshold in this window.
+fn decide(
+    ms: &mut MetricState,
+    ctx: &Context<'_>,
+    node: PeerIdx,
+    s: f64,
+    cutoff: Option<f64>,
+) -> f64 {
+    match &ms.result.config.policy {
+        Policy::Training => f64::INFINITY,
+        Policy::Trained { by_node, fallback } => {
+            let (value, own) = match by_node.get(&ctx.names[node]) {
+                Some(&t) => (t, true),
+                None => (*fallback, false),
+            };
+            ms.result.nodes[node].threshold = Some(AppliedThreshold { value, own });
+            value
+        }
+        Policy::Untrained(rule) => {
+            let peer = cutoff.unwrap_or(f64::INFINITY);
+            let ns = &mut ms.nodes[node];
+            let own = rule.baseline_cutoff(&ns.baseline);
+            if ns.baseline.len() < rule.baseline_windows {
+                ns.baseline.push(s);
+            }
+            if s > peer && s <= own {
+                ms.result.nodes[node].different += 1;
+            }
+            peer.max(own)
+        }
+    }
+}
+
+/// What root cause compares.
+struct RootCauseInput<'a> {
+    features: &'a Features,
+    /// The matrix scored.
+    x: &'a Matrix,
+    scores: &'a Scores,
+    distance: Distance,
+    reference: Reference,
+}
+
+/// Stage 8, root cause: each kept component's distance to the node's reference, in the
+/// distance's terms (sizes and signs in the metric's unit).
+fn root_cause(
+    ms: &mut MetricState,
+    input: &RootCauseInput<'_>,
+    ri: usize,
+    node: PeerIdx,
+    raw_median: &mut Option<Vec<f64>>,
+) {
+    let raw = &input.features.sums;
+    let x = input.x;
+    let reference = input.scores.reference(x, ri);
+    let prepared = input.features.cdf.is_some()
+        || input.distance == Distance::SymKl
+        || ms.result.config.weights.is_some();
+    let raw_ref = if !prepared {
+        reference.clone()
+    } else if input.reference == Reference::MedianOfOthers {
+        let mut others = Matrix::default();
+        others.reset(raw.rows - 1, raw.cols);
+        for (oi, j) in (0..raw.rows).filter(|&j| j != ri).enumerate() {
+            others.row_mut(oi).copy_from_slice(raw.row(j));
+        }
+        median_node(&others)
+    } else {
+        raw_median.get_or_insert_with(|| median_node(raw)).clone()
+    };
+    let kept = &ms.result.kept_list;
+    let nr = &mut ms.result.nodes[node];
+    let rr = raw.row(ri);
+    let xr = x.row(ri);
+    // The distance's term of each kept component (a distribution family's component spans
+    // several columns: its bins).
+    let mut terms = vec![0.0; kept.len()];
+    match &input.features.cdf {
+        None => {
+            for (t, (&a, &b)) in terms.iter_mut().zip(xr.iter().zip(&reference)) {
+                *t = input.distance.term(a, b);
+            }
+        }
+        Some((_, comp_of)) => {
+            for (col, &ci) in comp_of.iter().enumerate() {
+                terms[ci as usize] += input.distance.term(xr[col], reference[col]);
+            }
+        }
+    }
+    for (ci, &c) in kept.iter().enumerate() {
+        let t = terms[ci];
+        if t == 0.0 && rr[ci] == raw_ref[ci] {
+            continue;
+        }
+        let acc = nr.root_cause.entry(c).or_default();
+        acc.distance += t;
+        acc.node += rr[ci];
+        acc.reference += raw_ref[ci];
+    }
+}

@@ -1,0 +1,476 @@
+//! What the analyzer holds per metric: its configuration, the open buckets of data, each node's
+//! filter state, and the results so far ([`MetricResult`], [`NodeResult`]), which diagnosis,
+//! training and the missing-data findings read.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+
+use crate::family::{Comparison, KeepRule, Metric, MetricFamily, Windows};
+use crate::filter::KOfN;
+use crate::model::{CompIdx, CompLabel, IntervalData, PeerIdx};
+use crate::policy::{Policy, Spread, Weights};
+
+/// Peer comparison needs at least this many nodes with data in a window.
+pub const MIN_NODES: usize = 3;
+
+/// An anomalous node of a window.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Anomaly {
+    /// The node.
+    pub node: PeerIdx,
+    /// Its score.
+    pub score: f64,
+    /// The threshold it exceeded.
+    pub threshold: f64,
+}
+
+/// What happened when one window closed (for `--follow` output).
+#[derive(Clone, Debug)]
+pub struct WindowEvent {
+    /// Metric.
+    pub metric: Metric,
+    /// Window start, ns.
+    pub start_ns: u64,
+    /// Window end, ns.
+    pub end_ns: u64,
+    /// Nodes scored.
+    pub scored: usize,
+    /// The unsupervised cut-off, when untrained.
+    pub cutoff: Option<f64>,
+    /// Anomalous nodes.
+    pub anomalous: Vec<Anomaly>,
+    /// Nodes that became faulty in this window.
+    pub newly_faulty: Vec<PeerIdx>,
+    /// Nodes (with data before) whose data is incomplete in this window.
+    pub incomplete: Vec<PeerIdx>,
+}
+
+/// One metric's settings.
+#[derive(Clone, Debug)]
+pub struct MetricConfig {
+    /// The family: its metric, unit, words, comparison, own windows.
+    pub family: Arc<dyn MetricFamily>,
+    /// Finest record interval of the metric's data, ns; every interval's length is a multiple
+    /// of it and divides WinShift.
+    pub slot_ns: u64,
+    /// In `--follow`: how long a writer may stay silent past a window's end before the window
+    /// closes without it.
+    pub lag_ns: u64,
+    /// Dimensionality rule.
+    pub keep: KeepRule,
+    /// Thresholds.
+    pub policy: Policy,
+    /// Variance weighting: each component is divided by its fault-free scale before distances
+    /// are taken; `None` compares raw values.
+    pub weights: Option<Weights>,
+}
+
+impl MetricConfig {
+    /// The metric.
+    pub fn metric(&self) -> Metric {
+        self.family.metric()
+    }
+}
+
+/// An anomalous window of a node.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AnomWindow {
+    /// Window start, ns.
+    pub start_ns: u64,
+    /// The node's score.
+    pub score: f64,
+    /// The threshold it exceeded.
+    pub threshold: f64,
+}
+
+/// A stretch of windows during which the k-of-(2k − 1) filter held a node faulty.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Episode {
+    /// Start of the first window that made the node faulty.
+    pub first_window_ns: u64,
+    /// Start of the last window in which it was still faulty.
+    pub last_window_ns: u64,
+}
+
+/// Root-cause sums of one component over a node's anomalous windows.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RootCause {
+    /// Σ component distance to the reference.
+    pub distance: f64,
+    /// Σ the node's value (metric unit).
+    pub node: f64,
+    /// Σ the reference's value (metric unit).
+    pub reference: f64,
+}
+
+/// A component of a root-cause ranking.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Ranked {
+    /// The component.
+    pub comp: CompIdx,
+    /// Its sums.
+    pub cause: RootCause,
+}
+
+/// The threshold applied to a node (trained policy).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AppliedThreshold {
+    /// The threshold.
+    pub value: f64,
+    /// True when it is the node's own, false when it is the metric's largest.
+    pub own: bool,
+}
+
+/// A node's score in one window, with the threshold it was held to.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ScoredWindow {
+    /// Window start, ns.
+    pub start_ns: u64,
+    /// The node's score.
+    pub score: f64,
+    /// The threshold it was compared with (infinite in training).
+    pub threshold: f64,
+}
+
+/// Everything found about one node for one metric.
+#[derive(Clone, Debug, Default)]
+pub struct NodeResult {
+    /// Windows in which the node was scored.
+    pub scored: u64,
+    /// Windows (after the node's first data) in which its data was incomplete.
+    pub incomplete: u64,
+    /// Largest score.
+    pub max_score: f64,
+    /// Training: the least threshold under which the node would never have been faulty — the
+    /// largest k-th largest score of any 2k − 1 consecutive scored windows.
+    pub flag_score: f64,
+    /// Anomalous windows.
+    pub anomalous: Vec<AnomWindow>,
+    /// Faulty stretches.
+    pub episodes: Vec<Episode>,
+    /// Root-cause sums by component.
+    pub root_cause: HashMap<CompIdx, RootCause>,
+    /// First data (interval start), ns.
+    pub first_ns: Option<u64>,
+    /// End of the last data, ns.
+    pub last_ns: Option<u64>,
+    /// Start of the first whole (not partial, not missed) interval, ns.
+    pub first_full_ns: Option<u64>,
+    /// End of the last whole interval, ns.
+    pub last_full_ns: Option<u64>,
+    /// The threshold applied (trained policy only).
+    pub threshold: Option<AppliedThreshold>,
+    /// Untrained: windows in which the node stood out from its peers without having changed
+    /// from its own baseline (persistently different).
+    pub different: u64,
+    /// Its score in every window it was scored in, when the analyzer keeps them.
+    pub scores: Vec<ScoredWindow>,
+}
+
+impl NodeResult {
+    /// True when the node was faulty in some window.
+    pub fn faulty(&self) -> bool {
+        !self.episodes.is_empty()
+    }
+}
+
+/// The first and last window closed (starts, ns).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowRange {
+    /// Start of the first window.
+    pub first_ns: u64,
+    /// Start of the last window.
+    pub last_ns: u64,
+}
+
+/// Everything found for one metric, with its configuration.
+#[derive(Clone, Debug)]
+pub struct MetricResult {
+    /// Settings.
+    pub config: MetricConfig,
+    /// The metric's windows (the family's own, or the analysis').
+    pub windows_ns: Windows,
+    /// Component labels.
+    pub comps: Vec<CompLabel>,
+    /// Kept components, sorted by label (so column order never depends on node order).
+    pub kept_list: Vec<CompIdx>,
+    /// Windows closed.
+    pub windows: u64,
+    /// Windows with fewer than [`MIN_NODES`] complete nodes.
+    pub unscored: u64,
+    /// Intervals that arrived after their window had closed (dropped).
+    pub late: u64,
+    /// The windows closed.
+    pub window_range: Option<WindowRange>,
+    /// Training: per component, its spread around the median node.
+    pub spread: Vec<Spread>,
+    /// Per node, by index.
+    pub nodes: Vec<NodeResult>,
+}
+
+impl MetricResult {
+    /// The metric.
+    pub fn metric(&self) -> Metric {
+        self.config.metric()
+    }
+
+    /// Kept component labels, sorted.
+    pub fn kept_labels(&self) -> Vec<CompLabel> {
+        self.kept_list
+            .iter()
+            .map(|&c| self.comps[c as usize].clone())
+            .collect()
+    }
+
+    /// The top `n` components of a node's root cause, largest summed distance first (ties by
+    /// label, so the order never depends on registration order).
+    pub fn top(&self, node: PeerIdx, n: usize) -> Vec<Ranked> {
+        let mut v: Vec<Ranked> = self.nodes[node]
+            .root_cause
+            .iter()
+            .map(|(&comp, &cause)| Ranked { comp, cause })
+            .collect();
+        v.sort_by(|a, b| {
+            b.cause
+                .distance
+                .total_cmp(&a.cause.distance)
+                .then_with(|| self.comps[a.comp as usize].cmp(&self.comps[b.comp as usize]))
+        });
+        v.truncate(n);
+        v
+    }
+}
+
+/// A node's state between windows (not a result).
+#[derive(Clone, Debug)]
+pub(super) struct NodeState {
+    pub(super) filter: KOfN,
+    /// Training: the node's last 2k − 1 scores.
+    recent: VecDeque<f64>,
+    /// Untrained: the node's scores in its first windows (its own baseline).
+    pub(super) baseline: Vec<f64>,
+}
+
+impl NodeState {
+    pub(super) fn new(k: usize) -> Self {
+        NodeState {
+            filter: KOfN::new(k),
+            recent: VecDeque::with_capacity(2 * k - 1),
+            baseline: Vec::new(),
+        }
+    }
+
+    /// Training: records a window's score for [`NodeResult::flag_score`] (the same windows, in
+    /// the same order, that the k-of-(2k − 1) filter sees when diagnosing).
+    pub(super) fn note_training_score(&mut self, s: f64, k: usize, r: &mut NodeResult) {
+        self.remember(s, k);
+        if self.recent.len() >= k {
+            let mut v: Vec<f64> = self.recent.iter().copied().collect();
+            v.sort_by(|a, b| b.total_cmp(a));
+            r.flag_score = r.flag_score.max(v[k - 1]);
+        }
+    }
+
+    /// A window the node was not scored in: not anomalous, and a zero for training.
+    pub(super) fn gap(&mut self, k: usize) {
+        let _ = self.filter.push(false);
+        self.remember(0.0, k);
+    }
+
+    /// Keeps `s` among the last 2k − 1 scores.
+    fn remember(&mut self, s: f64, k: usize) {
+        if self.recent.len() == 2 * k - 1 {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(s);
+    }
+}
+
+/// One node's data in one bucket (WinShift of data).
+#[derive(Clone, Debug, Default)]
+pub(super) struct NodeBucket {
+    /// Sum of each component over the bucket.
+    pub(super) vals: Vec<f64>,
+    /// Slots covered by a whole (not partial, not missed) interval.
+    pub(super) full: Vec<u64>,
+    /// Slots some writer could not observe.
+    pub(super) missed: Vec<u64>,
+}
+
+/// One writer (process file, sampler run) of a node.
+#[derive(Clone, Debug)]
+pub(super) struct Writer {
+    pub(super) id: u64,
+    pub(super) frontier: u64,
+    pub(super) ended: bool,
+}
+
+/// The state of one metric.
+#[derive(Debug)]
+pub(super) struct MetricState {
+    pub(super) result: MetricResult,
+    pub(super) comparison: Comparison,
+    /// The comparison needs each slot's values (distributions), not only window sums.
+    pub(super) per_slot: bool,
+    pub(super) comp_map: HashMap<CompLabel, CompIdx>,
+    pub(super) kept: Vec<bool>,
+    pub(super) buckets: BTreeMap<u64, Vec<NodeBucket>>,
+    /// Distribution families: per bucket and node, each component's value per slot
+    /// (component-major); kept apart so that window sums, the common case, carry nothing more.
+    pub(super) slot_values: BTreeMap<u64, Vec<Vec<f64>>>,
+    pub(super) next_window: Option<u64>,
+    pub(super) closed_any: bool,
+    /// Per node.
+    pub(super) writers: Vec<Vec<Writer>>,
+    /// Per node.
+    pub(super) nodes: Vec<NodeState>,
+    pub(super) pool: Vec<NodeBucket>,
+    pub(super) slots_per_bucket: usize,
+    /// Per component: its weighting scale (1 when unweighted).
+    pub(super) scale: Vec<f64>,
+    /// Keep every node's score of every window.
+    pub(super) keep_scores: bool,
+}
+
+impl MetricState {
+    pub(super) fn new(cfg: MetricConfig, windows_ns: Windows, keep_scores: bool) -> Self {
+        let comparison = cfg.family.comparison();
+        MetricState {
+            slots_per_bucket: (windows_ns.shift_ns / cfg.slot_ns) as usize,
+            result: MetricResult {
+                config: cfg,
+                windows_ns,
+                comps: Vec::new(),
+                kept_list: Vec::new(),
+                windows: 0,
+                unscored: 0,
+                late: 0,
+                window_range: None,
+                spread: Vec::new(),
+                nodes: Vec::new(),
+            },
+            per_slot: comparison != Comparison::Sums,
+            comparison,
+            comp_map: HashMap::new(),
+            kept: Vec::new(),
+            buckets: BTreeMap::new(),
+            slot_values: BTreeMap::new(),
+            next_window: None,
+            closed_any: false,
+            writers: Vec::new(),
+            nodes: Vec::new(),
+            pool: Vec::new(),
+            scale: Vec::new(),
+            keep_scores,
+        }
+    }
+
+    pub(super) fn component(&mut self, label: &CompLabel) -> CompIdx {
+        if let Some(&c) = self.comp_map.get(label) {
+            return c;
+        }
+        let r = &mut self.result;
+        let c = r.comps.len() as CompIdx;
+        r.comps.push(label.clone());
+        self.comp_map.insert(label.clone(), c);
+        self.kept.push(false);
+        self.scale
+            .push(r.config.weights.as_ref().map_or(1.0, |w| w.scale(label)));
+        r.spread.push(Spread::default());
+        c
+    }
+
+    /// Adds `c` to the kept set, keeping the list sorted by label.
+    pub(super) fn keep(&mut self, c: CompIdx) {
+        if self.kept[c as usize] {
+            return;
+        }
+        self.kept[c as usize] = true;
+        let comps = &self.result.comps;
+        let list = &mut self.result.kept_list;
+        let at = list.partition_point(|&k| comps[k as usize] < comps[c as usize]);
+        list.insert(at, c);
+    }
+}
+
+/// Adds an interval's values; returns false when a dense value was not [`valid`] (sparse values
+/// are checked before).
+pub(super) fn add_values(vals: &mut Vec<f64>, data: IntervalData<'_>, n_comps: usize) -> bool {
+    match data {
+        IntervalData::Sparse(v) => {
+            if v.iter().any(|e| e.comp as usize >= vals.len()) {
+                vals.resize(n_comps, 0.0);
+            }
+            for e in v {
+                vals[e.comp as usize] += e.value;
+            }
+            true
+        }
+        IntervalData::Dense(v) => {
+            if vals.len() < v.len() {
+                vals.resize(v.len(), 0.0);
+            }
+            // No early exit, so that the loop vectorizes.
+            let mut ok = true;
+            for (a, &x) in vals.iter_mut().zip(v) {
+                *a += x;
+                ok &= (0.0..=f64::MAX).contains(&x);
+            }
+            ok
+        }
+        IntervalData::Missed => true,
+    }
+}
+
+/// Distribution families: adds an interval's values to each of its slots `slots` of the
+/// bucket (component-major, `spb` slots per component). Out of line: window sums, the common
+/// case, never call it.
+#[inline(never)]
+pub(super) fn add_slot_values(
+    slots: &mut Vec<f64>,
+    data: IntervalData<'_>,
+    n_comps: usize,
+    spb: usize,
+    covered: std::ops::Range<usize>,
+) {
+    let need = |c: usize| (c + 1) * spb;
+    match data {
+        IntervalData::Sparse(v) => {
+            if slots.len() < n_comps * spb {
+                slots.resize(n_comps * spb, 0.0);
+            }
+            for e in v {
+                for s in covered.clone() {
+                    slots[e.comp as usize * spb + s] += e.value;
+                }
+            }
+        }
+        IntervalData::Dense(v) => {
+            if slots.len() < need(v.len().saturating_sub(1)) {
+                slots.resize(v.len() * spb, 0.0);
+            }
+            for (c, &x) in v.iter().enumerate() {
+                for s in covered.clone() {
+                    slots[c * spb + s] += x;
+                }
+            }
+        }
+        IntervalData::Missed => {}
+    }
+}
+
+/// A metric value: finite and not negative (NaN fails both comparisons).
+#[inline]
+pub(super) fn valid(x: f64) -> bool {
+    (0.0..=f64::MAX).contains(&x)
+}
+
+/// True when the first `n` bits are set.
+pub(super) fn all_set(bits: &[u64], n: usize) -> bool {
+    let full_words = n / 64;
+    if bits[..full_words].iter().any(|&w| w != u64::MAX) {
+        return false;
+    }
+    let rest = n % 64;
+    rest == 0 || bits[full_words] & ((1u64 << rest) - 1) == (1u64 << rest) - 1
+}

@@ -1,0 +1,330 @@
+//! What the loader keeps of each writer's stream: a traced process's intervals of per-function
+//! counters, a sampler run's intervals of sample and kernel-event counts, and the state of the
+//! stream (ended, open, damaged).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use culprit_format::names::NodeInfo;
+use culprit_format::{info_keys, interval_flags, DATA_OFFSET};
+
+use super::names::{EventId, FuncId, ProgramId};
+use super::symbols::Object;
+
+/// What state a file is in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FileStatus {
+    /// The writer wrote an end marker: the data is complete.
+    Ended,
+    /// No end marker (yet): the writer is running, or it died (crash, `kill -9`).
+    Open,
+    /// A record failed validation or the file was cut short; records before it are kept.
+    Damaged(String),
+}
+
+/// One function's counters in one interval of one traced process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TraceEntry {
+    /// The function.
+    pub func: FuncId,
+    /// Calls that returned in the interval.
+    pub calls: u64,
+    /// Exclusive (self) wall-clock ns.
+    pub excl_ns: u64,
+    /// Inclusive (total) wall-clock ns.
+    pub incl_ns: u64,
+}
+
+/// One interval of a traced process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceInterval {
+    /// Start, wall-clock ns since the epoch (aligned to `dur_ns`).
+    pub start_ns: u64,
+    /// Length, ns.
+    pub dur_ns: u64,
+    /// `interval_flags` bits (MISSED: no data; PARTIAL: partly covered).
+    pub flags: u32,
+    /// Threads with a table in the interval.
+    pub threads: u32,
+    /// Frames dropped recovering from mismatched exits.
+    pub lost_frames: u32,
+    /// Calls not accounted for lack of room.
+    pub overflows: u32,
+    /// Calls not traced for other reasons (a signal handler inside a hook, a thread without
+    /// a table, calls the runtime could not place in an interval).
+    pub dropped: u32,
+    /// Per-function counters (functions with the same name are merged).
+    pub entries: Vec<TraceEntry>,
+}
+
+impl TraceInterval {
+    /// True when the writer could not observe this interval (missing data, not zeros).
+    pub fn missed(&self) -> bool {
+        self.flags & interval_flags::MISSED != 0
+    }
+}
+
+/// One traced process's file.
+#[derive(Clone, Debug)]
+pub struct TraceFile {
+    /// The file.
+    pub path: PathBuf,
+    /// Process id.
+    pub pid: u32,
+    /// Program name (interned).
+    pub program: ProgramId,
+    /// Info pairs as recorded.
+    pub info: Vec<(String, String)>,
+    /// Interval length, ns.
+    pub interval_ns: u64,
+    /// When the file was created (wall-clock ns).
+    pub created_ns: u64,
+    /// Wall-clock ns of the end marker, if any.
+    pub end_ns: Option<u64>,
+    /// State of the file.
+    pub status: FileStatus,
+    /// The file of the program this process image `exec`ed, when there is one: the image
+    /// ended by exec (which runs no exit handler, so there is no end marker).
+    pub exec_successor: Option<PathBuf>,
+    /// Intervals in file order. When the writer is gone without an end marker (a crash,
+    /// `abort`, `kill -9`, `exec`), the last one may be its checkpoint of the interval in
+    /// progress (flagged partial; it is re-read at every refresh).
+    pub intervals: Vec<TraceInterval>,
+    /// The checkpoint found at the last read, not yet known to be usable.
+    pub(super) checkpoint: Option<TraceInterval>,
+    /// The last of `intervals` is the checkpoint.
+    pub(super) provisional: bool,
+    pub(super) consumed: u64,
+    pub(super) objects: Vec<Object>,
+    pub(super) addr_cache: HashMap<u64, FuncId>,
+}
+
+impl TraceFile {
+    /// True when the process that writes this file still runs (on this machine, same boot,
+    /// same start time).
+    pub fn writer_alive(&self) -> bool {
+        process_alive(
+            self.pid,
+            self.info(info_keys::BOOT_ID),
+            self.info(info_keys::PROC_START_NS)
+                .and_then(|v| v.parse().ok()),
+        )
+    }
+
+    /// The value of an info key.
+    pub fn info(&self, key: &str) -> Option<&str> {
+        self.info
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// One (program, function) sample count in a sampler interval.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SampleCount {
+    /// Program the samples ran in.
+    pub program: ProgramId,
+    /// Function (image + symbol).
+    pub func: FuncId,
+    /// Samples.
+    pub count: u64,
+}
+
+/// One interval of a sampler file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SampleInterval {
+    /// Start, wall-clock ns since the epoch.
+    pub start_ns: u64,
+    /// Length, ns.
+    pub dur_ns: u64,
+    /// `interval_flags` bits.
+    pub flags: u32,
+    /// Event sampled.
+    pub event: Arc<str>,
+    /// Period, or frequency in Hz when `freq`.
+    pub period: u64,
+    /// True when `period` is a frequency.
+    pub freq: bool,
+    /// Samples taken.
+    pub total: u64,
+    /// Samples lost.
+    pub lost: u64,
+    /// Counts per (program, function).
+    pub entries: Vec<SampleCount>,
+}
+
+impl SampleInterval {
+    /// True when the sampler could not observe this interval.
+    pub fn missed(&self) -> bool {
+        self.flags & interval_flags::MISSED != 0
+    }
+}
+
+/// One interval of kernel event counts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventInterval {
+    /// Start, wall-clock ns since the epoch.
+    pub start_ns: u64,
+    /// Length, ns.
+    pub dur_ns: u64,
+    /// `interval_flags` bits.
+    pub flags: u32,
+    /// Counts per event.
+    pub counts: Vec<EventCount>,
+}
+
+/// One kernel event's count in an interval.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventCount {
+    /// The event.
+    pub event: EventId,
+    /// Occurrences in the interval.
+    pub count: u64,
+}
+
+impl EventInterval {
+    /// True when the sampler could not observe this interval.
+    pub fn missed(&self) -> bool {
+        self.flags & interval_flags::MISSED != 0
+    }
+}
+
+/// One sampler run's file for a node.
+#[derive(Clone, Debug)]
+pub struct SampleFile {
+    /// The file.
+    pub path: PathBuf,
+    /// Info pairs as recorded.
+    pub info: Vec<(String, String)>,
+    /// When the file was created (wall-clock ns).
+    pub created_ns: u64,
+    /// Wall-clock ns of the end marker, if any.
+    pub end_ns: Option<u64>,
+    /// State of the file.
+    pub status: FileStatus,
+    /// Sample intervals in file order.
+    pub intervals: Vec<SampleInterval>,
+    /// Kernel event intervals in file order.
+    pub events: Vec<EventInterval>,
+    pub(super) consumed: u64,
+    pub(super) strings: HashMap<u32, Arc<str>>,
+}
+
+impl SampleFile {
+    /// The value of an info key.
+    pub fn info(&self, key: &str) -> Option<&str> {
+        self.info
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Everything recorded for one node.
+#[derive(Clone, Debug)]
+pub struct NodeData {
+    /// Node name (its directory's name).
+    pub name: String,
+    /// The node's directory.
+    pub dir: PathBuf,
+    /// Contents of `node.info`, if present and valid.
+    pub info: Option<NodeInfo>,
+    /// Traced processes, ordered by file creation time.
+    pub traces: Vec<TraceFile>,
+    /// Sampler runs, ordered by file creation time.
+    pub samples: Vec<SampleFile>,
+}
+
+pub(super) fn empty_trace() -> TraceFile {
+    TraceFile {
+        path: PathBuf::new(),
+        pid: 0,
+        program: 0,
+        info: Vec::new(),
+        interval_ns: 0,
+        created_ns: 0,
+        end_ns: None,
+        status: FileStatus::Open,
+        exec_successor: None,
+        intervals: Vec::new(),
+        checkpoint: None,
+        provisional: false,
+        consumed: DATA_OFFSET,
+        objects: Vec::new(),
+        addr_cache: HashMap::new(),
+    }
+}
+
+pub(super) fn empty_samples() -> SampleFile {
+    SampleFile {
+        path: PathBuf::new(),
+        info: Vec::new(),
+        created_ns: 0,
+        end_ns: None,
+        status: FileStatus::Open,
+        intervals: Vec::new(),
+        events: Vec::new(),
+        consumed: DATA_OFFSET,
+        strings: HashMap::new(),
+    }
+}
+
+/// Two addresses can resolve to one name (aliases, identical static functions in two files of a
+/// program): merge their counters.
+pub(super) fn merge_trace_entries(entries: &mut Vec<TraceEntry>) {
+    if entries.len() < 2 {
+        return;
+    }
+    entries.sort_by_key(|e| e.func);
+    let mut out: Vec<TraceEntry> = Vec::with_capacity(entries.len());
+    for e in entries.drain(..) {
+        match out.last_mut() {
+            Some(last) if last.func == e.func => {
+                last.calls += e.calls;
+                last.excl_ns += e.excl_ns;
+                last.incl_ns += e.incl_ns;
+            }
+            _ => out.push(e),
+        }
+    }
+    *entries = out;
+}
+
+/// True when `pid` is a live process on this boot that started at `start_ns` (±2 s).
+pub fn process_alive(pid: u32, boot_id: Option<&str>, start_ns: Option<u64>) -> bool {
+    let this_boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .ok();
+    if boot_id.is_some() && boot_id.map(str::to_string) != this_boot {
+        return false;
+    }
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let Some(start_ns) = start_ns else {
+        return true;
+    };
+    // Field 22 (starttime, clock ticks since boot) comes after the ")" that ends comm.
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let ticks: Option<u64> = after
+        .split_whitespace()
+        .nth(19)
+        .and_then(|v| v.parse().ok());
+    let btime: Option<u64> = std::fs::read_to_string("/proc/stat").ok().and_then(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("btime "))
+            .and_then(|v| v.trim().parse().ok())
+    });
+    let hz = crate::sys::clock_ticks_per_second();
+    match (ticks, btime) {
+        (Some(t), Some(b)) => {
+            let ns = b * 1_000_000_000 + t * (1_000_000_000 / hz);
+            ns.abs_diff(start_ns) <= 2_000_000_000
+        }
+        _ => true,
+    }
+}

@@ -1,0 +1,421 @@
+//! Metric families: what is compared across nodes, one trait for all of them.
+//!
+//! A family turns its records into per-node, per-interval values of components (functions,
+//! kernel events, OS metrics…), says in which unit, which components are worth comparing (the
+//! keep rule of seed 000 §"Feature-Vector Dimensionality") and how values are compared: as
+//! window sums under the analysis' distance (every family today), or as distributions of their
+//! per-second values under the CDF distance of seed 001 §5 ([`Comparison::Cdf`]). A family may
+//! also bring its own WinSize and WinShift.
+//!
+//! Built in: [`sampler::Samples`] and [`sampler::Events`] (from `culprit sample`),
+//! [`tracer::Count`] and [`tracer::Time`] (from the tracing runtime). A new family implements
+//! [`MetricFamily`] (and a [`FamilyReader`] for its records), gets a [`Metric`] name, and is
+//! listed in [`builtin::all`] and [`Metric::BUILTIN`].
+
+use culprit_format::interval_flags;
+use serde::{Deserialize, Serialize};
+use std::cmp::Ordering;
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use crate::data::{Dataset, EventInterval, NodeData, SampleInterval, TraceInterval};
+use crate::distance::Distance;
+use crate::error::Result;
+use crate::model::{CompIdx, CompLabel, CompValue, Interval, IntervalData};
+
+pub mod builtin;
+pub mod sampler;
+pub mod tracer;
+
+/// A metric's identity: its family's name, as users type and read it (`--metrics`, reports,
+/// JSON, thresholds files).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Metric(&'static str);
+
+impl Metric {
+    /// Instruction-pointer samples per (program,) image and function, from the sampler.
+    pub const SAMPLES: Metric = Metric("samples");
+    /// Calls per function, from the tracer.
+    pub const COUNT: Metric = Metric("count");
+    /// Exclusive wall-clock time per function (blocked time included), from the tracer, ms.
+    pub const TIME: Metric = Metric("time");
+    /// Kernel event counts (tracepoints) per node, from the sampler.
+    pub const EVENTS: Metric = Metric("events");
+
+    /// The built-in metrics, in report order.
+    pub const BUILTIN: [Metric; 4] = [Metric::SAMPLES, Metric::COUNT, Metric::TIME, Metric::EVENTS];
+
+    /// A metric called `name` (a family's identity; names are unique).
+    pub const fn new(name: &'static str) -> Metric {
+        Metric(name)
+    }
+
+    /// The name users type and read.
+    pub fn name(self) -> &'static str {
+        self.0
+    }
+
+    /// Parses a built-in metric's name.
+    pub fn from_name(s: &str) -> Option<Metric> {
+        Metric::BUILTIN.into_iter().find(|m| m.0 == s)
+    }
+
+    /// Position in report order (built-in metrics first, in [`Metric::BUILTIN`] order).
+    fn rank(self) -> usize {
+        Metric::BUILTIN
+            .iter()
+            .position(|m| *m == self)
+            .unwrap_or(usize::MAX)
+    }
+}
+
+impl Ord for Metric {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (self.rank(), self.0).cmp(&(other.rank(), other.0))
+    }
+}
+
+impl PartialOrd for Metric {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl fmt::Display for Metric {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+impl Serialize for Metric {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Metric {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Metric::from_name(&s).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "unknown metric {s:?} (this culprit knows samples, count, time, events)"
+            ))
+        })
+    }
+}
+
+/// Unit of weighted scores: each component counts in typical fault-free deviations.
+pub const WEIGHTED_UNIT: &str = "deviations";
+/// Unit of CDF distances: Σ|P(i) − Q(i)| over histogram bins.
+pub const CDF_UNIT: &str = "cdf";
+
+/// How samples were taken: the event and its period (events per sample) or frequency.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Sampling {
+    /// Event sampled (`cpu-clock`, `cycles`).
+    pub event: String,
+    /// Period, or frequency in Hz when `freq`.
+    pub period: u64,
+    /// True when `period` is a frequency.
+    pub freq: bool,
+}
+
+impl fmt::Display for Sampling {
+    /// `cpu-clock, 1000 Hz` / `cycles, period 100000`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.freq {
+            write!(f, "{}, {} Hz", self.event, self.period)
+        } else {
+            write!(f, "{}, period {}", self.event, self.period)
+        }
+    }
+}
+
+/// Which components a metric keeps (seed 000 §"Feature-Vector Dimensionality"). The kept set
+/// only grows, so offline and live analyses of the same data agree.
+#[derive(Clone, Debug, PartialEq)]
+pub enum KeepRule {
+    /// Components reaching this window sum on some complete node in some window.
+    AtLeast(f64),
+    /// The components another metric keeps (count uses the time rule).
+    SameAs(Metric),
+    /// Every component (kernel events: few, all meaningful).
+    All,
+}
+
+impl KeepRule {
+    /// The metric whose kept set this one follows, if any.
+    pub fn follows(&self) -> Option<Metric> {
+        match self {
+            KeepRule::SameAs(m) => Some(*m),
+            _ => None,
+        }
+    }
+}
+
+/// How a family's values are compared across nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Comparison {
+    /// The window sum of each component, under the analysis' distance (seed 000).
+    Sums,
+    /// The distribution of each component's per-slot values over the window, as a cumulative
+    /// histogram on bins shared by all nodes, under the CDF distance Σ|P(i) − Q(i)| (seed 001
+    /// §5, "CDF Distances"). Values are rates: an interval longer than a slot gives each of its
+    /// slots its value.
+    Cdf {
+        /// Most bins per component and window (seed 001 caps them at 1000).
+        max_bins: usize,
+    },
+}
+
+/// A window size and shift, ns (the shift divides the size).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Windows {
+    /// WinSize, ns.
+    pub size_ns: u64,
+    /// WinShift, ns; windows start at multiples of it since the epoch.
+    pub shift_ns: u64,
+}
+
+/// Words for a deviation above / below the median node ("more calls", "fewer calls").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Words {
+    /// Above the median node.
+    pub more: &'static str,
+    /// Below it.
+    pub less: &'static str,
+}
+
+/// The analysis' dimensionality settings, as the data's families apply them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KeepSettings {
+    /// Samples per window, at this data's sampling rate.
+    pub min_samples: f64,
+    /// Exclusive time per window, ms.
+    pub min_time_ms: f64,
+}
+
+/// The minimum a family's keep rule asks for and the option that sets it, for the note that
+/// says nothing reached it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeepHint {
+    /// `100 samples`, `1 s of self time`.
+    pub minimum: String,
+    /// `--min-samples`, `--min-time`.
+    pub flag: &'static str,
+}
+
+/// A metric family. See the module documentation.
+pub trait MetricFamily: fmt::Debug + Send + Sync {
+    /// Its identity.
+    fn metric(&self) -> Metric;
+
+    /// Unit of its values, of its Manhattan distances and of its thresholds.
+    fn unit(&self) -> &'static str;
+
+    /// Words for a deviation above / below the median node.
+    fn words(&self) -> Words;
+
+    /// The smallest difference worth counting, in the unit: variance weighting never divides
+    /// by less.
+    fn resolution(&self) -> f64 {
+        1.0
+    }
+
+    /// The keep rule under these settings.
+    fn keep_rule(&self, keep: &KeepSettings) -> KeepRule;
+
+    /// What the keep rule asks for, when it can keep nothing.
+    fn keep_hint(&self, _keep: &KeepSettings) -> Option<KeepHint> {
+        None
+    }
+
+    /// How values are compared across nodes.
+    fn comparison(&self) -> Comparison {
+        Comparison::Sums
+    }
+
+    /// Its own WinSize and WinShift, when the analysis' do not suit it.
+    fn windows(&self) -> Option<Windows> {
+        None
+    }
+
+    /// Unit of its scores and thresholds under `distance` (`weighted`: variance weighting).
+    fn score_unit(&self, distance: Distance, weighted: bool) -> &'static str {
+        match (self.comparison(), distance) {
+            (Comparison::Cdf { .. }, _) => CDF_UNIT,
+            (_, Distance::Manhattan | Distance::Scaled) if weighted => WEIGHTED_UNIT,
+            (_, d) => d.unit(self.unit()),
+        }
+    }
+
+    /// True when values are counts of samples, which compare only between nodes sampled alike
+    /// (a thresholds file records the sampling).
+    fn sampled(&self) -> bool {
+        false
+    }
+
+    /// Calls `see` with how each of `node`'s records of this family was sampled, for a
+    /// [`MetricFamily::sampled`] family.
+    fn sampling(&self, _node: &NodeData, _see: &mut dyn FnMut(Sampling)) {}
+
+    /// How a user gets this family's data (`run \`culprit sample\``).
+    fn how_to_record(&self) -> &'static str;
+
+    /// True when `node` has records of this family.
+    fn has_data(&self, node: &NodeData) -> bool;
+
+    /// Calls `see` with the length (ns) of each of `node`'s records of this family.
+    fn interval_lengths(&self, node: &NodeData, see: &mut dyn FnMut(u64));
+
+    /// A reader of this family's records; `by_program` keys function components by program too.
+    fn reader(&self, by_program: bool) -> Box<dyn FamilyReader>;
+}
+
+/// Turns a dataset's records into one family's intervals, remembering what it pushed: offline
+/// it is called once per chunk of time, in `--follow` after each refresh of the dataset — the
+/// same code (live and offline share one path).
+pub trait FamilyReader: fmt::Debug + Send {
+    /// Pushes every interval of `node` that starts before `until_ns` and was not pushed yet.
+    fn feed(
+        &mut self,
+        ds: &Dataset,
+        node: &NodeData,
+        until_ns: u64,
+        sink: &mut dyn IntervalSink,
+    ) -> Result<()>;
+
+    /// Start of `node`'s earliest interval not pushed yet.
+    fn next_start(&self, node: &NodeData) -> Option<u64>;
+}
+
+/// Where a family reader puts one node's intervals (the analyzer, or a label collector).
+pub trait IntervalSink {
+    /// The component `label`, registered if new.
+    fn component(&mut self, label: CompLabel) -> CompIdx;
+
+    /// One interval from the writer of file `writer` (a traced process, a sampler run).
+    fn push(&mut self, writer: &Path, iv: &Interval<'_>) -> Result<()>;
+
+    /// The writer of `writer` will send nothing more (it wrote its end marker).
+    fn end(&mut self, writer: &Path);
+}
+
+/// An interval record as family readers see it.
+pub trait Record {
+    /// Start, wall-clock ns.
+    fn start_ns(&self) -> u64;
+    /// Length, ns.
+    fn dur_ns(&self) -> u64;
+    /// `interval_flags` bits.
+    fn flags(&self) -> u32;
+}
+
+macro_rules! record {
+    ($t:ty) => {
+        impl Record for $t {
+            fn start_ns(&self) -> u64 {
+                self.start_ns
+            }
+            fn dur_ns(&self) -> u64 {
+                self.dur_ns
+            }
+            fn flags(&self) -> u32 {
+                self.flags
+            }
+        }
+    };
+}
+record!(TraceInterval);
+record!(SampleInterval);
+record!(EventInterval);
+
+/// How far a reader has pushed each writer's records.
+#[derive(Debug, Default)]
+pub struct Cursors {
+    by_file: HashMap<PathBuf, Cursor>,
+    values: Vec<CompValue>,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Cursor {
+    next: usize,
+    ended: bool,
+}
+
+impl Cursors {
+    /// Start of the first record of `file` not pushed yet.
+    pub fn next_start<R: Record>(&self, file: &Path, records: &[R]) -> Option<u64> {
+        let next = self.by_file.get(file).map_or(0, |c| c.next);
+        records.get(next).map(Record::start_ns)
+    }
+
+    /// Pushes the records of `file` not pushed yet that start before `until_ns`, `values`
+    /// giving each one's values (missed records have none); then, when every record is in and
+    /// the writer has ended (`open` false), says so.
+    pub fn feed<R: Record>(
+        &mut self,
+        file: &Path,
+        records: &[R],
+        open: bool,
+        until_ns: u64,
+        sink: &mut dyn IntervalSink,
+        mut values: impl FnMut(&R, &mut dyn IntervalSink, &mut Vec<CompValue>),
+    ) -> Result<()> {
+        let mut c = self.by_file.get(file).copied().unwrap_or_default();
+        while let Some(r) = records.get(c.next) {
+            if r.start_ns() >= until_ns {
+                break;
+            }
+            c.next += 1;
+            self.values.clear();
+            let missed = r.flags() & interval_flags::MISSED != 0;
+            if !missed {
+                values(r, sink, &mut self.values);
+            }
+            let iv = Interval {
+                start_ns: r.start_ns(),
+                dur_ns: r.dur_ns(),
+                partial: r.flags() & interval_flags::PARTIAL != 0,
+                data: if missed {
+                    IntervalData::Missed
+                } else {
+                    IntervalData::Sparse(&self.values)
+                },
+            };
+            sink.push(file, &iv)?;
+        }
+        if c.next == records.len() && !open && !c.ended {
+            c.ended = true;
+            sink.end(file);
+        }
+        self.by_file.insert(file.to_path_buf(), c);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_families_are_in_report_order() {
+        let names: Vec<Metric> = builtin::all().iter().map(|f| f.metric()).collect();
+        assert_eq!(names, Metric::BUILTIN);
+        let mut sorted = names.clone();
+        sorted.sort();
+        assert_eq!(sorted, names, "metrics order as reported");
+        assert!(Metric::new("os") > Metric::EVENTS);
+    }
+
+    #[test]
+    fn metric_names_round_trip() {
+        for m in Metric::BUILTIN {
+            assert_eq!(Metric::from_name(m.name()), Some(m));
+            let json = serde_json::to_string(&m).unwrap();
+            assert_eq!(serde_json::from_str::<Metric>(&json).unwrap(), m);
+        }
+        assert!(serde_json::from_str::<Metric>("\"bogus\"").is_err());
+    }
+}

@@ -1,0 +1,232 @@
+//! How a metric's per-window scores become anomalies: trained thresholds (seed 000
+//! §"Threshold selection"), the unsupervised rule used when there are none, training itself;
+//! and variance weighting's per-component scales.
+//!
+//! docs/thresholds.md describes both rules; [`crate::thresholds`] stores trained ones in a file.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::CompLabel;
+use crate::score::median_in_place;
+
+/// How a metric's per-window scores become anomalies.
+#[derive(Clone, Debug)]
+pub enum Policy {
+    /// Training: nothing is anomalous; the analyzer records each node's largest score.
+    Training,
+    /// Trained thresholds by node name; a node without its own gets `fallback`, the largest.
+    Trained {
+        /// Thresholds by node name.
+        by_node: HashMap<String, f64>,
+        /// The largest trained threshold of the metric.
+        fallback: f64,
+    },
+    /// No training: [`Unsupervised`] cut-off computed from each window's scores.
+    Untrained(Unsupervised),
+}
+
+/// The unsupervised rule. In each window, a node is anomalous when its score exceeds both
+///
+/// * the *peer* cut-off `max(median + κ·1.4826·MAD, γ·median, ρ·size)` over the scores of the
+///   window's nodes, where `size` is the distance between the median node and an empty node
+///   (for Manhattan: the median node's total activity). The first term is a robust z-score
+///   (MAD: median absolute deviation of the scores); the second keeps the noisiest of
+///   near-identical peers from being flagged (MAD ≈ 0); the third ignores deviations too small to
+///   matter compared with the work done;
+/// * its *own* cut-off `λ · min(baseline)`: λ times the least of its own scores in its first
+///   `baseline_windows` windows (the least, so that one noisy early window does not raise it). Peer comparison alone cannot tell a faulty node from a
+///   healthy one that is persistently different (it holds the metadata, it has another disk);
+///   a fault is a *change*. A node that stands out from its peers without having changed is
+///   reported as persistently different, not faulty. Training removes the need for this.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Unsupervised {
+    /// κ, robust z-score cut-off.
+    pub kappa: f64,
+    /// γ, multiple of the median score.
+    pub gamma: f64,
+    /// ρ, fraction of the median node's size.
+    pub rho: f64,
+    /// λ, multiple of the node's own baseline.
+    pub lambda: f64,
+    /// Windows forming the node's own baseline.
+    pub baseline_windows: usize,
+}
+
+impl Default for Unsupervised {
+    fn default() -> Self {
+        Unsupervised {
+            kappa: 4.0,
+            gamma: 3.0,
+            rho: 0.05,
+            lambda: 2.0,
+            baseline_windows: 10,
+        }
+    }
+}
+
+impl Unsupervised {
+    /// The node's own cut-off from its baseline scores (0 while it has none).
+    pub fn baseline_cutoff(&self, baseline: &[f64]) -> f64 {
+        let least = baseline.iter().copied().fold(f64::INFINITY, f64::min);
+        if least.is_finite() {
+            self.lambda * least
+        } else {
+            0.0
+        }
+    }
+
+    /// The cut-off for a window with these scores and this median-node size.
+    pub fn cutoff(&self, scores: &[f64], size: f64) -> f64 {
+        let mut s = scores.to_vec();
+        let med = median_in_place(&mut s);
+        for v in s.iter_mut() {
+            *v = (*v - med).abs();
+        }
+        let mad = median_in_place(&mut s);
+        (med + self.kappa * 1.4826 * mad)
+            .max(self.gamma * med)
+            .max(self.rho * size)
+    }
+}
+
+/// Seed 000: "the minimum integer threshold … that eliminates all anomalies on a particular
+/// server … is doubled". A node is anomalous when its score *exceeds* the threshold, so the
+/// least threshold on the distance's grid that is ≥ the largest fault-free score, at least one
+/// grid step, times two.
+pub fn trained_threshold(max_score: f64, quantum: f64) -> f64 {
+    let steps = (max_score / quantum).ceil().max(1.0);
+    2.0 * steps * quantum
+}
+
+/// Variance weighting (seed 000 §"Future work": "weight components by their observed variance
+/// (e.g., divide a component by its standard deviation)"): per component, the typical
+/// fault-free deviation of a node from the median node, learned in training. Dividing by it
+/// makes every function's ordinary peer-to-peer jitter count alike, so a noisy function (an
+/// idle wait trading time with the I/O calls, a scheduler counter in the tens of thousands)
+/// stops drowning a quiet one that moves only under a fault (TCP retransmits).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Weights {
+    /// Scale per component label.
+    pub scales: HashMap<CompLabel, f64>,
+    /// Scale of a component training never kept (a function that appears only now).
+    pub default: f64,
+}
+
+impl Weights {
+    /// The scale of `label` (always positive and finite).
+    pub fn scale(&self, label: &CompLabel) -> f64 {
+        let s = self.scales.get(label).copied().unwrap_or(self.default);
+        if s.is_finite() && s > 0.0 {
+            s
+        } else {
+            1.0
+        }
+    }
+}
+
+/// Training statistics of one component: how far nodes stray from the median node.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Spread {
+    /// Σ |node value − median node value| over nodes and windows.
+    pub dev_sum: f64,
+    /// Σ median node value over windows.
+    pub level_sum: f64,
+    /// Node-windows in `dev_sum`.
+    pub n: u64,
+    /// Windows in `level_sum`.
+    pub windows: u64,
+}
+
+impl Spread {
+    /// Mean absolute deviation from the median node.
+    pub fn mean_dev(&self) -> f64 {
+        if self.n == 0 {
+            0.0
+        } else {
+            self.dev_sum / self.n as f64
+        }
+    }
+
+    /// Mean value of the median node.
+    pub fn mean_level(&self) -> f64 {
+        if self.windows == 0 {
+            0.0
+        } else {
+            self.level_sum / self.windows as f64
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn least_integer_threshold_doubled() {
+        assert_eq!(trained_threshold(41.2, 1.0), 84.0);
+        assert_eq!(trained_threshold(42.0, 1.0), 84.0);
+        assert_eq!(trained_threshold(0.0, 1.0), 2.0);
+        assert!((trained_threshold(0.0123, 1e-3) - 0.026).abs() < 1e-12);
+    }
+
+    proptest! {
+        /// The trained threshold leaves no training window anomalous, is at most two grid steps
+        /// above twice the largest score, and is on the grid.
+        #[test]
+        fn trained_threshold_properties(scores in prop::collection::vec(0.0f64..1e7, 1..50)) {
+            let max = scores.iter().copied().fold(0.0, f64::max);
+            let t = trained_threshold(max, 1.0);
+            prop_assert!(scores.iter().all(|&s| s <= t / 2.0));
+            prop_assert!(t <= 2.0 * (max + 1.0));
+            prop_assert_eq!(t.fract(), 0.0);
+            // "Least": one step lower would leave an anomaly (unless at the one-step floor).
+            if t > 2.0 {
+                prop_assert!(max > t / 2.0 - 1.0);
+            }
+        }
+
+        #[test]
+        fn unsupervised_cutoff_is_above_the_median(scores in prop::collection::vec(0.0f64..1e6, 1..30)) {
+            let r = Unsupervised::default();
+            let c = r.cutoff(&scores, 0.0);
+            let mut s = scores.clone();
+            let med = median_in_place(&mut s);
+            prop_assert!(c >= med);
+            // Fewer than half of the nodes can ever be anomalous.
+            let above = scores.iter().filter(|&&x| x > c).count();
+            prop_assert!(above * 2 < scores.len().max(1) || above == 0);
+        }
+    }
+
+    #[test]
+    fn own_baseline_is_the_least_early_score() {
+        let r = Unsupervised::default();
+        assert_eq!(r.baseline_cutoff(&[]), 0.0);
+        assert_eq!(r.baseline_cutoff(&[30.0, 5.0, 80.0]), 10.0);
+    }
+
+    #[test]
+    fn unsupervised_flags_one_outlier_not_the_noisiest_peer() {
+        let r = Unsupervised::default();
+        let c = r.cutoff(&[10.0, 11.0, 12.0, 100.0], 1000.0);
+        assert!(c > 12.0 && c < 100.0, "{c}");
+        let c = r.cutoff(&[10.0, 10.5, 11.0, 14.0], 1000.0);
+        assert!(
+            c > 14.0,
+            "{c}: the noisiest of near-identical peers is not an outlier"
+        );
+    }
+
+    #[test]
+    fn weights_scale_falls_back_and_stays_positive() {
+        let w = Weights {
+            scales: [(CompLabel::func("x", "zero"), 0.0)].into_iter().collect(),
+            default: 7.0,
+        };
+        assert_eq!(w.scale(&CompLabel::func("x", "other")), 7.0);
+        assert_eq!(w.scale(&CompLabel::func("x", "zero")), 1.0);
+    }
+}

@@ -1,0 +1,395 @@
+//! A diagnosis from settings ([`Setup`]) to [`Diagnosis`]: the data surveyed, the metrics
+//! planned, trained thresholds checked against the data, the analyzer fed — offline in one
+//! pass, or following a run in progress ([`Follow`]) through the same code — and the report
+//! built.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::analyzer::{Analyzer, MIN_NODES};
+use crate::data::{Dataset, DirSource, FileStatus, NodeData, Source};
+use crate::diagnosis::{ClosedWindow, Diagnosis, ReportInput};
+use crate::error::{Error, Result};
+use crate::family::Metric;
+use crate::feed::{self, Feeder, Survey};
+use crate::missing::{self, Ending};
+use crate::plan::{
+    build_analyzer, check_nodes, dedup, keep_settings, outcome_notes, plan_metrics, MetricPlan,
+    Progress,
+};
+use crate::policy::{Policy, Unsupervised};
+use crate::setup::{Setup, TrainedThresholds};
+use crate::time::NS_PER_S;
+
+/// How a node's data ended, from its files.
+fn ending_of(ds: &Dataset, node: &str) -> Ending {
+    let Some(n) = ds.nodes.iter().find(|n| n.name == node) else {
+        return Ending::Unknown;
+    };
+    let statuses = n
+        .traces
+        .iter()
+        .map(|t| &t.status)
+        .chain(n.samples.iter().map(|s| &s.status));
+    let mut out = Ending::Clean;
+    for st in statuses {
+        match st {
+            FileStatus::Damaged(_) => return Ending::Damaged,
+            FileStatus::Open => out = Ending::NoEndMarker,
+            FileStatus::Ended => {}
+        }
+    }
+    out
+}
+
+/// Diagnosing a run in progress.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Follow {
+    /// Stop after this long (default: when every writer has ended).
+    pub limit: Option<Duration>,
+}
+
+/// What to diagnose besides the settings.
+#[derive(Debug)]
+pub struct DiagnoseRequest {
+    /// The data as the user named it (for the report).
+    pub data: Vec<String>,
+    /// Where records come from.
+    pub source: Box<dyn Source>,
+    /// Rows of each root-cause table.
+    pub top: usize,
+    /// Give each node its own trained threshold instead of the largest of all nodes'.
+    pub per_node_thresholds: bool,
+    /// Follow a run in progress.
+    pub follow: Option<Follow>,
+}
+
+impl DiagnoseRequest {
+    /// A request to diagnose data directories offline.
+    pub fn dirs(paths: &[PathBuf], top: usize) -> Self {
+        DiagnoseRequest {
+            data: paths.iter().map(|p| p.display().to_string()).collect(),
+            source: Box::new(DirSource::new(paths.to_vec(), false)),
+            top,
+            per_node_thresholds: false,
+            follow: None,
+        }
+    }
+}
+
+/// Diagnoses the data of `req`: the typed report, from which the exit status follows.
+pub fn diagnose(
+    setup: &Setup,
+    trained: Option<&TrainedThresholds>,
+    req: DiagnoseRequest,
+    progress: &mut dyn Progress,
+) -> Result<Diagnosis> {
+    let mut notes = setup.notes.clone();
+    let mut ds = match req.follow {
+        None => Dataset::open_source(req.source, setup.load.clone())?,
+        Some(f) => wait_for_nodes(req.source, setup, f)?,
+    };
+    check_nodes(&ds, "diagnose", &mut notes)?;
+    let survey = feed::survey(&ds, &setup.families)?;
+    let plan = plan_metrics(setup, &survey, &mut notes)?;
+    for &m in &plan.reported {
+        let family = setup.family(m);
+        let with = ds.nodes.iter().filter(|n| family.has_data(n)).count();
+        if with < MIN_NODES {
+            notes.push(format!(
+                "{m}: only {with} node(s) have data; peer comparison needs {MIN_NODES}"
+            ));
+        }
+    }
+    let mut policies = match trained {
+        Some(t) => trained_policies(
+            setup,
+            t,
+            &ds,
+            &survey,
+            &plan,
+            req.per_node_thresholds,
+            &mut notes,
+        )?,
+        None => HashMap::new(),
+    };
+    let rule = Unsupervised::default();
+    let mut analyzer = build_analyzer(
+        setup,
+        &survey,
+        &plan.run,
+        true,
+        |m| {
+            let weights = trained
+                .and_then(|t| t.file.metrics.get(&m))
+                .and_then(|t| t.weights.as_ref())
+                .map(|w| w.weights());
+            match policies.remove(&m) {
+                Some(p) => (p, weights),
+                None => (Policy::Untrained(rule), None),
+            }
+        },
+        &mut notes,
+    )?;
+    if let Some(t) = trained {
+        for (mi, m) in plan.run.iter().enumerate() {
+            if let Some(mt) = t.file.metrics.get(m) {
+                analyzer.seed_kept(mi, &mt.kept);
+            }
+        }
+    }
+    let mut feeder = Feeder::new(&analyzer, setup.settings.by_program);
+    match req.follow {
+        Some(f) => follow(f, &survey, &mut ds, &mut analyzer, &mut feeder, progress)?,
+        None => {
+            let span = data_span(&ds);
+            feeder.feed(
+                &ds,
+                &mut analyzer,
+                Some(setup.chunk_ns()),
+                |a, events, at| {
+                    progress.analysed(at.min(span.1), span.0, span.1);
+                    report_windows(a, &events, progress)
+                },
+            )?;
+            let events = analyzer.advance(None);
+            report_windows(&analyzer, &events, progress)?;
+        }
+    }
+    let outcome = analyzer.into_outcome();
+    outcome_notes(
+        &outcome,
+        setup,
+        &keep_settings(setup, &survey).0,
+        &mut notes,
+    );
+    let coarsest = survey.coarsest.values().copied().max().unwrap_or(NS_PER_S);
+    let grace = missing::grace(setup.settings.win_shift_ns, coarsest);
+    let findings = missing::findings(&outcome, &plan.reported, grace, |n| ending_of(&ds, n));
+    let peers = setup.peers_text(outcome.names.len());
+    Ok(Diagnosis::build(
+        &outcome,
+        ReportInput {
+            data: req.data,
+            thresholds_file: trained.map(|t| t.name.clone()),
+            reported: &plan.reported,
+            findings,
+            notes: dedup(notes),
+            warnings: ds.warnings.clone(),
+            top: req.top,
+            peers,
+            by_program: setup.settings.by_program,
+        },
+    ))
+}
+
+/// First start and last end of the data (for progress).
+fn data_span(ds: &Dataset) -> (u64, u64) {
+    let mut lo = u64::MAX;
+    let mut hi = 0;
+    let mut see = |start: u64, dur: u64| {
+        lo = lo.min(start);
+        hi = hi.max(start + dur);
+    };
+    for n in &ds.nodes {
+        for t in &n.traces {
+            t.intervals
+                .iter()
+                .for_each(|iv| see(iv.start_ns, iv.dur_ns));
+        }
+        for s in &n.samples {
+            s.intervals
+                .iter()
+                .for_each(|iv| see(iv.start_ns, iv.dur_ns));
+            s.events.iter().for_each(|iv| see(iv.start_ns, iv.dur_ns));
+        }
+    }
+    (lo.min(hi), hi)
+}
+
+fn report_windows(
+    analyzer: &Analyzer,
+    events: &[crate::analyzer::WindowEvent],
+    progress: &mut dyn Progress,
+) -> Result<()> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let closed: Vec<ClosedWindow> = events
+        .iter()
+        .map(|e| ClosedWindow::new(e, analyzer.names()))
+        .collect();
+    progress.windows_closed(&closed).map_err(Error::Output)
+}
+
+/// The policies of trained metrics, after checking the thresholds file against the data.
+fn trained_policies(
+    setup: &Setup,
+    t: &TrainedThresholds,
+    ds: &Dataset,
+    survey: &Survey,
+    plan: &MetricPlan,
+    per_node: bool,
+    notes: &mut Vec<String>,
+) -> Result<HashMap<Metric, Policy>> {
+    let name = &t.name;
+    let mut policies = HashMap::new();
+    for &m in &plan.run {
+        let Some(mt) = t.file.metrics.get(&m) else {
+            if plan.reported.contains(&m) {
+                notes.push(format!(
+                    "{name} has no trained thresholds for {m}: {m} uses the unsupervised rule"
+                ));
+            }
+            continue;
+        };
+        let family = setup.family(m);
+        let unit = family.score_unit(setup.settings.distance, mt.weights.is_some());
+        if mt.unit != unit {
+            return Err(Error::Thresholds(format!(
+                "{name}: {m} thresholds are in {}, this analysis scores in {unit}",
+                mt.unit
+            )));
+        }
+        let rec = survey.recording(family.as_ref());
+        if family.sampled()
+            && (rec.event != mt.recording.event
+                || rec.period != mt.recording.period
+                || rec.freq != mt.recording.freq)
+        {
+            return Err(Error::Thresholds(format!(
+                "{name}: thresholds were trained on samples taken with {}; this data was \
+                 sampled with {}: sample again with the trained settings, or train on data \
+                 sampled like this",
+                mt.recording.describe(),
+                rec.describe()
+            )));
+        }
+        if !mt.kept.is_empty() {
+            let seen = feed::labels(family.as_ref(), ds, setup.settings.by_program);
+            let found = mt.kept.iter().filter(|l| seen.contains(l)).count();
+            if found == 0 {
+                return Err(Error::Thresholds(format!(
+                    "{name}: none of the {} functions the {m} thresholds were trained on \
+                     appear in this data (trained on another program or build?); train on \
+                     fault-free runs of the programs diagnosed here",
+                    mt.kept.len()
+                )));
+            }
+            if found * 2 < mt.kept.len() {
+                notes.push(format!(
+                    "{m}: only {found} of the {} trained functions appear in this data; the \
+                     workload may differ from training",
+                    mt.kept.len()
+                ));
+            }
+        }
+        let fallback = mt.largest();
+        if !per_node {
+            // Pooled: seed 000 §"Threshold selection" keeps one threshold per server, but the
+            // servers it compares are alike, and in our fault-free runs which node strayed
+            // most changed from run to run (docs/thresholds.md): a node's own maximum over a
+            // few training runs is a sample of one, the largest over all nodes is the expected
+            // deviation of any of them.
+            policies.insert(
+                m,
+                Policy::Trained {
+                    by_node: HashMap::new(),
+                    fallback,
+                },
+            );
+            continue;
+        }
+        for node in &ds.nodes {
+            if !mt.thresholds.contains_key(&node.name) && plan.reported.contains(&m) {
+                notes.push(format!(
+                    "{} has no trained {m} threshold of its own: the metric's largest ({} {}) \
+                     is used",
+                    node.name, fallback, mt.unit
+                ));
+            }
+        }
+        policies.insert(
+            m,
+            Policy::Trained {
+                by_node: mt.thresholds.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+                fallback,
+            },
+        );
+    }
+    Ok(policies)
+}
+
+/// True when `node` has written a record of any family.
+fn has_any_record(setup: &Setup, node: &NodeData) -> bool {
+    setup
+        .families
+        .iter()
+        .any(|f| feed::has_records(f.as_ref(), node))
+}
+
+/// Opens the data of a run that may have just started: waits (up to the limit) until at least
+/// [`MIN_NODES`] nodes have written a record.
+fn wait_for_nodes(source: Box<dyn Source>, setup: &Setup, f: Follow) -> Result<Dataset> {
+    let started = Instant::now();
+    let limit = f.limit.unwrap_or(Duration::MAX);
+    let mut ds = Dataset::new(source, setup.load.clone());
+    loop {
+        if ds.refresh().is_ok() {
+            let with_records = ds.nodes.iter().filter(|n| has_any_record(setup, n)).count();
+            if with_records >= MIN_NODES {
+                return Ok(ds);
+            }
+        }
+        if started.elapsed() >= limit {
+            // Say what is wrong the way the offline path would.
+            ds.refresh()?;
+            ds.require_nodes()?;
+            return Ok(ds);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn wall_now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// `--follow`: the offline path, fed after each refresh of the dataset.
+fn follow(
+    f: Follow,
+    survey: &Survey,
+    ds: &mut Dataset,
+    analyzer: &mut Analyzer,
+    feeder: &mut Feeder,
+    progress: &mut dyn Progress,
+) -> Result<()> {
+    let started = Instant::now();
+    let finest = survey.slots.values().copied().min().unwrap_or(NS_PER_S);
+    let poll = Duration::from_nanos((finest / 4).clamp(20_000_000, 1_000_000_000));
+    progress.following(ds.nodes.len()).map_err(Error::Output)?;
+    let no_chunks = |_: &Analyzer, _, _| Ok(());
+    loop {
+        feeder.feed(ds, analyzer, None, no_chunks)?;
+        let events = analyzer.advance(Some(wall_now_ns()));
+        report_windows(analyzer, &events, progress)?;
+        let all_ended = ds.nodes.iter().all(|n| {
+            n.traces.iter().all(|t| t.status != FileStatus::Open)
+                && n.samples.iter().all(|s| s.status != FileStatus::Open)
+        });
+        let timed_out = f.limit.is_some_and(|d| started.elapsed() >= d);
+        if all_ended || timed_out {
+            break;
+        }
+        std::thread::sleep(poll);
+        ds.refresh()?;
+    }
+    feeder.feed(ds, analyzer, None, no_chunks)?;
+    let events = analyzer.advance(None);
+    report_windows(analyzer, &events, progress)?;
+    progress.stopped_following().map_err(Error::Output)
+}

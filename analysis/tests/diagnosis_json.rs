@@ -1,0 +1,103 @@
+//! The typed [`Diagnosis`] and the JSON report (docs/diagnose-json.md): the golden report of
+//! `culprit diagnose --json` (tests/golden/diagnose.json, made by the real binary) reads into a
+//! `Diagnosis` and writes back byte for byte; a report of another schema, another version or
+//! with a field missing is refused — required fields have no defaults.
+
+use culprit_analysis::diagnosis::{MetricStatus, WindowLine};
+use culprit_analysis::family::Metric;
+use culprit_analysis::Diagnosis;
+
+fn golden() -> String {
+    let p = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/golden/diagnose.json");
+    std::fs::read_to_string(p).expect("tests/golden/diagnose.json")
+}
+
+#[test]
+fn golden_report_round_trips() {
+    let text = golden();
+    let d: Diagnosis = serde_json::from_str(&text).unwrap();
+    assert_eq!(d.culprits, ["io2", "io3"]);
+    assert_eq!(d.exit_status(), 1);
+    let io2 = d.metric(Metric::SAMPLES).unwrap();
+    let io2 = io2.nodes.iter().find(|n| n.node == "io2").unwrap();
+    assert_eq!(io2.verdict, MetricStatus::Faulty);
+    assert_eq!(io2.top[0].function, "compress_block");
+    let again = serde_json::to_string_pretty(&d).unwrap() + "\n";
+    assert!(again == text, "re-serialised report differs:\n{again}");
+}
+
+/// Every field of a version-1 report is required, at every level.
+#[test]
+fn missing_fields_are_refused() {
+    let v: serde_json::Value = serde_json::from_str(&golden()).unwrap();
+    let mut paths: Vec<Vec<String>> = Vec::new();
+    collect(&v, &mut Vec::new(), &mut paths);
+    assert!(paths.len() > 50, "{}", paths.len());
+    for path in paths {
+        let mut w = v.clone();
+        remove(&mut w, &path);
+        assert!(
+            serde_json::from_value::<Diagnosis>(w).is_err(),
+            "a report without {path:?} was accepted"
+        );
+    }
+}
+
+/// Paths of every object field (the first element of arrays).
+fn collect(v: &serde_json::Value, at: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, x) in m {
+                at.push(k.clone());
+                out.push(at.clone());
+                collect(x, at, out);
+                at.pop();
+            }
+        }
+        serde_json::Value::Array(a) => {
+            if let Some(x) = a.first() {
+                at.push("0".into());
+                collect(x, at, out);
+                at.pop();
+            }
+        }
+        _ => {}
+    }
+}
+
+fn remove(v: &mut serde_json::Value, path: &[String]) {
+    let (last, parents) = path.split_last().unwrap();
+    let mut cur = v;
+    for p in parents {
+        cur = match cur {
+            serde_json::Value::Array(a) => &mut a[p.parse::<usize>().unwrap()],
+            other => &mut other[p.as_str()],
+        };
+    }
+    cur.as_object_mut().unwrap().remove(last);
+}
+
+#[test]
+fn other_schemas_and_versions_are_refused() {
+    let text = golden();
+    let newer = text.replacen("\"version\": 1", "\"version\": 2", 1);
+    let e = serde_json::from_str::<Diagnosis>(&newer).unwrap_err();
+    assert!(e.to_string().contains("version 2"), "{e}");
+    let other = text.replacen("culprit-diagnosis", "culprit-report/1", 1);
+    assert!(serde_json::from_str::<Diagnosis>(&other).is_err());
+    let metric = text.replacen("\"metric\": \"samples\"", "\"metric\": \"bogus\"", 1);
+    assert!(serde_json::from_str::<Diagnosis>(&metric).is_err());
+    // Fields added within a version are read past.
+    let added = text.replacen("\"trained\"", "\"added_later\": 7,\n  \"trained\"", 1);
+    assert!(serde_json::from_str::<Diagnosis>(&added).is_ok());
+}
+
+#[test]
+fn window_lines_are_typed_too() {
+    let line = r#"{"event":"window","metric":"time","start":"a","end":"b","scored":4,
+        "anomalous":["io2"],"newly_faulty":[],"incomplete":[]}"#;
+    let w: WindowLine = serde_json::from_str(line).unwrap();
+    assert_eq!(w.anomalous, ["io2"]);
+    let other = line.replace("\"window\"", "\"report\"");
+    assert!(serde_json::from_str::<WindowLine>(&other).is_err());
+}
