@@ -159,7 +159,7 @@ pub fn online_cpus() -> Vec<u32> {
     out
 }
 
-/// Pages per CPU ring for `sampling`: what [`RING_SLACK_S`] seconds of records at the rate
+/// Pages per CPU ring for `sampling`: what 2 s of records at the rate
 /// take — samples of a busy CPU (call chains of 32 frames on average) and, for tracepoints, 64
 /// KiB/s each and 256 KiB/s for `sched:sched_switch` (≈2,000 switches/s per CPU) — as a power
 /// of two between [`DEFAULT_RING_PAGES`] and 4096 pages (16 MiB). Without root the kernel
