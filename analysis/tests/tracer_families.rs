@@ -24,7 +24,7 @@ use culprit_format::names::trace_file_name;
 use culprit_format::writer::FileWriter;
 use culprit_format::{
     end_reason, object_flags, EdgeEntry, FileKind, Histogram, IntervalEntry, IntervalHead,
-    IntervalRef, ObjectDesc, RecordBuf, HIST_BUCKETS,
+    IntervalRef, ObjectDesc, RecordBuf,
 };
 
 /// 2024-01-01T00:00:00Z.
@@ -243,7 +243,6 @@ fn latency_data(n: u64, s: u64, fault: bool) -> Second {
         excl_ns += slow * 1_600_000;
     }
     assert_eq!(h.counts.iter().sum::<u64>(), calls);
-    let _ = HIST_BUCKETS;
     Second {
         entries: vec![IntervalEntry {
             addr: BIAS + WORK,
