@@ -13,7 +13,8 @@
 //! * `trace-<pid>-<start_ns>.cul` — one per traced process (see [`names`]). `start_ns` is the
 //!   wall-clock time at which the runtime started in that process image, so a reused pid or an
 //!   `exec` in the same process gets a new file.
-//! * `samples-<start_ns>.cul` — one per run of the sampler for this node.
+//! * `samples-<start_ns>.cul` — one per run of the sampler for this node: IP samples, kernel
+//!   event counts and OS metrics.
 //! * `node.info` — small `key=value` text file describing the node ([`names::NodeInfo`]).
 //!
 //! Directories whose names start with `_` (such as [`names::UNASSIGNED_DIR`]) are not nodes:
@@ -51,6 +52,7 @@
 //! | [`RecordKind::Strings`] | sampler | new entries of the file's string table |
 //! | [`RecordKind::Samples`] | sampler | one interval's IP samples per (program, image, function) |
 //! | [`RecordKind::Events`] | sampler | one interval's kernel event counts (tracepoints) |
+//! | [`RecordKind::OsMetrics`] | sampler | one interval's OS metrics of a node: (metric, instance, unit, value) per entry, names in [`os_metrics`]; a metric without an entry is absent |
 //! | [`RecordKind::End`] | both | clean end: nothing follows |
 //!
 //! Every interval gets a record, even an empty one; an interval the writer could not observe is
@@ -64,12 +66,14 @@ pub mod decode;
 pub mod encode;
 pub mod layout;
 pub mod names;
+pub mod os_metrics;
 pub mod writer;
 
 pub use crc::crc32;
 pub use decode::{
     records_at, EndRec, EventEntry, EventsRec, FormatError, Info, IntervalEntry, IntervalRec,
-    ObjectRec, ParsedFile, Record, Records, SampleEntry, SamplesRec, StringsRec,
+    ObjectRec, OsMetricEntry, OsMetricsRec, ParsedFile, Record, Records, SampleEntry, SamplesRec,
+    StringsRec,
 };
-pub use encode::{IntervalHead, ObjectDesc, RecordBuf, SamplesHead};
+pub use encode::{IntervalHead, ObjectDesc, OsMetricsHead, RecordBuf, SamplesHead};
 pub use layout::*;
