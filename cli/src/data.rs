@@ -35,6 +35,8 @@ pub type FuncId = u32;
 pub type ProgId = u32;
 /// Interned id of a kernel event name (dataset-wide).
 pub type EventId = u32;
+/// Interned id of an [`OsMetricKey`] (dataset-wide).
+pub type OsMetricId = u32;
 
 /// A function's identity across nodes: binary image base name and demangled symbol.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -103,6 +105,51 @@ pub struct Names {
     pub programs: Interner<Arc<str>>,
     /// Kernel event names.
     pub events: Interner<Arc<str>>,
+    /// OS metrics (name, instance, unit).
+    pub os_metrics: Interner<OsMetricKey>,
+}
+
+/// An OS metric's identity: its name (`disk.await`, see `culprit_format::os_metrics`), the
+/// device or interface it is about, and its unit. Compared across nodes by all three.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OsMetricKey {
+    /// Metric name, `group.metric`.
+    pub name: Arc<str>,
+    /// Device or interface name; `None` for node-wide metrics.
+    pub instance: Option<Arc<str>>,
+    /// Unit (`ms`, `B/s`, …).
+    pub unit: Arc<str>,
+}
+
+/// One interval of a node's OS metrics. A metric without a value is absent in this interval
+/// (the node cannot provide it, or a counter went backwards): never read it as zero.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OsInterval {
+    /// Start, wall-clock ns since the epoch.
+    pub start_ns: u64,
+    /// Length, ns.
+    pub dur_ns: u64,
+    /// Time between the two reads the rates come from, ns.
+    pub span_ns: u64,
+    /// `interval_flags` bits (MISSED: not observed, no values).
+    pub flags: u32,
+    /// Values present, sorted by metric id.
+    pub values: Vec<(OsMetricId, f64)>,
+}
+
+impl OsInterval {
+    /// True when the collector could not observe this interval.
+    pub fn missed(&self) -> bool {
+        self.flags & interval_flags::MISSED != 0
+    }
+
+    /// The value of `metric`, if present.
+    pub fn get(&self, metric: OsMetricId) -> Option<f64> {
+        self.values
+            .binary_search_by_key(&metric, |v| v.0)
+            .ok()
+            .map(|i| self.values[i].1)
+    }
 }
 
 /// What state a file is in.
@@ -288,6 +335,8 @@ pub struct SampleFile {
     pub intervals: Vec<SampleInterval>,
     /// Kernel event intervals in file order.
     pub events: Vec<EventInterval>,
+    /// OS metric intervals in file order (their interval is independent of the samples').
+    pub os: Vec<OsInterval>,
     consumed: u64,
     strings: HashMap<u32, Arc<str>>,
 }
@@ -769,6 +818,11 @@ impl Dataset {
                     });
                     stats.new_intervals += 1;
                 }
+                Ok(Record::OsMetrics(rec)) => {
+                    let os = self.read_os(&s.strings, &rec);
+                    s.os.push(os);
+                    stats.new_intervals += 1;
+                }
                 Ok(Record::End(e)) => s.end_ns = Some(e.end_ns),
                 Ok(_) => {}
                 Err(e) => {
@@ -782,6 +836,34 @@ impl Dataset {
         s.consumed = consumed;
         if ended && s.status == FileStatus::Open {
             s.status = FileStatus::Ended;
+        }
+    }
+
+    fn read_os(
+        &mut self,
+        strings: &HashMap<u32, Arc<str>>,
+        rec: &culprit_format::OsMetricsRec<'_>,
+    ) -> OsInterval {
+        let mut values: Vec<(OsMetricId, f64)> = Vec::with_capacity(rec.len());
+        for e in rec.entries() {
+            if !e.value.is_finite() {
+                continue; // writers never write these; read as absent
+            }
+            let key = OsMetricKey {
+                name: self.string_or(strings, e.metric),
+                instance: e.instance.map(|i| self.string_or(strings, i)),
+                unit: self.string_or(strings, e.unit),
+            };
+            values.push((self.names.os_metrics.intern(key), e.value));
+        }
+        values.sort_by_key(|v| v.0);
+        values.dedup_by_key(|v| v.0);
+        OsInterval {
+            start_ns: rec.start_ns,
+            dur_ns: rec.dur_ns,
+            span_ns: rec.span_ns,
+            flags: rec.flags,
+            values,
         }
     }
 
@@ -972,6 +1054,7 @@ fn empty_samples() -> SampleFile {
         status: FileStatus::Open,
         intervals: Vec::new(),
         events: Vec::new(),
+        os: Vec::new(),
         consumed: DATA_OFFSET,
         strings: HashMap::new(),
     }

@@ -85,6 +85,7 @@ pub mod engine;
 pub mod event;
 mod fxhash;
 pub mod nodes;
+pub mod os;
 pub mod perfdata;
 pub mod probe;
 pub mod procs;

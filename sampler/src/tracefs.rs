@@ -181,6 +181,10 @@ pub enum Decoder {
         saddr6: Option<Field>,
         /// `daddr_v6`.
         daddr6: Option<Field>,
+        /// `sport` (host byte order).
+        sport: Option<Field>,
+        /// `dport` (host byte order).
+        dport: Option<Field>,
     },
 }
 
@@ -208,6 +212,8 @@ impl Decoder {
                     daddr,
                     saddr6: f("saddr_v6"),
                     daddr6: f("daddr_v6"),
+                    sport: f("sport"),
+                    dport: f("dport"),
                 };
             }
         }
@@ -281,6 +287,8 @@ mod tests {
             daddr,
             saddr6,
             daddr6,
+            sport,
+            dport,
         } = Decoder::for_tracepoint(&tp)
         else {
             panic!("not a tcp decoder");
@@ -289,6 +297,10 @@ mod tests {
         raw[32..34].copy_from_slice(&(libc::AF_INET as u16).to_le_bytes());
         raw[34..38].copy_from_slice(&[10, 1, 0, 1]);
         raw[38..42].copy_from_slice(&[10, 1, 0, 2]);
+        raw[28..30].copy_from_slice(&3001u16.to_le_bytes());
+        raw[30..32].copy_from_slice(&40000u16.to_le_bytes());
+        assert_eq!(read_uint(&raw, sport.as_ref().unwrap()), Some(3001));
+        assert_eq!(read_uint(&raw, dport.as_ref().unwrap()), Some(40000));
         let (s, d) = tcp_addrs(
             &raw,
             &family,

@@ -1,0 +1,65 @@
+//! The kernel's delay accounting switch (`kernel.task_delayacct`, Linux 5.14+). Per-task delays
+//! (block I/O wait: field 42 of `/proc/PID/stat`) are only counted while it is on. It is
+//! host-wide and costs every task a little, so the sampler turns it on only when asked
+//! (`culprit sample --delayacct`) and puts it back as it found it when the run ends — also on
+//! SIGINT/SIGTERM, which end a run normally; only SIGKILL leaves it on.
+
+use std::io;
+
+/// The sysctl's file.
+pub const SYSCTL: &str = "/proc/sys/kernel/task_delayacct";
+
+/// Whether delay accounting is on; `None` when the kernel has no such switch (before 5.14, or
+/// built without `CONFIG_TASK_DELAY_ACCT`).
+pub fn state() -> Option<bool> {
+    let s = std::fs::read_to_string(SYSCTL).ok()?;
+    Some(s.trim() != "0")
+}
+
+/// Delay accounting turned on for as long as this lives; dropping it turns it off again if it
+/// was off before.
+#[derive(Debug)]
+pub struct Guard {
+    restore: bool,
+}
+
+impl Guard {
+    /// Turns delay accounting on (a no-op when it already is).
+    pub fn enable() -> Result<Guard, String> {
+        match state() {
+            None => Err(format!(
+                "delay accounting is not available ({SYSCTL} does not exist: Linux 5.14 or later \
+                 with CONFIG_TASK_DELAY_ACCT is needed); per-process block-I/O delay stays absent"
+            )),
+            Some(true) => Ok(Guard { restore: false }),
+            Some(false) => {
+                write(true).map_err(|e| {
+                    format!(
+                        "cannot turn on delay accounting ({SYSCTL}: {e}; needs root); \
+                         per-process block-I/O delay stays absent"
+                    )
+                })?;
+                Ok(Guard { restore: true })
+            }
+        }
+    }
+
+    /// True when this guard turned it on (and will turn it off).
+    pub fn changed(&self) -> bool {
+        self.restore
+    }
+}
+
+fn write(on: bool) -> io::Result<()> {
+    std::fs::write(SYSCTL, if on { "1\n" } else { "0\n" })
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if self.restore {
+            if let Err(e) = write(false) {
+                eprintln!("culprit: could not turn delay accounting off again ({SYSCTL}: {e})");
+            }
+        }
+    }
+}
