@@ -334,7 +334,10 @@ impl Sampler {
                         Err(w) => warnings.push(w),
                     }
                 }
-                let c = Collector::new(os::node_views(&nodes, &config.node_rules));
+                let mut c = Collector::new(os::node_views(&nodes, &config.node_rules));
+                if let Some(g) = &delayacct {
+                    c.set_delayacct_since(g.since_boot_ns());
+                }
                 warnings.extend(c.warnings().iter().map(|w| format!("OS metrics: {w}")));
                 Some(c)
             }

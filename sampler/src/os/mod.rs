@@ -595,10 +595,31 @@ struct ProcSums {
     blkio_ticks: u64,
     sched: (u64, u64, u64),
     sched_read: u64,
+    /// Threads created before delay accounting was on: never accounted (their field 42 stays
+    /// 0), so the node's block-I/O delay is unknown.
+    unaccounted: u64,
+    /// Threads whose block-I/O delay grew by more than the interval: impossible for one thread,
+    /// so the node's delay is absent for the interval. Seen once here: a task forked while
+    /// delay accounting was being turned on reported a delay equal to the uptime (a wait
+    /// whose start the kernel never recorded).
+    implausible: u64,
     /// Network namespaces of the node's processes.
     netns: HashSet<u64>,
     /// Socket inodes the node's processes hold.
     sockets: HashSet<u64>,
+}
+
+/// What every process read of one tick needs to know.
+#[derive(Clone, Copy, Debug)]
+struct TickCtx {
+    /// Tick number (marks what was seen).
+    tick: u64,
+    /// Boot-time clock ticks of the previous tick (`None` on the first).
+    prev_boot_ticks: Option<u64>,
+    /// Boot-time clock ticks since which new tasks have delay accounting.
+    delay_since: Option<u64>,
+    /// The interval's span in clock ticks.
+    span_ticks: f64,
 }
 
 /// True when a task that started at `start` (clock ticks after boot) began after the previous
@@ -610,14 +631,8 @@ fn born_since(start: u64, prev_boot_ticks: Option<u64>) -> bool {
 
 impl Procs {
     /// Reads the node's processes and threads, adding this interval's increments to `sums`.
-    fn read_node(
-        &mut self,
-        pids: &[u32],
-        tick: u64,
-        prev_boot_ticks: Option<u64>,
-        want_sockets: bool,
-        sums: &mut ProcSums,
-    ) {
+    fn read_node(&mut self, pids: &[u32], cx: &TickCtx, want_sockets: bool, sums: &mut ProcSums) {
+        let (tick, prev_boot_ticks) = (cx.tick, cx.prev_boot_ticks);
         let mut fd_dir = String::new();
         for &pid in pids {
             let Some(lead) =
@@ -673,7 +688,7 @@ impl Procs {
                     else {
                         continue;
                     };
-                    self.read_thread(pid, tid, tick, prev_boot_ticks, sums);
+                    self.read_thread((pid, tid), cx, sums);
                 }
             }
             if want_sockets {
@@ -693,14 +708,9 @@ impl Procs {
         }
     }
 
-    fn read_thread(
-        &mut self,
-        pid: u32,
-        tid: u32,
-        tick: u64,
-        prev_boot_ticks: Option<u64>,
-        sums: &mut ProcSums,
-    ) {
+    fn read_thread(&mut self, (pid, tid): (u32, u32), cx: &TickCtx, sums: &mut ProcSums) {
+        let (tick, prev_boot_ticks) = (cx.tick, cx.prev_boot_ticks);
+        let (delay_since, span_ticks) = (cx.delay_since, cx.span_ticks);
         let Some(st) =
             read_small(&format!("/proc/{pid}/task/{tid}/stat")).and_then(|t| parse::task_stat(&t))
         else {
@@ -709,6 +719,9 @@ impl Procs {
         let sched = read_small(&format!("/proc/{pid}/task/{tid}/schedstat"))
             .and_then(|t| parse::schedstat(&t));
         sums.threads += 1;
+        if delay_since.is_some_and(|since| st.starttime < since) {
+            sums.unaccounted += 1;
+        }
         match st.state {
             b'R' => sums.runnable += 1,
             b'D' => sums.blocked += 1,
@@ -722,7 +735,12 @@ impl Procs {
         };
         let sched_now = sched.unwrap_or((0, 0, 0));
         if let Some((b, s)) = base {
-            sums.blkio_ticks += st.blkio_ticks.saturating_sub(b);
+            let d = st.blkio_ticks.saturating_sub(b);
+            if d as f64 > span_ticks + 2.0 {
+                sums.implausible += 1;
+            } else {
+                sums.blkio_ticks += d;
+            }
             if sched.is_some() {
                 sums.sched_read += 1;
                 sums.sched.0 += sched_now.0.saturating_sub(s.0);
@@ -759,7 +777,7 @@ fn proc_values(s: &ProcSums, span: f64, ms_per_tick: f64, delayacct: bool, out: 
         out.put(name::PROC_RD_BYTES, None, Some(r as f64 / span));
         out.put(name::PROC_WR_BYTES, None, Some(w as f64 / span));
     }
-    if delayacct && s.threads > 0 {
+    if delayacct && s.threads > 0 && s.unaccounted == 0 && s.implausible == 0 {
         out.put(
             name::PROC_BLKIO_DELAY,
             None,
@@ -835,6 +853,8 @@ pub struct Collector {
     tick: u64,
     prev_boot_ticks: Option<u64>,
     prev_delayacct: bool,
+    /// Boot-time clock ticks since which new tasks have delay accounting (`None`: it is off).
+    delay_since: Option<u64>,
     ms_per_tick: f64,
     warnings: Vec<String>,
 }
@@ -909,9 +929,17 @@ impl Collector {
             tick: 0,
             prev_boot_ticks: None,
             prev_delayacct: false,
+            delay_since: None,
             ms_per_tick: 1000.0 / sys::clock_ticks_per_sec() as f64,
             warnings,
         }
+    }
+
+    /// Says since when (CLOCK_BOOTTIME ns) delay accounting has been on: threads created
+    /// earlier are never accounted. Without this call, delay accounting found on is assumed
+    /// on since boot, and one turned on during the run counts from the tick that sees it.
+    pub fn set_delayacct_since(&mut self, boot_ns: u64) {
+        self.delay_since = Some((boot_ns as f64 / (self.ms_per_tick * 1e6)).ceil() as u64);
     }
 
     /// What could not be opened, one line each.
@@ -934,12 +962,25 @@ impl Collector {
         let delayacct = delayacct::state() == Some(true);
         let delay_ok = delayacct && self.prev_delayacct;
         let boot_ticks = sys::boottime_ns() / (self.ms_per_tick * 1e6) as u64;
+        self.delay_since = match (delayacct, self.delay_since) {
+            (false, _) => None,
+            (true, Some(s)) => Some(s),
+            // Found on at the first tick: assumed on since boot; turned on later: from now.
+            (true, None) if self.prev_boot_ticks.is_none() => Some(0),
+            (true, None) => Some(boot_ticks),
+        };
         let mut outs: Vec<Option<Out>> = self
             .views
             .iter()
             .map(|v| v.as_ref().map(|_| Out::default()))
             .collect();
 
+        let cx = TickCtx {
+            tick,
+            prev_boot_ticks: self.prev_boot_ticks,
+            delay_since: self.delay_since,
+            span_ticks: span * 1000.0 / self.ms_per_tick,
+        };
         // Processes first: they say which sockets and namespaces are the nodes'.
         let mut sums: Vec<ProcSums> = (0..self.views.len()).map(|_| ProcSums::default()).collect();
         for (i, v) in self.views.iter().enumerate() {
@@ -947,13 +988,8 @@ impl Collector {
                 continue;
             };
             let node_pids = pids.get(i).map_or(&[][..], |p| &p[..]);
-            self.procs.read_node(
-                node_pids,
-                tick,
-                self.prev_boot_ticks,
-                !v.machine,
-                &mut sums[i],
-            );
+            self.procs
+                .read_node(node_pids, &cx, !v.machine, &mut sums[i]);
         }
         self.procs.gc(tick);
 
