@@ -721,7 +721,22 @@ fn os_report(
             }
         })
         .collect();
-    metrics.sort_by(|a, b| (&a.metric, &a.instance).cmp(&(&b.metric, &b.instance)));
+    // In the catalogue's order (disk, net, tcp, cpu, cg, proc; sysstat's order inside a
+    // group), one device or interface after the other; names it does not know last.
+    let rank = |m: &str| {
+        let cat = culprit_format::os_metrics::CATALOGUE;
+        let i = cat.iter().position(|d| d.name == m).unwrap_or(cat.len());
+        let group = m.split('.').next().unwrap_or("");
+        let g = cat
+            .iter()
+            .position(|d| d.name.split('.').next() == Some(group))
+            .unwrap_or(cat.len());
+        (g, i)
+    };
+    metrics.sort_by(|a, b| {
+        let (ra, rb) = (rank(&a.metric), rank(&b.metric));
+        (ra.0, &a.instance, ra.1, &a.metric).cmp(&(rb.0, &b.instance, rb.1, &b.metric))
+    });
     Some(OsReport {
         interval_ns: ivs[0].dur_ns,
         intervals: ivs.len(),

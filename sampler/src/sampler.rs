@@ -556,6 +556,7 @@ impl Sampler {
             };
             drop(os_tx);
             let mut last_publish = 0u64;
+            let mut os_write_ns = 0u64;
             // On an error: stop the reader and let it end (it owns the sending side).
             let finish = || {
                 abort.store(true, Ordering::SeqCst);
@@ -604,10 +605,12 @@ impl Sampler {
                     last_publish = round;
                 }
                 while let Ok(o) = os_rx.try_recv() {
+                    let t0 = sys::thread_cpu_ns();
                     if let Err(e) = output.write_os(&o) {
                         finish();
                         return Err(io_err("write OS metrics")(e));
                     }
+                    os_write_ns += sys::thread_cpu_ns() - t0;
                 }
                 if let Some(end) = last {
                     break end;
@@ -652,9 +655,11 @@ impl Sampler {
                     os_stats = st;
                 }
             }
+            let t0 = sys::thread_cpu_ns();
             for o in os_rx.try_iter() {
                 output.write_os(&o).map_err(io_err("write OS metrics"))?;
             }
+            os_stats.write_cpu_ns = os_write_ns + sys::thread_cpu_ns() - t0;
             Ok(end)
         });
         let (stopped, end_mono) = result?;

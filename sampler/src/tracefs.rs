@@ -265,6 +265,7 @@ mod tests {
 \tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n\
 \tfield:const void * skbaddr;\toffset:8;\tsize:8;\tsigned:0;\n\
 \tfield:__u16 sport;\toffset:28;\tsize:2;\tsigned:0;\n\
+\tfield:__u16 dport;\toffset:30;\tsize:2;\tsigned:0;\n\
 \tfield:__u16 family;\toffset:32;\tsize:2;\tsigned:0;\n\
 \tfield:__u8 saddr[4];\toffset:34;\tsize:4;\tsigned:0;\n\
 \tfield:__u8 daddr[4];\toffset:38;\tsize:4;\tsigned:0;\n\

@@ -267,6 +267,7 @@ fn doctor_reports_every_check_with_what_to_do() {
             "namespaces",
             "nftables",
             "cgroups",
+            "delay_accounting",
             "uftrace"
         ]
     );

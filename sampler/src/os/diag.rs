@@ -61,6 +61,18 @@ pub struct TcpSock {
     pub remote: SocketAddr,
     /// `tcp_info`, when the kernel sent it.
     pub info: Option<TcpInfo>,
+    /// Address family and the kernel's `inet_diag_sockid` (ports, addresses, interface,
+    /// cookie): what [`lookup`] needs to ask for this socket alone.
+    pub id: SockId,
+}
+
+/// A socket's identity for an exact `sock_diag` request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SockId {
+    /// `AF_INET` or `AF_INET6`.
+    pub family: u8,
+    /// `struct inet_diag_sockid`, as the kernel sent it.
+    pub raw: [u8; 48],
 }
 
 /// The `tcp_info` fields the OS metrics use.
@@ -78,11 +90,22 @@ pub struct TcpInfo {
 
 /// The dump request for one address family, asking for `tcp_info`.
 pub fn dump_request(family: u8, seq: u32) -> Vec<u8> {
+    request(family, seq, None)
+}
+
+/// A request for one family: a dump of every socket, or with `id` that socket alone (a hash
+/// lookup in the kernel instead of a walk of the whole table).
+fn request(family: u8, seq: u32, id: Option<&SockId>) -> Vec<u8> {
     let len = (NLMSG_HDR + REQ_SIZE) as u32;
     let mut m = Vec::with_capacity(len as usize);
     m.extend_from_slice(&len.to_ne_bytes());
     m.extend_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
-    m.extend_from_slice(&(NLM_F_REQUEST | NLM_F_DUMP).to_ne_bytes());
+    let flags = if id.is_some() {
+        NLM_F_REQUEST
+    } else {
+        NLM_F_REQUEST | NLM_F_DUMP
+    };
+    m.extend_from_slice(&flags.to_ne_bytes());
     m.extend_from_slice(&seq.to_ne_bytes());
     m.extend_from_slice(&0u32.to_ne_bytes()); // port id: the kernel fills it in
     m.push(family);
@@ -90,7 +113,10 @@ pub fn dump_request(family: u8, seq: u32) -> Vec<u8> {
     m.push(1 << (INET_DIAG_INFO - 1)); // idiag_ext
     m.push(0);
     m.extend_from_slice(&STATES.to_ne_bytes());
-    m.resize(len as usize, 0); // inet_diag_sockid: all zero = every socket
+    match id {
+        Some(id) => m.extend_from_slice(&id.raw),
+        None => m.resize(len as usize, 0), // inet_diag_sockid: all zero = every socket
+    }
     m
 }
 
@@ -192,13 +218,34 @@ fn parse_msg(b: &[u8]) -> Option<TcpSock> {
         local,
         remote,
         info,
+        id: SockId {
+            family,
+            raw: b[4..52].try_into().ok()?,
+        },
     })
 }
 
-/// Every TCP connection (IPv4 and IPv6) in the socket's network namespace.
-pub fn dump(sock: &DiagSocket, out: &mut Vec<TcpSock>) -> io::Result<()> {
+/// One socket, asked for by the identity a dump gave; `None` when it is gone.
+pub fn lookup(sock: &DiagSocket, id: &SockId) -> io::Result<Option<TcpSock>> {
+    sock.send(&request(id.family, 3, Some(id)))?;
+    let mut buf = [0u8; 4096];
+    let n = sock.recv(&mut buf)?;
+    let mut out = Vec::with_capacity(1);
+    match parse_reply(&buf[..n], &mut out) {
+        Reply::Error(e) if e == -libc::ENOENT => Ok(None),
+        Reply::Error(e) => Err(io::Error::from_raw_os_error(-e)),
+        _ => Ok(out.pop()),
+    }
+}
+
+/// Every TCP connection in the socket's network namespace, of the families asked for. Each
+/// family is one walk of the kernel's whole established-socket table (shared by all
+/// namespaces, sized by memory): the main cost of the OS metrics, so callers skip a family the
+/// namespace has no socket of (`sockstat`).
+pub fn dump(sock: &DiagSocket, v4: bool, v6: bool, out: &mut Vec<TcpSock>) -> io::Result<()> {
     let mut buf = vec![0u8; 64 << 10];
-    for (seq, family) in [(1, libc::AF_INET as u8), (2, libc::AF_INET6 as u8)] {
+    let families = [(v4, 1, libc::AF_INET as u8), (v6, 2, libc::AF_INET6 as u8)];
+    for (_, seq, family) in families.into_iter().filter(|f| f.0) {
         sock.send(&dump_request(family, seq))?;
         loop {
             let n = sock.recv(&mut buf)?;
@@ -277,7 +324,7 @@ mod tests {
         }
         let sock = DiagSocket::open().unwrap();
         let mut all = Vec::new();
-        dump(&sock, &mut all).unwrap();
+        dump(&sock, true, true, &mut all).unwrap();
         let mine = all
             .iter()
             .find(|t| t.inode == inode)
@@ -290,5 +337,22 @@ mod tests {
         assert!(info.rtt_us > 0, "{info:?}");
         // No listening sockets are asked for.
         assert!(all.iter().all(|t| t.state != state::LISTEN));
+        // The same socket alone, by the identity the dump gave.
+        let one = lookup(&sock, &mine.id).unwrap().expect("found by id");
+        assert_eq!(
+            (one.inode, one.local, one.remote),
+            (inode, mine.local, mine.remote)
+        );
+        assert!(one.info.is_some());
+        // Gone: not found, not an error.
+        let id = mine.id;
+        drop(c);
+        drop(s);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let gone = lookup(&sock, &id).unwrap();
+        assert!(
+            gone.is_none_or(|g| g.state != state::ESTABLISHED),
+            "{gone:?}"
+        );
     }
 }

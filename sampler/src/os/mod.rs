@@ -174,6 +174,8 @@ pub struct OsStats {
     pub missed: u64,
     /// The collector thread's own CPU time, ns.
     pub cpu_ns: u64,
+    /// CPU time the sampler's writer spent encoding and writing the records, ns.
+    pub write_cpu_ns: u64,
 }
 
 fn def(n: &str) -> &'static MetricDef {
@@ -233,10 +235,6 @@ impl Reread {
     }
 }
 
-fn read_small(path: &str) -> Option<String> {
-    std::fs::read_to_string(path).ok()
-}
-
 /// `cur − prev` as a count, `None` when the counter went backwards.
 fn delta(prev: u64, cur: u64) -> Option<f64> {
     cur.checked_sub(prev).map(|d| d as f64)
@@ -250,6 +248,8 @@ type NsRate = (Option<Arc<str>>, &'static str, f64);
 struct NetView {
     dev: Option<Reread>,
     snmp: Option<Reread>,
+    sockstat: Option<Reread>,
+    sockstat6: Option<Reread>,
     diag: Option<DiagSocket>,
     prev_dev: HashMap<String, parse::NetDev>,
     prev_snmp: Option<parse::TcpSnmp>,
@@ -263,6 +263,8 @@ impl NetView {
         NetView {
             dev: Reread::open(&base.join("dev")).ok(),
             snmp: Reread::open(&base.join("snmp")).ok(),
+            sockstat: Reread::open(&base.join("sockstat")).ok(),
+            sockstat6: Reread::open(&base.join("sockstat6")).ok(),
             diag: DiagSocket::open().ok(),
             prev_dev: HashMap::new(),
             prev_snmp: None,
@@ -282,6 +284,20 @@ impl NetView {
             .join()
             .unwrap_or_else(|_| Err(io::Error::other("namespace helper thread panicked")))
         })
+    }
+
+    /// Which families have TCP sockets here (a family whose count cannot be read is dumped).
+    fn tcp_families(&mut self) -> (bool, bool) {
+        let has = |f: &mut Option<Reread>| {
+            f.as_mut()
+                .and_then(Reread::text)
+                .and_then(parse::sockstat_tcp_inuse)
+                .is_none_or(|n| n > 0)
+        };
+        let v4 = has(&mut self.sockstat);
+        // Without IPv6 there is no sockstat6, and nothing to dump.
+        let v6 = self.sockstat6.is_some() && has(&mut self.sockstat6);
+        (v4, v6)
     }
 
     /// Interface and SNMP rates of this namespace (updates the previous reading).
@@ -576,11 +592,26 @@ struct ThreadEntry {
     seen: u64,
 }
 
+/// Most per-task files kept open (the rest are opened and closed each tick).
+const MAX_KEPT_FILES: usize = 256;
+
+/// Which per-task file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum TaskFile {
+    Stat,
+    Schedstat,
+    Io,
+}
+
 /// Per-process state across ticks, and the per-node sums of one tick.
 #[derive(Debug, Default)]
 struct Procs {
     procs: HashMap<u32, ProcEntry>,
     threads: HashMap<u32, ThreadEntry>,
+    /// Per-task files kept open and read again each tick: opening them by path was a sixth of
+    /// the collector's time. A file of a task that died fails to read (even when its pid has
+    /// been reused), is dropped and opened again for the new task.
+    files: HashMap<(u32, u32, TaskFile), (Reread, u64)>,
 }
 
 /// One node's per-process sums over an interval.
@@ -630,14 +661,49 @@ fn born_since(start: u64, prev_boot_ticks: Option<u64>) -> bool {
 }
 
 impl Procs {
+    /// Reads `/proc/PID/task/TID/<file>` (or `/proc/PID/io`) through a kept-open file.
+    fn read<T>(
+        &mut self,
+        (pid, tid): (u32, u32),
+        file: TaskFile,
+        tick: u64,
+        parse: impl FnOnce(&str) -> Option<T>,
+    ) -> Option<T> {
+        let key = (pid, tid, file);
+        let path = || match file {
+            TaskFile::Stat => format!("/proc/{pid}/task/{tid}/stat"),
+            TaskFile::Schedstat => format!("/proc/{pid}/task/{tid}/schedstat"),
+            TaskFile::Io => format!("/proc/{pid}/io"),
+        };
+        if !self.files.contains_key(&key) && self.files.len() >= MAX_KEPT_FILES {
+            // Servers with thousands of threads: do not hold thousands of descriptors.
+            return parse(&std::fs::read_to_string(path()).ok()?);
+        }
+        for attempt in 0..2 {
+            if let std::collections::hash_map::Entry::Vacant(slot) = self.files.entry(key) {
+                slot.insert((Reread::open(Path::new(&path())).ok()?, tick));
+            }
+            let (f, seen) = self.files.get_mut(&key).expect("inserted above");
+            *seen = tick;
+            match f.text() {
+                Some(t) if !t.is_empty() => return parse(t),
+                // Gone (or reused): once more with a fresh file.
+                _ if attempt == 0 => {
+                    self.files.remove(&key);
+                }
+                _ => {}
+            }
+        }
+        self.files.remove(&key);
+        None
+    }
+
     /// Reads the node's processes and threads, adding this interval's increments to `sums`.
     fn read_node(&mut self, pids: &[u32], cx: &TickCtx, want_sockets: bool, sums: &mut ProcSums) {
         let (tick, prev_boot_ticks) = (cx.tick, cx.prev_boot_ticks);
         let mut fd_dir = String::new();
         for &pid in pids {
-            let Some(lead) =
-                read_small(&format!("/proc/{pid}/stat")).and_then(|t| parse::task_stat(&t))
-            else {
+            let Some(lead) = self.read((pid, pid), TaskFile::Stat, tick, parse::task_stat) else {
                 continue; // gone
             };
             let known = self
@@ -656,10 +722,10 @@ impl Procs {
                 );
             }
             let born = !known && born_since(lead.starttime, prev_boot_ticks);
+            let io = self.read((pid, pid), TaskFile::Io, tick, parse::proc_io);
             let e = self.procs.get_mut(&pid).expect("inserted above");
             e.seen = tick;
             sums.procs += 1;
-            let io = read_small(&format!("/proc/{pid}/io")).and_then(|t| parse::proc_io(&t));
             if let Some(cur) = io {
                 let base = match (e.io, born) {
                     (Some(p), _) if p.0 <= cur.0 && p.1 <= cur.1 => Some(p),
@@ -711,13 +777,10 @@ impl Procs {
     fn read_thread(&mut self, (pid, tid): (u32, u32), cx: &TickCtx, sums: &mut ProcSums) {
         let (tick, prev_boot_ticks) = (cx.tick, cx.prev_boot_ticks);
         let (delay_since, span_ticks) = (cx.delay_since, cx.span_ticks);
-        let Some(st) =
-            read_small(&format!("/proc/{pid}/task/{tid}/stat")).and_then(|t| parse::task_stat(&t))
-        else {
+        let Some(st) = self.read((pid, tid), TaskFile::Stat, cx.tick, parse::task_stat) else {
             return;
         };
-        let sched = read_small(&format!("/proc/{pid}/task/{tid}/schedstat"))
-            .and_then(|t| parse::schedstat(&t));
+        let sched = self.read((pid, tid), TaskFile::Schedstat, cx.tick, parse::schedstat);
         sums.threads += 1;
         if delay_since.is_some_and(|since| st.starttime < since) {
             sums.unaccounted += 1;
@@ -760,6 +823,7 @@ impl Procs {
     }
 
     fn gc(&mut self, tick: u64) {
+        self.files.retain(|_, (_, seen)| *seen == tick);
         self.procs.retain(|_, p| p.seen == tick);
         self.threads.retain(|_, t| t.seen == tick);
     }
@@ -836,6 +900,68 @@ fn endpoint_matches(e: &Endpoint, local: SocketAddr) -> bool {
     e.addr == local.ip() && e.port.is_none_or(|p| p == local.port())
 }
 
+/// Full listings of a namespace's connections are a walk of the kernel's whole socket table:
+/// between them (at most this many ticks apart), the sockets already known are asked for one by
+/// one. A namespace is listed again at once when a node holds a socket not known yet.
+const FULL_LISTING_EVERY: u64 = 10;
+
+/// What the last listings said: each TCP socket's namespace and identity.
+#[derive(Debug, Default)]
+struct SockCache {
+    /// Socket inode → (namespace, identity).
+    ids: HashMap<u64, (u64, diag::SockId)>,
+    /// Inodes the nodes hold that were in no listing (not TCP, listening, not connected).
+    other: HashSet<u64>,
+    /// Sockets a node has by its address, not by a process holding them.
+    by_endpoint: HashSet<u64>,
+    /// Namespace → tick of its last full listing.
+    listed: HashMap<u64, u64>,
+}
+
+impl SockCache {
+    fn knows(&self, inode: u64) -> bool {
+        self.ids.contains_key(&inode) || self.other.contains(&inode)
+    }
+
+    /// Records a full listing of namespace `ns`; `held` are the inodes the nodes hold.
+    fn relist<'a>(
+        &mut self,
+        ns: u64,
+        tick: u64,
+        list: &[diag::TcpSock],
+        held: impl Iterator<Item = &'a u64>,
+    ) {
+        self.ids.retain(|_, (n, _)| *n != ns);
+        for s in list.iter().filter(|s| s.inode != 0) {
+            self.ids.insert(s.inode, (ns, s.id));
+            self.other.remove(&s.inode);
+        }
+        for &ino in held {
+            if !self.ids.contains_key(&ino) {
+                self.other.insert(ino);
+            }
+        }
+        self.listed.insert(ns, tick);
+    }
+
+    fn of_ns(&self, ns: u64) -> Vec<(u64, diag::SockId)> {
+        self.ids
+            .iter()
+            .filter(|(_, (n, _))| *n == ns)
+            .map(|(&ino, (_, id))| (ino, *id))
+            .collect()
+    }
+
+    /// Keeps what is still in use: sockets seen this tick, inodes still held.
+    fn forget_except(&mut self, seen: &HashSet<(u64, u64)>, held: &HashMap<u64, usize>) {
+        self.other.retain(|ino| held.contains_key(ino));
+        self.by_endpoint
+            .retain(|ino| seen.iter().any(|(_, i)| i == ino));
+        self.ids
+            .retain(|ino, (ns, _)| held.contains_key(ino) || seen.contains(&(*ns, *ino)));
+    }
+}
+
 /// Reads every source once per tick and turns the differences into per-node values.
 #[derive(Debug)]
 pub struct Collector {
@@ -850,6 +976,8 @@ pub struct Collector {
     procs: Procs,
     /// Last `tcpi_total_retrans` per (namespace, socket inode).
     retrans: HashMap<(u64, u64), (u32, u64)>,
+    /// Socket identities from the last listings.
+    socks: SockCache,
     tick: u64,
     prev_boot_ticks: Option<u64>,
     prev_delayacct: bool,
@@ -926,6 +1054,7 @@ impl Collector {
             rule_netns,
             procs: Procs::default(),
             retrans: HashMap::new(),
+            socks: SockCache::default(),
             tick: 0,
             prev_boot_ticks: None,
             prev_delayacct: false,
@@ -1055,29 +1184,81 @@ impl Collector {
                 owner.entry(ino).or_insert(i);
             }
         }
-        let any_sockets = self
+        // Namespaces to list connections in: where some node's processes live, the sampler's
+        // own for a whole machine, and for nodes known by address their own namespace (or the
+        // sampler's, when they have none).
+        let mut d: HashSet<u64> = sums.iter().flat_map(|s| s.netns.iter().copied()).collect();
+        for (i, v) in self.views.iter().enumerate() {
+            let Some(v) = v else { continue };
+            if v.machine || (!v.endpoints.is_empty() && self.rule_netns[i].is_none()) {
+                d.extend(self.own_netns);
+            } else if !v.endpoints.is_empty() {
+                d.extend(self.rule_netns[i]);
+            }
+        }
+        let mut dump_ns: Vec<u64> = d.into_iter().collect();
+        dump_ns.sort_unstable();
+        let mut dumped = Vec::new();
+        let mut seen_socks: HashSet<(u64, u64)> = HashSet::new();
+        // A namespace whose nodes hold a socket not seen in a listing yet is listed again.
+        let mut stale: HashSet<u64> = HashSet::new();
+        for s in &sums {
+            if s.sockets.iter().any(|ino| !self.socks.knows(*ino)) {
+                stale.extend(s.netns.iter().copied());
+            }
+        }
+        let machine_ns = self
             .views
             .iter()
             .flatten()
-            .any(|v| v.machine || v.procs || !v.endpoints.is_empty());
-        let mut dumped = Vec::new();
-        let mut seen_socks: HashSet<(u64, u64)> = HashSet::new();
-        if any_sockets {
-            let mut nss: Vec<u64> = self.nets.keys().copied().collect();
-            nss.sort_unstable();
-            for ns in nss {
+            .any(|v| v.machine)
+            .then_some(self.own_netns)
+            .flatten();
+        {
+            for ns in dump_ns {
                 dumped.clear();
-                let Some(diag) = self.nets.get(&ns).and_then(|v| v.diag.as_ref()) else {
+                let Some(view) = self.nets.get_mut(&ns) else {
                     continue;
                 };
-                if diag::dump(diag, &mut dumped).is_err() {
-                    continue;
+                let full = Some(ns) == machine_ns
+                    || stale.contains(&ns)
+                    || self
+                        .socks
+                        .listed
+                        .get(&ns)
+                        .is_none_or(|&t| tick >= t + FULL_LISTING_EVERY);
+                if full {
+                    let (v4, v6) = view.tcp_families();
+                    let Some(diag) = view.diag.as_ref().filter(|_| v4 || v6) else {
+                        continue;
+                    };
+                    if diag::dump(diag, v4, v6, &mut dumped).is_err() {
+                        continue;
+                    }
+                    self.socks
+                        .relist(ns, tick, &dumped, sums.iter().flat_map(|s| &s.sockets));
+                } else {
+                    // Between listings: only the sockets some node had, each by its identity.
+                    let Some(diag) = view.diag.as_ref() else {
+                        continue;
+                    };
+                    for (ino, id) in self.socks.of_ns(ns) {
+                        if owner.contains_key(&ino) || self.socks.by_endpoint.contains(&ino) {
+                            if let Ok(Some(s)) = diag::lookup(diag, &id) {
+                                dumped.push(s);
+                            }
+                        }
+                    }
                 }
                 for s in &dumped {
                     let node = if let Some(&n) = owner.get(&s.inode) {
                         Some(n)
                     } else {
-                        self.node_by_endpoint(s.local).or_else(|| {
+                        let by_addr = self.node_by_endpoint(s.local);
+                        if by_addr.is_some() {
+                            self.socks.by_endpoint.insert(s.inode);
+                        }
+                        by_addr.or_else(|| {
                             (Some(ns) == self.own_netns)
                                 .then(|| {
                                     self.views
@@ -1111,6 +1292,7 @@ impl Collector {
             }
         }
         self.retrans.retain(|k, _| seen_socks.contains(k));
+        self.socks.forget_except(&seen_socks, &owner);
 
         for (i, v) in self.views.iter().enumerate() {
             let (Some(v), Some(out)) = (v, outs[i].as_mut()) else {
@@ -1194,7 +1376,8 @@ pub fn run(
             || deadline.is_some_and(|d| sys::monotonic_ns() >= d)
     };
     'run: loop {
-        // Sleep to the next multiple of the interval, waking often enough to see a stop.
+        // Sleep to the next multiple of the interval, waking twice a second to see a stop
+        // (each wake-up costs a context switch: 100 ms slices were a tenth of the cost).
         let next = (sys::realtime_ns() / iv + 1) * iv;
         loop {
             if done() {
@@ -1204,7 +1387,7 @@ pub fn run(
             if now >= next {
                 break;
             }
-            std::thread::sleep(Duration::from_nanos((next - now).min(100_000_000)));
+            std::thread::sleep(Duration::from_nanos((next - now).min(500_000_000)));
         }
         let mono = sys::monotonic_ns();
         let tick = sys::realtime_ns() / iv * iv;

@@ -287,6 +287,18 @@ pub fn cg_cpu_stat(text: &str) -> Option<(u64, u64)> {
     Some((n?, t?))
 }
 
+/// TCP sockets in use in a network namespace, from its `net/sockstat` (`TCP: inuse N …`) or
+/// `net/sockstat6` (`TCP6: inuse N`).
+pub fn sockstat_tcp_inuse(text: &str) -> Option<u64> {
+    for line in text.lines() {
+        let mut f = line.split_whitespace();
+        if matches!(f.next(), Some("TCP:") | Some("TCP6:")) && f.next() == Some("inuse") {
+            return f.next()?.parse().ok();
+        }
+    }
+    None
+}
+
 /// The inode in a `/proc/PID/fd/N` link to a socket (`socket:[12345]`).
 pub fn socket_inode(link: &str) -> Option<u64> {
     link.strip_prefix("socket:[")?
@@ -463,5 +475,13 @@ softirq 1 2 3
         assert_eq!(socket_inode("pipe:[12345]"), None);
         assert_eq!(socket_inode("/dev/null"), None);
         assert_eq!(netns_inode("net:[4026531840]"), Some(4026531840));
+        let ss =
+            "sockets: used 11\nTCP: inuse 3 orphan 0 tw 0 alloc 1 mem 234\nUDP: inuse 0 mem 0\n";
+        assert_eq!(sockstat_tcp_inuse(ss), Some(3));
+        assert_eq!(
+            sockstat_tcp_inuse("TCP6: inuse 0\nUDP6: inuse 2\n"),
+            Some(0)
+        );
+        assert_eq!(sockstat_tcp_inuse("UDP: inuse 4\n"), None);
     }
 }
