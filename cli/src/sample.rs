@@ -19,7 +19,9 @@ use culprit_sampler::{Config, NodeRule, Rate, Sampler, Scope};
     culprit sample -o DATA --duration 60s --interval 1s\n  \
     culprit sample --event cpu-clock --freq 999\n  \
     culprit sample --node-netns io1=/run/netns/io1 --node-netns io2=/run/netns/io2 \\\n      \
-    --node-addr io1=10.0.0.1 --node-addr io2=10.0.0.2   # emulated nodes\n\n\
+    --node-addr io1=10.0.0.1 --node-addr io2=10.0.0.2   # emulated nodes\n  \
+    culprit sample --delayacct --node-pid s1=4242 --node-addr s1=127.0.0.1:3001 \\\n      \
+    --node-pid s2=4243 --node-addr s2=127.0.0.1:3002   # servers sharing a host\n\n\
     The default event is hardware cycles every 100000 (seed 000); where hardware events do not \
     exist (virtual machines) it falls back to cpu-clock at 1 kHz per CPU and says so. \
     Needs root, CAP_PERFMON, or kernel.perf_event_paranoid <= 0 (see `culprit doctor`).")]

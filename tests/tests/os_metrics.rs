@@ -160,6 +160,21 @@ fn build(name: &str, out: &TempDir, extra: &[&str]) -> PathBuf {
     p
 }
 
+/// `culprit sample` with 1 s profiles, cpu-clock, no tracepoints (the OS metrics are what these
+/// tests read) and `args` (node rules and the like).
+fn start_sampler(data: &Path, args: &[&str], first_node: &str) -> SamplerProc {
+    let mut all = vec![
+        "--interval",
+        "1s",
+        "--event",
+        "cpu-clock",
+        "--tracepoints",
+        "none",
+    ];
+    all.extend_from_slice(args);
+    SamplerProc::start(data, &all, first_node)
+}
+
 /// A directory on a real disk (O_DIRECT fails on tmpfs, and blkio throttles block devices).
 fn disk_dir(tag: &str) -> PathBuf {
     let d = workspace_root()
@@ -264,23 +279,13 @@ fn a_throttled_disk_shows_lower_throughput_and_higher_io_delay() {
     let mut kids = Kill(vec![writer("n4")]);
     std::thread::sleep(Duration::from_millis(200));
     let data = TempDir::new("os-throttle");
-    let mut args: Vec<String> = [
-        "--interval",
-        "1s",
-        "--event",
-        "cpu-clock",
-        "--tracepoints",
-        "none",
-        "--delayacct",
-    ]
-    .map(String::from)
-    .to_vec();
+    let mut args: Vec<String> = vec!["--delayacct".into()];
     for n in nodes.iter().chain(&["n4"]) {
         args.push("--node-cgroup".into());
         args.push(format!("{n}=/{group}/{n}"));
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let sampler = SamplerProc::start(data.path(), &args, "n1");
+    let sampler = start_sampler(data.path(), &args, "n1");
     wait_os_records(data.path(), "n1", 1);
     assert_eq!(
         std::fs::read_to_string("/proc/sys/kernel/task_delayacct")
@@ -467,15 +472,9 @@ fn a_node_in_its_own_namespace_shows_its_own_traffic_and_connections() {
         .spawn()
         .unwrap()]);
     let data = TempDir::new("os-netns");
-    let sampler = SamplerProc::start(
+    let sampler = start_sampler(
         data.path(),
         &[
-            "--interval",
-            "1s",
-            "--event",
-            "cpu-clock",
-            "--tracepoints",
-            "none",
             "--node-netns",
             &format!("a=/run/netns/{a}"),
             "--node-netns",
@@ -576,18 +575,9 @@ fn a_per_pid_node_shows_its_process_trees_io_bytes() {
         .unwrap()]);
     let root = kids.0[0].id();
     let data = TempDir::new("os-pid");
-    let sampler = SamplerProc::start(
+    let sampler = start_sampler(
         data.path(),
-        &[
-            "--interval",
-            "1s",
-            "--event",
-            "cpu-clock",
-            "--tracepoints",
-            "none",
-            "--node-pid",
-            &format!("tree={root}"),
-        ],
+        &["--node-pid", &format!("tree={root}")],
         "tree",
     );
     wait_os_records(data.path(), "tree", 1);
