@@ -70,7 +70,7 @@ pub struct Args {
     #[arg(long = "node-pid", value_name = "NODE=PID")]
     pub node_pid: Vec<String>,
     /// Emulated node: TCP events (retransmits) of sockets with this address belong to NODE, and
-    /// so do TCP connections with this local address (OS metrics). IP:PORT ([IPv6]:PORT) tells
+    /// so do TCP connections with this local address (OS metrics). `IP:PORT` (`[IPv6]:PORT`) tells
     /// servers sharing one address apart by port. Repeatable.
     #[arg(long = "node-addr", value_name = "NODE=IP[:PORT]")]
     pub node_addr: Vec<String>,
