@@ -2,7 +2,9 @@
 //! past `committed_end`, then advance `committed_end`.
 
 use crate::crc::crc32;
-use crate::decode::{EdgeEntry, EventEntry, Histogram, IntervalEntry, SampleEntry, UnwoundEntry};
+use crate::decode::{
+    EdgeEntry, EventEntry, Histogram, IntervalEntry, OsMetricEntry, SampleEntry, UnwoundEntry,
+};
 use crate::layout::*;
 
 /// Description of a loaded object for an [`RecordKind::Object`] record.
@@ -75,6 +77,19 @@ pub struct IntervalRef {
     /// Interval length in ns.
     pub dur_ns: u64,
     /// [`interval_flags`] bits (the Interval record's).
+    pub flags: u32,
+}
+
+/// Fixed fields of a [`RecordKind::OsMetrics`] record.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OsMetricsHead {
+    /// Interval start, wall-clock ns since the epoch, a multiple of `dur_ns`.
+    pub start_ns: u64,
+    /// Interval length in ns.
+    pub dur_ns: u64,
+    /// Time between the two reads the rates come from, ns (monotonic clock; near `dur_ns`).
+    pub span_ns: u64,
+    /// [`interval_flags`] bits.
     pub flags: u32,
 }
 
@@ -405,6 +420,34 @@ impl RecordBuf {
             if mask.count_ones() % 2 == 1 {
                 self.u32(0);
             }
+            n += 1;
+        }
+        self.patch_u32(n_at, n);
+        self.finish(start);
+        n
+    }
+
+    /// Appends a [`RecordKind::OsMetrics`] record. Entries whose value is not finite are left
+    /// out (absent). Returns the number of entries written.
+    pub fn os_metrics(
+        &mut self,
+        head: &OsMetricsHead,
+        entries: impl IntoIterator<Item = OsMetricEntry>,
+    ) -> u32 {
+        let start = self.begin(RecordKind::OsMetrics, 0);
+        self.u64(head.start_ns);
+        self.u64(head.dur_ns);
+        self.u64(head.span_ns);
+        self.u32(head.flags);
+        let n_at = self.buf.len();
+        self.u32(0);
+        let mut n = 0u32;
+        for e in entries.into_iter().filter(|e| e.value.is_finite()) {
+            self.u32(e.metric);
+            self.u32(e.instance.unwrap_or(NO_INSTANCE));
+            self.u32(e.unit);
+            self.u32(0);
+            self.u64(e.value.to_bits());
             n += 1;
         }
         self.patch_u32(n_at, n);

@@ -10,12 +10,13 @@ use std::mem::{offset_of, size_of};
 pub const MAGIC: [u8; 8] = *b"CULPRIT\0";
 /// Format version this crate writes. Version 2 added the header's `pending_end` (the interval
 /// in progress, for readers of a file whose writer died) and the Interval record's `dropped`
-/// field; both are invisible to version-1 readers, which read version-2 files unchanged.
-/// Version 3 added the tracer's [`RecordKind::Unwound`], [`RecordKind::Edges`] and
-/// [`RecordKind::Histograms`] records and the sampler's [`RecordKind::Stacks`] (an interval's checkpoint may carry them after its
-/// Interval record: a version-2 reader then ignores that checkpoint), and calls left by
+/// field (both invisible to version-1 readers, which read version-2 files unchanged), and
+/// [`RecordKind::OsMetrics`] (version-1 readers skip it). Version 3 added the tracer's
+/// [`RecordKind::Unwound`], [`RecordKind::Edges`] and [`RecordKind::Histograms`] records and
+/// the sampler's [`RecordKind::Stacks`] (an interval's checkpoint may carry the tracer's after
+/// its Interval record: a version-2 reader then ignores that checkpoint), and calls left by
 /// `longjmp`, exceptions or cancellation count in the Interval entries (they were dropped and
-/// counted in `lost_frames` before).
+/// counted in `lost_frames` before). Older readers skip the new kinds.
 pub const FORMAT_VERSION: u16 = 3;
 /// Oldest reader version able to read what this crate writes.
 pub const MIN_READER_VERSION: u16 = 1;
@@ -172,6 +173,9 @@ pub enum RecordKind {
     Samples = 6,
     /// One interval's kernel event counts (sampler).
     Events = 7,
+    /// One interval's black-box OS metrics of a node (sampler): disk, network, TCP, CPU,
+    /// cgroup and process-tree values ([`crate::os_metrics`]).
+    OsMetrics = 8,
     /// One interval's calls left without returning (tracer): per function, how many of the
     /// interval's calls were ended by the runtime when it recovered its stack.
     Unwound = 9,
@@ -194,6 +198,7 @@ impl RecordKind {
             5 => Self::Strings,
             6 => Self::Samples,
             7 => Self::Events,
+            8 => Self::OsMetrics,
             9 => Self::Unwound,
             10 => Self::Edges,
             11 => Self::Histograms,
@@ -221,7 +226,8 @@ pub struct RecordHeader {
 
 const _: () = assert!(size_of::<RecordHeader>() == RECORD_HEADER_SIZE);
 
-/// Flags of [`RecordKind::Interval`], [`RecordKind::Samples`] and [`RecordKind::Events`] records.
+/// Flags of [`RecordKind::Interval`], [`RecordKind::Samples`], [`RecordKind::Events`] and
+/// [`RecordKind::OsMetrics`] records.
 pub mod interval_flags {
     /// The writer could not observe this interval (it was stopped or starved): the interval is
     /// missing data, not zero activity. Such a record has no entries.
@@ -270,6 +276,15 @@ pub const SAMPLES_ENTRY_SIZE: usize = 24;
 pub const EVENTS_FIXED_SIZE: usize = 24;
 /// Size of one [`RecordKind::Events`] entry: event string id, count.
 pub const EVENTS_ENTRY_SIZE: usize = 16;
+/// Fixed part of a [`RecordKind::OsMetrics`] payload, in bytes: start, length, measured span,
+/// flags, entry count.
+pub const OS_METRICS_FIXED_SIZE: usize = 32;
+/// Size of one [`RecordKind::OsMetrics`] entry: metric, instance and unit string ids, reserved,
+/// value (`f64`).
+pub const OS_METRICS_ENTRY_SIZE: usize = 24;
+/// Instance string id of an [`RecordKind::OsMetrics`] entry that has no instance (a node-wide
+/// metric such as `cpu.user`).
+pub const NO_INSTANCE: u32 = u32::MAX;
 /// Size of an [`RecordKind::End`] payload.
 pub const END_SIZE: usize = 16;
 /// Fixed part of a [`RecordKind::Unwound`] payload, in bytes.

@@ -15,7 +15,8 @@
 //!   `exec` in the same process gets a new file. Files of counts taken through uprobes on an
 //!   unmodified binary have the same form (Info [`info_keys::SOURCE`] = `uprobes`; `start_ns`
 //!   is when probing began).
-//! * `samples-<start_ns>.cul` — one per run of the sampler for this node.
+//! * `samples-<start_ns>.cul` — one per run of the sampler for this node: IP samples, kernel
+//!   event counts and OS metrics.
 //! * `node.info` — small `key=value` text file describing the node ([`names::NodeInfo`]).
 //!
 //! Directories whose names start with `_` (such as [`names::UNASSIGNED_DIR`]) are not nodes:
@@ -58,6 +59,7 @@
 //! | [`RecordKind::Strings`] | sampler | new entries of the file's string table |
 //! | [`RecordKind::Samples`] | sampler | one interval's IP samples per (program, image, function) |
 //! | [`RecordKind::Events`] | sampler | one interval's kernel event counts (tracepoints) |
+//! | [`RecordKind::OsMetrics`] | sampler | one interval's OS metrics of a node: (metric, instance, unit, value) per entry, names in [`os_metrics`]; a metric without an entry is absent |
 //! | [`RecordKind::Unwound`] | tracer | one interval's calls left by `longjmp`, exceptions or cancellation, per function |
 //! | [`RecordKind::Edges`] | tracer | one interval's caller → callee edges: calls, exclusive and inclusive ns |
 //! | [`RecordKind::Histograms`] | tracer | one interval's call-duration histograms (log2 buckets of ns), per function |
@@ -79,14 +81,15 @@ pub mod decode;
 pub mod encode;
 pub mod layout;
 pub mod names;
+pub mod os_metrics;
 pub mod writer;
 
 pub use crc::crc32;
 pub use decode::{
     pending_interval, pending_records, records_at, EdgeEntry, EdgesRec, EndRec, EventEntry,
     EventsRec, FormatError, Histogram, HistogramsRec, Info, IntervalEntry, IntervalKey,
-    IntervalRec, ObjectRec, ParsedFile, Pending, Record, Records, SampleEntry, SamplesRec,
-    StackEntry, StacksRec, StringsRec, UnwoundEntry, UnwoundRec,
+    IntervalRec, ObjectRec, OsMetricEntry, OsMetricsRec, ParsedFile, Pending, Record, Records,
+    SampleEntry, SamplesRec, StackEntry, StacksRec, StringsRec, UnwoundEntry, UnwoundRec,
 };
-pub use encode::{IntervalHead, IntervalRef, ObjectDesc, RecordBuf, SamplesHead};
+pub use encode::{IntervalHead, IntervalRef, ObjectDesc, OsMetricsHead, RecordBuf, SamplesHead};
 pub use layout::*;
