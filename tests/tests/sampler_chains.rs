@@ -60,8 +60,18 @@ fn call_chains_follow_the_known_call_path_into_the_kernel() {
     );
     let data = TempDir::new("chain-data");
     let _lock = machine_lock();
-    let mut child = Command::new(&exe).arg("1500").spawn().expect("start");
+    let mut child = Command::new(&exe)
+        .arg("800")
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("start");
     let sampler = sample_pid(data.path(), child.id(), &["--call-graph", "fp"]);
+    // Go: the sampler runs.
+    {
+        use std::io::Write as _;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(b"go\n").expect("write");
+    }
     assert!(child.wait().expect("wait").success());
     let (code, err) = sampler.stop();
     assert_eq!(code, 0, "{err}");
