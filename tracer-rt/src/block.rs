@@ -868,7 +868,10 @@ impl ThreadBlock {
 
     /// Prepares a claimed block for a new owner thread: empty stack, nothing paused, the edge
     /// and histogram tables when a mode needs them (`false` when they cannot be had). Its table
-    /// keeps its functions and cumulative counters (the flusher's baselines match them).
+    /// keeps its functions and cumulative counters (the flusher's baselines match them), and
+    /// its slots' activation counts are all zero: the previous owner unwound its open frames
+    /// as it exited ([`Self::unwind_all`]; after a fork, [`Self::reset_active`]), so a new
+    /// thread touches no slot it does not call.
     pub fn reset_for_owner(&self) -> bool {
         self.pauses.store(0, Relaxed);
         self.over.store(0, Relaxed);
@@ -878,9 +881,6 @@ impl ThreadBlock {
         s.sp.store(usize::MAX, Relaxed);
         s.slot.store(NO_SLOT * 64, Relaxed);
         self.set_top_index(0);
-        for s in self.used_slots() {
-            s.active.store(0, Relaxed);
-        }
         if mode::on(mode::GRAPH | mode::HIST) && self.extras.get().is_none() {
             match sys::alloc_zeroed::<Extras>() {
                 Some(x) => self.extras.set(x),
@@ -888,6 +888,15 @@ impl ThreadBlock {
             }
         }
         true
+    }
+
+    /// Zeroes the activation counts of a block whose owner vanished without unwinding (the
+    /// other threads of a process that forked).
+    pub fn reset_active(&self) {
+        for s in self.used_slots() {
+            s.active.store(0, Relaxed);
+        }
+        self.set_top_index(0);
     }
 
     /// True when the block has edge or histogram tables (its counts are taken by the flusher,

@@ -205,6 +205,7 @@ pub fn after_fork(me: Option<&'static ThreadBlock>) {
     for b in BLOCKS.iter() {
         b.drop_deltas();
         if !me.is_some_and(|m| std::ptr::eq(m, b)) {
+            b.reset_active();
             b.state.store(state::FREE, Release);
         }
     }
@@ -378,10 +379,17 @@ impl Retired {
                         Err(other) => other == addr,
                     });
             if mine {
-                s.calls.fetch_add(d.calls, Relaxed);
-                s.excl.fetch_add(d.excl, Relaxed);
-                s.incl.fetch_add(d.incl, Relaxed);
-                s.unwound.fetch_add(d.unwound, Relaxed);
+                // Locked adds on lines other exiting threads share: only those that add.
+                for (a, v) in [
+                    (&s.calls, d.calls),
+                    (&s.excl, d.excl),
+                    (&s.incl, d.incl),
+                    (&s.unwound, d.unwound),
+                ] {
+                    if v != 0 {
+                        a.fetch_add(v, Relaxed);
+                    }
+                }
                 return new;
             }
             i = (i + 1) & RETIRED_MASK;

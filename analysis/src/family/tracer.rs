@@ -12,7 +12,9 @@ use std::sync::Arc;
 
 use culprit_format::{hist_bucket_low_ns, HIST_BUCKETS};
 
-use crate::data::{Dataset, FileStatus, FuncId, NodeData, ProgramId, TraceEdge, TraceEntry};
+use crate::data::{
+    Dataset, FileStatus, FuncId, NodeData, ProgramId, TraceEdge, TraceEntry, TraceInterval,
+};
 use crate::error::Result;
 use crate::model::{CompIdx, CompLabel, CompValue};
 use crate::time::fmt_dur;
@@ -152,6 +154,44 @@ pub(super) fn function(
     })
 }
 
+/// Pushes every trace file's intervals of `node` not pushed yet, `values(program, interval,
+/// sink, out)` giving one interval's values (`program` when keyed by program).
+fn feed_traces(
+    cursors: &mut Cursors,
+    by_program: bool,
+    node: &NodeData,
+    until_ns: u64,
+    sink: &mut dyn IntervalSink,
+    mut values: impl FnMut(
+        Option<ProgramId>,
+        &TraceInterval,
+        &mut dyn IntervalSink,
+        &mut Vec<CompValue>,
+    ),
+) -> Result<()> {
+    for t in &node.traces {
+        let program = by_program.then_some(t.program);
+        let open = t.status == FileStatus::Open;
+        cursors.feed(
+            &t.path,
+            &t.intervals,
+            open,
+            until_ns,
+            sink,
+            |iv, sink, out| values(program, iv, sink, out),
+        )?;
+    }
+    Ok(())
+}
+
+/// Start of `node`'s earliest trace interval not pushed yet.
+fn next_trace_start(cursors: &Cursors, node: &NodeData) -> Option<u64> {
+    node.traces
+        .iter()
+        .filter_map(|t| cursors.next_start(&t.path, &t.intervals))
+        .min()
+}
+
 impl FamilyReader for TraceReader {
     fn feed(
         &mut self,
@@ -160,36 +200,27 @@ impl FamilyReader for TraceReader {
         until_ns: u64,
         sink: &mut dyn IntervalSink,
     ) -> Result<()> {
-        let value = self.value;
-        for t in &node.traces {
-            let program = self.by_program.then_some(t.program);
-            let comps = &mut self.comps;
-            let open = t.status == FileStatus::Open;
-            self.cursors.feed(
-                &t.path,
-                &t.intervals,
-                open,
-                until_ns,
-                sink,
-                |iv, sink, out| {
-                    for e in &iv.entries {
-                        let comp = function(comps, ds, program, e.func, sink);
-                        out.push(CompValue {
-                            comp,
-                            value: value(e),
-                        });
-                    }
-                },
-            )?;
-        }
-        Ok(())
+        let (value, comps) = (self.value, &mut self.comps);
+        feed_traces(
+            &mut self.cursors,
+            self.by_program,
+            node,
+            until_ns,
+            sink,
+            |program, iv, sink, out| {
+                for e in &iv.entries {
+                    let comp = function(comps, ds, program, e.func, sink);
+                    out.push(CompValue {
+                        comp,
+                        value: value(e),
+                    });
+                }
+            },
+        )
     }
 
     fn next_start(&self, node: &NodeData) -> Option<u64> {
-        node.traces
-            .iter()
-            .filter_map(|t| self.cursors.next_start(&t.path, &t.intervals))
-            .min()
+        next_trace_start(&self.cursors, node)
     }
 }
 
@@ -305,53 +336,38 @@ impl FamilyReader for EdgeReader {
         until_ns: u64,
         sink: &mut dyn IntervalSink,
     ) -> Result<()> {
-        let value = self.value;
-        for t in &node.traces {
-            let program = self.by_program.then_some(t.program);
-            let comps = &mut self.comps;
-            let open = t.status == FileStatus::Open;
-            self.cursors.feed(
-                &t.path,
-                &t.intervals,
-                open,
-                until_ns,
-                sink,
-                |iv, sink, out| {
-                    for e in iv.edges.iter().flatten() {
-                        let comp =
-                            *comps
-                                .entry((program, e.caller, e.callee))
-                                .or_insert_with(|| {
-                                    let callee = ds.names.funcs.get(e.callee);
-                                    let caller =
-                                        e.caller.map(|c| ds.names.funcs.get(c).function.clone());
-                                    sink.component(CompLabel {
-                                        program: program
-                                            .map(|p| Arc::clone(ds.names.programs.get(p))),
-                                        image: Some(callee.image.clone()),
-                                        name: Arc::from(edge_name(
-                                            caller.as_deref(),
-                                            &callee.function,
-                                        )),
-                                        bucket: None,
-                                    })
-                                });
-                        out.push(CompValue {
-                            comp,
-                            value: value(e),
+        let (value, comps) = (self.value, &mut self.comps);
+        feed_traces(
+            &mut self.cursors,
+            self.by_program,
+            node,
+            until_ns,
+            sink,
+            |program, iv, sink, out| {
+                for e in iv.edges.iter().flatten() {
+                    let comp = *comps
+                        .entry((program, e.caller, e.callee))
+                        .or_insert_with(|| {
+                            let callee = ds.names.funcs.get(e.callee);
+                            let caller = e.caller.map(|c| ds.names.funcs.get(c).function.clone());
+                            sink.component(CompLabel {
+                                program: program.map(|p| Arc::clone(ds.names.programs.get(p))),
+                                image: Some(callee.image.clone()),
+                                name: Arc::from(edge_name(caller.as_deref(), &callee.function)),
+                                bucket: None,
+                            })
                         });
-                    }
-                },
-            )?;
-        }
-        Ok(())
+                    out.push(CompValue {
+                        comp,
+                        value: value(e),
+                    });
+                }
+            },
+        )
     }
 
     fn next_start(&self, node: &NodeData) -> Option<u64> {
-        node.traces
-            .iter()
-            .filter_map(|t| self.cursors.next_start(&t.path, &t.intervals))
-            .min()
+        next_trace_start(&self.cursors, node)
     }
 }
 
@@ -432,56 +448,48 @@ impl FamilyReader for HistReader {
         until_ns: u64,
         sink: &mut dyn IntervalSink,
     ) -> Result<()> {
-        for t in &node.traces {
-            let program = self.by_program.then_some(t.program);
-            let comps = &mut self.comps;
-            let open = t.status == FileStatus::Open;
-            self.cursors.feed(
-                &t.path,
-                &t.intervals,
-                open,
-                until_ns,
-                sink,
-                |iv, sink, out| {
-                    for h in iv.hists.iter().flatten() {
-                        let key = ds.names.funcs.get(h.func);
-                        let label = |bucket: Option<u8>| CompLabel {
-                            program: program.map(|p| Arc::clone(ds.names.programs.get(p))),
-                            image: Some(key.image.clone()),
-                            name: key.function.clone(),
-                            bucket,
-                        };
-                        let (whole, parts) = comps
-                            .entry((program, h.func))
-                            .or_insert_with(|| (sink.component(label(None)), [None; HIST_BUCKETS]));
-                        let mut est = 0.0;
-                        for (k, &c) in h.counts.iter().enumerate() {
-                            if c == 0 {
-                                continue;
-                            }
-                            let part = *parts[k]
-                                .get_or_insert_with(|| sink.component(label(Some(k as u8))));
-                            out.push(CompValue {
-                                comp: part,
-                                value: c as f64,
-                            });
-                            est += c as f64 * bucket_mid_ms(k);
+        let comps = &mut self.comps;
+        feed_traces(
+            &mut self.cursors,
+            self.by_program,
+            node,
+            until_ns,
+            sink,
+            |program, iv, sink, out| {
+                for h in iv.hists.iter().flatten() {
+                    let key = ds.names.funcs.get(h.func);
+                    let label = |bucket: Option<u8>| CompLabel {
+                        program: program.map(|p| Arc::clone(ds.names.programs.get(p))),
+                        image: Some(key.image.clone()),
+                        name: key.function.clone(),
+                        bucket,
+                    };
+                    let (whole, parts) = comps
+                        .entry((program, h.func))
+                        .or_insert_with(|| (sink.component(label(None)), [None; HIST_BUCKETS]));
+                    let mut est = 0.0;
+                    for (k, &c) in h.counts.iter().enumerate() {
+                        if c == 0 {
+                            continue;
                         }
+                        let part =
+                            *parts[k].get_or_insert_with(|| sink.component(label(Some(k as u8))));
                         out.push(CompValue {
-                            comp: *whole,
-                            value: est,
+                            comp: part,
+                            value: c as f64,
                         });
+                        est += c as f64 * bucket_mid_ms(k);
                     }
-                },
-            )?;
-        }
-        Ok(())
+                    out.push(CompValue {
+                        comp: *whole,
+                        value: est,
+                    });
+                }
+            },
+        )
     }
 
     fn next_start(&self, node: &NodeData) -> Option<u64> {
-        node.traces
-            .iter()
-            .filter_map(|t| self.cursors.next_start(&t.path, &t.intervals))
-            .min()
+        next_trace_start(&self.cursors, node)
     }
 }
