@@ -329,3 +329,33 @@ fn buckets(l: &serde_json::Value) -> [u64; culprit_format::HIST_BUCKETS] {
     }
     h
 }
+
+#[test]
+fn a_killed_process_keeps_its_edges_and_histograms_in_the_checkpoint() {
+    let tmp = TempDir::new("td-kill");
+    let exe = build(tmp.path(), "tracer_data.c", "k", "-O2", Link::Preload);
+    let data = tmp.join("d");
+    // 20 µs calls for a long while, a 60 s interval: everything is in the checkpoint only.
+    let mut child = traced(&exe, Link::Preload, &data, "n1")
+        .env("CULPRIT_GRAPH", "1")
+        .env("CULPRIT_HIST", "1")
+        .env("CULPRIT_INTERVAL_MS", "60000")
+        .args(["slow", "100000000", "0"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("start");
+    // Several checkpoints (every 100 ms).
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let p = report_process(&data, &[]);
+    assert_eq!(p["status"], "stopped", "{p:#}");
+    let work = latency_of(&p, "work");
+    assert!(work["calls"].as_u64().unwrap() > 10, "{work}");
+    let e = edges(&p);
+    let calls_from_main = e
+        .get(&("main".to_string(), "work".to_string()))
+        .copied()
+        .unwrap_or(0);
+    assert_eq!(calls_from_main, work["calls"].as_u64().unwrap(), "{e:?}");
+}
