@@ -38,6 +38,10 @@ unsafe impl Zeroable for ThreadBlock {}
 // SAFETY: as above, and it is the crate's only ThreadData type.
 #[allow(unsafe_code)]
 unsafe impl ThreadData for ThreadBlock {
+    fn ignore_word() -> usize {
+        hot::IGNORE.word()
+    }
+
     fn on_thread_exit(&'static self) {
         thread_exited(self);
     }
@@ -57,10 +61,11 @@ pub fn enter_slow(addr: usize, sp: usize) {
     if cur == hot::GENERAL.word() || current().is_some_and(|b| b.is(cur)) {
         // A mode, or a case the fast path leaves to the general path.
     } else if cur == hot::BUSY.word() {
-        if nested_in_busy(sp) {
+        if nested_in_busy(sp, true) {
             return;
         }
-    } else if cur == hot::NO_BLOCK.word() {
+    } else if cur == hot::NO_BLOCK.word() || cur == 0 {
+        // (0: where the word has no initial value, see `sys`.)
         if ensure_block().is_none() {
             // Set-up failed: the thread stays untraced (its hooks are off).
             return count_ignored();
@@ -81,10 +86,14 @@ pub fn exit_slow(addr: usize, sp: usize) {
     let cur = sys::tls_cur();
     if cur == hot::GENERAL.word() || current().is_some_and(|b| b.is(cur)) {
     } else if cur == hot::BUSY.word() {
-        if nested_in_busy(sp) {
+        // A dropped call was counted at its entry.
+        if nested_in_busy(sp, false) {
             return;
         }
-    } else if cur == hot::NO_BLOCK.word() || cur == hot::IGNORE.word() || cur == hot::PAUSED.word()
+    } else if cur == hot::NO_BLOCK.word()
+        || cur == 0
+        || cur == hot::IGNORE.word()
+        || cur == hot::PAUSED.word()
     {
         return;
     }
@@ -104,15 +113,15 @@ fn general(b: &'static ThreadBlock, sp: usize, f: impl FnOnce(&ThreadBlock)) {
 }
 
 /// A hook that found the thread busy: true when it runs in a signal handler nested in the
-/// running general-path hook (its call is dropped, and counted); false when that hook was
-/// abandoned (a handler left it with `siglongjmp`: the mark is cleared, counted as lost, and
-/// this hook goes on).
+/// running general-path hook (its call is dropped, and counted when `entry`); false when that
+/// hook was abandoned (a handler left it with `siglongjmp`: the mark is cleared, counted as
+/// lost, and this hook goes on).
 #[cold]
-fn nested_in_busy(sp: usize) -> bool {
+fn nested_in_busy(sp: usize, entry: bool) -> bool {
     let b = current();
     // Live: we run below it on the same stack, or on an alternate signal stack.
     if sp < sys::busy_sp() || sys::on_alt_stack() {
-        if let Some(b) = b {
+        if let (Some(b), true) = (b, entry) {
             b.count_dropped();
         }
         return true;
@@ -139,7 +148,8 @@ pub fn ensure_block() -> Option<&'static ThreadBlock> {
     if let Some(b) = current() {
         return Some(b);
     }
-    if sys::tls_cur() != hot::NO_BLOCK.word() || !control::is_active() {
+    let cur = sys::tls_cur();
+    if (cur != hot::NO_BLOCK.word() && cur != 0) || !control::is_active() {
         return None;
     }
     // Hooks firing while the block is set up (inside mmap, pthread_setspecific) do nothing;

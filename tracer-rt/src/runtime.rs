@@ -119,7 +119,7 @@ pub fn start() {
         return;
     }
     STATE.store(state::ACTIVE, Release);
-    if !sys::spawn_detached(Box::new(move || flusher.run())) {
+    if !sys::spawn_detached::<block::ThreadBlock>(Box::new(move || flusher.run())) {
         say("cannot start the flusher thread; running untraced");
         STATE.store(state::OFF, Release);
     }
@@ -262,7 +262,7 @@ extern "C" fn after_fork_child() {
     START_NS.store(start_ns, Relaxed);
     OWNER_PID.store(std::process::id(), Relaxed);
     let flusher = Flusher::new(cfg, node, *cal, start_ns, origin);
-    if !sys::spawn_detached(Box::new(move || flusher.run())) {
+    if !sys::spawn_detached::<block::ThreadBlock>(Box::new(move || flusher.run())) {
         STATE.store(state::OFF, Release);
     }
 }

@@ -227,6 +227,15 @@ impl FamilyReader for TraceReader {
 const HOW_EDGES: &str = "trace the servers with CULPRIT_GRAPH=1 (`culprit record --graph`)";
 const HOW_HIST: &str = "trace the servers with CULPRIT_HIST=1 (`culprit record --hist`)";
 
+/// The lengths of `node`'s trace intervals that `has` some of a family's data.
+fn lengths_with(node: &NodeData, has: fn(&TraceInterval) -> bool, see: &mut dyn FnMut(u64)) {
+    for t in &node.traces {
+        for iv in t.intervals.iter().filter(|iv| has(iv)) {
+            see(iv.dur_ns);
+        }
+    }
+}
+
 fn has_edges(node: &NodeData) -> bool {
     node.traces
         .iter()
@@ -265,7 +274,7 @@ impl MetricFamily for EdgeCount {
         has_edges(node)
     }
     fn interval_lengths(&self, node: &NodeData, see: &mut dyn FnMut(u64)) {
-        trace_lengths(node, see)
+        lengths_with(node, |iv| iv.edges.is_some(), see)
     }
     fn reader(&self, by_program: bool) -> Box<dyn FamilyReader> {
         Box::new(EdgeReader::new(by_program, |e| e.calls as f64))
@@ -295,7 +304,7 @@ impl MetricFamily for EdgeTime {
         has_edges(node)
     }
     fn interval_lengths(&self, node: &NodeData, see: &mut dyn FnMut(u64)) {
-        trace_lengths(node, see)
+        lengths_with(node, |iv| iv.edges.is_some(), see)
     }
     fn reader(&self, by_program: bool) -> Box<dyn FamilyReader> {
         Box::new(EdgeReader::new(by_program, |e| e.excl_ns as f64 / 1e6))
@@ -411,7 +420,7 @@ impl MetricFamily for Latency {
             .any(|t| t.intervals.iter().any(|iv| iv.hists.is_some()))
     }
     fn interval_lengths(&self, node: &NodeData, see: &mut dyn FnMut(u64)) {
-        trace_lengths(node, see)
+        lengths_with(node, |iv| iv.hists.is_some(), see)
     }
     fn reader(&self, by_program: bool) -> Box<dyn FamilyReader> {
         Box::new(HistReader {

@@ -19,6 +19,23 @@
 use crate::block::hot;
 use crate::pool;
 
+// The fast path's thread-local word (read and written in `super::tls` by name too). Its initial
+// value, copied into every new thread, is the "no block" stand-in (the loader relocates the
+// TLS image before any thread copies it).
+#[cfg(target_arch = "x86_64")]
+std::arch::global_asm!(
+    ".pushsection .tdata,\"awT\",@progbits",
+    ".balign 8",
+    ".globl culprit_rt_tls_cur",
+    ".hidden culprit_rt_tls_cur",
+    ".type culprit_rt_tls_cur,@object",
+    ".size culprit_rt_tls_cur,8",
+    "culprit_rt_tls_cur:",
+    ".quad {no_block}",
+    ".popsection",
+    no_block = sym hot::NO_BLOCK,
+);
+
 /// The general path of the entry hook: `sp` is the hook's stack pointer at its entry.
 /// `C-unwind` like the hooks (no abort-on-unwind guard, see the module docs); it does not
 /// unwind itself.

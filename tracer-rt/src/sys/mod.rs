@@ -5,7 +5,8 @@
 //! This layer knows no domain type: what the thread-local pointer points at is any
 //! [`ThreadData`] (the runtime has one, its per-thread block), and the registry of those is a
 //! generic [`Registry`]. The one exception is [`hooks`], the fast path of the two hooks in
-//! assembly: it reads and writes the per-thread block through the offsets `block::hot` gives.
+//! assembly: it reads and writes the per-thread block through the offsets `block::hot` gives
+//! (nothing else here depends on it, or on the domain).
 
 use std::ffi::{c_int, c_void, CStr};
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
@@ -33,16 +34,9 @@ pub mod hooks;
 
 #[cfg(target_arch = "x86_64")]
 mod tls {
+    // `culprit_rt_tls_cur` itself, with its initial value, is declared in `hooks`: the value is
+    // the address of a domain stand-in.
     std::arch::global_asm!(
-        ".pushsection .tdata,\"awT\",@progbits",
-        ".balign 8",
-        ".globl culprit_rt_tls_cur",
-        ".hidden culprit_rt_tls_cur",
-        ".type culprit_rt_tls_cur,@object",
-        ".size culprit_rt_tls_cur,8",
-        "culprit_rt_tls_cur:",
-        ".quad {no_block}",
-        ".popsection",
         ".pushsection .tbss,\"awT\",@nobits",
         ".balign 8",
         ".globl culprit_rt_tls_own",
@@ -58,7 +52,6 @@ mod tls {
         "culprit_rt_tls_busy:",
         ".zero 8",
         ".popsection",
-        no_block = sym crate::block::hot::NO_BLOCK,
     );
 
     macro_rules! word {
@@ -108,11 +101,9 @@ mod tls {
         static OWN: Cell<usize> = const { Cell::new(0) };
         static BUSY: Cell<usize> = const { Cell::new(0) };
     }
+    /// 0 until set: the hooks read it as "no block yet".
     pub fn cur() -> usize {
-        match CUR.with(|c| c.get()) {
-            0 => crate::block::hot::NO_BLOCK.word(),
-            v => v,
-        }
+        CUR.with(|c| c.get())
     }
     pub fn set_cur(v: usize) {
         CUR.with(|c| c.set(v))
@@ -175,8 +166,13 @@ pub unsafe trait Zeroable: Sync + 'static {}
 /// Implementors guarantee [`Zeroable`]'s conditions and that it is the only type implementing
 /// this trait in the crate: [`own_data`] reads back as `T` what [`set_own_data`] stored.
 pub unsafe trait ThreadData: Zeroable {
+    /// The fast-path word of a thread whose hooks must do nothing (set before
+    /// [`ThreadData::on_thread_exit`] runs, and in threads [`spawn_detached`] starts).
+    fn ignore_word() -> usize;
+
     /// Called in a thread that exits while it has data (from a pthread key destructor), after
-    /// the thread's hooks have been switched off (the fast-path word set to `ignore`).
+    /// the thread's hooks have been switched off (the fast-path word set to
+    /// [`ThreadData::ignore_word`]).
     fn on_thread_exit(&'static self);
 }
 
@@ -399,7 +395,7 @@ pub fn realtime_ns() -> u64 {
 static KEY: AtomicU32 = AtomicU32::new(u32::MAX);
 
 extern "C" fn exit_destructor<T: ThreadData>(_: *mut c_void) {
-    tls::set_cur(crate::block::hot::IGNORE.word());
+    tls::set_cur(T::ignore_word());
     if let Some(d) = own_data::<T>() {
         d.on_thread_exit();
     }
@@ -437,9 +433,9 @@ pub fn at_exit(f: extern "C" fn()) -> bool {
 /// hooks do nothing, and it blocks every signal from its first instruction on: the program's
 /// handlers never run in it (a handler's calls would go untraced there, and one calling
 /// `_exit` would wait for the very thread it runs in).
-pub fn spawn_detached(f: Box<dyn FnOnce() + Send>) -> bool {
-    extern "C" fn start(arg: *mut c_void) -> *mut c_void {
-        tls::set_cur(crate::block::hot::IGNORE.word());
+pub fn spawn_detached<T: ThreadData>(f: Box<dyn FnOnce() + Send>) -> bool {
+    extern "C" fn start<T: ThreadData>(arg: *mut c_void) -> *mut c_void {
+        tls::set_cur(T::ignore_word());
         // SAFETY: arg is the Box<Box<dyn FnOnce>> leaked by spawn_detached, taken once.
         let f = unsafe { Box::from_raw(arg as *mut Box<dyn FnOnce() + Send>) };
         // A panic must not unwind into pthread's frames.
@@ -459,7 +455,7 @@ pub fn spawn_detached(f: Box<dyn FnOnce() + Send>) -> bool {
     }
     // SAFETY: valid out-pointer, default attributes, an extern "C" start routine that takes
     // ownership of arg.
-    let rc = unsafe { libc::pthread_create(&mut tid, std::ptr::null(), start, arg) };
+    let rc = unsafe { libc::pthread_create(&mut tid, std::ptr::null(), start::<T>, arg) };
     // SAFETY: restores the mask saved above.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
     if rc != 0 {
