@@ -132,7 +132,7 @@ impl RecordBuf {
         self.buf.clear();
     }
 
-    fn begin(&mut self, kind: RecordKind, flags: u16) -> usize {
+    pub(crate) fn begin(&mut self, kind: RecordKind, flags: u16) -> usize {
         let start = self.buf.len();
         self.buf.extend_from_slice(&(kind as u16).to_le_bytes());
         self.buf.extend_from_slice(&flags.to_le_bytes());
@@ -140,7 +140,7 @@ impl RecordBuf {
         start
     }
 
-    fn finish(&mut self, start: usize) {
+    pub(crate) fn finish(&mut self, start: usize) {
         let padded = pad8(self.buf.len() - start);
         self.buf.resize(start + padded, 0);
         let len = padded as u32;
@@ -149,15 +149,19 @@ impl RecordBuf {
         self.buf[start + 8..start + 12].copy_from_slice(&crc.to_le_bytes());
     }
 
-    fn u32(&mut self, v: u32) {
+    pub(crate) fn u32(&mut self, v: u32) {
         self.buf.extend_from_slice(&v.to_le_bytes());
     }
 
-    fn u64(&mut self, v: u64) {
+    pub(crate) fn u64(&mut self, v: u64) {
         self.buf.extend_from_slice(&v.to_le_bytes());
     }
 
-    fn patch_u32(&mut self, at: usize, v: u32) {
+    pub(crate) fn bytes(&mut self, b: &[u8]) {
+        self.buf.extend_from_slice(b);
+    }
+
+    pub(crate) fn patch_u32(&mut self, at: usize, v: u32) {
         self.buf[at..at + 4].copy_from_slice(&v.to_le_bytes());
     }
 

@@ -16,8 +16,9 @@ pub const MAGIC: [u8; 8] = *b"CULPRIT\0";
 /// the sampler's [`RecordKind::Stacks`] (an interval's checkpoint may carry the tracer's after
 /// its Interval record: a version-2 reader then ignores that checkpoint), and calls left by
 /// `longjmp`, exceptions or cancellation count in the Interval entries (they were dropped and
-/// counted in `lost_frames` before). Older readers skip the new kinds.
-pub const FORMAT_VERSION: u16 = 3;
+/// counted in `lost_frames` before). Older readers skip the new kinds. Version 4 added
+/// [`RecordKind::Layers`] (layer-boundary I/O events), which older readers skip.
+pub const FORMAT_VERSION: u16 = 4;
 /// Oldest reader version able to read what this crate writes.
 pub const MIN_READER_VERSION: u16 = 1;
 /// Reader version this crate implements: it reads files whose `min_reader_version` is at most this.
@@ -185,6 +186,9 @@ pub enum RecordKind {
     Histograms = 11,
     /// One interval's sampled call chains (sampler, `--call-graph fp`).
     Stacks = 12,
+    /// A stretch of layer-boundary I/O events (seed 003): the tracer's C API and C-library
+    /// calls, the sampler's system-call and block tracepoints ([`crate::layers`]).
+    Layers = 14,
 }
 
 impl RecordKind {
@@ -203,6 +207,7 @@ impl RecordKind {
             10 => Self::Edges,
             11 => Self::Histograms,
             12 => Self::Stacks,
+            14 => Self::Layers,
             _ => return None,
         })
     }
