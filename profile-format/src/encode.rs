@@ -127,6 +127,11 @@ impl RecordBuf {
         self.buf.is_empty()
     }
 
+    /// Appends the records of `other`.
+    pub fn append(&mut self, other: &RecordBuf) {
+        self.buf.extend_from_slice(&other.buf);
+    }
+
     /// Forgets the encoded records, keeping the allocation.
     pub fn clear(&mut self) {
         self.buf.clear();

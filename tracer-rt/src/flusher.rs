@@ -45,8 +45,8 @@ use std::collections::HashMap;
 
 use culprit_format::{
     end_reason, info_keys, interval_flags, names, object_flags, records_at, EdgeEntry, Histogram,
-    IntervalEntry, IntervalHead, IntervalRef, ObjectDesc, Record, RecordBuf, UnwoundEntry,
-    HIST_BUCKETS,
+    IntervalEntry, IntervalHead, IntervalRef, LayersHead, ObjectDesc, Record, RecordBuf,
+    UnwoundEntry, HIST_BUCKETS,
 };
 
 use crate::block::{mode, state, Delta, EdgeDelta, Unaccounted};
@@ -55,7 +55,7 @@ use crate::config::{host_name, Config};
 use crate::control::{req, CURRENT_FILE, CURRENT_NODE, DONE, NODE_REQUEST, PENDING, REQ};
 use crate::objects::{Obj, Tracker};
 use crate::output::{TraceOut, WriteError};
-use crate::{decide, pool, procinfo, sys};
+use crate::{decide, io, pool, procinfo, sys};
 
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
 
@@ -122,6 +122,8 @@ pub struct Flusher {
     failing: Option<(u64, String)>,
     idle: Vec<pool::Idle>,
     buf: RecordBuf,
+    /// Where the last Layers record's span ended (see `io`).
+    io_span: u64,
 }
 
 impl Flusher {
@@ -157,6 +159,7 @@ impl Flusher {
             failing: None,
             idle: Vec::new(),
             buf: RecordBuf::new(),
+            io_span: start_ns,
         }
     }
 
@@ -678,9 +681,21 @@ impl Flusher {
         }
     }
 
+    /// Commits the layer events the threads marked since the last call (see `io`), when there
+    /// are any: every 100 ms, so a crash loses at most that much of them.
+    fn write_layers(&mut self) {
+        let mut rec = RecordBuf::new();
+        if !io::drain_into(&mut rec, &self.cal, &mut self.io_span) || !self.ensure_open() {
+            return;
+        }
+        self.buf.append(&rec);
+        self.commit();
+    }
+
     /// The process exits (`exit`, `_exit`): the last interval and the end marker. A forked
     /// child that counted nothing leaves no file.
     fn exit(&mut self, now: u64) {
+        self.write_layers();
         self.collect();
         let nothing = self.agg.is_empty() && self.unaccounted == Unaccounted::default();
         if self.out.is_none() && nothing {
@@ -696,6 +711,7 @@ impl Flusher {
     /// storing in [`DONE`] the value of `REQ` it read before taking the bits. It sleeps only
     /// when every request it has seen is acknowledged, so none waits for the next interval.
     pub fn run(mut self) {
+        io::thread_off();
         let mut next_checkpoint = (sys::realtime_ns() / CHECKPOINT_NS + 1) * CHECKPOINT_NS;
         loop {
             let seen = REQ.load(Acquire);
@@ -721,6 +737,7 @@ impl Flusher {
                 return;
             }
             if now >= next_checkpoint {
+                self.write_layers();
                 self.checkpoint();
                 next_checkpoint = (now / CHECKPOINT_NS + 1) * CHECKPOINT_NS;
             }
@@ -760,6 +777,18 @@ fn carry_over(queue: &[u8]) -> Vec<u8> {
             Ok(Record::Histograms(h)) => {
                 let hs: Vec<Histogram> = h.entries().collect();
                 buf.histograms(&extra_ref(h.interval), &hs);
+            }
+            Ok(Record::Layers(l)) => {
+                let layers: Vec<_> = l.layers().collect();
+                buf.layers(
+                    &LayersHead {
+                        span_start_ns: l.span_start_ns,
+                        span_end_ns: l.span_end_ns,
+                        dropped: l.dropped,
+                    },
+                    &layers,
+                    l.events(),
+                );
             }
             Ok(Record::End(e)) => buf.end(e.end_ns, e.reason),
             Ok(_) => {}
