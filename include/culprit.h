@@ -59,8 +59,8 @@ const char *culprit_version(void);
 /* 1 if the runtime is tracing this process, 0 if not. */
 int culprit_is_active(void);
 
-/* Writes what the current interval has counted so far to the data file now and waits (up to
- * 5 s) until it is written. The interval's remainder is written at its end; both records are
+/* Writes what the current interval has counted so far (and the I/O layer events marked so far)
+ * to the data file now and waits (up to 5 s) until it is written. The interval's remainder is written at its end; both records are
  * flagged partial and readers add them up. Returns 0, -1 (not tracing) or -2 (timed out). */
 int culprit_flush(void);
 

@@ -727,6 +727,7 @@ impl Flusher {
                 self.switch_node(now);
             }
             if pending & req::FLUSH != 0 {
+                self.write_layers();
                 self.write_partial(now);
             }
             if pending & req::EXIT != 0 {
