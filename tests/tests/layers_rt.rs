@@ -56,7 +56,12 @@ fn seen(node_dir: &Path) -> Seen {
     let mut s = Seen::default();
     for entry in std::fs::read_dir(node_dir).unwrap() {
         let p = entry.unwrap().path();
-        if !p.file_name().unwrap().to_string_lossy().starts_with("trace-") {
+        if !p
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("trace-")
+        {
             continue;
         }
         s.files += 1;
@@ -116,7 +121,12 @@ fn marks_from_many_threads_are_all_recorded() {
         let s = seen(&data.join("n1"));
         assert_eq!(s.files, 1);
         assert_eq!(s.dropped, 0);
-        for kind in [layer_kind::ADMIT, layer_kind::ISSUE, layer_kind::COMPLT, layer_kind::CALLBACK] {
+        for kind in [
+            layer_kind::ADMIT,
+            layer_kind::ISSUE,
+            layer_kind::COMPLT,
+            layer_kind::CALLBACK,
+        ] {
             assert_eq!(s.count("top", kind), 8000, "top {kind}");
         }
         assert_eq!(s.count("bottom", layer_kind::ISSUE), 8000);
@@ -194,8 +204,14 @@ fn posix_aio_is_admitted_and_called_back() {
     let cbs = &s.events[&("libc-aio".to_string(), layer_kind::CALLBACK)];
     assert_eq!((admits.len(), cbs.len()), (16, 16));
     for a in admits {
-        assert_eq!((a.op, a.bytes, a.offset % 65536), (layer_op::READ, 65536, 0));
-        let c = cbs.iter().find(|c| c.req == a.req).expect("callback of each request");
+        assert_eq!(
+            (a.op, a.bytes, a.offset % 65536),
+            (layer_op::READ, 65536, 0)
+        );
+        let c = cbs
+            .iter()
+            .find(|c| c.req == a.req)
+            .expect("callback of each request");
         assert!(c.t_ns >= a.t_ns && c.bytes == 65536 && c.fd == a.fd);
     }
     // The 16 pwrites that wrote the file went through the libc layer.

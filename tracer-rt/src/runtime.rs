@@ -65,7 +65,11 @@ pub fn start() {
     let io_asked = std::env::var_os(crate::config::IO_VAR).is_some_and(|v| v == "1");
     if !io_asked
         && !objs.iter().any(|o| {
-            o.has_file() && elf::refers_to(o.path.as_ref(), &[b"__cyg_profile_func_enter", b"culprit_io_layer"])
+            o.has_file()
+                && elf::refers_to(
+                    o.path.as_ref(),
+                    &[b"__cyg_profile_func_enter", b"culprit_io_layer"],
+                )
         })
     {
         STATE.store(state::OFF, Release);

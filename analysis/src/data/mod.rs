@@ -29,8 +29,8 @@ mod symbols;
 
 use files::{empty_samples, empty_trace, merge_edges, merge_hists, merge_trace_entries};
 pub use files::{
-    process_alive, EventCount, EventInterval, FileStatus, NodeData, OsInterval, OsValue,
-    SampleCount, SampleFile, SampleInterval, TraceEdge, TraceEntry, TraceFile, TraceHist,
+    process_alive, EventCount, EventInterval, FileStatus, LayerStretch, NodeData, OsInterval,
+    OsValue, SampleCount, SampleFile, SampleInterval, TraceEdge, TraceEntry, TraceFile, TraceHist,
     TraceInterval,
 };
 pub use names::{EventId, FuncId, FuncKey, Interner, Names, OsMetricId, OsMetricKey, ProgramId};
@@ -472,6 +472,7 @@ impl Dataset {
                 Ok(Record::End(e)) => {
                     t.end_ns = Some(e.end_ns);
                 }
+                Ok(Record::Layers(l)) => t.layers.push(LayerStretch::of(&l)),
                 Ok(_) => {}
                 Err(e) => {
                     let msg = format!("{}: {e}; data before it is kept", t.path.display());
@@ -558,6 +559,7 @@ impl Dataset {
                     stats.new_intervals += 1;
                 }
                 Ok(Record::End(e)) => s.end_ns = Some(e.end_ns),
+                Ok(Record::Layers(l)) => s.layers.push(LayerStretch::of(&l)),
                 Ok(_) => {}
                 Err(e) => {
                     self.warn(format!("{}: {e}; data before it is kept", s.path.display()));

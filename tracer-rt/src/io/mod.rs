@@ -183,7 +183,11 @@ pub fn libc_begin(fd: i32, write: bool) -> Option<LibcCall> {
         t0: now(),
         obj,
         fd,
-        op: if write { layer_op::WRITE } else { layer_op::READ },
+        op: if write {
+            layer_op::WRITE
+        } else {
+            layer_op::READ
+        },
     })
 }
 
@@ -231,7 +235,11 @@ pub fn aio_begin(cb: usize, fd: i32, offset: i64, bytes: usize, write: bool) -> 
         bytes: bytes as u64,
         layer: layers::LIBC_AIO,
         kind: layer_kind::ADMIT,
-        op: if write { layer_op::WRITE } else { layer_op::READ },
+        op: if write {
+            layer_op::WRITE
+        } else {
+            layer_op::READ
+        },
         fd,
     })
 }
@@ -261,7 +269,11 @@ pub fn aio_returned(cb: usize, fd: i32, offset: i64, write: bool, ret: isize) {
         bytes: ret.max(0) as u64,
         layer: layers::LIBC_AIO,
         kind: layer_kind::CALLBACK,
-        op: if write { layer_op::WRITE } else { layer_op::READ },
+        op: if write {
+            layer_op::WRITE
+        } else {
+            layer_op::READ
+        },
         fd,
     }]);
 }

@@ -78,7 +78,10 @@ pub struct RawEvent {
 
 impl RawEvent {
     fn meta(&self) -> u64 {
-        self.layer as u64 | (self.kind as u64) << 16 | (self.op as u64) << 24 | (self.fd as u32 as u64) << 32
+        self.layer as u64
+            | (self.kind as u64) << 16
+            | (self.op as u64) << 24
+            | (self.fd as u32 as u64) << 32
     }
 
     fn from_slot(s: &Slot) -> RawEvent {

@@ -166,12 +166,7 @@ macro_rules! pwrite_fn {
         ///
         /// That of `pwrite(2)`.
         #[no_mangle]
-        pub unsafe extern "C" fn $name(
-            fd: c_int,
-            buf: *const c_void,
-            n: usize,
-            off: i64,
-        ) -> isize {
+        pub unsafe extern "C" fn $name(fd: c_int, buf: *const c_void, n: usize, off: i64) -> isize {
             let Some(c) = io::libc_begin(fd, true) else {
                 // SAFETY: the caller's contract.
                 return unsafe { real::pwrite($wide, fd, buf, n, off) };

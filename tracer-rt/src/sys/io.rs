@@ -116,8 +116,7 @@ pub fn set_ring<T: RingData>(r: &'static T) -> bool {
     }
     // SAFETY: the key was created by create_ring_key; any non-null value makes its destructor
     // run.
-    if unsafe { libc::pthread_setspecific(key as libc::pthread_key_t, std::ptr::dangling()) } != 0
-    {
+    if unsafe { libc::pthread_setspecific(key as libc::pthread_key_t, std::ptr::dangling()) } != 0 {
         return false;
     }
     tls::set(r as *const T as usize);
@@ -225,9 +224,28 @@ pub mod real {
     }
 
     reals!(
-        read, write, pread, pread64, pwrite, pwrite64, preadv, preadv64, pwritev, pwritev64,
-        __read_chk, __pread_chk, __pread64_chk, close, dup2, dup3, aio_read, aio_read64,
-        aio_write, aio_write64, aio_return, aio_return64,
+        read,
+        write,
+        pread,
+        pread64,
+        pwrite,
+        pwrite64,
+        preadv,
+        preadv64,
+        pwritev,
+        pwritev64,
+        __read_chk,
+        __pread_chk,
+        __pread64_chk,
+        close,
+        dup2,
+        dup3,
+        aio_read,
+        aio_read64,
+        aio_write,
+        aio_write64,
+        aio_return,
+        aio_return64,
     );
 
     #[inline(always)]
@@ -298,7 +316,10 @@ pub mod real {
     pub unsafe fn pread(wide: bool, fd: c_int, buf: *mut c_void, n: usize, off: i64) -> isize {
         let s = if wide { &slot::pread64 } else { &slot::pread };
         match addr(s) {
-            0 => raw(libc::SYS_pread64, [fd as usize, buf as usize, n, off as usize]),
+            0 => raw(
+                libc::SYS_pread64,
+                [fd as usize, buf as usize, n, off as usize],
+            ),
             // SAFETY: as above.
             f => unsafe { std::mem::transmute::<usize, PreadFn>(f)(fd, buf, n, off) },
         }
@@ -313,7 +334,10 @@ pub mod real {
     pub unsafe fn pwrite(wide: bool, fd: c_int, buf: *const c_void, n: usize, off: i64) -> isize {
         let s = if wide { &slot::pwrite64 } else { &slot::pwrite };
         match addr(s) {
-            0 => raw(libc::SYS_pwrite64, [fd as usize, buf as usize, n, off as usize]),
+            0 => raw(
+                libc::SYS_pwrite64,
+                [fd as usize, buf as usize, n, off as usize],
+            ),
             // SAFETY: as above.
             f => unsafe { std::mem::transmute::<usize, PwriteFn>(f)(fd, buf, n, off) },
         }
@@ -349,7 +373,14 @@ pub mod real {
                 };
                 // SAFETY: the arguments of preadv/pwritev, offset split as the kernel wants.
                 from_raw(unsafe {
-                    libc::syscall(nr, fd, iov, cnt, off as u64 as usize, (off as u64 >> 32) as usize)
+                    libc::syscall(
+                        nr,
+                        fd,
+                        iov,
+                        cnt,
+                        off as u64 as usize,
+                        (off as u64 >> 32) as usize,
+                    )
                 })
             }
             // SAFETY: as above.
@@ -402,7 +433,9 @@ pub mod real {
         match addr(&slot::close) {
             0 => raw(libc::SYS_close, [fd as usize, 0, 0, 0]) as c_int,
             // SAFETY: glibc's close; any integer is a valid argument.
-            f => unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(c_int) -> c_int>(f)(fd) },
+            f => unsafe {
+                std::mem::transmute::<usize, unsafe extern "C" fn(c_int) -> c_int>(f)(fd)
+            },
         }
     }
 
@@ -422,12 +455,15 @@ pub mod real {
     /// The C library's `dup3`.
     pub fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
         match addr(&slot::dup3) {
-            0 => raw(libc::SYS_dup3, [old as usize, new as usize, flags as usize, 0]) as c_int,
+            0 => raw(
+                libc::SYS_dup3,
+                [old as usize, new as usize, flags as usize, 0],
+            ) as c_int,
             // SAFETY: glibc's dup3; any integers are valid arguments.
             f => unsafe {
-                std::mem::transmute::<usize, unsafe extern "C" fn(c_int, c_int, c_int) -> c_int>(
-                    f,
-                )(old, new, flags)
+                std::mem::transmute::<usize, unsafe extern "C" fn(c_int, c_int, c_int) -> c_int>(f)(
+                    old, new, flags,
+                )
             },
         }
     }
