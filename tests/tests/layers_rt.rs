@@ -80,6 +80,14 @@ fn seen(node_dir: &Path) -> Seen {
                     .collect();
                 s.dropped += l.dropped as u64;
                 for e in l.events() {
+                    // Stamped in the stretch it was drained in (an event marked while the
+                    // previous stretch was drained may precede its start a little).
+                    assert!(
+                        e.t_ns <= l.span_end_ns && e.t_ns + 50_000_000 >= l.span_start_ns,
+                        "{e:?} outside {}..{}",
+                        l.span_start_ns,
+                        l.span_end_ns
+                    );
                     let name = names.get(&e.layer).expect("layer in the table").clone();
                     s.events.entry((name, e.kind)).or_default().push(e);
                 }

@@ -685,6 +685,9 @@ impl Flusher {
     /// are any: every 100 ms, so a crash loses at most that much of them.
     fn write_layers(&mut self) {
         let mut rec = RecordBuf::new();
+        // Ticks become ns with the ratio measured so far (the first interval's would otherwise
+        // use the 1 ns per tick it starts with).
+        self.cal.refine();
         if !io::drain_into(&mut rec, &self.cal, &mut self.io_span) || !self.ensure_open() {
             return;
         }

@@ -293,15 +293,21 @@ pub fn drain_into(buf: &mut RecordBuf, cal: &Calibration, span_start: &mut u64) 
     if !ENABLED.load(Acquire) {
         return false;
     }
-    let (now_t, now_wall) = (now(), sys::realtime_ns());
     let pid = std::process::id();
-    let mut events: Vec<LayerEvent> = Vec::new();
+    let mut raw: Vec<(u32, RawEvent)> = Vec::new();
     let mut used = [false; layers::MAX_LAYERS];
     let dropped = ring::drain(|tid, e| {
         if let Some(u) = used.get_mut(e.layer as usize) {
             *u = true;
         }
-        events.push(LayerEvent {
+        raw.push((tid, e));
+    });
+    // The clock is read after the drain: every event drained is older than `now_t` (one read
+    // before would stamp events marked during the drain with its time).
+    let (now_t, now_wall) = (now(), sys::realtime_ns());
+    let events: Vec<LayerEvent> = raw
+        .into_iter()
+        .map(|(tid, e)| LayerEvent {
             t_ns: now_wall.saturating_sub(cal.to_ns(now_t.saturating_sub(e.t))),
             req: e.req,
             obj: e.obj,
@@ -313,8 +319,8 @@ pub fn drain_into(buf: &mut RecordBuf, cal: &Calibration, span_start: &mut u64) 
             kind: e.kind,
             op: e.op,
             fd: e.fd,
-        });
-    });
+        })
+        .collect();
     fds::age();
     let from = std::mem::replace(span_start, now_wall);
     if events.is_empty() && dropped == 0 {
