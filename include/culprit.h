@@ -86,9 +86,10 @@ int culprit_set_node(const char *name);
  * Mark where a request crosses the boundaries of the layers your program owns (seed 003, Lu &
  * Shen: ADMIT when a layer receives a request from the layer above, ISSUE when it passes it to
  * the layer below, COMPLETE when the layer below says it is done, CALLBACK when the layer tells
- * the layer above). `culprit report --layers` derives, per layer and interval, request sizes,
- * sequential runs, concurrency, idleness, throughput and time per stage;
- * `culprit diagnose --layers` names the highest layer where an anomaly first appears.
+ * the layer above). `culprit diagnose` derives, per layer and second, latency, time per stage,
+ * request sizes, sequential runs, concurrency, idleness and throughput; compares them across the
+ * peer nodes (the `layers` metric) and, bottom-up, names each anomalous node's lowest layer
+ * whose characteristics stray from the peers' (docs/layers.md).
  *
  *   int disk = culprit_io_layer("io-queue");             // once, at start-up
  *   culprit_io_admit(disk, req_id, CULPRIT_IO_READ, file_id, offset, len);
