@@ -164,6 +164,13 @@ pub struct Characteristics {
     pub below_ms: Option<f64>,
     /// Mean COMPLT→CALLBACK (handing back), ms.
     pub reply_ms: Option<f64>,
+    /// Σ of the completed requests' latencies, ms (by Little's law, ÷ 1000 the average number
+    /// outstanding that completed in the slot).
+    pub latency_sum_ms: f64,
+    /// Σ of their ADMIT→ISSUE times, ms.
+    pub queue_sum_ms: f64,
+    /// Σ of their ISSUE→COMPLT times, ms.
+    pub below_sum_ms: f64,
     /// Mean request size, bytes.
     pub avg_size: Option<f64>,
     /// Largest request, bytes.
@@ -333,6 +340,7 @@ pub fn characteristics(
         let a = &acc[s];
         let mean = |a: (f64, u64)| (a.1 > 0).then(|| a.0 / a.1 as f64);
         c.latency_ms = mean(a.lat);
+        (c.latency_sum_ms, c.queue_sum_ms, c.below_sum_ms) = (a.lat.0, a.queue.0, a.below.0);
         c.queue_ms = mean(a.queue);
         c.below_ms = mean(a.below);
         c.reply_ms = mean(a.reply);
@@ -607,6 +615,10 @@ mod tests {
         assert_eq!(a.queue_ms, Some(100.0));
         assert_eq!(a.below_ms, Some(250.0));
         assert_eq!(a.reply_ms, Some(50.0));
+        assert_eq!(
+            (a.latency_sum_ms, a.queue_sum_ms, a.below_sum_ms),
+            (800.0, 200.0, 500.0)
+        );
         assert_eq!(a.avg_size, Some(4096.0));
         assert_eq!(a.max_size, 4096);
         // Request 1 has no predecessor (not sequential), request 2 follows it, request 3 does not

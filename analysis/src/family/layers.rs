@@ -1,33 +1,41 @@
 //! The `layers` family: the I/O layers' characteristics per second (seed 003, Lu & Shen §3),
 //! from layer-boundary events (record kind 14: the program's own marks, and the C library's calls
-//! with `CULPRIT_IO=1`). One component per layer and characteristic — `disk: latency`,
-//! `disk: queue time`, `disk: time below` (ms) — compared across peers as distributions of their
-//! per-second values (the CDF distance of seed 001 §5: a latency is not a quantity that adds up
-//! over a window). Which layer is the lowest anomalous one is the bottom-up analysis of
-//! [`crate::layers::bottom_up`], which the diagnosis reports beside this family's verdicts.
+//! with `CULPRIT_IO=1`). One component per layer and stage, the time the requests completed in
+//! each second spent there, summed: `disk: time` (first event to last), `disk: queue time`
+//! (ADMIT→ISSUE), `disk: time below` (ISSUE→COMPLT), ms. Sums add up over a window like the
+//! tracer's `time` and are compared the same way (seed 000), so the keep rule drops stages too
+//! brief to matter: compared as distributions (seed 001's CDF distance), a disk queue of a few µs
+//! that a busy machine stretched to 3 ms in some seconds moved a peer across hundreds of bins
+//! and flagged it in a throttled-disk run. Which layer is the lowest anomalous one is the
+//! bottom-up analysis of [`crate::layers::bottom_up`], on per-request means, which the diagnosis
+//! reports beside this family's verdicts.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::data::{Dataset, FileStatus, NodeData};
 use crate::error::Result;
-use crate::layers::{characteristics, requests, stretches, Characteristic, SLOT_NS};
+use crate::layers::{characteristics, requests, stretches, Characteristics, SLOT_NS};
 use crate::model::{CompIdx, CompLabel, CompValue, Interval, IntervalData};
+use crate::time::fmt_dur;
 
 use super::{
-    Comparison, FamilyReader, IntervalSink, KeepRule, KeepSettings, Metric, MetricFamily, Words,
+    FamilyReader, IntervalSink, KeepHint, KeepRule, KeepSettings, Metric, MetricFamily, Words,
 };
 
-/// Per layer: latency, queue time and time below per second, ms.
+/// Per layer: time, queue time and time below of the requests completed, per second, ms.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Layers;
 
-/// The characteristics this family compares (throughput over busy time swings with how briefly a
-/// fast layer is busy: the bottom-up analysis looks at it, window verdicts do not).
-const COMPARED: [Characteristic; 3] = [
-    Characteristic::Latency,
-    Characteristic::Queue,
-    Characteristic::Below,
+/// A stage's summed request time in a second's characteristics, ms.
+type StageTime = fn(&Characteristics) -> f64;
+
+/// The stages this family compares: name and value (throughput over busy time swings with how
+/// briefly a fast layer is busy: the bottom-up analysis looks at it, window verdicts do not).
+const COMPARED: [(&str, StageTime); 3] = [
+    ("time", |c| c.latency_sum_ms),
+    ("queue time", |c| c.queue_sum_ms),
+    ("time below", |c| c.below_sum_ms),
 ];
 
 /// First slot start and the end of complete slots of `node`'s layer data.
@@ -51,15 +59,21 @@ impl MetricFamily for Layers {
     }
     fn words(&self) -> Words {
         Words {
-            more: "slower",
-            less: "faster",
+            more: "more time",
+            less: "less time",
         }
     }
-    fn keep_rule(&self, _keep: &KeepSettings) -> KeepRule {
-        KeepRule::All
+    fn keep_rule(&self, keep: &KeepSettings) -> KeepRule {
+        KeepRule::AtLeast(keep.min_time_ms)
     }
-    fn comparison(&self) -> Comparison {
-        Comparison::Cdf { max_bins: 1000 }
+    fn keep_hint(&self, keep: &KeepSettings) -> Option<KeepHint> {
+        Some(KeepHint {
+            minimum: format!(
+                "{} of request time",
+                fmt_dur((keep.min_time_ms * 1e6) as u64)
+            ),
+            flag: "--min-time",
+        })
     }
     fn how_to_record(&self) -> &'static str {
         "mark the program's layers with culprit_io_admit & co. (culprit.h), or trace with \
@@ -83,7 +97,7 @@ impl MetricFamily for Layers {
 struct LayersReader {
     /// Per node directory: start of the next second to push; whether its end was said.
     next: HashMap<std::path::PathBuf, (u64, bool)>,
-    comps: HashMap<(Arc<str>, Characteristic), CompIdx>,
+    comps: HashMap<(Arc<str>, &'static str), CompIdx>,
 }
 
 impl FamilyReader for LayersReader {
@@ -108,15 +122,15 @@ impl FamilyReader for LayersReader {
             for l in &layers {
                 let ids: Vec<CompIdx> = COMPARED
                     .iter()
-                    .map(|&ch| {
+                    .map(|&(stage, _)| {
                         *self
                             .comps
-                            .entry((Arc::clone(&l.name), ch))
+                            .entry((Arc::clone(&l.name), stage))
                             .or_insert_with(|| {
                                 sink.component(CompLabel {
                                     program: None,
                                     image: None,
-                                    name: format!("{}: {}", l.name, ch.name()).into(),
+                                    name: format!("{}: {stage}", l.name).into(),
                                     bucket: None,
                                 })
                             })
@@ -128,8 +142,9 @@ impl FamilyReader for LayersReader {
             for s in 0..slots {
                 values.clear();
                 for (ids, chars) in &per_layer {
-                    for (&comp, ch) in ids.iter().zip(COMPARED) {
-                        if let Some(v) = ch.of(&chars[s]) {
+                    for (&comp, (_, value)) in ids.iter().zip(COMPARED) {
+                        let v = value(&chars[s]);
+                        if v > 0.0 {
                             values.push(CompValue { comp, value: v });
                         }
                     }

@@ -47,8 +47,7 @@ impl Metric {
     /// Call-duration distributions per function, from the tracer's histograms
     /// (`CULPRIT_HIST=1`), compared with the CDF distance.
     pub const LATENCY: Metric = Metric("latency");
-    /// I/O layers' latency, queue time and time below per second (seed 003), compared as
-    /// distributions.
+    /// Time per I/O layer and stage of the requests completed, per second (seed 003), ms.
     pub const LAYERS: Metric = Metric("layers");
 
     /// The built-in metrics, in report order.
