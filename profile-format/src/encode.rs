@@ -5,6 +5,7 @@ use crate::crc::crc32;
 use crate::decode::{
     EdgeEntry, EventEntry, Histogram, IntervalEntry, OsMetricEntry, SampleEntry, UnwoundEntry,
 };
+use crate::layers::{LayerDesc, LayerEvent, LayersHead, MAX_LAYER_NAME};
 use crate::layout::*;
 
 /// Description of a loaded object for an [`RecordKind::Object`] record.
@@ -475,4 +476,56 @@ fn escape_into(v: &str, out: &mut Vec<u8>) {
             _ => out.push(b),
         }
     }
+}
+
+impl RecordBuf {
+    /// Appends a [`RecordKind::Layers`] record: the layer table, then the events (each event's
+    /// `layer` is an id of the table). Returns the number of events written.
+    pub fn layers<'l>(
+        &mut self,
+        head: &LayersHead,
+        layers: impl IntoIterator<Item = &'l LayerDesc<'l>>,
+        events: impl IntoIterator<Item = LayerEvent>,
+    ) -> u32 {
+        let start = self.begin(RecordKind::Layers, 0);
+        self.u64(head.span_start_ns);
+        self.u64(head.span_end_ns);
+        self.u32(0);
+        let nl_at = self.len();
+        self.u32(0);
+        let ne_at = self.len();
+        self.u32(0);
+        self.u32(head.dropped);
+        let mut nl = 0u32;
+        for l in layers {
+            let name = truncated(&l.name, MAX_LAYER_NAME);
+            self.bytes(&l.id.to_le_bytes());
+            self.bytes(&(name.len() as u16).to_le_bytes());
+            self.bytes(&l.level.to_le_bytes());
+            self.bytes(name.as_bytes());
+            self.bytes(&[0u8; 8][..pad8(name.len()) - name.len()]);
+            nl += 1;
+        }
+        let mut ne = 0u32;
+        for e in events {
+            self.bytes(&e.to_bytes());
+            ne += 1;
+        }
+        self.patch_u32(nl_at, nl);
+        self.patch_u32(ne_at, ne);
+        self.finish(start);
+        ne
+    }
+}
+
+/// `s` cut to at most `max` bytes at a character boundary.
+fn truncated(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
 }

@@ -1,4 +1,4 @@
-//! Layer-boundary I/O events ([`RecordKind::Layers`], kind 14): seed 003 (Lu & Shen, §3)
+//! Layer-boundary I/O events ([`RecordKind::Layers`](crate::RecordKind::Layers), kind 14): seed 003 (Lu & Shen, §3)
 //! traces four generic events of an I/O request at the boundaries of the layers it passes
 //! through — *admission* from the layer above, *issue* to the layer below, *completion* from the
 //! layer below, *callback* to the layer above — and derives every characteristic (request size,
@@ -22,12 +22,11 @@
 //! | 32 | `n_layers` × layer: `id` u16, `name_len` u16, `level` i32, name bytes padded to 8 |
 //! | … | `n_events` × [`LAYER_EVENT_SIZE`] bytes: see [`LayerEvent`] |
 
-use crate::encode::RecordBuf;
-use crate::layout::{pad8, RecordKind};
+use crate::layout::pad8;
 
-/// Fixed part of a [`RecordKind::Layers`] payload, in bytes.
+/// Fixed part of a [`RecordKind::Layers`](crate::RecordKind::Layers) payload, in bytes.
 pub const LAYERS_FIXED_SIZE: usize = 32;
-/// Size of one event of a [`RecordKind::Layers`] record.
+/// Size of one event of a [`RecordKind::Layers`](crate::RecordKind::Layers) record.
 pub const LAYER_EVENT_SIZE: usize = 56;
 /// Longest layer name, in bytes.
 pub const MAX_LAYER_NAME: usize = 64;
@@ -100,7 +99,7 @@ pub mod layer_level {
 /// `offset` of an event whose request has no file position (`read`, `write`).
 pub const NO_OFFSET: u64 = u64::MAX;
 
-/// One layer of a [`RecordKind::Layers`] record's table.
+/// One layer of a [`RecordKind::Layers`](crate::RecordKind::Layers) record's table.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LayerDesc<'a> {
     /// Id the record's events use.
@@ -175,7 +174,7 @@ impl LayerEvent {
     }
 }
 
-/// Fixed fields of a [`RecordKind::Layers`] record.
+/// Fixed fields of a [`RecordKind::Layers`](crate::RecordKind::Layers) record.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LayersHead {
     /// Wall-clock start of the stretch the events were collected over.
@@ -186,7 +185,7 @@ pub struct LayersHead {
     pub dropped: u32,
 }
 
-/// A decoded [`RecordKind::Layers`] record.
+/// A decoded [`RecordKind::Layers`](crate::RecordKind::Layers) record.
 #[derive(Clone, Debug)]
 pub struct LayersRec<'a> {
     /// Wall-clock start of the stretch.
@@ -239,7 +238,7 @@ impl<'a> LayersRec<'a> {
     }
 }
 
-/// Decodes a [`RecordKind::Layers`] payload, checking every length.
+/// Decodes a [`RecordKind::Layers`](crate::RecordKind::Layers) payload, checking every length.
 pub(crate) fn decode(p: &[u8]) -> Result<LayersRec<'_>, &'static str> {
     if p.len() < LAYERS_FIXED_SIZE {
         return Err("layers record too short");
@@ -277,56 +276,4 @@ pub(crate) fn decode(p: &[u8]) -> Result<LayersRec<'_>, &'static str> {
         n_events,
         events: &p[pos..need],
     })
-}
-
-impl RecordBuf {
-    /// Appends a [`RecordKind::Layers`] record: the layer table, then the events (each event's
-    /// `layer` is an id of the table). Returns the number of events written.
-    pub fn layers<'l>(
-        &mut self,
-        head: &LayersHead,
-        layers: impl IntoIterator<Item = &'l LayerDesc<'l>>,
-        events: impl IntoIterator<Item = LayerEvent>,
-    ) -> u32 {
-        let start = self.begin(RecordKind::Layers, 0);
-        self.u64(head.span_start_ns);
-        self.u64(head.span_end_ns);
-        self.u32(0);
-        let nl_at = self.len();
-        self.u32(0);
-        let ne_at = self.len();
-        self.u32(0);
-        self.u32(head.dropped);
-        let mut nl = 0u32;
-        for l in layers {
-            let name = truncated(&l.name, MAX_LAYER_NAME);
-            self.bytes(&l.id.to_le_bytes());
-            self.bytes(&(name.len() as u16).to_le_bytes());
-            self.bytes(&l.level.to_le_bytes());
-            self.bytes(name.as_bytes());
-            self.bytes(&[0u8; 8][..pad8(name.len()) - name.len()]);
-            nl += 1;
-        }
-        let mut ne = 0u32;
-        for e in events {
-            self.bytes(&e.to_bytes());
-            ne += 1;
-        }
-        self.patch_u32(nl_at, nl);
-        self.patch_u32(ne_at, ne);
-        self.finish(start);
-        ne
-    }
-}
-
-/// `s` cut to at most `max` bytes at a character boundary.
-fn truncated(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
 }
