@@ -48,8 +48,6 @@ pub mod score;
 pub mod session;
 pub mod setup;
 pub mod synth;
-#[allow(unsafe_code)]
-pub mod sys;
 pub mod thresholds;
 pub mod time;
 pub mod train;

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use crate::analyzer::{Analyzer, MIN_NODES};
 use crate::data::{Dataset, DirSource, FileStatus, NodeData, Source};
@@ -20,7 +20,7 @@ use crate::plan::{
 };
 use crate::policy::{Policy, Unsupervised};
 use crate::setup::{Setup, TrainedThresholds};
-use crate::time::NS_PER_S;
+use crate::time::{now_ns, NS_PER_S};
 
 /// How a node's data ended, from its files.
 fn ending_of(ds: &Dataset, node: &str) -> Ending {
@@ -352,13 +352,6 @@ fn wait_for_nodes(source: Box<dyn Source>, setup: &Setup, f: Follow) -> Result<D
     }
 }
 
-fn wall_now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0)
-}
-
 /// `--follow`: the offline path, fed after each refresh of the dataset.
 fn follow(
     f: Follow,
@@ -375,7 +368,7 @@ fn follow(
     let no_chunks = |_: &Analyzer, _, _| Ok(());
     loop {
         feeder.feed(ds, analyzer, None, no_chunks)?;
-        let events = analyzer.advance(Some(wall_now_ns()));
+        let events = analyzer.advance(Some(now_ns()));
         report_windows(analyzer, &events, progress)?;
         let all_ended = ds.nodes.iter().all(|n| {
             n.traces.iter().all(|t| t.status != FileStatus::Open)

@@ -321,7 +321,7 @@ pub(crate) fn node_or_default(node: Option<&str>) -> String {
     node.map(str::to_string)
         .or_else(|| std::env::var("CULPRIT_NODE").ok().filter(|n| !n.is_empty()))
         .map(|n| names::sanitize_node_name(&n))
-        .unwrap_or_else(|| names::sanitize_node_name(&culprit_sampler::host_name()))
+        .unwrap_or_else(culprit_sampler::default_node_name)
 }
 
 /// `record --sample`: like `perf record -- CMD`, the program is forked but held before `exec`
@@ -428,13 +428,7 @@ fn trace_files(dir: &Path) -> Vec<PathBuf> {
 
 /// Resolves a program name the way `execvp` does.
 pub(crate) fn which(program: &OsStr) -> Option<PathBuf> {
-    let p = Path::new(program);
-    if p.components().count() > 1 {
-        return p.is_file().then(|| p.to_path_buf());
-    }
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|d| d.join(p))
-        .find(|c| c.is_file())
+    which::which(program).ok()
 }
 
 /// Whether the ELF file at `path` refers to `__cyg_profile_func_enter` in its dynamic symbol

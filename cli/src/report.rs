@@ -15,6 +15,8 @@ use culprit_analysis::data::{
 };
 use culprit_analysis::time;
 
+use crate::diagnose::render::group_digits;
+
 /// JSON schema identifier of `culprit report --json`.
 pub const SCHEMA: &str = "culprit-report/1";
 
@@ -781,18 +783,6 @@ OS metrics  ·  {} interval(s) of {}{}",
     Ok(())
 }
 
-fn group_digits(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::with_capacity(s.len() + s.len() / 3);
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 fn print_human(out: &mut dyn std::io::Write, r: &Report, args: &Args) -> std::io::Result<()> {
     if r.to_ns > r.from_ns {
         writeln!(
@@ -958,14 +948,6 @@ fn print_human(out: &mut dyn std::io::Write, r: &Report, args: &Args) -> std::io
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn digits_are_grouped() {
-        assert_eq!(group_digits(0), "0");
-        assert_eq!(group_digits(999), "999");
-        assert_eq!(group_digits(1000), "1,000");
-        assert_eq!(group_digits(1234567), "1,234,567");
-    }
 
     #[test]
     fn sort_orders() {

@@ -145,7 +145,7 @@ fn node_name(a: &Args) -> String {
         .clone()
         .filter(|n| !n.is_empty())
         .or_else(|| std::env::var("CULPRIT_NODE").ok().filter(|n| !n.is_empty()))
-        .unwrap_or_else(culprit_sampler::host_name)
+        .unwrap_or_else(culprit_sampler::default_node_name)
 }
 
 /// Validates the flags into a sampler configuration.

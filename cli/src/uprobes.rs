@@ -13,9 +13,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::{bail, Context as _};
+use culprit_format::procfs::{self, Proc};
 use culprit_sampler::uprobe::run::{process_gone, RunConfig, RunSummary, Session};
 use culprit_sampler::uprobe::system::{SystemConfig, SystemProbes, SystemSummary};
-use culprit_sampler::uprobe::{proc_start_ns, Plan, ProbeSpec};
+use culprit_sampler::uprobe::{Plan, ProbeSpec};
 
 use crate::record::{forward, held, node_or_default, which, Args};
 
@@ -137,7 +138,7 @@ fn attach(
         let ns = culprit_analysis::time::parse_duration(d)?;
         cfg.duration = Some(std::time::Duration::from_nanos(ns));
     }
-    let start = proc_start_ns(pid);
+    let start = procfs::start_ns(Proc::Pid(pid));
     let session =
         Session::attach(pid, specs).with_context(|| format!("cannot attach to process {pid}"))?;
     print_plan(

@@ -74,6 +74,7 @@ pub mod encode;
 pub mod layout;
 pub mod names;
 pub mod os_metrics;
+pub mod procfs;
 pub mod writer;
 
 pub use crc::crc32;

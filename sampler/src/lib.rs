@@ -97,7 +97,6 @@
 
 pub mod engine;
 pub mod event;
-mod fxhash;
 pub mod nodes;
 pub mod os;
 pub mod perfdata;
@@ -115,8 +114,8 @@ pub mod uprobe;
 pub use event::{Rate, Sampling};
 pub use nodes::{NodeRule, Scope};
 pub use sampler::{
-    host_name, online_cpus, perf_event_paranoid, Config, Error, Sampler, Summary, DEFAULT_INTERVAL,
-    DEFAULT_RING_PAGES,
+    default_node_name, online_cpus, perf_event_paranoid, Config, Error, Sampler, Summary,
+    DEFAULT_INTERVAL, DEFAULT_RING_PAGES,
 };
 
 /// Installs SIGINT and SIGTERM handlers (once per process) that set the returned flag; pass it

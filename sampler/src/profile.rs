@@ -22,7 +22,8 @@ use culprit_format::{
     SampleEntry, SamplesHead,
 };
 
-use crate::fxhash::FxHashMap;
+use rustc_hash::FxHashMap;
+
 use crate::nodes::NodeIdx;
 use crate::procs::{ImageKind, Loc, ProgId, Tracker};
 use crate::symbolize::{unresolved_name, ImageAddr, Symbolizer};

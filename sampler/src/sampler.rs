@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use culprit_format::info_keys;
+use culprit_format::{info_keys, procfs};
 
 use crate::engine::{ClockMap, Engine, Stream, Streams, TpSpec};
 use crate::event::{self, sampling_attr, tracepoint_attr, Rate, Sampling, SAMPLE_ID_TYPE};
@@ -119,10 +119,9 @@ impl Config {
     }
 }
 
-/// The host name (the default node name), sanitized into a valid node name.
-pub fn host_name() -> String {
-    let raw = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    culprit_format::names::sanitize_node_name(raw.trim())
+/// The default node name: the host name, sanitized into a valid node name.
+pub fn default_node_name() -> String {
+    culprit_format::names::sanitize_node_name(&procfs::host_name())
 }
 
 /// `kernel.perf_event_paranoid`, if readable.
@@ -414,17 +413,10 @@ impl Sampler {
     }
 
     fn run_info(&self, host: &str) -> RunInfo {
-        let uname = kernel_release();
         let mut pairs: Vec<(String, String)> = vec![
             (info_keys::HOST.into(), host.into()),
-            (info_keys::KERNEL.into(), uname),
-            (
-                info_keys::BOOT_ID.into(),
-                std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-                    .unwrap_or_default()
-                    .trim()
-                    .to_string(),
-            ),
+            (info_keys::KERNEL.into(), procfs::kernel_release()),
+            (info_keys::BOOT_ID.into(), procfs::boot_id()),
             (info_keys::PID.into(), std::process::id().to_string()),
             (info_keys::EVENT.into(), self.sampling.event.name.into()),
         ];
@@ -486,7 +478,7 @@ impl Sampler {
     pub fn run(self, stop: &AtomicBool) -> Result<Summary, Error> {
         let interval_ns = self.config.interval.as_nanos() as u64;
         let cpu0 = sys::self_cpu_ns();
-        let host = host_name();
+        let host = procfs::host_name();
         let start_wall = sys::realtime_ns();
         let start_mono = sys::monotonic_ns();
         let info = self.run_info(&host);
@@ -827,12 +819,6 @@ fn has_lost_record(buf: &[u8]) -> bool {
     use perf_event_open_sys::bindings as b;
     crate::record::split(buf)
         .any(|(k, _, _)| k == b::PERF_RECORD_LOST || k == b::PERF_RECORD_LOST_SAMPLES)
-}
-
-fn kernel_release() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
 }
 
 /// realtime − monotonic, read between two monotonic reads; the closest of three tries.

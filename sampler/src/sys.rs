@@ -475,17 +475,6 @@ pub fn boottime_ns() -> u64 {
     clock_ns(libc::CLOCK_BOOTTIME)
 }
 
-/// Clock ticks per second of `/proc` times (`USER_HZ`, almost always 100).
-pub fn clock_ticks_per_sec() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let n = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if n > 0 {
-        n as u64
-    } else {
-        100
-    }
-}
-
 /// Moves the *calling thread* into the network namespace `ns` (an open `/run/netns/NAME` or
 /// `/proc/PID/ns/net`). Call it only on a thread made for the purpose: everything that thread
 /// opens afterwards (sockets, `/proc/thread-self/net/*`) belongs to that namespace for good.

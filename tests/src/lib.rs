@@ -145,6 +145,47 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// True when this process may sample system-wide: the sampler's own probe opens a system-wide
+/// event, so the answer is the kernel's (root, CAP_PERFMON, or `kernel.perf_event_paranoid`).
+pub fn can_sample() -> bool {
+    culprit_sampler::probe::system_wide_sampling().is_ok()
+}
+
+/// Sets `kernel.perf_event_paranoid` to at least 1 (an unprivileged user may then not sample
+/// system-wide) until the guard is dropped, when it is lower; `None` when it cannot be read or
+/// set (not root). The tests of one binary that hold a guard run one after the other.
+pub fn refuse_unprivileged_sampling() -> Option<ParanoidGuard> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let lock = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    let old = culprit_sampler::perf_event_paranoid()?;
+    if old >= 1 {
+        return Some(ParanoidGuard {
+            restore: None,
+            _lock: lock,
+        });
+    }
+    std::fs::write("/proc/sys/kernel/perf_event_paranoid", "2").ok()?;
+    Some(ParanoidGuard {
+        restore: Some(old),
+        _lock: lock,
+    })
+}
+
+/// Restores `kernel.perf_event_paranoid` on drop (see [`refuse_unprivileged_sampling`]).
+#[derive(Debug)]
+pub struct ParanoidGuard {
+    restore: Option<i32>,
+    _lock: std::sync::MutexGuard<'static, ()>,
+}
+
+impl Drop for ParanoidGuard {
+    fn drop(&mut self) {
+        if let Some(v) = self.restore {
+            let _ = std::fs::write("/proc/sys/kernel/perf_event_paranoid", v.to_string());
+        }
+    }
+}
+
 /// Decides whether a test needing a privilege can run: returns true when `have` is true;
 /// otherwise panics in CI and prints a visible skip reason elsewhere, returning false.
 pub fn require(have: bool, what: &str) -> bool {

@@ -12,13 +12,6 @@ use culprit_format::{end_reason, interval_flags};
 use culprit_tests::*;
 use sampler_util::*;
 
-fn paranoid() -> i32 {
-    std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(2)
-}
-
 #[test]
 fn without_permission_one_error_names_the_sysctl_and_the_capability() {
     if !require(
@@ -27,10 +20,8 @@ fn without_permission_one_error_names_the_sysctl_and_the_capability() {
     ) {
         return;
     }
-    if paranoid() < 1 {
-        eprintln!("SKIPPED: kernel.perf_event_paranoid < 1 lets every user sample");
-        return;
-    }
+    // kernel.perf_event_paranoid < 1 lets every user sample: raised for the test.
+    let _paranoid = refuse_unprivileged_sampling().expect("root sets kernel.perf_event_paranoid");
     let dir = TempDir::new("smp-noperm");
     let bin = binary_for_nobody(&dir);
     let data = dir.join("data");
@@ -288,7 +279,7 @@ fn doctor_reports_every_check_with_what_to_do() {
         assert!(text
             .lines()
             .all(|l| l.starts_with("OK ") || l.starts_with("MISSING ")));
-        if paranoid() >= 1 {
+        if let Some(_paranoid) = refuse_unprivileged_sampling() {
             let dir = TempDir::new("smp-doctor");
             let o = as_nobody(&binary_for_nobody(&dir))
                 .args(["doctor", "--json"])

@@ -711,7 +711,7 @@ mod sampler_util;
 #[test]
 fn the_sampler_refuses_links_and_replaces_planted_node_info() {
     if !require(
-        sampler_util::can_sample() && is_root(),
+        can_sample() && is_root(),
         "root (to sample and to share a directory)",
     ) {
         return;
@@ -761,10 +761,7 @@ fn the_sampler_refuses_links_and_replaces_planted_node_info() {
 
 #[test]
 fn the_sampler_keeps_its_vdso_copy_out_of_tmpdir() {
-    if !require(
-        sampler_util::can_sample(),
-        "root or kernel.perf_event_paranoid=-1",
-    ) {
+    if !require(can_sample(), "root or kernel.perf_event_paranoid=-1") {
         return;
     }
     let tmp = TempDir::new("sec-vdso");

@@ -29,8 +29,8 @@ mod symbols;
 
 use files::{empty_samples, empty_trace, merge_trace_entries};
 pub use files::{
-    process_alive, EventCount, EventInterval, FileStatus, NodeData, OsInterval, OsValue,
-    SampleCount, SampleFile, SampleInterval, TraceEntry, TraceFile, TraceInterval,
+    EventCount, EventInterval, FileStatus, NodeData, OsInterval, OsValue, SampleCount, SampleFile,
+    SampleInterval, TraceEntry, TraceFile, TraceInterval,
 };
 pub use names::{EventId, FuncId, FuncKey, Interner, Names, OsMetricId, OsMetricKey, ProgramId};
 pub use source::{DirSource, NodeListing, ReadAt, Source};

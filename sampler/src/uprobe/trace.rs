@@ -12,13 +12,14 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+use culprit_format::procfs::{self, Proc};
 use culprit_format::writer::FileWriter;
 use culprit_format::{
     info_keys, interval_flags, names, object_flags, FileKind, IntervalEntry, IntervalHead,
     ObjectDesc, RecordBuf,
 };
 
-use super::Plan;
+use super::target::Plan;
 
 /// Value of [`info_keys::SOURCE`] in files written from uprobes.
 pub const SOURCE_UPROBES: &str = "uprobes";
@@ -206,39 +207,21 @@ pub fn process_info(
     plan: &Plan,
     time: bool,
 ) -> Vec<(String, String)> {
-    let read = |f: &str| {
-        std::fs::read_to_string(format!("/proc/{pid}/{f}"))
-            .map(|s| s.trim_end_matches('\n').to_string())
-            .unwrap_or_default()
-    };
-    let stat = read("stat");
-    let ppid = crate::procs::parse_stat(&stat)
-        .map(|(_, p)| p.to_string())
+    let p = Proc::Pid(pid);
+    let ppid = crate::procs::ppid(pid)
+        .map(|p| p.to_string())
         .unwrap_or_default();
-    let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
-        .map(|p| p.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let cmdline = read("cmdline")
-        .split('\0')
-        .filter(|a| !a.is_empty())
-        .collect::<Vec<_>>()
-        .join(" ");
-    let sys = |p: &str| {
-        std::fs::read_to_string(p)
-            .map(|s| s.trim().to_string())
-            .unwrap_or_default()
-    };
     let mut v: Vec<(String, String)> = vec![
         (info_keys::NODE.into(), node.into()),
-        (info_keys::HOST.into(), crate::host_name()),
+        (info_keys::HOST.into(), procfs::host_name()),
         (info_keys::PID.into(), pid.to_string()),
         (info_keys::PPID.into(), ppid),
-        (info_keys::PROGRAM.into(), read("comm")),
-        (info_keys::EXE.into(), exe),
-        (info_keys::CMDLINE.into(), cmdline),
+        (info_keys::PROGRAM.into(), procfs::program(p)),
+        (info_keys::EXE.into(), procfs::exe(p)),
+        (info_keys::CMDLINE.into(), procfs::cmdline(p)),
         (
             info_keys::PROC_START_NS.into(),
-            super::proc_start_ns(pid).unwrap_or(0).to_string(),
+            procfs::start_ns(p).unwrap_or(0).to_string(),
         ),
         (info_keys::INTERVAL_NS.into(), interval_ns.to_string()),
         (info_keys::CLOCK.into(), "realtime".into()),
@@ -246,11 +229,8 @@ pub fn process_info(
             info_keys::WRITER_VERSION.into(),
             format!("culprit uprobes {}", env!("CARGO_PKG_VERSION")),
         ),
-        (info_keys::KERNEL.into(), sys("/proc/sys/kernel/osrelease")),
-        (
-            info_keys::BOOT_ID.into(),
-            sys("/proc/sys/kernel/random/boot_id"),
-        ),
+        (info_keys::KERNEL.into(), procfs::kernel_release()),
+        (info_keys::BOOT_ID.into(), procfs::boot_id()),
         (info_keys::SOURCE.into(), SOURCE_UPROBES.into()),
         (info_keys::UPROBES.into(), plan.describe_probes()),
         (
