@@ -11,12 +11,19 @@ pub const MAGIC: [u8; 8] = *b"CULPRIT\0";
 /// Format version this crate writes. Version 2 added the header's `pending_end` (the interval
 /// in progress, for readers of a file whose writer died) and the Interval record's `dropped`
 /// field (both invisible to version-1 readers, which read version-2 files unchanged), and
-/// [`RecordKind::OsMetrics`] (version-1 readers skip it).
-pub const FORMAT_VERSION: u16 = 2;
+/// [`RecordKind::OsMetrics`] (version-1 readers skip it). Version 3: a record's CRC covers its
+/// header (kind, flags, length, reserved word) as well as its payload ([`HEADER_CRC_SINCE`]),
+/// so a flipped kind is damage, not a record silently skipped; readers of version 1 cannot
+/// check such a CRC, hence [`MIN_READER_VERSION`] 2.
+pub const FORMAT_VERSION: u16 = 3;
 /// Oldest reader version able to read what this crate writes.
-pub const MIN_READER_VERSION: u16 = 1;
-/// Reader version this crate implements: it reads files whose `min_reader_version` is at most this.
-pub const READER_VERSION: u16 = 1;
+pub const MIN_READER_VERSION: u16 = 2;
+/// Reader version this crate implements: it reads files whose `min_reader_version` is at most
+/// this. Reader version 2 checks each record by the CRC rule of the file's `version`.
+pub const READER_VERSION: u16 = 2;
+/// First format version whose record CRC covers the record header; a file of an older version
+/// has CRCs of the payload only, and a reader checks it that way.
+pub const HEADER_CRC_SINCE: u16 = 3;
 /// File offset of the first record. The header page is separate so it can be mapped alone.
 pub const DATA_OFFSET: u64 = 4096;
 /// Size of [`RecordHeader`] in bytes.
@@ -200,7 +207,8 @@ pub struct RecordHeader {
     pub flags: u16,
     /// Total length of the record including this header, a multiple of [`RECORD_ALIGN`].
     pub len: u32,
-    /// CRC-32 of the payload (bytes `16..len`).
+    /// CRC-32 of the record without this field: bytes `0..8` and `12..len` (format version 3
+    /// on; of the payload, bytes `16..len`, before).
     pub crc: u32,
     /// Reserved, zero.
     pub reserved: u32,
@@ -216,6 +224,11 @@ pub mod interval_flags {
     pub const MISSED: u32 = 1;
     /// The interval is only partly covered: the writer started or stopped inside it.
     pub const PARTIAL: u32 = 2;
+
+    /// True when `flags` say the writer could not observe the interval ([`MISSED`]).
+    pub const fn is_missed(flags: u32) -> bool {
+        flags & MISSED != 0
+    }
 }
 
 /// Flags of [`RecordKind::Object`] records.

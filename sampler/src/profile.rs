@@ -503,7 +503,7 @@ impl Output {
     /// Writes one closed interval for every node: new strings, the Samples record, the Events
     /// record, committed together.
     pub fn write(&mut self, c: &Closed, namer: &mut Namer, tracker: &Tracker) -> io::Result<()> {
-        let missed = c.flags & interval_flags::MISSED != 0;
+        let missed = interval_flags::is_missed(c.flags);
         if !missed {
             namer.prepare(
                 tracker,

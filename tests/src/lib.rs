@@ -186,6 +186,58 @@ impl Drop for ParanoidGuard {
     }
 }
 
+/// Cross-checks the tests' own decoding of a data file (the format crate's in-memory decoder
+/// over the whole file, [`culprit_format::ParsedFile`]) with the reader `culprit report` and
+/// `diagnose` use ([`culprit_format::read::StreamReader`], record by record, on the same
+/// bytes: a file still being written may have grown since): the same records at the same
+/// offsets, the same end. Panics when they disagree.
+pub fn reader_agrees(path: &Path, bytes: &[u8]) {
+    use culprit_format::read::{StreamReader, StreamState};
+    use culprit_format::ParsedFile;
+    let whole = ParsedFile::parse(bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut expect = Vec::new();
+    let mut recs = whole.records();
+    loop {
+        let at = recs.offset();
+        match recs.next() {
+            Some(Ok(r)) => expect.push((at, format!("{r:?}"))),
+            Some(Err(_)) | None => break,
+        }
+    }
+    let mut stream =
+        StreamReader::open(bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut got = Vec::new();
+    loop {
+        let at = stream.offset();
+        match stream.next_record().expect("read") {
+            Some(r) => got.push((at, format!("{r:?}"))),
+            None => break,
+        }
+    }
+    assert_eq!(
+        got,
+        expect,
+        "{}: the stream reader disagrees",
+        path.display()
+    );
+    let damaged = recs.failed() || whole.truncated;
+    assert_eq!(
+        matches!(stream.state(), StreamState::Damaged(_)),
+        damaged,
+        "{}: {:?}",
+        path.display(),
+        stream.state()
+    );
+    if !damaged {
+        assert_eq!(
+            stream.state() == &StreamState::Ended,
+            whole.ended(),
+            "{}",
+            path.display()
+        );
+    }
+}
+
 /// Decides whether a test needing a privilege can run: returns true when `have` is true;
 /// otherwise panics in CI and prints a visible skip reason elsewhere, returning false.
 pub fn require(have: bool, what: &str) -> bool {

@@ -49,6 +49,7 @@ fn os_records(data: &Path, node: &str) -> Vec<OsRec> {
     let mut out = Vec::new();
     for path in sample_files(&data.join(node)) {
         let bytes = std::fs::read(&path).unwrap();
+        reader_agrees(&path, &bytes);
         let pf = ParsedFile::parse(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let mut strings: HashMap<u32, String> = HashMap::new();
         for r in pf.records() {

@@ -41,7 +41,7 @@ pub struct OsValue {
 impl OsInterval {
     /// True when the collector could not observe this interval.
     pub fn missed(&self) -> bool {
-        self.flags & interval_flags::MISSED != 0
+        interval_flags::is_missed(self.flags)
     }
 
     /// The value of `metric`, if present.
@@ -102,7 +102,7 @@ pub struct TraceInterval {
 impl TraceInterval {
     /// True when the writer could not observe this interval (missing data, not zeros).
     pub fn missed(&self) -> bool {
-        self.flags & interval_flags::MISSED != 0
+        interval_flags::is_missed(self.flags)
     }
 }
 
@@ -200,7 +200,7 @@ pub struct SampleInterval {
 impl SampleInterval {
     /// True when the sampler could not observe this interval.
     pub fn missed(&self) -> bool {
-        self.flags & interval_flags::MISSED != 0
+        interval_flags::is_missed(self.flags)
     }
 }
 
@@ -229,7 +229,7 @@ pub struct EventCount {
 impl EventInterval {
     /// True when the sampler could not observe this interval.
     pub fn missed(&self) -> bool {
-        self.flags & interval_flags::MISSED != 0
+        interval_flags::is_missed(self.flags)
     }
 }
 

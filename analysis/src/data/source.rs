@@ -7,10 +7,10 @@
 use std::fmt;
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use culprit_format::names::{self, NodeInfo};
+pub use culprit_format::read::ReadAt;
 
 use crate::error::{Error, Result};
 
@@ -25,21 +25,6 @@ pub struct NodeListing {
     pub info: Option<NodeInfo>,
     /// Its streams, one per writer, sorted.
     pub streams: Vec<PathBuf>,
-}
-
-/// Random access to one stream's bytes.
-pub trait ReadAt {
-    /// Reads up to `buf.len()` bytes at `offset` (like `pread`: possibly fewer, 0 at the end).
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
-
-    /// Bytes in the stream now.
-    fn size(&self) -> io::Result<u64>;
-
-    /// True while the stream's writer may still be writing its header (a header of zeros is
-    /// then not damage).
-    fn settling(&self) -> bool {
-        false
-    }
 }
 
 /// Where records come from. See the module documentation.
@@ -196,11 +181,11 @@ struct DataFile(File);
 
 impl ReadAt for DataFile {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        self.0.read_at(buf, offset)
+        ReadAt::read_at(&self.0, buf, offset)
     }
 
     fn size(&self) -> io::Result<u64> {
-        Ok(self.0.metadata()?.len())
+        ReadAt::size(&self.0)
     }
 
     /// Modified in the last few seconds: a data file whose header is still zero then is being

@@ -232,6 +232,7 @@ impl SampleRun {
 /// Reads a samples file with the validating reader; panics on any format error.
 pub fn read_run(path: &Path) -> SampleRun {
     let bytes = std::fs::read(path).expect("read samples file");
+    reader_agrees(path, &bytes);
     let pf = ParsedFile::parse(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut strings: HashMap<u32, String> = HashMap::new();
     let mut run = SampleRun {
