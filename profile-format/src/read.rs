@@ -48,7 +48,7 @@ impl ReadAt for File {
 }
 
 /// Bytes in memory (a file read whole, a message's payload).
-impl ReadAt for [u8] {
+impl ReadAt for &[u8] {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         let start = usize::try_from(offset)
             .unwrap_or(usize::MAX)
@@ -60,20 +60,6 @@ impl ReadAt for [u8] {
 
     fn size(&self) -> io::Result<u64> {
         Ok(self.len() as u64)
-    }
-}
-
-impl<T: ReadAt + ?Sized> ReadAt for &T {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        (**self).read_at(buf, offset)
-    }
-
-    fn size(&self) -> io::Result<u64> {
-        (**self).size()
-    }
-
-    fn settling(&self) -> bool {
-        (**self).settling()
     }
 }
 

@@ -272,25 +272,9 @@ impl Dataset {
             t.intervals.pop();
         }
         t.checkpoint = None;
-        if matches!(t.status, FileStatus::Damaged(_) | FileStatus::Ended) {
-            return;
-        }
-        let Some(mut r) = self.reader(&t.path, t.consumed, &mut t.status) else {
+        let Some(mut r) = self.read_records(t, stats) else {
             return;
         };
-        loop {
-            let rec = match r.next_record() {
-                Ok(Some(rec)) => rec,
-                Ok(None) => break,
-                Err(e) => {
-                    self.warn(format!("{}: read error: {e}", t.path.display()));
-                    break;
-                }
-            };
-            self.trace_record(t, rec, stats);
-        }
-        t.consumed = r.offset();
-        self.settle(&t.path, r.state(), &mut t.status);
         // The writer's checkpoint of the interval in progress, right after what was read.
         if t.status == FileStatus::Open {
             if let Ok(Some(iv)) = r.checkpoint() {
@@ -431,25 +415,37 @@ impl Dataset {
     }
 
     fn read_samples(&mut self, s: &mut SampleFile, stats: &mut RefreshStats) {
-        if matches!(s.status, FileStatus::Damaged(_) | FileStatus::Ended) {
-            return;
+        self.read_records(s, stats);
+    }
+
+    /// Reads the records of `f` committed since the last read; returns the reader (at the
+    /// committed end) unless the file is done with or cannot be read now.
+    fn read_records<F: Stream>(
+        &mut self,
+        f: &mut F,
+        stats: &mut RefreshStats,
+    ) -> Option<StreamReader<Box<dyn ReadAt>>> {
+        let (path, consumed, status) = f.parts();
+        if matches!(status, FileStatus::Damaged(_) | FileStatus::Ended) {
+            return None;
         }
-        let Some(mut r) = self.reader(&s.path, s.consumed, &mut s.status) else {
-            return;
-        };
+        let path = path.to_path_buf();
+        let mut r = self.reader(&path, *consumed, status)?;
         loop {
             let rec = match r.next_record() {
                 Ok(Some(rec)) => rec,
                 Ok(None) => break,
                 Err(e) => {
-                    self.warn(format!("{}: read error: {e}", s.path.display()));
+                    self.warn(format!("{}: read error: {e}", path.display()));
                     break;
                 }
             };
-            self.samples_record(s, rec, stats);
+            F::record(self, f, rec, stats);
         }
-        s.consumed = r.offset();
-        self.settle(&s.path, r.state(), &mut s.status);
+        let (_, consumed, status) = f.parts();
+        *consumed = r.offset();
+        self.settle(&path, r.state(), status);
+        Some(r)
     }
 
     /// One record of a sampler file.
@@ -554,6 +550,32 @@ impl Dataset {
             .get(&id)
             .cloned()
             .unwrap_or_else(|| Arc::from(format!("?{id}").as_str()))
+    }
+}
+
+/// What the loader keeps of a writer's stream, as [`Dataset::read_records`] sees it.
+trait Stream {
+    /// The file, where reading stands, and the file's status.
+    fn parts(&mut self) -> (&Path, &mut u64, &mut FileStatus);
+    /// Takes in one record.
+    fn record(ds: &mut Dataset, f: &mut Self, rec: Record<'_>, stats: &mut RefreshStats);
+}
+
+impl Stream for TraceFile {
+    fn parts(&mut self) -> (&Path, &mut u64, &mut FileStatus) {
+        (&self.path, &mut self.consumed, &mut self.status)
+    }
+    fn record(ds: &mut Dataset, f: &mut Self, rec: Record<'_>, stats: &mut RefreshStats) {
+        ds.trace_record(f, rec, stats);
+    }
+}
+
+impl Stream for SampleFile {
+    fn parts(&mut self) -> (&Path, &mut u64, &mut FileStatus) {
+        (&self.path, &mut self.consumed, &mut self.status)
+    }
+    fn record(ds: &mut Dataset, f: &mut Self, rec: Record<'_>, stats: &mut RefreshStats) {
+        ds.samples_record(f, rec, stats);
     }
 }
 
