@@ -164,6 +164,9 @@ pub fn config(a: &Args) -> anyhow::Result<Config> {
     c.duration = a.duration;
     c.scope = match (a.pid, &a.cgroup) {
         (Some(p), _) => Scope::Pid(p),
+        (None, Some(g)) if !culprit_sampler::nodes::cgroup_exists(g) => {
+            bail!("--cgroup {g}: no such cgroup (under /sys/fs/cgroup)")
+        }
         (None, Some(g)) => Scope::Cgroup(g.clone()),
         (None, None) => Scope::System,
     };

@@ -238,6 +238,92 @@ pub fn reader_agrees(path: &Path, bytes: &[u8]) {
     }
 }
 
+/// Writes a synthetic sampler run of a peer group under `root` (the golden test's data): four
+/// nodes `io0`..`io3`, 10 s cpu-clock samples at period 1,000,000 ns for 6 minutes from
+/// 2024-01-01T00:00:00Z, deterministic ±5 % wobble. With `fault`, `io2` does 4× its
+/// `compress_block` from minute 2; with `stop`, `io3` is killed after 5 minutes (no end marker).
+pub fn write_peer_samples(root: &Path, fault: bool, stop: bool) {
+    use culprit_format::names::samples_file_name;
+    use culprit_format::writer::FileWriter;
+    use culprit_format::{end_reason, FileKind, RecordBuf, SampleEntry, SamplesHead};
+    const NS: u64 = 1_000_000_000;
+    const T0: u64 = 1_704_067_200;
+    let funcs = [
+        ("server", "server", "handle_io", 300u64),
+        ("server", "server", "compress_block", 120),
+        ("server", "[kernel.kallsyms]", "blk_mq_submit_bio", 80),
+        ("server", "libc.so.6", "memcpy", 60),
+    ];
+    for n in 0..4u64 {
+        let dir = root.join(format!("io{n}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut w = FileWriter::create_unique(
+            &dir,
+            |seq| samples_file_name(T0 * NS, seq),
+            FileKind::Samples,
+            T0 * NS,
+            100 + n as u32,
+        )
+        .unwrap();
+        let mut buf = RecordBuf::new();
+        buf.info([("event", "cpu-clock"), ("period", "1000000")]);
+        let strings = [
+            (1, "cpu-clock"),
+            (2, "server"),
+            (3, "[kernel.kallsyms]"),
+            (4, "libc.so.6"),
+            (5, "handle_io"),
+            (6, "compress_block"),
+            (7, "blk_mq_submit_bio"),
+            (8, "memcpy"),
+        ];
+        buf.strings(strings);
+        let sid = |s: &str| strings.iter().find(|x| x.1 == s).unwrap().0;
+        w.append(&buf).unwrap();
+        let stopped = stop && n == 3;
+        let intervals = if stopped { 30 } else { 36 };
+        for i in 0..intervals {
+            buf.clear();
+            let entries: Vec<SampleEntry> = funcs
+                .iter()
+                .enumerate()
+                .map(|(fi, (prog, image, func, base))| {
+                    // Deterministic ±5 % wobble.
+                    let wobble = ((n * 7 + i * 13 + fi as u64 * 5) % 11) as f64 / 100.0 - 0.05;
+                    let mut v = *base as f64 * (1.0 + wobble);
+                    if fault && n == 2 && *func == "compress_block" && i >= 12 {
+                        v *= 4.0;
+                    }
+                    SampleEntry {
+                        program: sid(prog),
+                        image: sid(image),
+                        function: sid(func),
+                        count: v.round() as u64,
+                    }
+                })
+                .collect();
+            let total = entries.iter().map(|e| e.count).sum();
+            buf.samples(
+                &SamplesHead {
+                    start_ns: (T0 + 10 * i) * NS,
+                    dur_ns: 10 * NS,
+                    flags: 0,
+                    event_sid: 1,
+                    period: 1_000_000,
+                    total,
+                    lost: 0,
+                },
+                entries,
+            );
+            w.append(&buf).unwrap();
+        }
+        if !stopped {
+            w.finish((T0 + 10 * intervals) * NS, end_reason::SIGNAL)
+                .unwrap();
+        }
+    }
+}
+
 /// Decides whether a test needing a privilege can run: returns true when `have` is true;
 /// otherwise panics in CI and prints a visible skip reason elsewhere, returning false.
 pub fn require(have: bool, what: &str) -> bool {

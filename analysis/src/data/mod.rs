@@ -36,6 +36,17 @@ use symbols::{Object, Symbols};
 
 use crate::error::{Error, Result};
 
+/// A data file that could not be read at all.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unreadable {
+    /// The node whose directory holds it.
+    pub node: String,
+    /// The file.
+    pub path: PathBuf,
+    /// Why.
+    pub reason: String,
+}
+
 /// What to load.
 #[derive(Clone, Debug, Default)]
 pub struct LoadOptions {
@@ -55,6 +66,9 @@ pub struct Dataset {
     pub names: Names,
     /// Problems found while loading (one line each).
     pub warnings: Vec<String>,
+    /// Data files that could not be read at all (a damaged header), per node: they cost their
+    /// own node its data, nothing else.
+    pub unreadable: Vec<Unreadable>,
     source: Box<dyn Source>,
     opts: LoadOptions,
     symbols: Symbols,
@@ -100,21 +114,54 @@ impl Dataset {
             nodes: Vec::new(),
             names: Names::default(),
             warnings: Vec::new(),
+            unreadable: Vec::new(),
             symbols: Symbols::new(opts.symfs.clone()),
             source,
             opts,
         }
     }
 
-    /// An error unless some node has data.
-    pub fn require_nodes(&self) -> Result<()> {
-        if self.nodes.is_empty() {
+    /// An error unless some node has data; when nodes were asked for by name, it names those
+    /// there are.
+    pub fn require_nodes(&mut self) -> Result<()> {
+        if !self.nodes.is_empty() {
+            return Ok(());
+        }
+        let asked = &self.opts.nodes;
+        if asked
+            .iter()
+            .any(|n| n == culprit_format::names::UNASSIGNED_DIR)
+            && !self.opts.include_unassigned
+        {
             return Err(Error::Data(format!(
-                "no node data found in {} (expected DATA/<node>/*.cul)",
-                self.source.describe()
+                "{} is not a node: it holds the samples that belong to no node; show them with \
+                 --all",
+                culprit_format::names::UNASSIGNED_DIR
             )));
         }
-        Ok(())
+        let mut there: Vec<String> = if asked.is_empty() {
+            Vec::new()
+        } else {
+            self.source
+                .scan(&|_| true, &mut |_| {})?
+                .into_iter()
+                .filter(|l| !l.streams.is_empty())
+                .map(|l| l.name)
+                .collect()
+        };
+        there.sort();
+        if !there.is_empty() {
+            return Err(Error::Data(format!(
+                "no node {} in {} (its nodes: {})",
+                asked.join(", "),
+                self.source.describe(),
+                there.join(", ")
+            )));
+        }
+        Err(Error::Data(format!(
+            "no node data found in {} (expected DATA/<node>/*.cul)",
+            self.source.describe()
+        )))
     }
 
     /// Reads what was committed since the last call: new nodes, new files, new records.
@@ -194,16 +241,28 @@ impl Dataset {
                 (None, None) => match self.open_file(&path) {
                     Ok(None) => {}
                     Ok(Some(Opened::Trace(mut t))) => {
+                        self.unreadable.retain(|u| u.path != path);
                         stats.new_files += 1;
                         self.read_trace(&mut t, stats);
                         self.nodes[idx].traces.push(t);
                     }
                     Ok(Some(Opened::Samples(mut s))) => {
+                        self.unreadable.retain(|u| u.path != path);
                         stats.new_files += 1;
                         self.read_samples(&mut s, stats);
                         self.nodes[idx].samples.push(s);
                     }
-                    Err(e) => self.warn(format!("skipping {}: {e}", path.display())),
+                    Err(e) => {
+                        self.warn(format!("skipping {}: {e}", path.display()));
+                        let node = self.nodes[idx].name.clone();
+                        if !self.unreadable.iter().any(|u| u.path == *path) {
+                            self.unreadable.push(Unreadable {
+                                node,
+                                path: path.clone(),
+                                reason: e,
+                            });
+                        }
+                    }
                 },
             }
         }

@@ -62,8 +62,9 @@ impl DirSource {
         }
     }
 
-    /// Node directories under the given paths: `(name, directory)`.
-    fn node_dirs(&self) -> Result<Vec<NodeDir>> {
+    /// Node directories under the given paths: `(name, directory)`; `skipped` hears about
+    /// directories of data whose names cannot be nodes.
+    fn node_dirs(&self, skipped: &mut Vec<String>) -> Result<Vec<NodeDir>> {
         if self.paths.is_empty() {
             return Err(Error::Data("no data directory given".into()));
         }
@@ -105,10 +106,19 @@ impl DirSource {
                 if !dir.is_dir() {
                     continue;
                 }
-                let ok = names::is_node_name(&name)
-                    || (self.include_unassigned && name == names::UNASSIGNED_DIR);
-                if ok {
+                if names::is_node_name(&name)
+                    || (self.include_unassigned && name == names::UNASSIGNED_DIR)
+                {
                     out.push(NodeDir { name, dir });
+                } else if !name.starts_with(['.', '_']) && dir_has_data(&dir) {
+                    // Not `_unassigned` and other non-nodes, nor hidden directories: a
+                    // directory of data under a name that cannot be a node.
+                    skipped.push(format!(
+                        "skipping {}: {name:?} is not a valid node name (1..{} characters of \
+                         [A-Za-z0-9._-], not starting with '.' or '_')",
+                        dir.display(),
+                        names::MAX_NODE_NAME
+                    ));
                 }
             }
         }
@@ -134,7 +144,10 @@ impl Source for DirSource {
         warn: &mut dyn FnMut(String),
     ) -> Result<Vec<NodeListing>> {
         let mut out = Vec::new();
-        for NodeDir { name, dir } in self.node_dirs()? {
+        let mut skipped = Vec::new();
+        let dirs = self.node_dirs(&mut skipped)?;
+        skipped.into_iter().for_each(&mut *warn);
+        for NodeDir { name, dir } in dirs {
             if !wanted(&name) {
                 continue;
             }

@@ -120,9 +120,15 @@ pub fn print_human(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
     for v in r
         .verdicts
         .iter()
-        .filter(|v| v.combined.verdict == Verdict::Suspect)
+        .filter(|v| matches!(v.combined.verdict, Verdict::Suspect | Verdict::Damaged))
     {
-        writeln!(out, "suspect: {} — {}", v.node, v.combined.reason)?;
+        writeln!(
+            out,
+            "{}: {} — {}",
+            v.combined.verdict.word(),
+            v.node,
+            v.combined.reason
+        )?;
     }
     writeln!(out)?;
     // Verdict table.
