@@ -44,6 +44,7 @@ pub mod missing;
 pub mod model;
 pub mod plan;
 pub mod policy;
+pub mod report;
 pub mod score;
 pub mod session;
 pub mod setup;
