@@ -75,6 +75,36 @@ pub struct Intervals {
     late: u64,
 }
 
+/// Which intervals the sampler could not observe: a round of the ring reader that came more
+/// than an interval after the previous one (the process was stopped or starved) *and* a ring
+/// that overflowed (a LOST record) mean the wall-clock span between the two rounds was not
+/// observed. The kernel writes its LOST record only once there is room again, so the evidence
+/// may come one round after the stall.
+#[derive(Clone, Debug, Default)]
+pub struct Gaps {
+    pending: Option<(u64, u64)>,
+}
+
+impl Gaps {
+    /// One round: `stalled` is the wall-clock span since the previous round when it was longer
+    /// than an interval, `lost` whether this round brought a LOST record. Returns the spans
+    /// now known missed.
+    pub fn round(&mut self, stalled: Option<(u64, u64)>, lost: bool) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        if let Some(span) = self.pending.take() {
+            if lost {
+                out.push(span);
+            }
+        }
+        match stalled {
+            Some(span) if lost => out.push(span),
+            Some(span) => self.pending = Some(span),
+            None => {}
+        }
+        out
+    }
+}
+
 impl Intervals {
     /// Intervals of `dur_ns` starting with the one containing `start_wall_ns`.
     pub fn new(dur_ns: u64, start_wall_ns: u64, n_nodes: usize, n_events: usize) -> Intervals {
@@ -740,6 +770,24 @@ mod tests {
         assert_eq!(rest[0].start_ns, 12 * s);
         assert_eq!(rest[0].acc.nodes[0].total, 2);
         assert_eq!(rest[1].flags, interval_flags::PARTIAL);
+    }
+
+    #[test]
+    fn a_stall_is_missed_only_with_lost_records_in_that_round_or_the_next() {
+        let mut g = Gaps::default();
+        assert_eq!(g.round(None, false), vec![]);
+        assert_eq!(g.round(None, true), vec![], "lost records without a stall");
+        assert_eq!(g.round(Some((10, 20)), true), vec![(10, 20)]);
+        // The LOST record comes a round late.
+        assert_eq!(g.round(Some((30, 40)), false), vec![]);
+        assert_eq!(g.round(None, true), vec![(30, 40)]);
+        // A stall without any loss is not missing data.
+        assert_eq!(g.round(Some((50, 60)), false), vec![]);
+        assert_eq!(g.round(None, false), vec![]);
+        assert_eq!(g.round(None, true), vec![]);
+        // Two stalls in a row, the loss seen at the second.
+        assert_eq!(g.round(Some((70, 80)), false), vec![]);
+        assert_eq!(g.round(Some((80, 95)), true), vec![(70, 80), (80, 95)]);
     }
 
     #[test]

@@ -16,7 +16,7 @@ use crate::event::{self, sampling_attr, tracepoint_attr, Rate, Sampling, SAMPLE_
 use crate::nodes::{NodeRule, Nodes, ProcFacts, Scope};
 use crate::os::{self, Collector, NodePids, OsConfig, OsInterval, OsStats};
 use crate::procs::{self, Tracker, TrackerStats};
-use crate::profile::{Intervals, Namer, NodeSummary, Output, RunInfo};
+use crate::profile::{Gaps, Intervals, Namer, NodeSummary, Output, RunInfo};
 use crate::record::Layout;
 use crate::sys::{self, PerfFd, Ring};
 use crate::tracefs::{self, Decoder, Tracepoint};
@@ -569,7 +569,7 @@ impl Sampler {
             };
             engine.set_snapshot(snap_time, procs::scan_proc(facts));
             let mut prev_round = snap_time;
-            let mut gap: Option<(u64, u64)> = None;
+            let mut gaps = Gaps::default();
             let end = loop {
                 let Ok(msg) = rx.recv() else {
                     break (stop.load(Ordering::SeqCst), sys::monotonic_ns());
@@ -611,18 +611,10 @@ impl Sampler {
                 // starved) and a ring overflowed: the intervals inside the gap were not
                 // observed. The kernel writes its LOST record only once there is room again,
                 // so the evidence may come a round later.
-                if let Some((a, b)) = gap.take() {
-                    if lost {
-                        engine.intervals.mark_missed(a, b);
-                    }
-                }
-                if round.saturating_sub(prev_round) > interval_ns {
-                    let span = (engine.clock.wall(prev_round), engine.clock.wall(round));
-                    if lost {
-                        engine.intervals.mark_missed(span.0, span.1);
-                    } else {
-                        gap = Some(span);
-                    }
+                let stalled = (round.saturating_sub(prev_round) > interval_ns)
+                    .then(|| (engine.clock.wall(prev_round), engine.clock.wall(round)));
+                for (a, b) in gaps.round(stalled, lost) {
+                    engine.intervals.mark_missed(a, b);
                 }
                 engine.process_until(prev_round);
                 let closed = engine.intervals.close_until(engine.clock.wall(prev_round));

@@ -243,6 +243,11 @@ pub fn reader_agrees(path: &Path, bytes: &[u8]) {
 /// 2024-01-01T00:00:00Z, deterministic ±5 % wobble. With `fault`, `io2` does 4× its
 /// `compress_block` from minute 2; with `stop`, `io3` is killed after 5 minutes (no end marker).
 pub fn write_peer_samples(root: &Path, fault: bool, stop: bool) {
+    write_peer_samples_with(root, fault, stop, 0.05)
+}
+
+/// [`write_peer_samples`] with a wobble of ±`wobble` (a fraction) instead of ±5 %.
+pub fn write_peer_samples_with(root: &Path, fault: bool, stop: bool, wobble: f64) {
     use culprit_format::names::samples_file_name;
     use culprit_format::writer::FileWriter;
     use culprit_format::{end_reason, FileKind, RecordBuf, SampleEntry, SamplesHead};
@@ -289,8 +294,8 @@ pub fn write_peer_samples(root: &Path, fault: bool, stop: bool) {
                 .enumerate()
                 .map(|(fi, (prog, image, func, base))| {
                     // Deterministic ±5 % wobble.
-                    let wobble = ((n * 7 + i * 13 + fi as u64 * 5) % 11) as f64 / 100.0 - 0.05;
-                    let mut v = *base as f64 * (1.0 + wobble);
+                    let w = ((n * 7 + i * 13 + fi as u64 * 5) % 11) as f64 / 100.0 - 0.05;
+                    let mut v = *base as f64 * (1.0 + w * (wobble / 0.05));
                     if fault && n == 2 && *func == "compress_block" && i >= 12 {
                         v *= 4.0;
                     }

@@ -6,6 +6,7 @@ use std::process::{Command, Stdio};
 use culprit_tests::*;
 
 #[test]
+#[ignore = "needs privileges (root or perf access): scripts/test runs it with --include-ignored"]
 fn record_sample_traces_and_samples_the_program_only() {
     if !require(
         can_sample(),

@@ -13,6 +13,7 @@ use culprit_tests::*;
 use sampler_util::*;
 
 #[test]
+#[ignore = "needs privileges (root or perf access): scripts/test runs it with --include-ignored"]
 fn without_permission_one_error_names_the_sysctl_and_the_capability() {
     if !require(
         is_root(),
@@ -102,6 +103,7 @@ fn bad_flags_are_one_clear_error() {
 }
 
 #[test]
+#[ignore = "needs privileges (root or perf access): scripts/test runs it with --include-ignored"]
 fn pid_scope_keeps_one_process_tree_and_duration_ends_the_run() {
     if !require(can_sample(), "root or kernel.perf_event_paranoid=-1") {
         return;
@@ -177,6 +179,7 @@ fn pid_scope_keeps_one_process_tree_and_duration_ends_the_run() {
 }
 
 #[test]
+#[ignore = "needs privileges (root or perf access): scripts/test runs it with --include-ignored"]
 fn intervals_the_sampler_could_not_observe_are_flagged_missed() {
     if !require(can_sample(), "root or kernel.perf_event_paranoid=-1") {
         return;
@@ -307,6 +310,7 @@ fn base_symbol(s: &str) -> String {
 }
 
 #[test]
+#[ignore = "needs privileges (root or perf access): scripts/test runs it with --include-ignored"]
 fn replaying_a_perf_recording_gives_the_counts_perf_report_gives() {
     if !require(is_root(), "root (perf record with kernel samples)") {
         return;
