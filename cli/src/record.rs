@@ -17,8 +17,6 @@ use std::ffi::{OsStr, OsString};
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 use anyhow::{bail, Context as _};
 use culprit_format::names;
@@ -351,25 +349,11 @@ fn run_sampled(cfg: &Config) -> anyhow::Result<i32> {
     for w in sampler.warnings() {
         eprintln!("culprit: warning: {w}");
     }
-    let mut child = held
-        .release()
+    let running = held
+        .run()
         .with_context(|| format!("cannot run {}", path.display()))?;
-    let forward = Forward::to(child.id()).context("cannot forward signals")?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let waiter = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let st = child.wait().map(exit_code);
-            stop.store(true, Ordering::SeqCst);
-            st
-        })
-    };
-    let summary = sampler.run(&stop);
-    let status = waiter
-        .join()
-        .map_err(|_| anyhow::anyhow!("the waiter thread panicked"))?
-        .context("waiting for the program")?;
-    drop(forward);
+    let summary = sampler.run(running.exited());
+    let status = running.wait().context("waiting for the program")?;
     match summary {
         Ok(s) => eprintln!(
             "culprit: {} samples ({} lost) in {} interval(s) written under {}",

@@ -11,7 +11,6 @@ use std::ffi::OsString;
 use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 use anyhow::{bail, Context as _};
 use culprit_format::procfs::{self, Proc};
@@ -19,7 +18,7 @@ use culprit_sampler::uprobe::run::{process_gone, RunConfig, RunSummary, Session}
 use culprit_sampler::uprobe::system::{SystemConfig, SystemProbes, SystemSummary};
 use culprit_sampler::uprobe::{Plan, ProbeSpec};
 
-use culprit_sampler::launch::{exit_code, Forward, Held};
+use culprit_sampler::launch::Held;
 
 use crate::record::{node_or_default, which, Args};
 
@@ -174,33 +173,19 @@ fn spawn(command: &[OsString], specs: &[ProbeSpec], cfg: RunConfig) -> anyhow::R
         Session::for_held_child(held.pid(), &path, specs).context("cannot place the uprobes")?;
     print_plan(session.plan(), session.events(), "counting with uprobes");
     print_cost(session.cost(), session.cost_note());
-    let mut child = held
-        .release()
+    let running = held
+        .run()
         .with_context(|| format!("cannot run {}", path.display()))?;
-    let forward = Forward::to(child.id()).context("cannot forward signals")?;
-    let exited = Arc::new(AtomicBool::new(false));
-    let waiter = {
-        let exited = exited.clone();
-        std::thread::spawn(move || {
-            let st = child.wait().map(exit_code);
-            exited.store(true, Ordering::SeqCst);
-            st
-        })
-    };
     // Ctrl-C and SIGTERM go to the program (forwarded); counting ends when it exits.
     let never = AtomicBool::new(false);
     let plan = session.plan().clone();
     let result = session.run(
         &cfg,
         &never,
-        &|| exited.load(Ordering::SeqCst),
+        &|| running.exited().load(Ordering::SeqCst),
         &mut warn_line,
     );
-    let status = waiter
-        .join()
-        .map_err(|_| anyhow::anyhow!("the waiter thread panicked"))?
-        .context("waiting for the program")?;
-    drop(forward);
+    let status = running.wait().context("waiting for the program")?;
     match result {
         Ok(s) => summarize(&s, &plan),
         Err(e) => eprintln!("culprit: warning: counting stopped early: {e}"),

@@ -8,6 +8,8 @@ use std::fs::File;
 use std::io::{self, Read as _, Write as _};
 use std::os::fd::AsRawFd as _;
 use std::process::{Child, Command, ExitStatus};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use signal_hook::consts::{SIGINT, SIGTERM};
@@ -71,6 +73,27 @@ impl Held {
         self.pid
     }
 
+    /// Lets the child `exec`, forwards its signals and waits for it on a thread of its own:
+    /// what an observer watches while the program runs ([`Running::exited`]).
+    pub fn run(self) -> io::Result<Running> {
+        let mut child = self.release()?;
+        let forward = Forward::to(child.id())?;
+        let exited = Arc::new(AtomicBool::new(false));
+        let waiter = {
+            let exited = exited.clone();
+            std::thread::spawn(move || {
+                let status = child.wait().map(exit_code);
+                exited.store(true, Ordering::SeqCst);
+                status
+            })
+        };
+        Ok(Running {
+            exited,
+            waiter,
+            _forward: forward,
+        })
+    }
+
     /// Lets the child `exec`. Returns it running, or the `exec` error (the child is then
     /// reaped).
     pub fn release(mut self) -> io::Result<Child> {
@@ -97,6 +120,28 @@ impl Drop for Held {
         if self.spawner.is_some() {
             let _ = self.join();
         }
+    }
+}
+
+/// A released program, its signals forwarded, waited for on a thread of its own.
+#[derive(Debug)]
+pub struct Running {
+    exited: Arc<AtomicBool>,
+    waiter: JoinHandle<io::Result<i32>>,
+    _forward: Forward,
+}
+
+impl Running {
+    /// Set once the program has exited (and was reaped).
+    pub fn exited(&self) -> &AtomicBool {
+        &self.exited
+    }
+
+    /// Waits for the program; its exit code the shell's way ([`exit_code`]).
+    pub fn wait(self) -> io::Result<i32> {
+        self.waiter
+            .join()
+            .map_err(|_| io::Error::other("the waiting thread panicked"))?
     }
 }
 

@@ -329,6 +329,32 @@ pub fn write_peer_samples_with(root: &Path, fault: bool, stop: bool, wobble: f64
     }
 }
 
+/// The one data file of `node` under the data root `root`.
+pub fn node_file(root: &Path, node: &str) -> PathBuf {
+    std::fs::read_dir(root.join(node))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "cul"))
+        .expect("a data file")
+}
+
+/// File offsets of the valid records of a data file's bytes (empty when its header is bad).
+pub fn record_offsets(bytes: &[u8]) -> Vec<usize> {
+    let Ok(f) = culprit_format::ParsedFile::parse(bytes) else {
+        return Vec::new();
+    };
+    let mut recs = f.records();
+    let mut out = Vec::new();
+    loop {
+        let at = recs.offset() as usize;
+        match recs.next() {
+            Some(Ok(_)) => out.push(at),
+            _ => return out,
+        }
+    }
+}
+
 /// Decides whether a test needing a privilege can run: returns true when `have` is true;
 /// otherwise panics in CI and prints a visible skip reason elsewhere, returning false.
 pub fn require(have: bool, what: &str) -> bool {

@@ -3,39 +3,13 @@
 //! one error line (exit 2) or a warning. The data is the golden test's synthetic peer group
 //! (written with the format crate), damaged the way disks and people damage files.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
-use culprit_format::ParsedFile;
 use culprit_tests::*;
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
-}
-
-/// The single sampler file of `node`.
-fn samples_file(root: &Path, node: &str) -> PathBuf {
-    std::fs::read_dir(root.join(node))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|e| e == "cul"))
-        .expect("a samples file")
-}
-
-/// File offsets of the records of `path`.
-fn record_offsets(path: &Path) -> Vec<usize> {
-    let bytes = std::fs::read(path).unwrap();
-    let f = ParsedFile::parse(&bytes).unwrap();
-    let mut recs = f.records();
-    let mut out = Vec::new();
-    loop {
-        let at = recs.offset() as usize;
-        match recs.next() {
-            Some(Ok(_)) => out.push(at),
-            _ => return out,
-        }
-    }
 }
 
 fn flip(path: &Path, at: usize, mask: u8) {
@@ -79,14 +53,14 @@ fn warnings(o: &Output) -> Vec<String> {
 fn one_flipped_byte_is_damage_not_a_stopped_node() {
     let dir = TempDir::new("dmg-flip");
     write_peer_samples(dir.path(), false, false);
-    let f1 = samples_file(dir.path(), "io1");
-    let recs = record_offsets(&f1);
+    let f1 = node_file(dir.path(), "io1");
+    let recs = record_offsets(&std::fs::read(&f1).unwrap());
     // A byte in the payload of the 12th interval of io1 (2 minutes in), and the kind of the
     // 20th interval of io3: what follows each is lost.
     let at1 = recs[12];
     flip(&f1, at1 + 40, 0x10);
-    let f3 = samples_file(dir.path(), "io3");
-    let at3 = record_offsets(&f3)[20];
+    let f3 = node_file(dir.path(), "io3");
+    let at3 = record_offsets(&std::fs::read(&f3).unwrap())[20];
     flip(&f3, at3, 0x02);
     let o = diagnose(dir.path(), &[]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
@@ -171,8 +145,8 @@ fn one_flipped_byte_is_damage_not_a_stopped_node() {
 fn a_culprit_is_still_found_beside_a_damaged_node() {
     let dir = TempDir::new("dmg-culprit");
     write_peer_samples(dir.path(), true, false);
-    let f0 = samples_file(dir.path(), "io0");
-    let at = record_offsets(&f0)[25];
+    let f0 = node_file(dir.path(), "io0");
+    let at = record_offsets(&std::fs::read(&f0).unwrap())[25];
     flip(&f0, at + 100, 0x01);
     let o = diagnose(dir.path(), &[]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o.stdout));
@@ -190,7 +164,7 @@ fn a_culprit_is_still_found_beside_a_damaged_node() {
 fn an_unreadable_file_costs_its_own_node_only() {
     let dir = TempDir::new("dmg-header");
     write_peer_samples(dir.path(), true, false);
-    let f1 = samples_file(dir.path(), "io1");
+    let f1 = node_file(dir.path(), "io1");
     flip(&f1, 0, 0xff); // the magic
     let o = diagnose(dir.path(), &[]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));

@@ -139,21 +139,6 @@ fn apply(bytes: &mut Vec<u8>, m: &Mutation) {
     }
 }
 
-fn record_offsets(bytes: &[u8]) -> Vec<usize> {
-    let Ok(f) = ParsedFile::parse(bytes) else {
-        return Vec::new();
-    };
-    let mut recs = f.records();
-    let mut out = Vec::new();
-    loop {
-        let at = recs.offset() as usize;
-        match recs.next() {
-            Some(Ok(_)) => out.push(at),
-            _ => return out,
-        }
-    }
-}
-
 /// Reads `bytes` with both readers; they must agree on every record before the damage.
 fn both_readers(bytes: &[u8]) {
     let mut whole = Vec::new();

@@ -2,7 +2,7 @@
 //! go bad are each read by `culprit report` and `culprit diagnose` in under 200 MB of memory
 //! (the child's `ru_maxrss`, from `wait4`), and cost their own node only.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use culprit_format::{ParsedFile, HEADER_COMMITTED_END_OFFSET, MAX_RECORD_LEN};
@@ -29,15 +29,6 @@ fn run_measured(cmd: &mut Command) -> (i32, i64) {
     (libc::WEXITSTATUS(status), ru.ru_maxrss)
 }
 
-fn samples_file(root: &Path, node: &str) -> PathBuf {
-    std::fs::read_dir(root.join(node))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|e| e == "cul"))
-        .expect("a samples file")
-}
-
 fn set_committed(path: &Path, end: u64) {
     use std::os::unix::fs::FileExt as _;
     let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
@@ -50,11 +41,11 @@ fn huge_claims_and_huge_files_are_read_in_bounded_memory() {
     let dir = TempDir::new("mem");
     write_peer_samples(dir.path(), true, false);
     // io1: a header claiming 40 GiB of committed records.
-    let f1 = samples_file(dir.path(), "io1");
+    let f1 = node_file(dir.path(), "io1");
     set_committed(&f1, 40 << 30);
     // io3: its records, then one whose header says 256 MiB long followed by garbage, the file
     // sparse up to 2 GiB and all of it committed.
-    let f3 = samples_file(dir.path(), "io3");
+    let f3 = node_file(dir.path(), "io3");
     let bytes = std::fs::read(&f3).unwrap();
     let end = ParsedFile::parse(&bytes).unwrap().header.committed_end;
     let mut rec = vec![0u8; 16];
