@@ -146,6 +146,10 @@ impl std::error::Error for OpenError {}
 /// pieces of this size first, so a corrupt length costs no memory.
 const CHUNK: usize = 1 << 20;
 
+/// Committed bytes read at once: the small records of a stream come a window at a time, not a
+/// system call or three each (measured: 8 files of 100,000 records, 2.4 million calls before).
+const WINDOW: usize = 256 << 10;
+
 /// A reader of one stream's committed records. See the module documentation.
 #[derive(Debug)]
 pub struct StreamReader<R> {
@@ -154,7 +158,12 @@ pub struct StreamReader<R> {
     kind: FileKind,
     pos: u64,
     state: StreamState,
+    /// Committed bytes of the stream from `buf_at`: the current record, and those after it
+    /// that one read brought along.
     buf: Vec<u8>,
+    buf_at: u64,
+    /// The checkpoint's bytes (not committed: rewritten by the writer, never in `buf`).
+    pending: Vec<u8>,
 }
 
 impl<R: ReadAt> StreamReader<R> {
@@ -191,6 +200,8 @@ impl<R: ReadAt> StreamReader<R> {
             pos: 0,
             state: StreamState::Open,
             buf: Vec::new(),
+            buf_at: 0,
+            pending: Vec::new(),
         };
         r.settle_ended();
         Ok(r)
@@ -262,69 +273,85 @@ impl<R: ReadAt> StreamReader<R> {
             self.settle_ended();
             return Ok(None);
         }
+        let at = self.pos;
         match self.read_record()? {
-            Ok(len) => {
-                let kind = RecordHead::parse(&self.buf).expect("checked").kind;
-                let at = self.pos;
-                let payload = RECORD_HEADER_SIZE..len as usize;
+            Ok(range) => {
+                let kind = RecordHead::parse(&self.buf[range.clone()])
+                    .expect("checked")
+                    .kind;
+                let payload = range.start + RECORD_HEADER_SIZE..range.end;
                 // Decoded twice (checked, then returned): the first borrow must end before
                 // the reader is marked damaged.
                 if let Err(reason) = decode_record(kind, &self.buf[payload.clone()]) {
                     self.damage(at, corrupt(at, reason));
                     return Ok(None);
                 }
-                self.pos += u64::from(len);
+                self.pos += range.len() as u64;
                 self.settle_ended();
                 Ok(Some(
                     decode_record(kind, &self.buf[payload]).expect("decoded above"),
                 ))
             }
             Err(reason) => {
-                let at = self.pos;
                 self.damage(at, reason);
                 Ok(None)
             }
         }
     }
 
-    /// Reads and checks the record at `pos` into `buf`: its length, or why it is damaged.
-    fn read_record(&mut self) -> io::Result<Result<u32, String>> {
+    /// Makes `buf` hold the committed bytes `at..at + need` (and up to [`WINDOW`] bytes more,
+    /// to serve the next records without a system call). False when the stream ends first.
+    fn fill(&mut self, at: u64, need: usize) -> io::Result<bool> {
+        let have = self.buf_at..self.buf_at + self.buf.len() as u64;
+        if have.contains(&at) && at + need as u64 <= have.end {
+            return Ok(true);
+        }
+        let want = need
+            .max(WINDOW)
+            .min((self.header.committed_end - at) as usize)
+            .max(need);
+        if self.buf.capacity() > 2 * WINDOW && want <= WINDOW {
+            // After a large record: give its memory back.
+            self.buf = Vec::new();
+        }
+        self.buf.clear();
+        self.buf.resize(want, 0);
+        let got = read_fully(&self.src, &mut self.buf, at)?;
+        self.buf.truncate(got);
+        self.buf_at = at;
+        Ok(got >= need)
+    }
+
+    /// Reads and checks the record at `pos`: where it is in `buf`, or why it is damaged.
+    fn read_record(&mut self) -> io::Result<Result<std::ops::Range<usize>, String>> {
         let at = self.pos;
         let committed = self.header.committed_end;
-        let size = self.src.size()?;
-        let cut_short = || {
-            format!(
-                "file cut short ({} of {committed} committed bytes present)",
-                size.min(committed)
-            )
-        };
         if committed - at < RECORD_HEADER_SIZE as u64 {
             return Ok(Err(corrupt(at, "record header past committed end")));
         }
-        let mut head = [0u8; RECORD_HEADER_SIZE];
-        if read_fully(&self.src, &mut head, at)? < RECORD_HEADER_SIZE {
-            return Ok(Err(cut_short()));
+        if !self.fill(at, RECORD_HEADER_SIZE)? {
+            return Ok(Err(self.cut_short()?));
         }
+        let start = (at - self.buf_at) as usize;
+        let mut head = [0u8; RECORD_HEADER_SIZE];
+        head.copy_from_slice(&self.buf[start..start + RECORD_HEADER_SIZE]);
         let h = match RecordHead::parse(&head) {
             Ok(h) => h,
             Err(reason) => return Ok(Err(corrupt(at, reason))),
         };
-        let len = u64::from(h.len);
-        if len > committed - at {
+        let len = h.len as usize;
+        if len as u64 > committed - at {
             return Ok(Err(corrupt(at, "record extends past committed end")));
         }
-        if at + len > size {
-            return Ok(Err(cut_short()));
-        }
-        let mut crc = record_crc(&head, self.header.version);
-        if len as usize > CHUNK {
+        if len > CHUNK {
             // Verify before holding it whole: a corrupt length must not cost its memory.
+            let mut crc = record_crc(&head, self.header.version);
             let mut piece = vec![0u8; CHUNK];
             let mut off = at + RECORD_HEADER_SIZE as u64;
-            while off < at + len {
-                let n = ((at + len - off) as usize).min(CHUNK);
+            while off < at + len as u64 {
+                let n = ((at + len as u64 - off) as usize).min(CHUNK);
                 if read_fully(&self.src, &mut piece[..n], off)? < n {
-                    return Ok(Err(cut_short()));
+                    return Ok(Err(self.cut_short()?));
                 }
                 crc.update(&piece[..n]);
                 off += n as u64;
@@ -332,24 +359,25 @@ impl<R: ReadAt> StreamReader<R> {
             if crc.finish() != h.crc {
                 return Ok(Err(corrupt(at, "checksum mismatch")));
             }
-            crc = record_crc(&head, self.header.version);
         }
-        self.buf.clear();
-        if self.buf.capacity() > CHUNK.max(len as usize) {
-            self.buf.shrink_to(CHUNK);
+        if !self.fill(at, len)? {
+            return Ok(Err(self.cut_short()?));
         }
-        self.buf.resize(len as usize, 0);
-        self.buf[..RECORD_HEADER_SIZE].copy_from_slice(&head);
-        if read_fully(&self.src, &mut self.buf[RECORD_HEADER_SIZE..], at + 16)?
-            < len as usize - RECORD_HEADER_SIZE
-        {
-            return Ok(Err(cut_short()));
-        }
-        crc.update(&self.buf[RECORD_HEADER_SIZE..]);
+        let start = (at - self.buf_at) as usize;
+        let mut crc = record_crc(&head, self.header.version);
+        crc.update(&self.buf[start + RECORD_HEADER_SIZE..start + len]);
         if crc.finish() != h.crc {
             return Ok(Err(corrupt(at, "checksum mismatch")));
         }
-        Ok(Ok(h.len))
+        Ok(Ok(start..start + len))
+    }
+
+    fn cut_short(&self) -> io::Result<String> {
+        let committed = self.header.committed_end;
+        Ok(format!(
+            "file cut short ({} of {committed} committed bytes present)",
+            self.src.size()?.min(committed)
+        ))
     }
 
     /// The writer's checkpoint of the interval in progress (see [`FileHeader::pending_end`])
@@ -365,13 +393,13 @@ impl<R: ReadAt> StreamReader<R> {
         {
             return Ok(None);
         }
-        self.buf.clear();
-        self.buf
+        self.pending.clear();
+        self.pending
             .resize((h.pending_end - h.committed_end) as usize, 0);
-        if read_fully(&self.src, &mut self.buf, h.committed_end)? != self.buf.len() {
+        if read_fully(&self.src, &mut self.pending, h.committed_end)? != self.pending.len() {
             return Ok(None);
         }
-        Ok(pending_interval(&self.buf, h.version))
+        Ok(pending_interval(&self.pending, h.version))
     }
 }
 
@@ -481,6 +509,56 @@ mod tests {
     }
 
     #[test]
+    fn a_checkpoint_read_between_polls_does_not_disturb_the_records() {
+        use std::os::unix::fs::FileExt as _;
+        let mut bytes = header_page(FileKind::Trace, 1, 2);
+        let mut buf = RecordBuf::new();
+        buf.info([("pid", "2")]);
+        bytes.extend_from_slice(buf.as_bytes());
+        let committed = bytes.len() as u64;
+        let interval = |flags| {
+            let mut b = RecordBuf::new();
+            b.interval(
+                &IntervalHead {
+                    start_ns: 1_000,
+                    dur_ns: 1_000,
+                    flags,
+                    ..Default::default()
+                },
+                [],
+            );
+            b
+        };
+        // For now, the checkpoint of the interval in progress follows the committed Info.
+        bytes.extend_from_slice(interval(interval_flags::PARTIAL).as_bytes());
+        set_committed(&mut bytes, Some(committed));
+        let pending = bytes.len() as u64;
+        bytes[HEADER_PENDING_END_OFFSET..HEADER_PENDING_END_OFFSET + 8]
+            .copy_from_slice(&pending.to_le_bytes());
+        let path = std::env::temp_dir().join(format!("culprit-read-cp-{}", std::process::id()));
+        std::fs::write(&path, &bytes).unwrap();
+        let mut r = StreamReader::open(File::open(&path).unwrap()).unwrap();
+        assert!(matches!(r.next_record().unwrap(), Some(Record::Info(_))));
+        assert!(r.next_record().unwrap().is_none());
+        let cp = r.checkpoint().unwrap().expect("a checkpoint");
+        assert_eq!(cp.flags, interval_flags::PARTIAL);
+        // The writer commits the interval where its checkpoint was; the same reader reads it.
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        f.write_all_at(interval(0).as_bytes(), committed).unwrap();
+        f.write_all_at(&pending.to_le_bytes(), HEADER_COMMITTED_END_OFFSET as u64)
+            .unwrap();
+        f.write_all_at(&0u64.to_le_bytes(), HEADER_PENDING_END_OFFSET as u64)
+            .unwrap();
+        r.poll().unwrap();
+        match r.next_record().unwrap() {
+            Some(Record::Interval(iv)) => assert_eq!(iv.flags, 0),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(r.state(), &StreamState::Open);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
     fn a_huge_claim_is_a_short_file_not_an_allocation() {
         let mut bytes = file();
         set_committed(&mut bytes, Some(40 << 30));
@@ -497,6 +575,6 @@ mod tests {
             ),
             s => panic!("{s:?}"),
         }
-        assert!(r.buf.capacity() <= CHUNK);
+        assert!(r.buf.capacity() <= WINDOW);
     }
 }
