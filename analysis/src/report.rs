@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::data::{Dataset, FileStatus, FuncId, NodeData, OsInterval, SampleFile, TraceFile};
 use crate::error::{Error, Result};
+use crate::latency::{self, Buckets};
 use crate::time::{self, TimeSpec};
 
 /// JSON schema identifier of `culprit report --json`.
@@ -185,6 +186,20 @@ pub struct ProcessReport {
     pub trouble: Vec<String>,
     /// Functions, sorted as asked.
     pub functions: Vec<FunctionRow>,
+    /// Caller → callee edges, when traced with `CULPRIT_GRAPH=1`: calls, the callee's self
+    /// and total time in those calls.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub edges: Option<Vec<EdgeRow>>,
+    /// Calls whose edge the runtime could not record (its edge table was full).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub edge_drops: u64,
+}
+
+/// (caller, callee) of an edge; no caller: a thread's first function.
+type EdgeKey = (Option<FuncId>, FuncId);
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// One function's totals in the range.
@@ -199,6 +214,70 @@ pub struct FunctionRow {
     /// Exclusive time, ns.
     pub self_ns: u64,
     /// Inclusive time, ns.
+    pub total_ns: u64,
+    /// Calls among `calls` that did not return (left by `longjmp`, an exception through code
+    /// without cleanups, thread cancellation): ended by the runtime when it noticed.
+    pub unwound: u64,
+    /// Call durations, when traced with `CULPRIT_HIST=1`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency: Option<Latency>,
+}
+
+/// Quantiles of a function's call durations (from log2 histograms: good to a factor of 2).
+#[derive(Debug, Serialize, Clone, PartialEq, Eq)]
+pub struct Latency {
+    /// Calls in the histograms.
+    pub calls: u64,
+    /// Median, ns.
+    pub p50_ns: u64,
+    /// 90th percentile, ns.
+    pub p90_ns: u64,
+    /// 99th percentile, ns.
+    pub p99_ns: u64,
+    /// 99.9th percentile, ns.
+    pub p999_ns: u64,
+    /// Upper bound of the longest call, ns.
+    pub max_ns: u64,
+    /// The histogram: `[k, calls]` for each non-empty bucket `k` (calls of `2^k` to
+    /// `2^(k+1) − 1` ns; bucket 0: 0–1 ns).
+    pub buckets: Vec<[u64; 2]>,
+}
+
+impl Latency {
+    fn of(h: &Buckets) -> Option<Latency> {
+        Some(Latency {
+            buckets: h
+                .iter()
+                .enumerate()
+                .filter(|(_, &c)| c > 0)
+                .map(|(k, &c)| [k as u64, c])
+                .collect(),
+            calls: latency::calls(h),
+            p50_ns: latency::quantile_ns(h, 0.5)?,
+            p90_ns: latency::quantile_ns(h, 0.9)?,
+            p99_ns: latency::quantile_ns(h, 0.99)?,
+            p999_ns: latency::quantile_ns(h, 0.999)?,
+            max_ns: latency::max_ns(h)?,
+        })
+    }
+}
+
+/// Calls of one function from another in the range.
+#[derive(Debug, Serialize, Clone, PartialEq, Eq)]
+pub struct EdgeRow {
+    /// The caller (`null`: no traced caller, a thread's first function).
+    pub caller: Option<String>,
+    /// The caller's image.
+    pub caller_image: Option<String>,
+    /// The callee.
+    pub callee: String,
+    /// The callee's image.
+    pub callee_image: String,
+    /// Calls.
+    pub calls: u64,
+    /// The callee's exclusive time in those calls, ns.
+    pub self_ns: u64,
+    /// Elapsed time of those calls, ns (each call, recursion included).
     pub total_ns: u64,
 }
 
@@ -373,7 +452,10 @@ fn trace_reports(
     let mut out = Vec::new();
     for (_, files) in groups {
         let first = files[0];
-        let mut acc: HashMap<FuncId, (u64, u64, u64)> = HashMap::new();
+        let mut acc: HashMap<FuncId, (u64, u64, u64, u64)> = HashMap::new();
+        let mut edges: Option<HashMap<EdgeKey, (u64, u64, u64)>> = None;
+        let mut edge_drops = 0u64;
+        let mut hists: HashMap<FuncId, Buckets> = HashMap::new();
         let (mut intervals, mut missed, mut threads) = (0usize, 0usize, 0u32);
         let (mut lost, mut overflows, mut dropped) = (0u64, 0u64, 0u64);
         let (mut first_ns, mut last_ns) = (None::<u64>, None::<u64>);
@@ -396,12 +478,31 @@ fn trace_reports(
                     a.0 += e.calls;
                     a.1 += e.excl_ns;
                     a.2 += e.incl_ns;
+                    a.3 += e.unwound;
+                }
+                if let Some(ivedges) = &iv.edges {
+                    let m = edges.get_or_insert_with(HashMap::new);
+                    for e in ivedges {
+                        let a = m.entry((e.caller, e.callee)).or_default();
+                        a.0 += e.calls;
+                        a.1 += e.excl_ns;
+                        a.2 += e.incl_ns;
+                    }
+                }
+                edge_drops += iv.edge_drops as u64;
+                for h in iv.hists.iter().flatten() {
+                    let a = hists
+                        .entry(h.func)
+                        .or_insert([0; culprit_format::HIST_BUCKETS]);
+                    for (x, y) in a.iter_mut().zip(&h.counts) {
+                        *x += y;
+                    }
                 }
             }
         }
         let mut functions: Vec<FunctionRow> = acc
             .into_iter()
-            .map(|(f, (calls, s, t))| {
+            .map(|(f, (calls, s, t, unwound))| {
                 let k = ds.names.funcs.get(f);
                 FunctionRow {
                     function: k.function.to_string(),
@@ -409,9 +510,35 @@ fn trace_reports(
                     calls,
                     self_ns: s,
                     total_ns: t,
+                    unwound,
+                    latency: hists.get(&f).and_then(Latency::of),
                 }
             })
             .collect();
+        let edges = edges.map(|m| {
+            let mut rows: Vec<EdgeRow> = m
+                .into_iter()
+                .map(|((caller, callee), (calls, s, t))| {
+                    let caller = caller.map(|c| ds.names.funcs.get(c));
+                    let callee = ds.names.funcs.get(callee);
+                    EdgeRow {
+                        caller: caller.map(|c| c.function.to_string()),
+                        caller_image: caller.map(|c| c.image.to_string()),
+                        callee: callee.function.to_string(),
+                        callee_image: callee.image.to_string(),
+                        calls,
+                        self_ns: s,
+                        total_ns: t,
+                    }
+                })
+                .collect();
+            rows.sort_by(|a, b| {
+                b.total_ns
+                    .cmp(&a.total_ns)
+                    .then_with(|| (&a.caller, &a.callee).cmp(&(&b.caller, &b.callee)))
+            });
+            rows
+        });
         sort_functions(&mut functions, args.sort);
         if args.limit > 0 {
             functions.truncate(args.limit);
@@ -467,6 +594,8 @@ fn trace_reports(
                 .map(|(_, v)| v.clone())
                 .collect(),
             functions,
+            edges,
+            edge_drops,
         });
     }
     out
@@ -675,6 +804,8 @@ mod tests {
             calls,
             self_ns: s,
             total_ns: t,
+            unwound: 0,
+            latency: None,
         };
         let mut rows = vec![
             row("a", 1, 10, 100),

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use anyhow::bail;
 
 use culprit_analysis::data::{Dataset, LoadOptions};
-use culprit_analysis::report::{self, OsReport, Report, ReportOptions};
+use culprit_analysis::report::{self, EdgeRow, OsReport, ProcessReport, Report, ReportOptions};
 pub use culprit_analysis::report::{Only, SortKey, SCHEMA};
 use culprit_analysis::time;
 
@@ -22,7 +22,10 @@ use crate::diagnose::render::group_digits;
     culprit report                          # ./culprit-data, every node\n  \
     culprit report DATA --node io2 --sort calls\n  \
     culprit report DATA --from +60s --to +120s --program pvfs-server\n  \
-    culprit report DATA --json | jq '.nodes[0].processes[0].functions[0]'")]
+    culprit report DATA --graph                # traced with CULPRIT_GRAPH=1\n  \
+    culprit report DATA --callers io_pread --callees handle_request\n  \
+    culprit report DATA --json | jq '.nodes[0].processes[0].functions[0]'\n\n\
+    With CULPRIT_HIST=1 at record time the function tables show p50/p90/p99/max call durations.")]
 pub struct Args {
     /// Data directories (a root holding NODE/ directories, or node directories).
     #[arg(value_name = "DATA", default_value = "culprit-data")]
@@ -67,6 +70,16 @@ pub struct Args {
     /// Read binaries under this root instead of / (like perf report --symfs).
     #[arg(long, value_name = "DIR")]
     pub symfs: Option<PathBuf>,
+    /// Show the call graph (processes traced with CULPRIT_GRAPH=1): each caller's callees,
+    /// indented, with calls and time (like `uftrace graph`).
+    #[arg(long)]
+    pub graph: bool,
+    /// Show the callers of this function (name or glob; repeatable; needs CULPRIT_GRAPH=1).
+    #[arg(long, value_name = "FUNCTION")]
+    pub callers: Vec<String>,
+    /// Show the callees of this function (name or glob; repeatable; needs CULPRIT_GRAPH=1).
+    #[arg(long, value_name = "FUNCTION")]
+    pub callees: Vec<String>,
     /// Print JSON (schema culprit-report/1, see docs/report-json.md).
     #[arg(long)]
     pub json: bool,
@@ -220,8 +233,16 @@ fn print_human(out: &mut dyn std::io::Write, r: &Report, args: &Args) -> std::io
             }
             if p.lost_frames > 0 {
                 notes.push(format!(
-                    "{} frame(s) dropped (left by longjmp, an exception or cancellation)",
+                    "{} exit(s) matched no open call (the runtime lost track of them)",
                     p.lost_frames
+                ));
+            }
+            let unwound: u64 = p.functions.iter().map(|f| f.unwound).sum();
+            if unwound > 0 {
+                notes.push(format!(
+                    "{} call(s) did not return (left by longjmp, an exception or \
+                     cancellation): counted as ending when the runtime noticed (column unwound)",
+                    unwound
                 ));
             }
             if p.overflows > 0 {
@@ -253,23 +274,15 @@ fn print_human(out: &mut dyn std::io::Write, r: &Report, args: &Args) -> std::io
                 writeln!(out, "  (no calls in range)")?;
                 continue;
             }
-            writeln!(
-                out,
-                "  {:>12}  {:>10}  {:>10}  {:>10}  function (image)",
-                "calls", "self", "total", "self/call"
-            )?;
-            for f in &p.functions {
-                let avg = f.self_ns.checked_div(f.calls).unwrap_or(0);
-                writeln!(
-                    out,
-                    "  {:>12}  {:>10}  {:>10}  {:>10}  {} ({})",
-                    group_digits(f.calls),
-                    time::duration(f.self_ns),
-                    time::duration(f.total_ns),
-                    time::duration(avg),
-                    f.function,
-                    f.image
-                )?;
+            print_functions(out, p)?;
+            if args.graph {
+                print_graph(out, p)?;
+            }
+            for f in &args.callers {
+                print_neighbours(out, p, f, Side::Callers)?;
+            }
+            for f in &args.callees {
+                print_neighbours(out, p, f, Side::Callees)?;
             }
         }
         for s in &n.samples {
@@ -323,4 +336,216 @@ fn print_human(out: &mut dyn std::io::Write, r: &Report, args: &Args) -> std::io
         }
     }
     Ok(())
+}
+
+/// The function table: calls, self, total, self per call; the unwound calls when any; the
+/// call-duration quantiles when histograms were recorded.
+fn print_functions(out: &mut dyn std::io::Write, p: &ProcessReport) -> std::io::Result<()> {
+    let unwound = p.functions.iter().any(|f| f.unwound > 0);
+    let lat = p.functions.iter().any(|f| f.latency.is_some());
+    let mut head = format!(
+        "  {:>12}  {:>10}  {:>10}  {:>10}",
+        "calls", "self", "total", "self/call"
+    );
+    if unwound {
+        head += &format!("  {:>10}", "unwound");
+    }
+    if lat {
+        head += &format!("  {:>9}  {:>9}  {:>9}  {:>9}", "p50", "p90", "p99", "max");
+    }
+    writeln!(out, "{head}  function (image)")?;
+    for f in &p.functions {
+        let avg = f.self_ns.checked_div(f.calls).unwrap_or(0);
+        let mut row = format!(
+            "  {:>12}  {:>10}  {:>10}  {:>10}",
+            group_digits(f.calls),
+            time::duration(f.self_ns),
+            time::duration(f.total_ns),
+            time::duration(avg)
+        );
+        if unwound {
+            row += &format!("  {:>10}", group_digits(f.unwound));
+        }
+        if lat {
+            match &f.latency {
+                Some(l) => {
+                    row += &format!(
+                        "  {:>9}  {:>9}  {:>9}  {:>9}",
+                        time::duration(l.p50_ns),
+                        time::duration(l.p90_ns),
+                        time::duration(l.p99_ns),
+                        if l.max_ns == u64::MAX {
+                            "long".to_string()
+                        } else {
+                            time::duration(l.max_ns)
+                        }
+                    )
+                }
+                None => row += &format!("  {:>9}  {:>9}  {:>9}  {:>9}", "", "", "", ""),
+            }
+        }
+        writeln!(out, "{row}  {} ({})", f.function, f.image)?;
+    }
+    Ok(())
+}
+
+fn no_graph(out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "  (no call graph: trace with CULPRIT_GRAPH=1, or `culprit record --graph`)"
+    )
+}
+
+/// The call graph: from each function without a traced caller, its callees, indented. Edges
+/// are caller → callee pairs (as gprof's), so a function's subtree is the same under every
+/// caller: it is expanded once, later occurrences end in `…`; recursion ends in `(recursive)`.
+fn print_graph(out: &mut dyn std::io::Write, p: &ProcessReport) -> std::io::Result<()> {
+    let Some(edges) = &p.edges else {
+        return no_graph(out);
+    };
+    writeln!(
+        out,
+        "\n  call graph (calls and time of each callee when called by the function above it)"
+    )?;
+    writeln!(
+        out,
+        "  {:>12}  {:>10}  {:>10}  function",
+        "calls", "total", "self"
+    )?;
+    let mut expanded: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    let mut roots: Vec<&EdgeRow> = edges.iter().filter(|e| e.caller.is_none()).collect();
+    roots.sort_by_key(|e| std::cmp::Reverse(e.total_ns));
+    let mut path: Vec<&str> = Vec::new();
+    for r in roots {
+        graph_node(out, edges, r, 0, &mut path, &mut expanded)?;
+    }
+    if p.edge_drops > 0 {
+        writeln!(
+            out,
+            "  note: {} call(s) have no edge (the runtime's edge table was full)",
+            group_digits(p.edge_drops)
+        )?;
+    }
+    Ok(())
+}
+
+fn graph_node<'a>(
+    out: &mut dyn std::io::Write,
+    edges: &'a [EdgeRow],
+    e: &'a EdgeRow,
+    depth: usize,
+    path: &mut Vec<&'a str>,
+    expanded: &mut std::collections::HashSet<&'a str>,
+) -> std::io::Result<()> {
+    let name = e.callee.as_str();
+    let recursive = path.contains(&name);
+    let again = !recursive && expanded.contains(name);
+    let has_children = edges
+        .iter()
+        .any(|x| x.caller.as_deref() == Some(name) && x.callee != name);
+    let mark = if recursive {
+        " (recursive)"
+    } else if again && has_children {
+        " …"
+    } else {
+        ""
+    };
+    writeln!(
+        out,
+        "  {:>12}  {:>10}  {:>10}  {}{}{}",
+        group_digits(e.calls),
+        time::duration(e.total_ns),
+        time::duration(e.self_ns),
+        "  ".repeat(depth),
+        name,
+        mark
+    )?;
+    if recursive || again || depth >= 64 {
+        return Ok(());
+    }
+    expanded.insert(name);
+    path.push(name);
+    let mut children: Vec<&EdgeRow> = edges
+        .iter()
+        .filter(|x| x.caller.as_deref() == Some(name))
+        .collect();
+    children.sort_by_key(|e| std::cmp::Reverse(e.total_ns));
+    for c in children {
+        graph_node(out, edges, c, depth + 1, path, expanded)?;
+    }
+    path.pop();
+    Ok(())
+}
+
+/// Which neighbours `print_neighbours` lists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Side {
+    Callers,
+    Callees,
+}
+
+/// The callers (or callees) of the functions matching `pattern` (a name or a glob).
+fn print_neighbours(
+    out: &mut dyn std::io::Write,
+    p: &ProcessReport,
+    pattern: &str,
+    side: Side,
+) -> std::io::Result<()> {
+    let Some(edges) = &p.edges else {
+        return no_graph(out);
+    };
+    let matches = |f: &str| glob(pattern, f);
+    let rows: Vec<&EdgeRow> = edges
+        .iter()
+        .filter(|e| match side {
+            Side::Callers => matches(&e.callee),
+            Side::Callees => e.caller.as_deref().is_some_and(matches),
+        })
+        .collect();
+    let what = match side {
+        Side::Callers => "callers",
+        Side::Callees => "callees",
+    };
+    writeln!(out, "\n  {what} of {pattern}")?;
+    if rows.is_empty() {
+        writeln!(out, "  (none in range)")?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "  {:>12}  {:>10}  {:>10}  {}",
+        "calls",
+        "total",
+        "self",
+        match side {
+            Side::Callers => "caller → function",
+            Side::Callees => "function → callee",
+        }
+    )?;
+    for e in rows {
+        writeln!(
+            out,
+            "  {:>12}  {:>10}  {:>10}  {} → {}",
+            group_digits(e.calls),
+            time::duration(e.total_ns),
+            time::duration(e.self_ns),
+            e.caller.as_deref().unwrap_or("(no traced caller)"),
+            e.callee
+        )?;
+    }
+    Ok(())
+}
+
+/// `*` and `?` globs (a name without them matches itself).
+fn glob(pattern: &str, name: &str) -> bool {
+    fn go(p: &[u8], n: &[u8]) -> bool {
+        match (p.first(), n.first()) {
+            (None, None) => true,
+            (Some(b'*'), _) => go(&p[1..], n) || (!n.is_empty() && go(p, &n[1..])),
+            (Some(b'?'), Some(_)) => go(&p[1..], &n[1..]),
+            (Some(a), Some(b)) if a == b => go(&p[1..], &n[1..]),
+            _ => false,
+        }
+    }
+    go(pattern.as_bytes(), name.as_bytes())
 }

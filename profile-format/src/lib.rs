@@ -54,10 +54,10 @@
 //! (bump `version` only); changing the meaning of an existing field needs `min_reader_version`
 //! bumped as well.
 //!
-//! Version 3 changed the record checksum: it covers the record header (kind, flags, length,
+//! Version 4 changed the record checksum: it covers the record header (kind, flags, length,
 //! reserved word) as well as the payload, so a flipped kind or length is damage found, not a
-//! record misread or silently skipped. Files of version 3 need reader version 2. This reader
-//! still reads files of versions 1 and 2: it picks the checksum rule by the file's `version`
+//! record misread or silently skipped. Files of version 4 need reader version 2. This reader
+//! still reads files of versions 1 to 3: it picks the checksum rule by the file's `version`
 //! ([`HEADER_CRC_SINCE`], [`record_crc`]).
 //!
 //! # Record kinds
@@ -71,7 +71,15 @@
 //! | [`RecordKind::Samples`] | sampler | one interval's IP samples per (program, image, function) |
 //! | [`RecordKind::Events`] | sampler | one interval's kernel event counts (tracepoints) |
 //! | [`RecordKind::OsMetrics`] | sampler | one interval's OS metrics of a node: (metric, instance, unit, value) per entry, names in [`os_metrics`]; a metric without an entry is absent |
+//! | [`RecordKind::Unwound`] | tracer | one interval's calls left by `longjmp`, exceptions or cancellation, per function |
+//! | [`RecordKind::Edges`] | tracer | one interval's caller → callee edges: calls, exclusive and inclusive ns |
+//! | [`RecordKind::Histograms`] | tracer | one interval's call-duration histograms (log2 buckets of ns), per function |
+//! | [`RecordKind::Stacks`] | sampler | one interval's sampled call chains per program (`--call-graph fp`) |
 //! | [`RecordKind::End`] | both | clean end: nothing follows |
+//!
+//! The tracer writes an interval's Unwound, Edges and Histograms records (kinds 9–11; the
+//! latter two only when asked for at record time) right after its Interval record, with the
+//! same `start_ns`; records with the same start add up, like Interval records.
 //!
 //! Every interval gets a record, even an empty one; an interval the writer could not observe is
 //! written with [`interval_flags::MISSED`]. A file without an `End` record belongs to a process
@@ -91,9 +99,10 @@ pub mod writer;
 
 pub use crc::{crc32, record_crc, Crc32};
 pub use decode::{
-    parse_header, pending_interval, records_at, records_in, EndRec, EventEntry, EventsRec,
-    FormatError, Info, IntervalEntry, IntervalRec, ObjectRec, OsMetricEntry, OsMetricsRec,
-    ParsedFile, Record, Records, SampleEntry, SamplesRec, StringsRec,
+    parse_header, pending_interval, pending_records, records_at, records_in, EdgeEntry, EdgesRec,
+    EndRec, EventEntry, EventsRec, FormatError, Histogram, HistogramsRec, Info, IntervalEntry,
+    IntervalKey, IntervalRec, ObjectRec, OsMetricEntry, OsMetricsRec, ParsedFile, Pending, Record,
+    Records, SampleEntry, SamplesRec, StackEntry, StacksRec, StringsRec, UnwoundEntry, UnwoundRec,
 };
-pub use encode::{IntervalHead, ObjectDesc, OsMetricsHead, RecordBuf, SamplesHead};
+pub use encode::{IntervalHead, IntervalRef, ObjectDesc, OsMetricsHead, RecordBuf, SamplesHead};
 pub use layout::*;

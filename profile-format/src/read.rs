@@ -18,9 +18,9 @@ use std::io;
 use std::os::unix::fs::FileExt;
 
 use crate::crc::record_crc;
-use crate::decode::{decode_record, parse_header, pending_interval, RecordHead};
+use crate::decode::{decode_record, parse_header, pending_records, Pending, RecordHead};
 use crate::layout::*;
-use crate::{FormatError, IntervalRec, Record};
+use crate::{FormatError, Record};
 
 /// Random access to a stream's bytes.
 pub trait ReadAt {
@@ -382,8 +382,9 @@ impl<R: ReadAt> StreamReader<R> {
 
     /// The writer's checkpoint of the interval in progress (see [`FileHeader::pending_end`])
     /// when every committed record was read, the stream is open and the checkpoint is intact.
-    /// Meaningful only when the writer is gone; the caller decides that.
-    pub fn checkpoint(&mut self) -> io::Result<Option<IntervalRec<'_>>> {
+    /// Meaningful only when the writer is gone; the caller decides that. The checkpoint holds
+    /// the Interval record and the tracer's records of that interval ([`Pending::extras`]).
+    pub fn checkpoint(&mut self) -> io::Result<Option<Pending<'_>>> {
         let h = self.header;
         if self.state != StreamState::Open
             || self.pos != h.committed_end
@@ -399,7 +400,7 @@ impl<R: ReadAt> StreamReader<R> {
         if read_fully(&self.src, &mut self.pending, h.committed_end)? != self.pending.len() {
             return Ok(None);
         }
-        Ok(pending_interval(&self.pending, h.version))
+        Ok(pending_records(&self.pending, h.version))
     }
 }
 
@@ -493,19 +494,21 @@ mod tests {
             }
             s => panic!("{s:?}"),
         }
-        // A version-2 file: CRCs of payloads; the reader checks it that way.
-        let mut v2 = file();
-        v2[8..10].copy_from_slice(&2u16.to_le_bytes());
-        let mut at = DATA_OFFSET as usize;
-        while at < v2.len() {
-            let len = u32::from_le_bytes(v2[at + 4..at + 8].try_into().unwrap()) as usize;
-            let crc = crate::crc32(&v2[at + 16..at + len]);
-            v2[at + 8..at + 12].copy_from_slice(&crc.to_le_bytes());
-            at += len;
+        // Files of versions 2 and 3: CRCs of payloads; the reader checks them that way.
+        for version in [2u16, 3] {
+            let mut old = file();
+            old[8..10].copy_from_slice(&version.to_le_bytes());
+            let mut at = DATA_OFFSET as usize;
+            while at < old.len() {
+                let len = u32::from_le_bytes(old[at + 4..at + 8].try_into().unwrap()) as usize;
+                let crc = crate::crc32(&old[at + 16..at + len]);
+                old[at + 8..at + 12].copy_from_slice(&crc.to_le_bytes());
+                at += len;
+            }
+            let mut r = StreamReader::open(&old[..]).unwrap();
+            assert_eq!(kinds(&mut r), ["info", "interval"], "version {version}");
+            assert_eq!(r.state(), &StreamState::Open);
         }
-        let mut r = StreamReader::open(&v2[..]).unwrap();
-        assert_eq!(kinds(&mut r), ["info", "interval"]);
-        assert_eq!(r.state(), &StreamState::Open);
     }
 
     #[test]
@@ -541,7 +544,8 @@ mod tests {
         assert!(matches!(r.next_record().unwrap(), Some(Record::Info(_))));
         assert!(r.next_record().unwrap().is_none());
         let cp = r.checkpoint().unwrap().expect("a checkpoint");
-        assert_eq!(cp.flags, interval_flags::PARTIAL);
+        assert_eq!(cp.interval.flags, interval_flags::PARTIAL);
+        assert!(cp.extras.is_empty());
         // The writer commits the interval where its checkpoint was; the same reader reads it.
         let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
         f.write_all_at(interval(0).as_bytes(), committed).unwrap();

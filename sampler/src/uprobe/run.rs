@@ -275,7 +275,8 @@ impl Session {
         let info = process_info(&cfg.node, self.pid, cfg.interval_ns, &self.plan, false);
         let dir = cfg.data_dir.join(&cfg.node);
         let mut out = TraceOut::create(
-            &dir,
+            &cfg.data_dir,
+            &cfg.node,
             self.pid,
             start_ns,
             cfg.interval_ns,

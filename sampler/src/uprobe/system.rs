@@ -501,7 +501,16 @@ impl<'a> Accounts<'a> {
             let dir = self.data_dir.join(name);
             let info = process_info(name, pid, self.interval_ns, self.plan, false);
             let start = (p.first * self.interval_ns).max(1);
-            match TraceOut::create(&dir, pid, start, self.interval_ns, &info, self.plan, None) {
+            match TraceOut::create(
+                self.data_dir,
+                name,
+                pid,
+                start,
+                self.interval_ns,
+                &info,
+                self.plan,
+                None,
+            ) {
                 Ok(o) => p.out = Some(o),
                 Err(e) => {
                     warn(&format!(

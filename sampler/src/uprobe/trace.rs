@@ -20,6 +20,8 @@ use culprit_format::{
 };
 
 use super::target::Plan;
+use crate::profile::datadir_error;
+use culprit_datadir::Dir;
 
 /// Value of [`info_keys::SOURCE`] in files written from uprobes.
 pub const SOURCE_UPROBES: &str = "uprobes";
@@ -51,11 +53,14 @@ fn bias(i: usize) -> u64 {
 }
 
 impl TraceOut {
-    /// Creates `dir/trace-<pid>-<start_ns>.cul` (a free `.<seq>` variant if taken; never an
-    /// existing file or a symbolic link) with its Info and Object records. `main` is the index
-    /// of the program's own executable among the plan's images, if it is one.
+    /// Creates `data_dir/node/trace-<pid>-<start_ns>.cul` (a free `.<seq>` variant if taken;
+    /// never an existing file or a symbolic link; directories and file made the safe way by
+    /// `culprit-datadir`, as the sampler's own files) with its Info and Object records. `main`
+    /// is the index of the program's own executable among the plan's images, if it is one.
+    #[allow(clippy::too_many_arguments)]
     pub fn create(
-        dir: &Path,
+        data_dir: &Path,
+        node: &str,
         pid: u32,
         start_ns: u64,
         interval_ns: u64,
@@ -63,14 +68,14 @@ impl TraceOut {
         plan: &Plan,
         main: Option<usize>,
     ) -> io::Result<TraceOut> {
-        create_dir_private(dir)?;
-        let mut writer = FileWriter::create_unique(
-            dir,
-            |seq| names::trace_file_name(pid, start_ns, seq),
-            FileKind::Trace,
-            start_ns,
-            pid,
-        )?;
+        let dir = Dir::open_root(data_dir, true)
+            .and_then(|root| root.node(node, true))
+            .map_err(datadir_error)?;
+        let (file, name) = dir
+            .create_file(|seq| names::trace_file_name(pid, start_ns, seq))
+            .map_err(datadir_error)?;
+        let mut writer =
+            FileWriter::from_file(file, dir.path().join(name), FileKind::Trace, start_ns, pid)?;
         let mut buf = RecordBuf::new();
         buf.info(info.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         for (i, img) in plan.images.iter().enumerate() {
@@ -172,30 +177,6 @@ impl TraceOut {
     /// Writes the End record and marks the file ended.
     pub fn finish(self, end_ns: u64, reason: u32) -> io::Result<PathBuf> {
         self.writer.finish(end_ns, reason)
-    }
-}
-
-/// Creates a node directory (and the data root) with mode 0755 when missing; refuses a path
-/// whose last component is a symbolic link.
-fn create_dir_private(dir: &Path) -> io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt as _;
-    match std::fs::symlink_metadata(dir) {
-        Ok(m) if m.file_type().is_symlink() => Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!(
-                "{} is a symbolic link; refusing to write there",
-                dir.display()
-            ),
-        )),
-        Ok(m) if m.is_dir() => Ok(()),
-        Ok(_) => Err(io::Error::new(
-            io::ErrorKind::AlreadyExists,
-            format!("{} exists and is not a directory", dir.display()),
-        )),
-        Err(_) => std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o755)
-            .create(dir),
     }
 }
 
