@@ -1,5 +1,6 @@
-//! A property test of the readers on damaged data: real files (a trace written by the runtime
-//! into a program built at test time, a sampler run of the synthetic peer group) mutated the
+//! A property test of the readers on damaged data: real files (traces written by the runtime
+//! into a program built at test time, one of them with the call graph and histograms —
+//! record kinds 9 to 11 —, a sampler run of the synthetic peer group) mutated the
 //! way disks and people mutate them — flipped and overwritten bytes, cuts, inserted garbage,
 //! header fields and record lengths set to anything — and read by the in-memory decoder, the
 //! stream reader, and the whole analysis (`diagnose`, in-process). Nothing may panic, the two
@@ -31,9 +32,17 @@ fn corpus() -> &'static Vec<(String, Vec<u8>)> {
         let exe = build(tmp.path(), "tracee.c", "tracee", "-O2", Link::Preload);
         let data = tmp.join("data");
         run(traced(&exe, Link::Preload, &data, "n1").args(["fib", "12"]));
+        run(traced(&exe, Link::Preload, &data, "n2")
+            .env("CULPRIT_GRAPH", "1")
+            .env("CULPRIT_HIST", "1")
+            .args(["fib", "12"]));
         write_peer_samples(&tmp.join("peers"), true, false);
         let mut out = Vec::new();
-        for dir in [data.join("n1"), tmp.join("peers").join("io0")] {
+        for dir in [
+            data.join("n1"),
+            data.join("n2"),
+            tmp.join("peers").join("io0"),
+        ] {
             for e in std::fs::read_dir(&dir).unwrap().flatten() {
                 let p = e.path();
                 if p.extension().is_some_and(|x| x == "cul") {
@@ -42,7 +51,21 @@ fn corpus() -> &'static Vec<(String, Vec<u8>)> {
                 }
             }
         }
-        assert!(out.len() >= 2, "{out:?}");
+        assert!(out.len() >= 3, "{out:?}");
+        // The graph trace holds edges and histograms, so damage reaches their decoders.
+        let has = |b: &[u8], edges: bool| {
+            ParsedFile::parse(b).unwrap().records().flatten().any(|r| {
+                if edges {
+                    matches!(r, Record::Edges(_))
+                } else {
+                    matches!(r, Record::Histograms(_))
+                }
+            })
+        };
+        assert!(
+            out.iter().any(|(_, b)| has(b, true) && has(b, false)),
+            "no trace with edges and histograms in the corpus"
+        );
         out
     })
 }
@@ -143,6 +166,7 @@ fn apply(bytes: &mut Vec<u8>, m: &Mutation) {
 fn both_readers(bytes: &[u8]) {
     let mut whole = Vec::new();
     let mut complete = false;
+    let mut whole_checkpoint = None;
     if let Ok(f) = ParsedFile::parse(bytes) {
         let mut recs = f.records();
         loop {
@@ -155,6 +179,7 @@ fn both_readers(bytes: &[u8]) {
                 Some(Err(_)) => break,
                 None => {
                     complete = !f.truncated;
+                    whole_checkpoint = f.pending_records().map(|p| format!("{p:?}"));
                     break;
                 }
             }
@@ -179,7 +204,12 @@ fn both_readers(bytes: &[u8]) {
                 r.state()
             );
         }
-        let _ = r.checkpoint();
+        // An intact stream has the same checkpoint (its interval and its extras).
+        let open = r.state() == &StreamState::Open;
+        let cp = r.checkpoint().expect("memory reads do not fail");
+        if complete && open {
+            assert_eq!(cp.map(|p| format!("{p:?}")), whole_checkpoint);
+        }
     }
     assert_eq!(streamed, whole, "the two readers disagree");
 }
@@ -192,6 +222,10 @@ fn touch(r: &Record<'_>) {
         Record::Samples(s) => s.entries().for_each(drop),
         Record::Events(e) => e.entries().for_each(drop),
         Record::OsMetrics(o) => o.entries().for_each(drop),
+        Record::Unwound(u) => u.entries().for_each(drop),
+        Record::Edges(e) => e.entries().for_each(drop),
+        Record::Histograms(h) => h.entries().for_each(drop),
+        Record::Stacks(s) => s.entries().for_each(drop),
         _ => {}
     }
 }
