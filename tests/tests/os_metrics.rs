@@ -49,6 +49,7 @@ fn os_records(data: &Path, node: &str) -> Vec<OsRec> {
     let mut out = Vec::new();
     for path in sample_files(&data.join(node)) {
         let bytes = std::fs::read(&path).unwrap();
+        reader_agrees(&path, &bytes);
         let pf = ParsedFile::parse(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let mut strings: HashMap<u32, String> = HashMap::new();
         for r in pf.records() {
@@ -231,6 +232,7 @@ impl Drop for Cgroups {
 }
 
 #[test]
+#[ignore = "needs privileges (root or perf access): scripts/test runs it with --include-ignored"]
 fn a_throttled_disk_shows_lower_throughput_and_higher_io_delay() {
     if !require(is_root(), "root (cgroups, delay accounting, perf)") {
         return;
@@ -445,6 +447,7 @@ fn ns_dev(ns: &str) -> HashMap<String, (u64, u64)> {
 }
 
 #[test]
+#[ignore = "needs privileges (root or perf access): scripts/test runs it with --include-ignored"]
 fn a_node_in_its_own_namespace_shows_its_own_traffic_and_connections() {
     if !require(is_root(), "root (network namespaces, perf)") {
         return;
@@ -573,6 +576,7 @@ fn a_node_in_its_own_namespace_shows_its_own_traffic_and_connections() {
 }
 
 #[test]
+#[ignore = "needs privileges (root or perf access): scripts/test runs it with --include-ignored"]
 fn a_per_pid_node_shows_its_process_trees_io_bytes() {
     if !require(is_root(), "root (other processes' /proc/PID/io, perf)") {
         return;
