@@ -97,7 +97,9 @@ fn long_layer_names_are_cut_at_a_character_boundary() {
 
 /// Re-encodes the record's CRC after a change of its payload.
 fn fix_crc(bytes: &mut [u8]) {
-    let crc = crc32(&bytes[RECORD_HEADER_SIZE..]);
+    let mut crc = record_crc(&bytes[..RECORD_HEADER_SIZE], FORMAT_VERSION);
+    crc.update(&bytes[RECORD_HEADER_SIZE..]);
+    let crc = crc.finish();
     bytes[8..12].copy_from_slice(&crc.to_le_bytes());
 }
 

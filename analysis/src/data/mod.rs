@@ -27,8 +27,9 @@ mod symbols;
 
 use files::{empty_samples, empty_trace, merge_edges, merge_hists, merge_trace_entries};
 pub use files::{
-    EventCount, EventInterval, FileStatus, LayerStretch, NodeData, OsInterval, OsValue, SampleCount, SampleFile,
-    SampleInterval, TraceEdge, TraceEntry, TraceFile, TraceHist, TraceInterval,
+    EventCount, EventInterval, FileStatus, LayerStretch, NodeData, OsInterval, OsValue,
+    SampleCount, SampleFile, SampleInterval, TraceEdge, TraceEntry, TraceFile, TraceHist,
+    TraceInterval,
 };
 pub use names::{EventId, FuncId, FuncKey, Interner, Names, OsMetricId, OsMetricKey, ProgramId};
 pub use source::{DirSource, NodeListing, ReadAt, Source};
