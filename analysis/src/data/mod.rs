@@ -27,8 +27,9 @@ mod symbols;
 
 use files::{empty_samples, empty_trace, merge_edges, merge_hists, merge_trace_entries};
 pub use files::{
-    EventCount, EventInterval, FileStatus, NodeData, OsInterval, OsValue, SampleCount, SampleFile,
-    SampleInterval, TraceEdge, TraceEntry, TraceFile, TraceHist, TraceInterval,
+    EventCount, EventInterval, FileStatus, LayerStretch, NodeData, OsInterval, OsValue,
+    SampleCount, SampleFile, SampleInterval, TraceEdge, TraceEntry, TraceFile, TraceHist,
+    TraceInterval,
 };
 pub use names::{EventId, FuncId, FuncKey, Interner, Names, OsMetricId, OsMetricKey, ProgramId};
 pub use source::{DirSource, NodeListing, ReadAt, Source};
@@ -541,6 +542,7 @@ impl Dataset {
             Record::End(e) => {
                 t.end_ns = Some(e.end_ns);
             }
+            Record::Layers(l) => t.layers.push(LayerStretch::of(&l)),
             _ => {}
         }
     }
@@ -641,6 +643,7 @@ impl Dataset {
                 stats.new_intervals += 1;
             }
             Record::End(e) => s.end_ns = Some(e.end_ns),
+            Record::Layers(l) => s.layers.push(LayerStretch::of(&l)),
             _ => {}
         }
     }
