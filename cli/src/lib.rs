@@ -27,6 +27,7 @@ use clap::{CommandFactory as _, Parser, Subcommand};
 pub mod diagnose;
 pub mod doctor;
 pub mod lab;
+pub mod progress;
 pub mod record;
 pub mod report;
 pub mod sample;

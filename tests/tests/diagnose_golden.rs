@@ -109,6 +109,8 @@ fn colour_only_when_asked_or_on_a_terminal() {
         let out = cmd.output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(!text.contains('\x1b'), "{args:?}: escape codes:\n{text}");
+        // No progress drawn either: stderr is not a terminal.
+        assert_eq!(String::from_utf8_lossy(&out.stderr), "", "{args:?}");
         assert_eq!(text, golden, "{args:?}");
     }
 }
@@ -142,4 +144,33 @@ fn times_for_people_are_local_unless_utc() {
     // JSON stays UTC whatever the zone.
     let json = run("Europe/Paris", &["--json"]).replace(data, "DATA");
     assert_eq!(json, golden_json);
+}
+
+/// On a terminal (a pseudo-terminal from util-linux's `script`), `diagnose` draws its progress
+/// on stderr and clears it; the report itself is unchanged.
+#[test]
+fn progress_on_a_terminal() {
+    let have = std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !require(have, "`script` (util-linux) for a pseudo-terminal") {
+        return;
+    }
+    let (dir, _) = golden_dataset("diag-progress", "diagnose-human.txt");
+    let cmd = format!(
+        "{} diagnose {} --color never >/dev/null",
+        culprit_bin().display(),
+        dir.path().display()
+    );
+    let out = std::process::Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .env("TZ", "UTC")
+        .output()
+        .unwrap();
+    // The exit status of culprit (1: a faulty node) comes back through script -e.
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let tty = String::from_utf8_lossy(&out.stdout);
+    assert!(tty.contains("diagnosing"), "no progress drawn: {tty:?}");
+    assert!(tty.contains("% of the data"), "{tty:?}");
 }
