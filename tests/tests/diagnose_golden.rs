@@ -92,17 +92,28 @@ fn colour_only_when_asked_or_on_a_terminal() {
         "verdict not coloured:\n{text}"
     );
     assert_eq!(strip_sgr(&text), golden);
-    // Piped (auto), NO_COLOR, and never: plain text.
-    for (args, no_color) in [
-        (vec!["diagnose", data], false),
-        (vec!["diagnose", data], true),
-        (vec!["diagnose", data, "--color=never"], false),
-        (vec!["--color", "auto", "diagnose", data], true),
+    // CLICOLOR_FORCE forces colour when piped ...
+    let forced = culprit()
+        .args(["diagnose", data])
+        .env("CLICOLOR_FORCE", "1")
+        .env_remove("NO_COLOR")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&forced.stdout).contains("FAULTY\x1b[0m"));
+    // ... but piped (auto), NO_COLOR (even with CLICOLOR_FORCE) and never are plain text.
+    for (args, force, no_color) in [
+        (vec!["diagnose", data], false, false),
+        (vec!["diagnose", data], true, true),
+        (vec!["diagnose", data, "--color=never"], true, false),
+        (vec!["--color", "auto", "diagnose", data], true, true),
     ] {
         let mut cmd = culprit();
         cmd.args(&args)
             .env_remove("CLICOLOR_FORCE")
             .env_remove("NO_COLOR");
+        if force {
+            cmd.env("CLICOLOR_FORCE", "1");
+        }
         if no_color {
             cmd.env("NO_COLOR", "1");
         }
