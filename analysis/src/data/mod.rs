@@ -160,7 +160,9 @@ impl Dataset {
             )));
         }
         Err(Error::Data(format!(
-            "no node data found in {} (expected DATA/<node>/*.cul)",
+            "no node data found in {}: expected one directory per node, DATA/<node>/, holding \
+             trace-*.cul files (from `culprit record`) or samples-*.cul files (from `culprit \
+             sample`)",
             self.source.describe()
         )))
     }

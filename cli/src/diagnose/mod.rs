@@ -8,13 +8,15 @@ use std::time::Duration;
 use culprit_analysis::diagnosis::ClosedWindow;
 use culprit_analysis::distance::Distance;
 use culprit_analysis::family::Features;
-use culprit_analysis::plan::{Progress, Quiet};
+use culprit_analysis::plan::Progress;
 use culprit_analysis::score::ScoreKind;
 use culprit_analysis::session::{self, DiagnoseRequest, Follow};
 use culprit_analysis::setup::{Overrides, Setup, TrainedThresholds};
 use culprit_analysis::thresholds::{ThresholdRule, Weighting};
 use culprit_analysis::time::{fmt_dur, parse_duration_ns};
 use culprit_analysis::train::{self, TrainingRun};
+
+use crate::progress::Bar;
 
 pub mod render;
 
@@ -162,7 +164,9 @@ impl AnalysisArgs {
 pub fn run_train(args: TrainArgs) -> anyhow::Result<i32> {
     let setup = Setup::resolve(&args.analysis.overrides(), None)?;
     let runs = args.data.iter().map(|p| TrainingRun::dir(p)).collect();
-    let training = train::train(&setup, runs, args.threshold_rule, &mut Quiet)?;
+    let mut bar = Bar::new("training");
+    let training = train::train(&setup, runs, args.threshold_rule, &mut bar)?;
+    drop(bar);
     let file = &training.file;
     file.save(&args.out)?;
     let stdout = std::io::stdout();
@@ -232,7 +236,8 @@ pub fn run_diagnose(args: DiagnoseArgs) -> anyhow::Result<i32> {
         };
         session::diagnose(&setup, trained.as_ref(), req, &mut live)?
     } else {
-        session::diagnose(&setup, trained.as_ref(), req, &mut Quiet)?
+        let mut bar = Bar::new("diagnosing");
+        session::diagnose(&setup, trained.as_ref(), req, &mut bar)?
     };
     if args.json && args.follow {
         // After the window events' JSON lines: the report on one line too.

@@ -11,6 +11,8 @@ use culprit_analysis::diagnosis::{
 use culprit_analysis::time::{fmt_dur, fmt_wall, parse_time, TimeSpec};
 use culprit_analysis::Diagnosis;
 
+use crate::style::verdict as paint;
+
 /// A value in a metric's unit, for people; milliseconds read as durations.
 pub fn fmt_value(unit: &str, v: f64) -> String {
     match unit {
@@ -95,8 +97,9 @@ pub fn print_human(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
         )?,
         (None, _) => writeln!(
             out,
-            "thresholds: UNTRAINED — robust per-window rule (docs/thresholds.md); train on \
-             fault-free runs with `culprit train` for sharper verdicts"
+            "thresholds: {} — robust per-window rule (docs/thresholds.md); train on \
+             fault-free runs with `culprit train` for sharper verdicts",
+            paint("UNTRAINED", 0)
         )?,
     }
     writeln!(out)?;
@@ -112,7 +115,7 @@ pub fn print_human(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
                 out,
                 "VERDICT: {} is {} — {}",
                 v.node,
-                v.combined.verdict.word(),
+                paint(v.combined.verdict.word(), 0),
                 v.combined.reason
             )?;
         }
@@ -125,7 +128,7 @@ pub fn print_human(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
         writeln!(
             out,
             "{}: {} — {}",
-            v.combined.verdict.word(),
+            paint(v.combined.verdict.word(), 0),
             v.node,
             v.combined.reason
         )?;
@@ -148,9 +151,9 @@ pub fn print_human(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
                 Some(MetricStatus::Ok) => "ok",
                 _ => "-",
             };
-            write!(out, "  {word:<10}")?;
+            write!(out, "  {}", paint(word, 10))?;
         }
-        writeln!(out, "  {}", v.combined.verdict.word())?;
+        writeln!(out, "  {}", paint(v.combined.verdict.word(), 0))?;
     }
     if !r.findings.is_empty() {
         writeln!(out)?;
