@@ -26,7 +26,7 @@ use culprit_analysis::distance::Distance;
 use culprit_analysis::family::sampler::Samples;
 use culprit_analysis::family::tracer::{Count, Time};
 use culprit_analysis::family::{KeepRule, MetricFamily, Windows};
-use culprit_analysis::policy::{trained_threshold, Policy, Unsupervised};
+use culprit_analysis::policy::{trained_threshold, Policy, Unsupervised, SHARED_FACTOR};
 use culprit_analysis::score::{Peers, ScoreKind};
 use culprit_analysis::synth::{Fault, OddNode, Scenario};
 use culprit_analysis::time::NS_PER_S;
@@ -141,7 +141,14 @@ fn train(
                 .map(|(k, v)| (k, trained_threshold(v, 1.0)))
                 .collect();
             let fallback = by_node.values().copied().fold(0.0, f64::max);
-            (metric(m), Policy::Trained { by_node, fallback })
+            (
+                metric(m),
+                Policy::Trained {
+                    by_node,
+                    fallback,
+                    shared: SHARED_FACTOR,
+                },
+            )
         })
         .collect()
 }

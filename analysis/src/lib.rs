@@ -42,6 +42,7 @@ pub mod feed;
 pub mod filter;
 pub mod missing;
 pub mod model;
+pub mod persistence;
 pub mod plan;
 pub mod policy;
 pub mod score;

@@ -20,8 +20,12 @@ pub enum Policy {
     Trained {
         /// Thresholds by node name.
         by_node: HashMap<String, f64>,
-        /// The largest trained threshold of the metric.
+        /// The threshold of a node without its own.
         fallback: f64,
+        /// A node is anomalous only if its score also exceeds `shared` times the window's
+        /// median score (0: off): what all nodes share is not one node's fault
+        /// ([`SHARED_FACTOR`]).
+        shared: f64,
     },
     /// No training: [`Unsupervised`] cut-off computed from each window's scores.
     Untrained(Unsupervised),
@@ -91,13 +95,103 @@ impl Unsupervised {
     }
 }
 
+/// Which trained threshold each node gets (seed 000 gives each server its own).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "kebab-case")]
+pub enum Pool {
+    /// Every node gets the largest node's threshold.
+    #[default]
+    #[cfg_attr(
+        feature = "clap",
+        value(help = "every node gets the largest node's threshold")
+    )]
+    Largest,
+    /// Each node its own (seed 000); a node without one gets the largest.
+    #[cfg_attr(
+        feature = "clap",
+        value(help = "each node its own threshold (seed 000)")
+    )]
+    Own,
+    /// Every node gets the median node's threshold × [`POOL_FACTOR`].
+    #[cfg_attr(
+        feature = "clap",
+        value(help = "every node gets the median node's threshold × 2")
+    )]
+    Median,
+    /// Each node its own, but never less than the median node's threshold × [`POOL_FACTOR`].
+    #[cfg_attr(
+        feature = "clap",
+        value(help = "each node its own, at least the median node's threshold × 2")
+    )]
+    OwnOrMedian,
+}
+
+impl Pool {
+    /// The name users type and read.
+    pub fn name(self) -> &'static str {
+        match self {
+            Pool::Largest => "largest",
+            Pool::Own => "own",
+            Pool::Median => "median",
+            Pool::OwnOrMedian => "own-or-median",
+        }
+    }
+
+    /// The threshold of each node under this rule from the trained ones, and the threshold of
+    /// a node training did not see.
+    pub fn apply(self, trained: &HashMap<String, f64>) -> (HashMap<String, f64>, f64) {
+        let largest = trained.values().copied().fold(0.0, f64::max);
+        let mut v: Vec<f64> = trained.values().copied().collect();
+        let middle = if v.is_empty() {
+            largest
+        } else {
+            POOL_FACTOR * median_in_place(&mut v)
+        };
+        match self {
+            Pool::Largest => (HashMap::new(), largest),
+            Pool::Own => (trained.clone(), largest),
+            Pool::Median => (HashMap::new(), middle),
+            Pool::OwnOrMedian => (
+                trained
+                    .iter()
+                    .map(|(n, &t)| (n.clone(), t.max(middle)))
+                    .collect(),
+                largest.max(middle),
+            ),
+        }
+    }
+}
+
+/// The factor on the median node's threshold of [`Pool::Median`] and [`Pool::OwnOrMedian`]:
+/// seed 000's own safety factor (a threshold is twice the largest fault-free score), applied
+/// once more because the median node's largest score is a sample of one node's luck in a few
+/// training runs, as the doubling covers a node's own later luck.
+pub const POOL_FACTOR: f64 = 2.0;
+
+/// Trained analyses: a node is anomalous only when its score also exceeds this multiple of the
+/// window's median score. Load that hits all co-located nodes alike (a busy host), or a change
+/// of workload, raises every node's score together; peer comparison blames a node only for how
+/// it differs from its peers, so when the typical node of a window deviates almost as much as
+/// a trained threshold allows, exceeding the threshold is no evidence against one node. The
+/// factor is the unsupervised rule's γ ([`Unsupervised::gamma`]): the same reading of "stands
+/// out from its peers" with and without training. Measured in docs/thresholds.md ("Verdicts
+/// on a busy host").
+pub const SHARED_FACTOR: f64 = 3.0;
+
 /// Seed 000: "the minimum integer threshold … that eliminates all anomalies on a particular
 /// server … is doubled". A node is anomalous when its score *exceeds* the threshold, so the
 /// least threshold on the distance's grid that is ≥ the largest fault-free score, at least one
 /// grid step, times two.
 pub fn trained_threshold(max_score: f64, quantum: f64) -> f64 {
     let steps = (max_score / quantum).ceil().max(1.0);
-    2.0 * steps * quantum
+    if quantum < 1.0 {
+        // Divide by the grid's inverse (an integer) rather than multiplying by the grid (not
+        // exact in binary): 8790 / 1000 is the double nearest 8.79, 8790 × 0.001 is not.
+        2.0 * steps / (1.0 / quantum).round()
+    } else {
+        2.0 * steps * quantum
+    }
 }
 
 /// Variance weighting (seed 000 §"Future work": "weight components by their observed variance
@@ -170,6 +264,8 @@ mod tests {
         assert_eq!(trained_threshold(42.0, 1.0), 84.0);
         assert_eq!(trained_threshold(0.0, 1.0), 2.0);
         assert!((trained_threshold(0.0123, 1e-3) - 0.026).abs() < 1e-12);
+        // No float noise in the file or on screen (was 8.790000000000001).
+        assert_eq!(trained_threshold(4.3941, 1e-3).to_string(), "8.79");
     }
 
     proptest! {

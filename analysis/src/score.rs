@@ -11,8 +11,16 @@
 //! * [`ScoreKind::LeaveOneOut`] — the distance of a node to the component-wise median of the
 //!   *other* nodes. O(N·F·log N).
 //!
-//! Each is a [`Scorer`]; [`ScoreKind`] names them for settings. New scorers (suspect scores of
-//! seed 002, RPCA of seed 004) implement [`Scorer`] and get a [`ScoreKind`] name.
+//! * [`ScoreKind::Suspect`] — seed 002's suspect score (Mirgorodskiy et al., "Finding
+//!   behavioral outliers"): each node's window values become a *profile* (divided by their sum,
+//!   so only the mix of functions counts, not the amount of work), and a node's score is its
+//!   distance to its k-th nearest neighbour, k = max(1, ⌊N/4⌋). With known-normal profiles
+//!   (from training runs) it is the supervised variant, min(d(h, h_k), d(h, n₁)), n₁ the
+//!   nearest normal profile. O(N²·F); rotating domains above [`PAIRWISE_EXACT_MAX`] nodes as
+//!   for the pairwise score. The default without trained thresholds (docs/thresholds.md).
+//!
+//! Each is a [`Scorer`]; [`ScoreKind`] names them for settings. New scorers (RPCA of seed 004)
+//! implement [`Scorer`] and get a [`ScoreKind`] name.
 
 use serde::{Deserialize, Serialize};
 
@@ -49,6 +57,17 @@ pub enum ScoreKind {
     #[cfg_attr(feature = "clap", value(name = "pairwise"))]
     #[serde(rename = "pairwise")]
     PairwiseMedian,
+    /// Distance of the node's profile to its k-th nearest neighbour's, k = max(1, ⌊N/4⌋)
+    /// (seed 002); the default without trained thresholds.
+    #[cfg_attr(
+        feature = "clap",
+        value(
+            help = "seed 002's suspect score: distance of the node's profile (values ÷ their \
+                    sum) to its k-th nearest neighbour's, k = max(1, N/4); the default \
+                    without trained thresholds"
+        )
+    )]
+    Suspect,
 }
 
 impl ScoreKind {
@@ -58,8 +77,22 @@ impl ScoreKind {
             ScoreKind::MedianNode => "median-node",
             ScoreKind::LeaveOneOut => "leave-one-out",
             ScoreKind::PairwiseMedian => "pairwise",
+            ScoreKind::Suspect => "suspect",
         }
     }
+
+    /// True when the score compares profiles (seed 002).
+    pub fn profiles(self) -> bool {
+        self == ScoreKind::Suspect
+    }
+}
+
+/// Seed 002's k for the suspect score among `n` nodes: "the algorithm worked well for all k
+/// larger than 3 and up to |T|/4" and "if k < (total number of outliers) → false negatives";
+/// with the 4 to 20 servers of a peer group, k = max(1, ⌊N/4⌋) tolerates up to a quarter of
+/// the nodes being alike outliers.
+pub fn suspect_k(n: usize) -> usize {
+    (n / 4).max(1)
 }
 
 /// A dense row-major matrix: one row per node of a window, one column per kept component.
@@ -210,9 +243,32 @@ pub trait Scorer: std::fmt::Debug + Send + Sync {
     /// domains) from window to window; the window start is used.
     fn score(&self, d: Distance, x: &Matrix, seed: u64) -> Scores;
 
+    /// Scores with known-normal rows `normal` (profiles from training runs, prepared like
+    /// `x`); scorers without a supervised variant ignore them.
+    fn score_supervised(&self, d: Distance, x: &Matrix, seed: u64, _normal: &Matrix) -> Scores {
+        self.score(d, x, seed)
+    }
+
     /// What root cause compares a node's raw values with.
     fn reference(&self) -> Reference {
         Reference::MedianNode
+    }
+
+    /// True when the scorer compares *profiles*: the pipeline divides each row by its sum
+    /// before scoring (seed 002), so that root cause sums the profile's terms too.
+    fn profiles(&self) -> bool {
+        false
+    }
+}
+
+/// Divides a row by its sum (a row without activity stays zero): seed 002's profile, "the
+/// time t(h, fᵢ) spent in function fᵢ" over "the total T(h)".
+pub fn to_profile(row: &mut [f64]) {
+    let total: f64 = row.iter().sum();
+    if total > 0.0 {
+        for v in row.iter_mut() {
+            *v /= total;
+        }
     }
 }
 
@@ -223,6 +279,7 @@ impl ScoreKind {
             ScoreKind::MedianNode => Box::new(MedianNodeScore),
             ScoreKind::LeaveOneOut => Box::new(LeaveOneOutScore),
             ScoreKind::PairwiseMedian => Box::new(PairwiseScore { peers }),
+            ScoreKind::Suspect => Box::new(SuspectScore { peers }),
         }
     }
 }
@@ -292,6 +349,91 @@ impl Scorer for PairwiseScore {
         };
         Scores::new(scores, median)
     }
+}
+
+/// [`ScoreKind::Suspect`]: seed 002's suspect score over profiles (the pipeline makes the rows
+/// profiles, [`Scorer::profiles`]).
+#[derive(Clone, Copy, Debug)]
+pub struct SuspectScore {
+    /// Which peers each node is compared with (rotating domains above
+    /// [`PAIRWISE_EXACT_MAX`] nodes, as for the pairwise score).
+    pub peers: Peers,
+}
+
+impl SuspectScore {
+    fn domain(&self, rows: usize) -> Option<usize> {
+        match self.peers {
+            Peers::All => None,
+            Peers::Auto if rows <= PAIRWISE_EXACT_MAX => None,
+            Peers::Auto => Some(DEFAULT_DOMAIN),
+            Peers::Domain(k) if k >= rows => None,
+            Peers::Domain(k) => Some(k.max(3)),
+        }
+    }
+}
+
+impl Scorer for SuspectScore {
+    fn score(&self, d: Distance, x: &Matrix, seed: u64) -> Scores {
+        let median = median_node(x);
+        let scores = match self.domain(x.rows) {
+            None => {
+                let all: Vec<u32> = (0..x.rows as u32).collect();
+                par_map(x.rows, x.rows * x.cols, |i| kth_nearest(d, x, i, &all))
+            }
+            Some(k) => {
+                let groups = domains(x.rows, k, seed);
+                let mut group_of = vec![0u32; x.rows];
+                for (g, members) in groups.iter().enumerate() {
+                    for &m in members {
+                        group_of[m as usize] = g as u32;
+                    }
+                }
+                par_map(x.rows, k * x.cols, |i| {
+                    kth_nearest(d, x, i, &groups[group_of[i] as usize])
+                })
+            }
+        };
+        Scores::new(scores, median)
+    }
+
+    /// Seed 002's supervised case: "the distance of h to either its k-th neighbor from T or the
+    /// first neighbor from N, whichever is closer".
+    fn score_supervised(&self, d: Distance, x: &Matrix, seed: u64, normal: &Matrix) -> Scores {
+        let mut s = self.score(d, x, seed);
+        if normal.rows == 0 || normal.cols != x.cols {
+            return s;
+        }
+        let nearest = par_map(x.rows, normal.rows * x.cols, |i| {
+            (0..normal.rows)
+                .map(|j| d.dist(x.row(i), normal.row(j)))
+                .fold(f64::INFINITY, f64::min)
+        });
+        for (v, n) in s.scores.iter_mut().zip(nearest) {
+            *v = v.min(n);
+        }
+        s
+    }
+
+    fn profiles(&self) -> bool {
+        true
+    }
+}
+
+/// Row `i`'s distance to its k-th nearest neighbour among `members` (which include `i`),
+/// k = [`suspect_k`] of the members.
+fn kth_nearest(d: Distance, x: &Matrix, i: usize, members: &[u32]) -> f64 {
+    let mut ds: Vec<f64> = members
+        .iter()
+        .map(|&j| j as usize)
+        .filter(|&j| j != i)
+        .map(|j| d.dist(x.row(i), x.row(j)))
+        .collect();
+    if ds.is_empty() {
+        return 0.0;
+    }
+    let k = suspect_k(members.len()).min(ds.len());
+    let (_, v, _) = ds.select_nth_unstable_by(k - 1, f64::total_cmp);
+    *v
 }
 
 fn sorted_columns(x: &Matrix) -> SortedColumns {
@@ -478,6 +620,63 @@ mod tests {
         }
     }
 
+    /// Seed 002: the k-th nearest neighbour, k = max(1, ⌊N/4⌋); two alike outliers among eight
+    /// (k = 2) both score high, which the nearest neighbour (k = 1) would miss.
+    #[test]
+    fn suspect_score_is_the_kth_nearest_neighbour() {
+        assert_eq!(
+            (
+                suspect_k(3),
+                suspect_k(4),
+                suspect_k(7),
+                suspect_k(8),
+                suspect_k(20)
+            ),
+            (1, 1, 1, 2, 5)
+        );
+        let x = matrix(&[
+            vec![0.50, 0.50],
+            vec![0.52, 0.48],
+            vec![0.49, 0.51],
+            vec![0.90, 0.10],
+        ]);
+        let s = score(ScoreKind::Suspect, Distance::Manhattan, &x, Peers::All, 0).scores;
+        assert!((s[3] - 0.76).abs() < 1e-9, "{s:?}");
+        assert!((s[0] - 0.02).abs() < 1e-9, "{s:?}");
+        let mut rows = vec![vec![0.5, 0.5]; 6];
+        rows[0] = vec![0.51, 0.49];
+        rows.push(vec![0.9, 0.1]);
+        rows.push(vec![0.9, 0.1]);
+        let s = score(
+            ScoreKind::Suspect,
+            Distance::Manhattan,
+            &matrix(&rows),
+            Peers::All,
+            0,
+        )
+        .scores;
+        assert!(s[6] > 0.7 && s[7] > 0.7, "{s:?}");
+        assert!(s[..6].iter().all(|&v| v < 0.05), "{s:?}");
+        // Supervised: a node near a known-normal profile is not a suspect.
+        let normal = matrix(&[vec![0.9, 0.1]]);
+        let sup = ScoreKind::Suspect
+            .scorer(Peers::All)
+            .score_supervised(Distance::Manhattan, &matrix(&rows), 0, &normal)
+            .scores;
+        assert!(sup[6] < 1e-9 && sup[7] < 1e-9, "{sup:?}");
+        assert!(sup[0] <= s[0]);
+    }
+
+    #[test]
+    fn profiles_are_shares_of_the_total() {
+        let mut r = [1.0, 3.0];
+        to_profile(&mut r);
+        assert_eq!(r, [0.25, 0.75]);
+        let mut z = [0.0, 0.0];
+        to_profile(&mut z);
+        assert_eq!(z, [0.0, 0.0]);
+    }
+
     #[test]
     fn domains_partition_every_node_once() {
         for (n, k) in [(10, 10), (25, 10), (100, 7), (3, 10), (1001, 10)] {
@@ -519,7 +718,7 @@ mod tests {
             let n = rows.len();
             let perm: Vec<usize> = (0..n).map(|i| (i + rot) % n).rev().collect();
             let permuted: Vec<Vec<f64>> = perm.iter().map(|&i| rows[i].clone()).collect();
-            for kind in [ScoreKind::MedianNode, ScoreKind::LeaveOneOut, ScoreKind::PairwiseMedian] {
+            for kind in [ScoreKind::MedianNode, ScoreKind::LeaveOneOut, ScoreKind::PairwiseMedian, ScoreKind::Suspect] {
                 let a = score(kind, Distance::Manhattan, &matrix(&rows), Peers::All, 1).scores;
                 let b = score(kind, Distance::Manhattan, &matrix(&permuted), Peers::All, 1).scores;
                 for (pi, &orig) in perm.iter().enumerate() {

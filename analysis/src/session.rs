@@ -18,9 +18,9 @@ use crate::plan::{
     build_analyzer, check_nodes, dedup, keep_settings, outcome_notes, plan_metrics, MetricPlan,
     Progress,
 };
-use crate::policy::{Policy, Unsupervised};
+use crate::policy::{Policy, Pool, Unsupervised, SHARED_FACTOR};
 use crate::setup::{Setup, TrainedThresholds};
-use crate::time::NS_PER_S;
+use crate::time::{fmt_dur, NS_PER_S};
 
 /// How a node's data ended, from its files.
 fn ending_of(ds: &Dataset, node: &str) -> Ending {
@@ -59,8 +59,11 @@ pub struct DiagnoseRequest {
     pub source: Box<dyn Source>,
     /// Rows of each root-cause table.
     pub top: usize,
-    /// Give each node its own trained threshold instead of the largest of all nodes'.
-    pub per_node_thresholds: bool,
+    /// Which trained threshold each node gets.
+    pub pool: Pool,
+    /// Trained: the multiple of the window's median score a node must also exceed
+    /// ([`SHARED_FACTOR`]; 0 turns it off).
+    pub shared_factor: f64,
     /// Follow a run in progress.
     pub follow: Option<Follow>,
 }
@@ -72,7 +75,8 @@ impl DiagnoseRequest {
             data: paths.iter().map(|p| p.display().to_string()).collect(),
             source: Box::new(DirSource::new(paths.to_vec(), false)),
             top,
-            per_node_thresholds: false,
+            pool: Pool::default(),
+            shared_factor: SHARED_FACTOR,
             follow: None,
         }
     }
@@ -109,7 +113,7 @@ pub fn diagnose(
             &ds,
             &survey,
             &plan,
-            req.per_node_thresholds,
+            (req.pool, req.shared_factor),
             &mut notes,
         )?,
         None => HashMap::new(),
@@ -168,7 +172,7 @@ pub fn diagnose(
     let grace = missing::grace(setup.settings.win_shift_ns, coarsest);
     let findings = missing::findings(&outcome, &plan.reported, grace, |n| ending_of(&ds, n));
     let peers = setup.peers_text(outcome.names.len());
-    Ok(Diagnosis::build(
+    let diagnosis = Diagnosis::build(
         &outcome,
         ReportInput {
             data: req.data,
@@ -181,7 +185,29 @@ pub fn diagnose(
             peers,
             by_program: setup.settings.by_program,
         },
-    ))
+    );
+    // "No node flagged" must mean that nodes were compared and found alike: with fewer windows
+    // than a verdict needs (k), say so instead (a stopped node needs no window).
+    let complete = outcome
+        .metrics
+        .iter()
+        .filter(|m| plan.reported.contains(&m.metric()))
+        .map(|m| m.windows - m.unscored)
+        .max()
+        .unwrap_or(0);
+    let k = setup.settings.k;
+    if diagnosis.culprits.is_empty() && complete < k as u64 {
+        return Err(Error::NotEnoughData {
+            needed: k,
+            complete,
+            windows: format!(
+                "{} every {}",
+                fmt_dur(setup.settings.win_size_ns),
+                fmt_dur(setup.settings.win_shift_ns)
+            ),
+        });
+    }
+    Ok(diagnosis)
 }
 
 /// First start and last end of the data (for progress).
@@ -230,7 +256,7 @@ fn trained_policies(
     ds: &Dataset,
     survey: &Survey,
     plan: &MetricPlan,
-    per_node: bool,
+    (pool, shared): (Pool, f64),
     notes: &mut Vec<String>,
 ) -> Result<HashMap<Metric, Policy>> {
     let name = &t.name;
@@ -245,7 +271,11 @@ fn trained_policies(
             continue;
         };
         let family = setup.family(m);
-        let unit = family.score_unit(setup.settings.distance, mt.weights.is_some());
+        let unit = family.score_unit(
+            setup.settings.distance,
+            mt.weights.is_some(),
+            setup.settings.score.profiles(),
+        );
         if mt.unit != unit {
             return Err(Error::Thresholds(format!(
                 "{name}: {m} thresholds are in {}, this analysis scores in {unit}",
@@ -285,36 +315,31 @@ fn trained_policies(
                 ));
             }
         }
-        let fallback = mt.largest();
-        if !per_node {
-            // Pooled: seed 000 §"Threshold selection" keeps one threshold per server, but the
-            // servers it compares are alike, and in our fault-free runs which node strayed
-            // most changed from run to run (docs/thresholds.md): a node's own maximum over a
-            // few training runs is a sample of one, the largest over all nodes is the expected
-            // deviation of any of them.
-            policies.insert(
-                m,
-                Policy::Trained {
-                    by_node: HashMap::new(),
-                    fallback,
-                },
-            );
-            continue;
-        }
-        for node in &ds.nodes {
-            if !mt.thresholds.contains_key(&node.name) && plan.reported.contains(&m) {
-                notes.push(format!(
-                    "{} has no trained {m} threshold of its own: the metric's largest ({} {}) \
-                     is used",
-                    node.name, fallback, mt.unit
-                ));
+        let trained: HashMap<String, f64> =
+            mt.thresholds.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        // Pooled (the default): seed 000 §"Threshold selection" keeps one threshold per server,
+        // but the servers it compares are alike, and in our fault-free runs which node strayed
+        // most changed from run to run (docs/thresholds.md): a node's own maximum over a few
+        // training runs is a sample of one.
+        let (by_node, fallback) = pool.apply(&trained);
+        if matches!(pool, Pool::Own | Pool::OwnOrMedian) {
+            for node in &ds.nodes {
+                if !mt.thresholds.contains_key(&node.name) && plan.reported.contains(&m) {
+                    notes.push(format!(
+                        "{} has no trained {m} threshold of its own: {} {} is used",
+                        node.name,
+                        crate::time::fmt_sig(fallback),
+                        mt.unit
+                    ));
+                }
             }
         }
         policies.insert(
             m,
             Policy::Trained {
-                by_node: mt.thresholds.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+                by_node,
                 fallback,
+                shared,
             },
         );
     }

@@ -248,6 +248,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             include_unassigned: args.all,
             symfs: args.symfs.clone(),
             nodes: args.nodes.clone(),
+            ..LoadOptions::default()
         },
     )?;
     let report = build(&ds, &args)?;

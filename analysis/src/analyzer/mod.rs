@@ -402,7 +402,7 @@ mod tests {
     use crate::family::KeepRule;
     use crate::filter::KOfN;
     use crate::model::CompValue;
-    use crate::policy::{trained_threshold, Policy, Unsupervised, Weights};
+    use crate::policy::{trained_threshold, Policy, Unsupervised, Weights, SHARED_FACTOR};
     use crate::time::NS_PER_S;
 
     fn cfg(size: u64, shift: u64) -> AnalyzerConfig {
@@ -523,7 +523,11 @@ mod tests {
             .collect();
         assert!(t.result(0).nodes.iter().all(|n| n.anomalous.is_empty()));
         let fallback = by_node.values().copied().fold(0.0, f64::max);
-        let policy = Policy::Trained { by_node, fallback };
+        let policy = Policy::Trained {
+            by_node,
+            fallback,
+            shared: SHARED_FACTOR,
+        };
         let mut clean = Analyzer::new(cfg(6, 3), vec![metric(policy.clone())]);
         run(&mut clean, 2_000_001, 40, None);
         assert!(clean.result(0).nodes.iter().all(|n| !n.faulty()));
@@ -544,6 +548,7 @@ mod tests {
         let mut m = metric(Policy::Trained {
             by_node: HashMap::new(),
             fallback: 50.0,
+            shared: 0.0,
         });
         m.weights = weights;
         let mut e = Analyzer::new(cfg(4, 2), vec![m]);

@@ -6,19 +6,23 @@
 //!    node join the kept set (which only grows, so offline and live analyses agree);
 //! 3. `feature_matrix` — one row per complete node: the window sums of the kept components,
 //!    or (distribution families) their cumulative histograms on shared bins;
-//! 4. `weights` — variance weighting and the distance's preparation;
+//! 4. `weights` — variance weighting, the scorer's profiles (seed 002: each row divided by
+//!    its sum) and the distance's preparation;
 //! 5. scores — the [`Scorer`]: how unlike its peers each node is;
 //! 6. `decide` — the threshold policy (trained, unsupervised, training) decides per node;
-//! 7. the k-of-(2k − 1) filter turns anomalous windows into faulty verdicts;
+//! 7. the k-of-(2k − 1) filter turns anomalous windows into faulty verdicts, and each node's
+//!    persistence accumulator (seed 001 §3.4) counts the window;
 //! 8. `root_cause` — for anomalous nodes, each kept component's distance to the node's
-//!    reference (the median node) is added up.
+//!    reference (the median node) is added up, and the components that alone deviate more than
+//!    the window's typical node does in all of them count as anomalous in their own
+//!    persistence accumulators (the order of the root-cause table).
 
 use crate::cdf;
 use crate::distance::Distance;
 use crate::family::{Comparison, KeepRule};
 use crate::model::{CompIdx, PeerIdx};
 use crate::policy::Policy;
-use crate::score::{median_node, Matrix, Reference, Scorer, Scores};
+use crate::score::{median_in_place, median_node, to_profile, Matrix, Reference, Scorer, Scores};
 
 use super::state::{
     all_set, AnomWindow, Anomaly, AppliedThreshold, Episode, MetricState, NodeBucket, ScoredWindow,
@@ -105,7 +109,9 @@ fn analyse(
     if matches!(ms.result.config.policy, Policy::Training) {
         note_spread(ms, &features.sums);
     }
-    let (prepared, distance) = weights(ms, ctx.distance, &features);
+    // Distribution families compare cumulative histograms, already distributions.
+    let profiles = ctx.scorer.profiles() && features.cdf.is_none();
+    let (prepared, distance) = weights(ms, ctx.distance, &features, profiles);
     let x = prepared
         .as_ref()
         .or(features.cdf.as_ref().map(|c| &c.0))
@@ -118,17 +124,30 @@ fn analyse(
             let size = distance.dist(&scores.median, &zero);
             Some(rule.cutoff(&scores.scores, size))
         }
+        // What every node of the window shares (load on a shared host, a change of workload)
+        // is not one node's fault: a node must also deviate `shared` times as much as the
+        // window's typical node (docs/thresholds.md, "Verdicts on a busy host").
+        Policy::Trained { shared, .. } if *shared > 0.0 => {
+            let mut v = scores.scores.clone();
+            Some(shared * median_in_place(&mut v))
+        }
         _ => None,
     };
     ev.cutoff = cutoff;
     let mut raw_median: Option<Vec<f64>> = None;
+    // Root cause compares components as they are (raw or weighted), never as profiles: in a
+    // profile every function's share moves when one function grows. Computed once a node is
+    // anomalous, with the typical node's distance to its reference.
+    let mut cause: Option<CauseSpace> = None;
     for (ri, &node) in complete.iter().enumerate() {
         let s = scores.scores[ri];
         let threshold = decide(ms, ctx, node, s, cutoff);
         let anomalous = s > threshold;
         let nr = &mut ms.result.nodes[node];
         nr.scored += 1;
+        nr.first_scored_ns.get_or_insert(start);
         nr.max_score = nr.max_score.max(s);
+        nr.persistence.push(anomalous);
         if ms.keep_scores {
             nr.scores.push(ScoredWindow {
                 start_ns: start,
@@ -154,6 +173,7 @@ fn analyse(
             }
         }
         if !anomalous {
+            nr.functions.window(&[]);
             continue;
         }
         nr.anomalous.push(AnomWindow {
@@ -166,16 +186,55 @@ fn analyse(
             score: s,
             threshold,
         });
+        let space = cause.get_or_insert_with(|| {
+            let unprofiled = profiles.then(|| {
+                weights(ms, ctx.distance, &features, false)
+                    .0
+                    .unwrap_or_else(|| features.sums.clone())
+            });
+            let reference = unprofiled
+                .as_ref()
+                .map(|m| Scores::new(Vec::new(), median_node(m)));
+            let cx = unprofiled.as_ref().unwrap_or(x);
+            let typical = typical_distance(cx, reference.as_ref().unwrap_or(&scores), distance);
+            CauseSpace {
+                x: unprofiled,
+                reference,
+                typical,
+            }
+        });
         let input = RootCauseInput {
             features: &features,
-            x,
-            scores: &scores,
+            x: space.x.as_ref().unwrap_or(x),
+            scores: space.reference.as_ref().unwrap_or(&scores),
             distance,
             reference: ctx.scorer.reference(),
+            typical: space.typical,
         };
         root_cause(ms, &input, ri, node, &mut raw_median);
     }
     ev
+}
+
+/// Where root cause compares a window's nodes.
+struct CauseSpace {
+    /// The matrix before profiles (weighted, or the raw sums), when the scorer compared
+    /// profiles; `None`: root cause uses the scored matrix.
+    x: Option<Matrix>,
+    /// The median node of `x`, when it is set.
+    reference: Option<Scores>,
+    /// [`typical_distance`] in that space.
+    typical: f64,
+}
+
+/// The median over the window's nodes of each node's distance to its root-cause reference:
+/// how much a typical node deviates in all components together. A component that alone
+/// deviates more is anomalous in that window (its persistence counts up).
+fn typical_distance(x: &Matrix, scores: &Scores, distance: Distance) -> f64 {
+    let mut d: Vec<f64> = (0..x.rows)
+        .map(|i| distance.dist(x.row(i), &scores.reference(x, i)))
+        .collect();
+    median_in_place(&mut d)
 }
 
 /// Stage 1, complete nodes: data covering every slot of the window, none of it missed.
@@ -364,15 +423,21 @@ fn note_spread(ms: &mut MetricState, raw: &Matrix) {
     }
 }
 
-/// Stage 4, weights and the distance's preparation: the matrix the scorer compares (`None`:
-/// the raw sums, or a distribution family's cumulative histograms, as they are) and the distance
-/// it compares with — for histograms the CDF distance, Σ|P(i) − Q(i)| (Manhattan on them).
-fn weights(ms: &MetricState, distance: Distance, f: &Features) -> (Option<Matrix>, Distance) {
+/// Stage 4, weights, profiles and the distance's preparation: the matrix the scorer compares
+/// (`None`: the raw sums, or a distribution family's cumulative histograms, as they are) and
+/// the distance it compares with — for histograms the CDF distance, Σ|P(i) − Q(i)| (Manhattan
+/// on them, already distributions: they are not made profiles).
+fn weights(
+    ms: &MetricState,
+    distance: Distance,
+    f: &Features,
+    profiles: bool,
+) -> (Option<Matrix>, Distance) {
     if f.cdf.is_some() {
         return (None, Distance::Manhattan);
     }
     let weighted = ms.result.config.weights.is_some();
-    if distance != Distance::SymKl && !weighted {
+    if distance != Distance::SymKl && !weighted && !profiles {
         return (None, distance);
     }
     let kept = &ms.result.kept_list;
@@ -383,6 +448,9 @@ fn weights(ms: &MetricState, distance: Distance, f: &Features) -> (Option<Matrix
             for (v, &c) in row.iter_mut().zip(kept) {
                 *v /= ms.scale[c as usize];
             }
+        }
+        if profiles {
+            to_profile(row);
         }
         distance.prepare(row);
     }
@@ -399,15 +467,20 @@ fn decide(
 ) -> f64 {
     match &ms.result.config.policy {
         Policy::Training => f64::INFINITY,
-        Policy::Trained { by_node, fallback } => {
+        Policy::Trained {
+            by_node, fallback, ..
+        } => {
             let (value, own) = match by_node.get(&ctx.names[node]) {
                 Some(&t) => (t, true),
                 None => (*fallback, false),
             };
             ms.result.nodes[node].threshold = Some(AppliedThreshold { value, own });
-            value
+            value.max(cutoff.unwrap_or(0.0))
         }
         Policy::Untrained(rule) => {
+            // Seed 002's unsupervised case: a node that stands out from its peers is anomalous
+            // whether or not it has changed. Its own first windows only tell the report whether
+            // it changed or was different from the start.
             let peer = cutoff.unwrap_or(f64::INFINITY);
             let ns = &mut ms.nodes[node];
             let own = rule.baseline_cutoff(&ns.baseline);
@@ -417,7 +490,7 @@ fn decide(
             if s > peer && s <= own {
                 ms.result.nodes[node].different += 1;
             }
-            peer.max(own)
+            peer
         }
     }
 }
@@ -430,6 +503,8 @@ struct RootCauseInput<'a> {
     scores: &'a Scores,
     distance: Distance,
     reference: Reference,
+    /// [`typical_distance`] of the window.
+    typical: f64,
 }
 
 /// Stage 8, root cause: each kept component's distance to the node's reference, in the
@@ -478,8 +553,12 @@ fn root_cause(
             }
         }
     }
+    let mut standing_out = Vec::new();
     for (ci, &c) in kept.iter().enumerate() {
         let t = terms[ci];
+        if t > input.typical {
+            standing_out.push(c);
+        }
         if t == 0.0 && rr[ci] == raw_ref[ci] {
             continue;
         }
@@ -488,4 +567,5 @@ fn root_cause(
         acc.node += rr[ci];
         acc.reference += raw_ref[ci];
     }
+    nr.functions.window(&standing_out);
 }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use crate::family::{Comparison, KeepRule, Metric, MetricFamily, Windows};
 use crate::filter::KOfN;
 use crate::model::{CompIdx, CompLabel, IntervalData, PeerIdx};
+use crate::persistence::{Ledger, Persistence};
 use crate::policy::{Policy, Spread, Weights};
 
 /// Peer comparison needs at least this many nodes with data in a window.
@@ -110,6 +111,9 @@ pub struct Ranked {
     pub comp: CompIdx,
     /// Its sums.
     pub cause: RootCause,
+    /// How persistently it alone deviated more than the typical node in all components
+    /// (seed 001 §3.4).
+    pub persistence: Persistence,
 }
 
 /// The threshold applied to a node (trained policy).
@@ -165,6 +169,12 @@ pub struct NodeResult {
     pub different: u64,
     /// Its score in every window it was scored in, when the analyzer keeps them.
     pub scores: Vec<ScoredWindow>,
+    /// Start of the first window it was scored in, ns.
+    pub first_scored_ns: Option<u64>,
+    /// Persistence of its anomalies over the windows it was scored in (seed 001 §3.4).
+    pub persistence: Persistence,
+    /// Persistence of each component's own anomalies (root-cause order).
+    pub functions: Ledger<CompIdx>,
 }
 
 impl NodeResult {
@@ -222,18 +232,24 @@ impl MetricResult {
             .collect()
     }
 
-    /// The top `n` components of a node's root cause, largest summed distance first (ties by
-    /// label, so the order never depends on registration order).
+    /// The top `n` components of a node's root cause: most persistent first (seed 001 §3.4,
+    /// [`Persistence::order`]), then largest summed distance (ties by label, so the order never
+    /// depends on registration order).
     pub fn top(&self, node: PeerIdx, n: usize) -> Vec<Ranked> {
-        let mut v: Vec<Ranked> = self.nodes[node]
+        let nr = &self.nodes[node];
+        let mut v: Vec<Ranked> = nr
             .root_cause
             .iter()
-            .map(|(&comp, &cause)| Ranked { comp, cause })
+            .map(|(&comp, &cause)| Ranked {
+                comp,
+                cause,
+                persistence: nr.functions.get(&comp),
+            })
             .collect();
         v.sort_by(|a, b| {
-            b.cause
-                .distance
-                .total_cmp(&a.cause.distance)
+            a.persistence
+                .order(&b.persistence)
+                .then_with(|| b.cause.distance.total_cmp(&a.cause.distance))
                 .then_with(|| self.comps[a.comp as usize].cmp(&self.comps[b.comp as usize]))
         });
         v.truncate(n);

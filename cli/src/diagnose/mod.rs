@@ -8,11 +8,12 @@ use std::time::Duration;
 use culprit_analysis::diagnosis::ClosedWindow;
 use culprit_analysis::distance::Distance;
 use culprit_analysis::plan::{Progress, Quiet};
+use culprit_analysis::policy::{Pool, SHARED_FACTOR};
 use culprit_analysis::score::ScoreKind;
 use culprit_analysis::session::{self, DiagnoseRequest, Follow};
 use culprit_analysis::setup::{Overrides, Setup, TrainedThresholds};
 use culprit_analysis::thresholds::{ThresholdRule, Weighting};
-use culprit_analysis::time::{fmt_dur, parse_duration_ns};
+use culprit_analysis::time::{fmt_dur, fmt_sig, parse_duration_ns};
 use culprit_analysis::train::{self, TrainingRun};
 
 pub mod render;
@@ -65,6 +66,10 @@ pub struct AnalysisArgs {
     /// Only these nodes, comma-separated
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub nodes: Vec<String>,
+    /// Leave these nodes out, comma-separated: a node with another role than its peers (a
+    /// metadata server among data servers) differs from them whatever its health
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub exclude_node: Vec<String>,
     /// Read binaries under this directory instead of / (like perf report --symfs)
     #[arg(long, value_name = "DIR")]
     pub symfs: Option<PathBuf>,
@@ -121,11 +126,18 @@ pub struct DiagnoseArgs {
     /// Rows of each root-cause table
     #[arg(long, default_value_t = 10, value_name = "N")]
     pub top: usize,
-    /// Give each node the threshold trained on it (seed 000) instead of the largest of all
-    /// nodes' (the default: peers are alike, and which one strays most in a few training runs
-    /// is chance)
-    #[arg(long)]
+    /// Give each node the threshold trained on it (seed 000): the same as
+    /// `--threshold-pool own`
+    #[arg(long, conflicts_with = "threshold_pool")]
     pub per_node_thresholds: bool,
+    /// Which trained threshold each node gets [default: largest — peers are alike, and which
+    /// one strays most in a few training runs is chance; docs/thresholds.md]
+    #[arg(long, value_enum, value_name = "RULE")]
+    pub threshold_pool: Option<Pool>,
+    /// With trained thresholds, a node must also score this many times the window's median
+    /// node to be anomalous (what all nodes share is not one node's fault); 0 turns it off
+    #[arg(long, value_name = "F", default_value_t = SHARED_FACTOR, hide = true)]
+    pub shared_factor: f64,
     #[command(flatten)]
     pub analysis: AnalysisArgs,
 }
@@ -146,6 +158,7 @@ impl AnalysisArgs {
             weighting: self.weighting,
             metrics: self.metrics.clone(),
             nodes: self.nodes.clone(),
+            exclude_nodes: self.exclude_node.clone(),
             symfs: self.symfs.clone(),
         }
     }
@@ -153,7 +166,7 @@ impl AnalysisArgs {
 
 /// Runs `culprit train`.
 pub fn run_train(args: TrainArgs) -> anyhow::Result<i32> {
-    let setup = Setup::resolve(&args.analysis.overrides(), None)?;
+    let setup = Setup::for_training(&args.analysis.overrides())?;
     let runs = args.data.iter().map(|p| TrainingRun::dir(p)).collect();
     let training = train::train(&setup, runs, args.threshold_rule, &mut Quiet)?;
     let file = &training.file;
@@ -163,6 +176,9 @@ pub fn run_train(args: TrainArgs) -> anyhow::Result<i32> {
     if args.json {
         serde_json::to_writer_pretty(&mut out, file)?;
         writeln!(out)?;
+        for w in &training.warnings {
+            eprintln!("culprit: warning: {w}");
+        }
         return Ok(0);
     }
     let s = &file.settings;
@@ -182,7 +198,7 @@ pub fn run_train(args: TrainArgs) -> anyhow::Result<i32> {
         let list: Vec<String> = t
             .thresholds
             .iter()
-            .map(|(n, v)| format!("{n} {v}"))
+            .map(|(n, v)| format!("{n} {}", fmt_sig(*v)))
             .collect();
         writeln!(
             out,
@@ -192,6 +208,9 @@ pub fn run_train(args: TrainArgs) -> anyhow::Result<i32> {
             t.unit,
             list.join(", ")
         )?;
+    }
+    for w in &training.warnings {
+        writeln!(out, "warning: {w}")?;
     }
     for n in &training.notes {
         writeln!(out, "note: {n}")?;
@@ -208,7 +227,15 @@ pub fn run_diagnose(args: DiagnoseArgs) -> anyhow::Result<i32> {
     };
     let setup = Setup::resolve(&args.analysis.overrides(), trained.as_ref())?;
     let mut req = DiagnoseRequest::dirs(&args.data, args.top);
-    req.per_node_thresholds = args.per_node_thresholds;
+    req.pool = match (args.per_node_thresholds, args.threshold_pool) {
+        (true, _) => Pool::Own,
+        (false, p) => p.unwrap_or_default(),
+    };
+    anyhow::ensure!(
+        args.shared_factor >= 0.0 && args.shared_factor.is_finite(),
+        "--shared-factor must be a non-negative number"
+    );
+    req.shared_factor = args.shared_factor;
     req.follow = args.follow.then(|| Follow {
         limit: args.for_.map(Duration::from_nanos),
     });
