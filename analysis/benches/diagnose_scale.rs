@@ -100,6 +100,7 @@ fn engine(nodes: usize, funcs: usize, score: ScoreKind, peers: Peers, weighted: 
             })
             .collect(),
         default: 1.0,
+        unseen_ratio: None,
     });
     let mut e = Analyzer::new(
         AnalyzerConfig {

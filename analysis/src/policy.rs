@@ -22,10 +22,9 @@ pub enum Policy {
         by_node: HashMap<String, f64>,
         /// The threshold of a node without its own.
         fallback: f64,
-        /// A node is anomalous only if its score also exceeds `shared` times the window's
-        /// median score (0: off): what all nodes share is not one node's fault
-        /// ([`SHARED_FACTOR`]).
-        shared: f64,
+        /// The largest median score of a training window, when known: a window whose median
+        /// score exceeds it raises every threshold in proportion ([`shared_threshold`]).
+        shared: Option<f64>,
     },
     /// No training: [`Unsupervised`] cut-off computed from each window's scores.
     Untrained(Unsupervised),
@@ -169,15 +168,24 @@ impl Pool {
 /// training runs, as the doubling covers a node's own later luck.
 pub const POOL_FACTOR: f64 = 2.0;
 
-/// Trained analyses: a node is anomalous only when its score also exceeds this multiple of the
-/// window's median score. Load that hits all co-located nodes alike (a busy host), or a change
-/// of workload, raises every node's score together; peer comparison blames a node only for how
-/// it differs from its peers, so when the typical node of a window deviates almost as much as
-/// a trained threshold allows, exceeding the threshold is no evidence against one node. The
-/// factor is the unsupervised rule's γ ([`Unsupervised::gamma`]): the same reading of "stands
-/// out from its peers" with and without training. Measured in docs/thresholds.md ("Verdicts
-/// on a busy host").
-pub const SHARED_FACTOR: f64 = 3.0;
+/// The threshold of a trained node in a window whose median score is `median`, when the
+/// largest median score of a training window was `trained_median`: `threshold ×
+/// max(1, median / trained_median)`.
+///
+/// What every node of a window shares is not one node's fault. Load that hits all co-located
+/// nodes alike (a busy host), or a change of workload, raises every node's score together:
+/// when the typical node of a window deviates more than the typical node of any training window
+/// did, the threshold — twice the largest fault-free score — is scaled by as much, so a node
+/// must stand out from this window's peers as far as training required. Windows no busier than
+/// training are judged by the threshold alone (so faults are found as before), and a
+/// persistently different healthy node lifts the median in training and diagnosis alike.
+/// Measured in docs/thresholds.md ("Verdicts on a busy host").
+pub fn shared_threshold(threshold: f64, median: f64, trained_median: Option<f64>) -> f64 {
+    match trained_median {
+        Some(t) if t > 0.0 && median > t => threshold * (median / t),
+        _ => threshold,
+    }
+}
 
 /// Seed 000: "the minimum integer threshold … that eliminates all anomalies on a particular
 /// server … is doubled". A node is anomalous when its score *exceeds* the threshold, so the
@@ -206,9 +214,44 @@ pub struct Weights {
     pub scales: HashMap<CompLabel, f64>,
     /// Scale of a component training never kept (a function that appears only now).
     pub default: f64,
+    /// When set, a component training never kept is scaled by its size instead: in each window,
+    /// `max(default, unseen_ratio × the median node's value of it)` ([`UNSEEN_QUANTILE`]).
+    pub unseen_ratio: Option<f64>,
 }
 
+/// Which quantile of the trained components' relative scales (scale ÷ typical value) an unseen
+/// component is given: the upper quartile — it is assumed as jittery, for its size, as the
+/// jitterier quarter of the functions training saw. A function that crossed the keep rule only
+/// during a fault (issue 14: `gen_posix_mutex_unlock`, with call counts identical to its
+/// trained twin's) then counts like its twin instead of like a median-sized function; a
+/// function only the faulty node runs has a median-node value of 0 and keeps the median scale,
+/// so it still stands out. Measured in docs/thresholds.md ("Functions training never saw").
+pub const UNSEEN_QUANTILE: f64 = 0.75;
+
 impl Weights {
+    /// True when `label` has a trained scale.
+    pub fn trained(&self, label: &CompLabel) -> bool {
+        self.scales.contains_key(label)
+    }
+
+    /// The scale of an unseen component in a window where the median node's value of it is
+    /// `level` (always positive and finite).
+    pub fn unseen_scale(&self, level: f64) -> f64 {
+        let base = self.scale_or_one(self.default);
+        match self.unseen_ratio {
+            Some(r) if r.is_finite() && r > 0.0 && level.is_finite() => base.max(r * level),
+            _ => base,
+        }
+    }
+
+    fn scale_or_one(&self, s: f64) -> f64 {
+        if s.is_finite() && s > 0.0 {
+            s
+        } else {
+            1.0
+        }
+    }
+
     /// The scale of `label` (always positive and finite).
     pub fn scale(&self, label: &CompLabel) -> f64 {
         let s = self.scales.get(label).copied().unwrap_or(self.default);
@@ -321,8 +364,17 @@ mod tests {
         let w = Weights {
             scales: [(CompLabel::func("x", "zero"), 0.0)].into_iter().collect(),
             default: 7.0,
+            unseen_ratio: None,
         };
         assert_eq!(w.scale(&CompLabel::func("x", "other")), 7.0);
         assert_eq!(w.scale(&CompLabel::func("x", "zero")), 1.0);
+        assert_eq!(w.unseen_scale(1e6), 7.0);
+        let w = Weights {
+            unseen_ratio: Some(0.1),
+            ..w
+        };
+        // Scaled by its size, never below the median scale.
+        assert_eq!(w.unseen_scale(1e6), 1e5);
+        assert_eq!(w.unseen_scale(0.0), 7.0);
     }
 }

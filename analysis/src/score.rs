@@ -261,10 +261,12 @@ pub trait Scorer: std::fmt::Debug + Send + Sync {
     }
 }
 
-/// Divides a row by its sum (a row without activity stays zero): seed 002's profile, "the
-/// time t(h, fᵢ) spent in function fᵢ" over "the total T(h)".
-pub fn to_profile(row: &mut [f64]) {
-    let total: f64 = row.iter().sum();
+/// Divides a row by the node's total over all its functions, kept or not (a row without
+/// activity stays zero): seed 002's profile, "the time t(h, fᵢ) spent in function fᵢ" over "the
+/// total T(h)". The total is over every function, not only those the keep rule compares: with
+/// one function kept, its share of the node's work still tells nodes apart.
+pub fn to_profile(row: &mut [f64], total: f64) {
+    let total = total.max(row.iter().sum());
     if total > 0.0 {
         for v in row.iter_mut() {
             *v /= total;
@@ -352,7 +354,7 @@ impl Scorer for PairwiseScore {
 }
 
 /// [`ScoreKind::Suspect`]: seed 002's suspect score over profiles (the pipeline makes the rows
-/// profiles, [`Scorer::profiles`]).
+/// profiles, [`Scorer::profiles`], dividing by the node's total, [`to_profile`]).
 #[derive(Clone, Copy, Debug)]
 pub struct SuspectScore {
     /// Which peers each node is compared with (rotating domains above
@@ -670,10 +672,13 @@ mod tests {
     #[test]
     fn profiles_are_shares_of_the_total() {
         let mut r = [1.0, 3.0];
-        to_profile(&mut r);
+        to_profile(&mut r, 0.0);
         assert_eq!(r, [0.25, 0.75]);
+        let mut r = [1.0, 3.0];
+        to_profile(&mut r, 8.0);
+        assert_eq!(r, [0.125, 0.375]);
         let mut z = [0.0, 0.0];
-        to_profile(&mut z);
+        to_profile(&mut z, 0.0);
         assert_eq!(z, [0.0, 0.0]);
     }
 

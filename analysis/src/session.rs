@@ -18,7 +18,7 @@ use crate::plan::{
     build_analyzer, check_nodes, dedup, keep_settings, outcome_notes, plan_metrics, MetricPlan,
     Progress,
 };
-use crate::policy::{Policy, Pool, Unsupervised, SHARED_FACTOR};
+use crate::policy::{Policy, Pool, Unsupervised};
 use crate::setup::{Setup, TrainedThresholds};
 use crate::time::{fmt_dur, NS_PER_S};
 
@@ -61,9 +61,9 @@ pub struct DiagnoseRequest {
     pub top: usize,
     /// Which trained threshold each node gets.
     pub pool: Pool,
-    /// Trained: the multiple of the window's median score a node must also exceed
-    /// ([`SHARED_FACTOR`]; 0 turns it off).
-    pub shared_factor: f64,
+    /// Trained: scale a window's thresholds when its median score exceeds training's
+    /// ([`crate::policy::shared_threshold`]); false judges by the thresholds alone.
+    pub discount_shared: bool,
     /// Follow a run in progress.
     pub follow: Option<Follow>,
 }
@@ -76,7 +76,7 @@ impl DiagnoseRequest {
             source: Box::new(DirSource::new(paths.to_vec(), false)),
             top,
             pool: Pool::default(),
-            shared_factor: SHARED_FACTOR,
+            discount_shared: true,
             follow: None,
         }
     }
@@ -113,7 +113,7 @@ pub fn diagnose(
             &ds,
             &survey,
             &plan,
-            (req.pool, req.shared_factor),
+            (req.pool, req.discount_shared),
             &mut notes,
         )?,
         None => HashMap::new(),
@@ -256,7 +256,7 @@ fn trained_policies(
     ds: &Dataset,
     survey: &Survey,
     plan: &MetricPlan,
-    (pool, shared): (Pool, f64),
+    (pool, discount_shared): (Pool, bool),
     notes: &mut Vec<String>,
 ) -> Result<HashMap<Metric, Policy>> {
     let name = &t.name;
@@ -339,7 +339,7 @@ fn trained_policies(
             Policy::Trained {
                 by_node,
                 fallback,
-                shared,
+                shared: mt.shared_median.filter(|_| discount_shared),
             },
         );
     }

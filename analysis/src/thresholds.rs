@@ -135,6 +135,11 @@ pub const LEVEL_FLOOR: f64 = 0.01;
 pub struct WeightsFile {
     /// Scale of a component training did not keep.
     pub default: f64,
+    /// With [`UnseenScale::Level`]: the upper quartile of the trained components' scale ÷
+    /// typical value; a component training did not keep is then scaled by its size
+    /// ([`crate::policy::UNSEEN_QUANTILE`]). Files written before it existed: `default` only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unseen_ratio: Option<f64>,
     /// Scale per kept component.
     pub scales: Vec<ScaleEntry>,
 }
@@ -149,11 +154,45 @@ pub struct ScaleEntry {
     pub scale: f64,
 }
 
+/// How `culprit diagnose` scales a function training never kept (docs/thresholds.md,
+/// "Functions training never saw").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "kebab-case")]
+pub enum UnseenScale {
+    /// The median of the trained scales.
+    #[cfg_attr(feature = "clap", value(help = "the median of the trained scales"))]
+    Median,
+    /// By its size: the upper quartile of the trained scales relative to their functions'
+    /// typical values, times its value in the window's median node (at least the median scale).
+    #[default]
+    #[cfg_attr(
+        feature = "clap",
+        value(help = "by its size, as jittery as the jitterier quarter of trained functions")
+    )]
+    Level,
+}
+
+impl UnseenScale {
+    /// The name users type and read.
+    pub fn name(self) -> &'static str {
+        match self {
+            UnseenScale::Median => "median",
+            UnseenScale::Level => "level",
+        }
+    }
+}
+
 impl WeightsFile {
     /// Scales from training spreads: per component, its mean absolute deviation from the median
     /// node, at least `resolution` (the metric's smallest meaningful difference) and
-    /// [`LEVEL_FLOOR`] of its mean value; a component never kept gets the median scale.
-    pub fn from_spreads(spreads: &[(CompLabel, Spread)], resolution: f64) -> Self {
+    /// [`LEVEL_FLOOR`] of its mean value; a component never kept gets the median scale, or is
+    /// scaled by its size ([`UnseenScale`]).
+    pub fn from_spreads(
+        spreads: &[(CompLabel, Spread)],
+        resolution: f64,
+        unseen: UnseenScale,
+    ) -> Self {
         let mut scales: Vec<ScaleEntry> = spreads
             .iter()
             .filter(|(_, s)| s.n > 0)
@@ -172,7 +211,29 @@ impl WeightsFile {
         } else {
             median_in_place(&mut v)
         };
-        WeightsFile { default, scales }
+        let mut ratios: Vec<f64> = spreads
+            .iter()
+            .filter(|(_, s)| s.n > 0 && s.mean_level() > 0.0)
+            .map(|(_, s)| {
+                s.mean_dev()
+                    .max(resolution)
+                    .max(LEVEL_FLOOR * s.mean_level())
+                    / s.mean_level()
+            })
+            .collect();
+        ratios.sort_by(f64::total_cmp);
+        let unseen_ratio = match unseen {
+            UnseenScale::Level if !ratios.is_empty() => {
+                let at = ((ratios.len() - 1) as f64 * crate::policy::UNSEEN_QUANTILE).round();
+                Some(ratios[at as usize])
+            }
+            _ => None,
+        };
+        WeightsFile {
+            default,
+            unseen_ratio,
+            scales,
+        }
     }
 
     /// The analyzer's form.
@@ -184,6 +245,7 @@ impl WeightsFile {
                 .map(|e| (e.label.clone(), e.scale))
                 .collect(),
             default: self.default,
+            unseen_ratio: self.unseen_ratio,
         }
     }
 }
@@ -238,6 +300,11 @@ pub struct MetricThresholds {
     pub flag_scores: BTreeMap<String, f64>,
     /// Windows scored in training, all nodes together.
     pub windows: u64,
+    /// The largest median score of a training window: diagnosis scales the thresholds of a
+    /// window whose median score exceeds it ([`crate::policy::shared_threshold`]). Files
+    /// written before it existed do without.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_median: Option<f64>,
     /// Variance weighting scales, when trained with `--weighting variance`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weights: Option<WeightsFile>,
@@ -299,6 +366,7 @@ impl ThresholdsFile {
             }
             if let Some(w) = &t.weights {
                 let bad = std::iter::once((None, w.default))
+                    .chain(w.unseen_ratio.map(|r| (None, r)))
                     .chain(w.scales.iter().map(|e| (Some(&e.label), e.scale)))
                     .find(|(_, s)| !(s.is_finite() && *s > 0.0));
                 if let Some((label, s)) = bad {

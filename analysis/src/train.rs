@@ -19,8 +19,8 @@ use crate::plan::{build_analyzer, check_nodes, dedup, plan_metrics, MetricPlan, 
 use crate::policy::{trained_threshold, Policy, Spread, Weights};
 use crate::setup::Setup;
 use crate::thresholds::{
-    MetricThresholds, ThresholdRule, ThresholdsFile, Weighting, WeightsFile, THRESHOLDS_FORMAT,
-    THRESHOLDS_VERSION,
+    MetricThresholds, ThresholdRule, ThresholdsFile, UnseenScale, Weighting, WeightsFile,
+    THRESHOLDS_FORMAT, THRESHOLDS_VERSION,
 };
 use crate::time::{fmt_dur, fmt_sig};
 
@@ -124,7 +124,7 @@ struct Run {
 pub fn train(
     setup: &Setup,
     runs: Vec<TrainingRun>,
-    rule: ThresholdRule,
+    (rule, unseen): (ThresholdRule, UnseenScale),
     progress: &mut dyn Progress,
 ) -> Result<Training> {
     let mut notes = setup.notes.clone();
@@ -189,7 +189,7 @@ pub fn train(
                 let v: Vec<(CompLabel, Spread)> = sp.iter().map(|(l, s)| (l.clone(), *s)).collect();
                 (
                     m,
-                    WeightsFile::from_spreads(&v, setup.family(m).resolution()),
+                    WeightsFile::from_spreads(&v, setup.family(m).resolution(), unseen),
                 )
             })
             .collect();
@@ -260,6 +260,8 @@ pub fn train(
 fn quantum(setup: &Setup, family: &dyn MetricFamily) -> f64 {
     match (family.comparison(), setup.settings.weighting) {
         (Comparison::Cdf { .. }, _) => 1e-3,
+        // Profiles: shares of a node's total, between 0 and 2.
+        _ if setup.settings.score.profiles() => 1e-3,
         (_, Weighting::Variance) => WEIGHTED_QUANTUM,
         (_, Weighting::None) => setup.settings.distance.threshold_quantum(),
     }
@@ -351,9 +353,13 @@ fn score(
                     max_scores: BTreeMap::new(),
                     flag_scores: BTreeMap::new(),
                     windows: 0,
+                    shared_median: None,
                     weights: None,
                 });
             entry.windows += m.windows - m.unscored;
+            if m.windows > m.unscored {
+                entry.shared_median = Some(entry.shared_median.unwrap_or(0.0).max(m.max_median));
+            }
             if m.windows == m.unscored {
                 notes.push(format!(
                     "{}: no {metric} window had {MIN_NODES} nodes with complete data; the run \

@@ -395,6 +395,75 @@ fn traced_idle_shows_both_sides() {
     );
 }
 
+const FOUR: [&str; 4] = ["srv0", "srv1", "srv2", "srv3"];
+
+/// Untrained diagnosis (seed 002's suspect score): a node doing 15× the work of one function
+/// from its first second among 4 is a culprit — "different since its data began" — with that
+/// function first in its table; a fault-free group beside it stays clean; every node of both is
+/// ranked in the JSON report, most suspicious first. Budget: ~10 s (both groups at once).
+#[test]
+fn untrained_finds_a_node_different_from_the_start() {
+    let _turn = turn();
+    let dir = TempDir::new("real-untrained");
+    let exe = server(dir.path(), false);
+    let (faulty, clean) = (dir.join("faulty"), dir.join("clean"));
+    let group = |bad: Option<usize>| -> Vec<Node<'static>> {
+        FOUR.iter()
+            .enumerate()
+            .map(|(i, n)| Node {
+                name: n,
+                fault: (Some(i) == bad).then_some(["work", "checksum_payload", "15", "0"]),
+            })
+            .collect()
+    };
+    std::thread::scope(|s| {
+        s.spawn(|| run_group(&exe, &faulty, &group(Some(2)), "8"));
+        s.spawn(|| run_group(&exe, &clean, &group(None), "8"));
+    });
+    let (code, r) = diagnose(&[faulty.to_str().unwrap()]);
+    assert!(!r.trained);
+    assert_eq!(r.settings.score.name(), "suspect", "{r:#?}");
+    assert_eq!(code, 1, "{r:#?}");
+    assert_eq!(r.culprits, ["srv2"], "{r:#?}");
+    let v = r.verdict("srv2").unwrap();
+    assert!(
+        v.combined.reason.contains("different since its data began"),
+        "{v:#?}"
+    );
+    let t = node(metric(&r, "time"), "srv2");
+    assert_eq!(t.verdict, MetricStatus::Faulty, "{t:#?}");
+    assert_eq!(t.top[0].function, "checksum_payload", "{t:#?}");
+    assert_eq!(t.top[0].direction, "more time");
+    assert!(t.top[0].persistence >= 3, "{t:#?}");
+    // The ranking: every node once, the culprit first with the largest persistence.
+    let ranked: Vec<&str> = r.ranking.iter().map(|n| n.node.as_str()).collect();
+    assert_eq!(ranked.len(), 4, "{:#?}", r.ranking);
+    assert_eq!(ranked[0], "srv2", "{:#?}", r.ranking);
+    assert_eq!(r.ranking[0].verdict, Verdict::Faulty);
+    assert!(r.ranking[0].score.unwrap() > 1.0, "{:#?}", r.ranking);
+    assert!(r.ranking[1..]
+        .iter()
+        .all(|n| n.persistence < r.ranking[0].persistence));
+    for (i, n) in r.ranking.iter().enumerate() {
+        assert_eq!(n.rank, i + 1);
+        assert!(!n.reason.is_empty(), "{n:#?}");
+    }
+    assert!(
+        r.notes.iter().any(|n| n.contains("--exclude-node")),
+        "{:#?}",
+        r.notes
+    );
+    // Left out, the node is not compared and the others are alike.
+    let (code, r) = diagnose(&[faulty.to_str().unwrap(), "--exclude-node", "srv2"]);
+    assert_eq!(r.nodes, ["srv0", "srv1", "srv3"]);
+    assert_eq!(code, 0, "{r:#?}");
+
+    let (code, r) = diagnose(&[clean.to_str().unwrap()]);
+    assert_eq!(code, 0, "fault-free, untrained: {r:#?}");
+    assert!(r.culprits.is_empty());
+    assert_eq!(r.ranking.len(), 4);
+}
+
 /// Train on fault-free runs; another fault-free run flags nothing; a run where one node works
 /// harder from the start (which the untrained rule would call persistently different) is
 /// flagged with trained thresholds. Each group runs alone, as in training, and windows are 2 s

@@ -402,7 +402,7 @@ mod tests {
     use crate::family::KeepRule;
     use crate::filter::KOfN;
     use crate::model::CompValue;
-    use crate::policy::{trained_threshold, Policy, Unsupervised, Weights, SHARED_FACTOR};
+    use crate::policy::{trained_threshold, Policy, Unsupervised, Weights};
     use crate::time::NS_PER_S;
 
     fn cfg(size: u64, shift: u64) -> AnalyzerConfig {
@@ -526,7 +526,7 @@ mod tests {
         let policy = Policy::Trained {
             by_node,
             fallback,
-            shared: SHARED_FACTOR,
+            shared: None,
         };
         let mut clean = Analyzer::new(cfg(6, 3), vec![metric(policy.clone())]);
         run(&mut clean, 2_000_001, 40, None);
@@ -548,7 +548,7 @@ mod tests {
         let mut m = metric(Policy::Trained {
             by_node: HashMap::new(),
             fallback: 50.0,
-            shared: 0.0,
+            shared: None,
         });
         m.weights = weights;
         let mut e = Analyzer::new(cfg(4, 2), vec![m]);
@@ -590,6 +590,7 @@ mod tests {
             .into_iter()
             .collect(),
             default: 1.0,
+            unseen_ratio: None,
         };
         let weighted = weighting_run(Some(w));
         assert_eq!(weighted.len(), raw.len());

@@ -21,7 +21,7 @@ use crate::cdf;
 use crate::distance::Distance;
 use crate::family::{Comparison, KeepRule};
 use crate::model::{CompIdx, PeerIdx};
-use crate::policy::Policy;
+use crate::policy::{shared_threshold, Policy};
 use crate::score::{median_in_place, median_node, to_profile, Matrix, Reference, Scorer, Scores};
 
 use super::state::{
@@ -46,6 +46,9 @@ type SlotRows<'a> = Vec<Option<&'a Vec<Vec<f64>>>>;
 struct Features {
     /// Window sums of the kept components (the metric's unit).
     sums: Matrix,
+    /// Per row, the window sum of *all* its components, kept or not, each divided by its
+    /// weighting scale when weighted: seed 002's total T(h), which profiles divide by.
+    totals: Vec<f64>,
     /// Distribution families: cumulative histograms, and the kept component (index into the
     /// kept list) of each column.
     cdf: Option<(Matrix, Vec<u32>)>,
@@ -124,15 +127,20 @@ fn analyse(
             let size = distance.dist(&scores.median, &zero);
             Some(rule.cutoff(&scores.scores, size))
         }
-        // What every node of the window shares (load on a shared host, a change of workload)
-        // is not one node's fault: a node must also deviate `shared` times as much as the
-        // window's typical node (docs/thresholds.md, "Verdicts on a busy host").
-        Policy::Trained { shared, .. } if *shared > 0.0 => {
+        // What every node of the window shares (a busy host, a change of workload) is not one
+        // node's fault (`shared_threshold`): the window's median score.
+        Policy::Trained {
+            shared: Some(_), ..
+        }
+        | Policy::Training => {
             let mut v = scores.scores.clone();
-            Some(shared * median_in_place(&mut v))
+            Some(median_in_place(&mut v))
         }
         _ => None,
     };
+    if let (Policy::Training, Some(m)) = (&ms.result.config.policy, cutoff) {
+        ms.result.max_median = ms.result.max_median.max(m);
+    }
     ev.cutoff = cutoff;
     let mut raw_median: Option<Vec<f64>> = None;
     // Root cause compares components as they are (raw or weighted), never as profiles: in a
@@ -345,7 +353,19 @@ fn feature_matrix(
         Comparison::Sums => None,
         Comparison::Cdf { max_bins } => Some(cdf_features(ms, slots, complete, max_bins)),
     };
-    Features { sums, cdf }
+    let totals = complete
+        .iter()
+        .map(|&node| {
+            let mut t = 0.0;
+            for r in rows.iter().flatten() {
+                for (c, &v) in r[node].vals.iter().enumerate() {
+                    t += v / ms.scale[c];
+                }
+            }
+            t
+        })
+        .collect();
+    Features { sums, totals, cdf }
 }
 
 /// Stage 3 for distribution families: each kept component's values per slot on each complete node,
@@ -442,15 +462,35 @@ fn weights(
     }
     let kept = &ms.result.kept_list;
     let mut p = f.sums.clone();
+    // The scale of each kept component in this window: trained, or for a component training
+    // never kept, by its size in the window's median node (`Weights::unseen_scale`).
+    let scale: Vec<f64> = match &ms.result.config.weights {
+        Some(w) if kept.iter().any(|&c| ms.unseen[c as usize]) => {
+            let mut col = vec![0.0; f.sums.rows];
+            kept.iter()
+                .enumerate()
+                .map(|(ci, &c)| {
+                    if !ms.unseen[c as usize] {
+                        return ms.scale[c as usize];
+                    }
+                    for (r, v) in col.iter_mut().enumerate() {
+                        *v = f.sums.row(r)[ci];
+                    }
+                    w.unseen_scale(median_in_place(&mut col))
+                })
+                .collect()
+        }
+        _ => kept.iter().map(|&c| ms.scale[c as usize]).collect(),
+    };
     for i in 0..p.rows {
         let row = p.row_mut(i);
         if weighted {
-            for (v, &c) in row.iter_mut().zip(kept) {
-                *v /= ms.scale[c as usize];
+            for (v, s) in row.iter_mut().zip(&scale) {
+                *v /= s;
             }
         }
         if profiles {
-            to_profile(row);
+            to_profile(row, f.totals[i]);
         }
         distance.prepare(row);
     }
@@ -468,14 +508,16 @@ fn decide(
     match &ms.result.config.policy {
         Policy::Training => f64::INFINITY,
         Policy::Trained {
-            by_node, fallback, ..
+            by_node,
+            fallback,
+            shared,
         } => {
             let (value, own) = match by_node.get(&ctx.names[node]) {
                 Some(&t) => (t, true),
                 None => (*fallback, false),
             };
             ms.result.nodes[node].threshold = Some(AppliedThreshold { value, own });
-            value.max(cutoff.unwrap_or(0.0))
+            shared_threshold(value, cutoff.unwrap_or(0.0), *shared)
         }
         Policy::Untrained(rule) => {
             // Seed 002's unsupervised case: a node that stands out from its peers is anomalous

@@ -214,6 +214,8 @@ pub struct MetricResult {
     pub window_range: Option<WindowRange>,
     /// Training: per component, its spread around the median node.
     pub spread: Vec<Spread>,
+    /// Training: the largest median score of a window (what the typical node deviated by).
+    pub max_median: f64,
     /// Per node, by index.
     pub nodes: Vec<NodeResult>,
 }
@@ -344,6 +346,9 @@ pub(super) struct MetricState {
     pub(super) slots_per_bucket: usize,
     /// Per component: its weighting scale (1 when unweighted).
     pub(super) scale: Vec<f64>,
+    /// Per component: weighted, without a trained scale, and scaled by its size in each
+    /// window ([`Weights::unseen_scale`]).
+    pub(super) unseen: Vec<bool>,
     /// Keep every node's score of every window.
     pub(super) keep_scores: bool,
 }
@@ -363,6 +368,7 @@ impl MetricState {
                 late: 0,
                 window_range: None,
                 spread: Vec::new(),
+                max_median: 0.0,
                 nodes: Vec::new(),
             },
             per_slot: comparison != Comparison::Sums,
@@ -377,6 +383,7 @@ impl MetricState {
             nodes: Vec::new(),
             pool: Vec::new(),
             scale: Vec::new(),
+            unseen: Vec::new(),
             keep_scores,
         }
     }
@@ -390,8 +397,10 @@ impl MetricState {
         r.comps.push(label.clone());
         self.comp_map.insert(label.clone(), c);
         self.kept.push(false);
-        self.scale
-            .push(r.config.weights.as_ref().map_or(1.0, |w| w.scale(label)));
+        let w = r.config.weights.as_ref();
+        self.scale.push(w.map_or(1.0, |w| w.scale(label)));
+        self.unseen
+            .push(w.is_some_and(|w| w.unseen_ratio.is_some() && !w.trained(label)));
         r.spread.push(Spread::default());
         c
     }

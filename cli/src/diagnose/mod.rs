@@ -8,11 +8,11 @@ use std::time::Duration;
 use culprit_analysis::diagnosis::ClosedWindow;
 use culprit_analysis::distance::Distance;
 use culprit_analysis::plan::{Progress, Quiet};
-use culprit_analysis::policy::{Pool, SHARED_FACTOR};
+use culprit_analysis::policy::Pool;
 use culprit_analysis::score::ScoreKind;
 use culprit_analysis::session::{self, DiagnoseRequest, Follow};
 use culprit_analysis::setup::{Overrides, Setup, TrainedThresholds};
-use culprit_analysis::thresholds::{ThresholdRule, Weighting};
+use culprit_analysis::thresholds::{ThresholdRule, UnseenScale, Weighting};
 use culprit_analysis::time::{fmt_dur, fmt_sig, parse_duration_ns};
 use culprit_analysis::train::{self, TrainingRun};
 
@@ -95,6 +95,9 @@ pub struct TrainArgs {
     /// Which training score each threshold doubles
     #[arg(long, value_enum, default_value_t = ThresholdRule::Window)]
     pub threshold_rule: ThresholdRule,
+    /// How diagnose weights a function training never kept (variance weighting)
+    #[arg(long, value_enum, default_value_t = UnseenScale::default())]
+    pub unseen_scale: UnseenScale,
     #[command(flatten)]
     pub analysis: AnalysisArgs,
 }
@@ -134,10 +137,10 @@ pub struct DiagnoseArgs {
     /// one strays most in a few training runs is chance; docs/thresholds.md]
     #[arg(long, value_enum, value_name = "RULE")]
     pub threshold_pool: Option<Pool>,
-    /// With trained thresholds, a node must also score this many times the window's median
-    /// node to be anomalous (what all nodes share is not one node's fault); 0 turns it off
-    #[arg(long, value_name = "F", default_value_t = SHARED_FACTOR, hide = true)]
-    pub shared_factor: f64,
+    /// Judge by the trained thresholds alone, also in windows where every node deviates more
+    /// than in any training window (for measurements: docs/thresholds.md)
+    #[arg(long, hide = true)]
+    pub no_shared_discount: bool,
     #[command(flatten)]
     pub analysis: AnalysisArgs,
 }
@@ -168,7 +171,12 @@ impl AnalysisArgs {
 pub fn run_train(args: TrainArgs) -> anyhow::Result<i32> {
     let setup = Setup::for_training(&args.analysis.overrides())?;
     let runs = args.data.iter().map(|p| TrainingRun::dir(p)).collect();
-    let training = train::train(&setup, runs, args.threshold_rule, &mut Quiet)?;
+    let training = train::train(
+        &setup,
+        runs,
+        (args.threshold_rule, args.unseen_scale),
+        &mut Quiet,
+    )?;
     let file = &training.file;
     file.save(&args.out)?;
     let stdout = std::io::stdout();
@@ -231,11 +239,7 @@ pub fn run_diagnose(args: DiagnoseArgs) -> anyhow::Result<i32> {
         (true, _) => Pool::Own,
         (false, p) => p.unwrap_or_default(),
     };
-    anyhow::ensure!(
-        args.shared_factor >= 0.0 && args.shared_factor.is_finite(),
-        "--shared-factor must be a non-negative number"
-    );
-    req.shared_factor = args.shared_factor;
+    req.discount_shared = !args.no_shared_discount;
     req.follow = args.follow.then(|| Follow {
         limit: args.for_.map(Duration::from_nanos),
     });
