@@ -467,13 +467,19 @@ impl Diagnosis {
     }
 }
 
-/// True when node `n` became faulty on `m` within its first 2k − 1 scored windows: it was
-/// anomalous in k of them, so it differed from its peers from the start of its data.
+/// True when node `n` was anomalous on `m` in its first scored window and became faulty
+/// within its first 2k − 1: it differed from its peers from the start of its data (no normal
+/// window shows a change).
 fn faulty_from_start(m: &MetricResult, n: PeerIdx, k: usize) -> bool {
     let nm = &m.nodes[n];
-    match (nm.episodes.first(), nm.first_scored_ns) {
-        (Some(e), Some(first)) => {
-            e.first_window_ns <= first + (2 * k as u64 - 2) * m.windows_ns.shift_ns
+    match (
+        nm.episodes.first(),
+        nm.first_scored_ns,
+        nm.anomalous.first(),
+    ) {
+        (Some(e), Some(first), Some(a)) => {
+            a.start_ns == first
+                && e.first_window_ns <= first + (2 * k as u64 - 2) * m.windows_ns.shift_ns
         }
         _ => false,
     }

@@ -253,8 +253,17 @@ fn human_report() {
     );
     let line = text
         .lines()
+        .skip_while(|l| !l.contains("top functions"))
         .find(|l| l.trim_start().starts_with("1  "))
         .unwrap_or_else(|| panic!("no top-ten table: {text}"));
+    // Every node ranked, the culprit first.
+    let first = text
+        .lines()
+        .skip_while(|l| !l.starts_with("suspects, most suspicious first"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no ranking: {text}"));
+    assert!(first.contains("io1") && first.contains("FAULTY"), "{first}");
+    assert!(!text.contains("different since its data began"), "{text}");
     assert!(
         line.contains("hot_path [server]") && line.contains("more samples"),
         "{line}"
