@@ -60,6 +60,7 @@ fn engine(score: ScoreKind, policies: Vec<(Family, Policy)>) -> Analyzer {
                 keep: KeepRule::AtLeast(0.0),
                 policy,
                 weights: None,
+                normal: None,
             })
             .collect(),
     )

@@ -121,6 +121,7 @@ fn engine(nodes: usize, funcs: usize, score: ScoreKind, peers: Peers, weighted: 
             keep: KeepRule::AtLeast(0.0),
             policy: Policy::Untrained(Unsupervised::default()),
             weights,
+            normal: None,
         }],
     );
     for n in 0..nodes {

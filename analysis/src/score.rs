@@ -22,9 +22,12 @@
 //! Each is a [`Scorer`]; [`ScoreKind`] names them for settings. New scorers (RPCA of seed 004)
 //! implement [`Scorer`] and get a [`ScoreKind`] name.
 
+use std::collections::HashMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::distance::Distance;
+use crate::model::CompLabel;
 
 /// Above this many nodes the pairwise score uses rotating analysis domains unless told
 /// otherwise (exact all-pairs costs N²·F per window: 5·10⁹ at 5,000 nodes × 200 functions).
@@ -244,8 +247,16 @@ pub trait Scorer: std::fmt::Debug + Send + Sync {
     fn score(&self, d: Distance, x: &Matrix, seed: u64) -> Scores;
 
     /// Scores with known-normal rows `normal` (profiles from training runs, prepared like
-    /// `x`); scorers without a supervised variant ignore them.
-    fn score_supervised(&self, d: Distance, x: &Matrix, seed: u64, _normal: &Matrix) -> Scores {
+    /// `x`), row `i` of `x` being compared with the normal rows `own[i]`; scorers without a
+    /// supervised variant ignore them.
+    fn score_supervised(
+        &self,
+        d: Distance,
+        x: &Matrix,
+        seed: u64,
+        _normal: &Matrix,
+        _own: &[Vec<u32>],
+    ) -> Scores {
         self.score(d, x, seed)
     }
 
@@ -258,6 +269,29 @@ pub trait Scorer: std::fmt::Debug + Send + Sync {
     /// before scoring (seed 002), so that root cause sums the profile's terms too.
     fn profiles(&self) -> bool {
         false
+    }
+}
+
+/// Known-normal profiles for seed 002's supervised suspect score: one per node of each
+/// fault-free training run (its mean window profile), by component label.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NormalProfiles {
+    /// The profiles, with the node each is of.
+    pub profiles: Vec<(String, HashMap<CompLabel, f64>)>,
+}
+
+impl NormalProfiles {
+    /// The profiles as rows whose columns are `labels` (a component a profile lacks is 0).
+    pub fn matrix<'a>(&self, labels: impl Iterator<Item = &'a CompLabel> + Clone) -> Matrix {
+        let cols = labels.clone().count();
+        let mut m = Matrix::default();
+        m.reset(self.profiles.len(), cols);
+        for (i, (_, p)) in self.profiles.iter().enumerate() {
+            for (o, l) in m.row_mut(i).iter_mut().zip(labels.clone()) {
+                *o = p.get(l).copied().unwrap_or(0.0);
+            }
+        }
+        m
     }
 }
 
@@ -399,15 +433,26 @@ impl Scorer for SuspectScore {
     }
 
     /// Seed 002's supervised case: "the distance of h to either its k-th neighbor from T or the
-    /// first neighbor from N, whichever is closer".
-    fn score_supervised(&self, d: Distance, x: &Matrix, seed: u64, normal: &Matrix) -> Scores {
+    /// first neighbor from N, whichever is closer" — with N the node's *own* normal profiles
+    /// (its fault-free training runs). The seed's normal traces are of alike processes; in a
+    /// peer group with a node of another role, a fault that makes a node look like that node's
+    /// normal profile would otherwise pass as normal.
+    fn score_supervised(
+        &self,
+        d: Distance,
+        x: &Matrix,
+        seed: u64,
+        normal: &Matrix,
+        own: &[Vec<u32>],
+    ) -> Scores {
         let mut s = self.score(d, x, seed);
-        if normal.rows == 0 || normal.cols != x.cols {
+        if normal.rows == 0 || normal.cols != x.cols || own.len() != x.rows {
             return s;
         }
         let nearest = par_map(x.rows, normal.rows * x.cols, |i| {
-            (0..normal.rows)
-                .map(|j| d.dist(x.row(i), normal.row(j)))
+            own[i]
+                .iter()
+                .map(|&j| d.dist(x.row(i), normal.row(j as usize)))
                 .fold(f64::INFINITY, f64::min)
         });
         for (v, n) in s.scores.iter_mut().zip(nearest) {
@@ -659,13 +704,17 @@ mod tests {
         .scores;
         assert!(s[6] > 0.7 && s[7] > 0.7, "{s:?}");
         assert!(s[..6].iter().all(|&v| v < 0.05), "{s:?}");
-        // Supervised: a node near a known-normal profile is not a suspect.
+        // Supervised: a node near one of its own known-normal profiles is not a suspect; another
+        // node's normal profile does not count.
         let normal = matrix(&[vec![0.9, 0.1]]);
+        let mut own = vec![Vec::new(); 8];
+        own[6] = vec![0];
         let sup = ScoreKind::Suspect
             .scorer(Peers::All)
-            .score_supervised(Distance::Manhattan, &matrix(&rows), 0, &normal)
+            .score_supervised(Distance::Manhattan, &matrix(&rows), 0, &normal, &own)
             .scores;
-        assert!(sup[6] < 1e-9 && sup[7] < 1e-9, "{sup:?}");
+        assert!(sup[6] < 1e-9, "{sup:?}");
+        assert!(sup[7] > 0.7, "{sup:?}");
         assert!(sup[0] <= s[0]);
     }
 

@@ -16,7 +16,7 @@ use crate::feed::{self, Feeder, Survey};
 use crate::missing::{self, Ending};
 use crate::plan::{
     build_analyzer, check_nodes, dedup, keep_settings, outcome_notes, plan_metrics, MetricPlan,
-    Progress,
+    MetricSetup, Progress,
 };
 use crate::policy::{Policy, Pool, Unsupervised};
 use crate::setup::{Setup, TrainedThresholds};
@@ -125,13 +125,14 @@ pub fn diagnose(
         &plan.run,
         true,
         |m| {
-            let weights = trained
-                .and_then(|t| t.file.metrics.get(&m))
-                .and_then(|t| t.weights.as_ref())
-                .map(|w| w.weights());
+            let mt = trained.and_then(|t| t.file.metrics.get(&m));
             match policies.remove(&m) {
-                Some(p) => (p, weights),
-                None => (Policy::Untrained(rule), None),
+                Some(policy) => MetricSetup {
+                    policy,
+                    weights: mt.and_then(|t| t.weights.as_ref()).map(|w| w.weights()),
+                    normal: mt.and_then(|t| t.normal()),
+                },
+                None => MetricSetup::policy(Policy::Untrained(rule)),
             }
         },
         &mut notes,

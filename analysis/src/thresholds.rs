@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::family::{Metric, Sampling};
 use crate::model::CompLabel;
 use crate::policy::{Spread, Weights};
-use crate::score::{median_in_place, ScoreKind};
+use crate::score::{median_in_place, NormalProfiles, ScoreKind};
 
 /// Version of the thresholds file format this build writes and reads.
 pub const THRESHOLDS_VERSION: u32 = 1;
@@ -308,6 +308,49 @@ pub struct MetricThresholds {
     /// Variance weighting scales, when trained with `--weighting variance`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weights: Option<WeightsFile>,
+    /// With the suspect score: each training node's mean window profile (weighted like the
+    /// scores), the known-normal traces of seed 002's supervised variant.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub normal_profiles: Vec<NormalProfileEntry>,
+}
+
+/// One node's normal profile from one training run.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct NormalProfileEntry {
+    /// The training run.
+    pub run: String,
+    /// The node.
+    pub node: String,
+    /// Its share of each component (of its total, all components).
+    pub shares: Vec<ShareEntry>,
+}
+
+/// A component's share of a profile.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ShareEntry {
+    /// The component.
+    #[serde(flatten)]
+    pub label: CompLabel,
+    /// Its share.
+    pub share: f64,
+}
+
+impl MetricThresholds {
+    /// The known-normal profiles, for the analyzer (`None` when there are none).
+    pub fn normal(&self) -> Option<std::sync::Arc<NormalProfiles>> {
+        (!self.normal_profiles.is_empty()).then(|| {
+            std::sync::Arc::new(NormalProfiles {
+                profiles: self
+                    .normal_profiles
+                    .iter()
+                    .map(|p| {
+                        let shares = p.shares.iter().map(|e| (e.label.clone(), e.share));
+                        (p.node.clone(), shares.collect())
+                    })
+                    .collect(),
+            })
+        })
+    }
 }
 
 impl MetricThresholds {
@@ -376,6 +419,19 @@ impl ThresholdsFile {
                         path.display()
                     ));
                 }
+            }
+            if let Some(p) = t.normal_profiles.iter().find(|p| {
+                p.shares
+                    .iter()
+                    .any(|e| !(e.share.is_finite() && e.share >= 0.0))
+            }) {
+                return bail(format!(
+                    "{}: {m} normal profile of node {} (run {}) has a share that is not a \
+                     non-negative number",
+                    path.display(),
+                    p.node,
+                    p.run
+                ));
             }
             if f.settings.weighting == Weighting::Variance && t.weights.is_none() {
                 return bail(format!(

@@ -8,6 +8,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
+use std::sync::Arc;
 
 use crate::analyzer::MIN_NODES;
 use crate::data::{Dataset, DirSource, Source};
@@ -15,12 +16,15 @@ use crate::error::{Error, Result};
 use crate::family::{Comparison, Metric, MetricFamily};
 use crate::feed::{self, Feeder, Survey};
 use crate::model::CompLabel;
-use crate::plan::{build_analyzer, check_nodes, dedup, plan_metrics, MetricPlan, Progress};
+use crate::plan::{
+    build_analyzer, check_nodes, dedup, plan_metrics, MetricPlan, MetricSetup, Progress,
+};
 use crate::policy::{trained_threshold, Policy, Spread, Weights};
+use crate::score::NormalProfiles;
 use crate::setup::Setup;
 use crate::thresholds::{
-    MetricThresholds, ThresholdRule, ThresholdsFile, UnseenScale, Weighting, WeightsFile,
-    THRESHOLDS_FORMAT, THRESHOLDS_VERSION,
+    MetricThresholds, NormalProfileEntry, ShareEntry, ThresholdRule, ThresholdsFile, UnseenScale,
+    Weighting, WeightsFile, THRESHOLDS_FORMAT, THRESHOLDS_VERSION,
 };
 use crate::time::{fmt_dur, fmt_sig};
 
@@ -156,7 +160,7 @@ pub fn train(
             &survey,
             &plan.run,
             false,
-            |_| (Policy::Training, None),
+            |_| MetricSetup::policy(Policy::Training),
             &mut notes,
         )?;
         feed_all(setup, &ds, &mut a, progress)?;
@@ -177,9 +181,18 @@ pub fn train(
     }
     // Pass 2: scores with that set from the start, as diagnose will use it.
     let no_weights = BTreeMap::new();
-    let pass2 = score(setup, &runs, &kept, &no_weights, &mut notes, progress)?;
+    let unsupervised = |_: &str, _: Metric| None;
+    let pass2 = score(
+        setup,
+        &runs,
+        (&kept, &no_weights, &unsupervised),
+        &mut notes,
+        progress,
+    )?;
     let mut out = pass2.thresholds;
     let mut maxima = pass2.maxima;
+    let mut profiles = pass2.profiles;
+    let mut weights: BTreeMap<Metric, Weights> = BTreeMap::new();
     // Variance weighting: scales from pass 2, then a pass 3 scoring with them.
     if setup.settings.weighting == Weighting::Variance {
         let files: BTreeMap<Metric, WeightsFile> = pass2
@@ -193,14 +206,53 @@ pub fn train(
                 )
             })
             .collect();
-        let weights: BTreeMap<Metric, Weights> =
-            files.iter().map(|(&m, f)| (m, f.weights())).collect();
+        weights = files.iter().map(|(&m, f)| (m, f.weights())).collect();
         let mut quiet = Vec::new();
-        let pass3 = score(setup, &runs, &kept, &weights, &mut quiet, progress)?;
+        let pass3 = score(
+            setup,
+            &runs,
+            (&kept, &weights, &unsupervised),
+            &mut quiet,
+            progress,
+        )?;
         out = pass3.thresholds;
         maxima = pass3.maxima;
+        profiles = pass3.profiles;
         for (m, t) in out.iter_mut() {
             t.weights = files.get(m).cloned();
+        }
+    }
+    // The suspect score with reference runs is seed 002's supervised variant: each run is
+    // scored against the normal profiles of the *other* runs (its own would make every node
+    // look normal), and diagnose against all of them.
+    if setup.settings.score.profiles() {
+        let others = |run: &str, m: Metric| {
+            let rows: Vec<(String, HashMap<CompLabel, f64>)> = profiles
+                .get(&m)?
+                .iter()
+                .filter(|p| p.run != run)
+                .map(|p| {
+                    let shares = p.shares.iter().map(|e| (e.label.clone(), e.share));
+                    (p.node.clone(), shares.collect())
+                })
+                .collect();
+            (!rows.is_empty()).then(|| Arc::new(NormalProfiles { profiles: rows }))
+        };
+        let mut quiet = Vec::new();
+        let pass4 = score(
+            setup,
+            &runs,
+            (&kept, &weights, &others),
+            &mut quiet,
+            progress,
+        )?;
+        let scales: BTreeMap<Metric, Option<WeightsFile>> =
+            out.iter().map(|(m, t)| (*m, t.weights.clone())).collect();
+        out = pass4.thresholds;
+        maxima = pass4.maxima;
+        for (m, t) in out.iter_mut() {
+            t.weights = scales.get(m).cloned().flatten();
+            t.normal_profiles = profiles.remove(m).unwrap_or_default();
         }
     }
     for (m, t) in out.iter_mut() {
@@ -291,20 +343,29 @@ struct Scored {
     spreads: BTreeMap<Metric, HashMap<CompLabel, Spread>>,
     /// Per metric: (run, node, largest score, flag score) of every node of every run.
     maxima: BTreeMap<Metric, Vec<(String, String, f64, f64)>>,
+    /// Per metric, with a scorer of profiles: every node's mean window profile in every run.
+    profiles: BTreeMap<Metric, Vec<NormalProfileEntry>>,
 }
+
+/// Known-normal profiles for a run and metric (seed 002's supervised suspect score).
+type NormalFor<'a> = &'a dyn Fn(&str, Metric) -> Option<Arc<NormalProfiles>>;
 
 /// Scores every window of every run with the kept set from the start and the given weights.
 fn score(
     setup: &Setup,
     runs: &[Run],
-    kept: &BTreeMap<Metric, Vec<CompLabel>>,
-    weights: &BTreeMap<Metric, Weights>,
+    (kept, weights, normal): (
+        &BTreeMap<Metric, Vec<CompLabel>>,
+        &BTreeMap<Metric, Weights>,
+        NormalFor<'_>,
+    ),
     notes: &mut Vec<String>,
     progress: &mut dyn Progress,
 ) -> Result<Scored> {
     let mut thresholds: BTreeMap<Metric, MetricThresholds> = BTreeMap::new();
     let mut spreads: BTreeMap<Metric, HashMap<CompLabel, Spread>> = BTreeMap::new();
     let mut maxima: BTreeMap<Metric, Vec<(String, String, f64, f64)>> = BTreeMap::new();
+    let mut profiles: BTreeMap<Metric, Vec<NormalProfileEntry>> = BTreeMap::new();
     let weighted = !weights.is_empty();
     for run in runs {
         let mut a = build_analyzer(
@@ -312,7 +373,11 @@ fn score(
             &run.survey,
             &run.plan.run,
             false,
-            |m| (Policy::Training, weights.get(&m).cloned()),
+            |m| MetricSetup {
+                policy: Policy::Training,
+                weights: weights.get(&m).cloned(),
+                normal: normal(&run.name, m),
+            },
             notes,
         )?;
         for (mi, m) in run.plan.run.iter().enumerate() {
@@ -355,6 +420,7 @@ fn score(
                     windows: 0,
                     shared_median: None,
                     weights: None,
+                    normal_profiles: Vec::new(),
                 });
             entry.windows += m.windows - m.unscored;
             if m.windows > m.unscored {
@@ -373,6 +439,27 @@ fn score(
                     continue;
                 }
                 let name = outcome.names[n].clone();
+                if nm.profile_windows > 0 {
+                    let w = nm.profile_windows as f64;
+                    let mut shares: Vec<ShareEntry> = nm
+                        .profile_sum
+                        .iter()
+                        .filter(|(_, &v)| v > 0.0)
+                        .map(|(&c, &v)| ShareEntry {
+                            label: m.comps[c as usize].clone(),
+                            share: v / w,
+                        })
+                        .collect();
+                    shares.sort_by(|a, b| a.label.cmp(&b.label));
+                    profiles
+                        .entry(metric)
+                        .or_default()
+                        .push(NormalProfileEntry {
+                            run: run.name.clone(),
+                            node: name.clone(),
+                            shares,
+                        });
+                }
                 maxima.entry(metric).or_default().push((
                     run.name.clone(),
                     name.clone(),
@@ -390,6 +477,7 @@ fn score(
         thresholds,
         spreads,
         maxima,
+        profiles,
     })
 }
 

@@ -427,6 +427,7 @@ mod tests {
             keep: KeepRule::AtLeast(1.0),
             policy,
             weights: None,
+            normal: None,
         }
     }
 

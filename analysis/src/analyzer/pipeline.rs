@@ -24,9 +24,11 @@ use crate::model::{CompIdx, PeerIdx};
 use crate::policy::{shared_threshold, Policy};
 use crate::score::{median_in_place, median_node, to_profile, Matrix, Reference, Scorer, Scores};
 
+use std::collections::HashMap;
+
 use super::state::{
-    all_set, AnomWindow, Anomaly, AppliedThreshold, Episode, MetricState, NodeBucket, ScoredWindow,
-    WindowEvent, WindowRange, MIN_NODES,
+    all_set, AnomWindow, Anomaly, AppliedThreshold, Episode, MetricState, NodeBucket, NormalRows,
+    ScoredWindow, WindowEvent, WindowRange, MIN_NODES,
 };
 
 /// What every window of every metric shares.
@@ -119,7 +121,26 @@ fn analyse(
         .as_ref()
         .or(features.cdf.as_ref().map(|c| &c.0))
         .unwrap_or(&features.sums);
-    let scores = ctx.scorer.score(distance, x, start);
+    let scores = match normal_rows(ms, profiles) {
+        Some((normal, of)) => {
+            let own: Vec<Vec<u32>> = complete
+                .iter()
+                .map(|&n| of.get(&ctx.names[n]).cloned().unwrap_or_default())
+                .collect();
+            ctx.scorer
+                .score_supervised(distance, x, start, normal, &own)
+        }
+        None => ctx.scorer.score(distance, x, start),
+    };
+    if profiles && matches!(ms.result.config.policy, Policy::Training) {
+        for (ri, &node) in complete.iter().enumerate() {
+            let nr = &mut ms.result.nodes[node];
+            for (&c, &v) in ms.result.kept_list.iter().zip(x.row(ri)) {
+                *nr.profile_sum.entry(c).or_default() += v;
+            }
+            nr.profile_windows += 1;
+        }
+    }
     let cutoff = match &ms.result.config.policy {
         Policy::Untrained(rule) => {
             let mut zero = vec![0.0; x.cols];
@@ -222,6 +243,30 @@ fn analyse(
         root_cause(ms, &input, ri, node, &mut raw_median);
     }
     ev
+}
+
+/// The normal profiles as rows of the kept components (rebuilt when the kept set grows) and
+/// each node's rows, when the scorer compares profiles and the metric has some.
+fn normal_rows(
+    ms: &mut MetricState,
+    profiles: bool,
+) -> Option<(&Matrix, &HashMap<String, Vec<u32>>)> {
+    let normal = ms.result.config.normal.as_ref().filter(|_| profiles)?;
+    let kept = ms.result.kept_list.len();
+    if ms.normal_rows.as_ref().is_none_or(|r| r.kept != kept) {
+        let comps = &ms.result.comps;
+        let labels = ms.result.kept_list.iter().map(|&c| &comps[c as usize]);
+        let mut of: HashMap<String, Vec<u32>> = HashMap::new();
+        for (i, (node, _)) in normal.profiles.iter().enumerate() {
+            of.entry(node.clone()).or_default().push(i as u32);
+        }
+        ms.normal_rows = Some(NormalRows {
+            kept,
+            rows: normal.matrix(labels),
+            of,
+        });
+    }
+    ms.normal_rows.as_ref().map(|r| (&r.rows, &r.of))
 }
 
 /// Where root cause compares a window's nodes.

@@ -10,6 +10,7 @@ use crate::filter::KOfN;
 use crate::model::{CompIdx, CompLabel, IntervalData, PeerIdx};
 use crate::persistence::{Ledger, Persistence};
 use crate::policy::{Policy, Spread, Weights};
+use crate::score::{Matrix, NormalProfiles};
 
 /// Peer comparison needs at least this many nodes with data in a window.
 pub const MIN_NODES: usize = 3;
@@ -64,6 +65,9 @@ pub struct MetricConfig {
     /// Variance weighting: each component is divided by its fault-free scale before distances
     /// are taken; `None` compares raw values.
     pub weights: Option<Weights>,
+    /// Known-normal profiles (seed 002's supervised suspect score), for scorers that compare
+    /// profiles.
+    pub normal: Option<Arc<NormalProfiles>>,
 }
 
 impl MetricConfig {
@@ -175,6 +179,11 @@ pub struct NodeResult {
     pub persistence: Persistence,
     /// Persistence of each component's own anomalies (root-cause order).
     pub functions: Ledger<CompIdx>,
+    /// Training with a scorer of profiles: the sum of its window profiles, by component, and
+    /// the windows summed (its normal profile is their mean).
+    pub profile_sum: HashMap<CompIdx, f64>,
+    /// See `profile_sum`.
+    pub profile_windows: u64,
 }
 
 impl NodeResult {
@@ -304,6 +313,17 @@ impl NodeState {
     }
 }
 
+/// Known-normal profiles as rows of the kept components.
+#[derive(Debug)]
+pub(super) struct NormalRows {
+    /// The length of the kept list they were built for.
+    pub(super) kept: usize,
+    /// One row per profile.
+    pub(super) rows: Matrix,
+    /// Each node's rows.
+    pub(super) of: HashMap<String, Vec<u32>>,
+}
+
 /// One node's data in one bucket (WinShift of data).
 #[derive(Clone, Debug, Default)]
 pub(super) struct NodeBucket {
@@ -349,6 +369,8 @@ pub(super) struct MetricState {
     /// Per component: weighted, without a trained scale, and scaled by its size in each
     /// window ([`Weights::unseen_scale`]).
     pub(super) unseen: Vec<bool>,
+    /// The normal profiles as rows of the kept components, for the kept list's length.
+    pub(super) normal_rows: Option<NormalRows>,
     /// Keep every node's score of every window.
     pub(super) keep_scores: bool,
 }
@@ -384,6 +406,7 @@ impl MetricState {
             pool: Vec::new(),
             scale: Vec::new(),
             unseen: Vec::new(),
+            normal_rows: None,
             keep_scores,
         }
     }
