@@ -31,11 +31,12 @@ use culprit_analysis::score::{Peers, ScoreKind};
 use culprit_analysis::synth::{Fault, OddNode, Scenario};
 use culprit_analysis::time::NS_PER_S;
 
-const SCORES: [ScoreKind; 4] = [
+const SCORES: [ScoreKind; 5] = [
     ScoreKind::PairwiseMedian,
     ScoreKind::MedianNode,
     ScoreKind::LeaveOneOut,
     ScoreKind::Suspect,
+    ScoreKind::SuspectShares,
 ];
 
 fn engine(score: ScoreKind, policies: Vec<(Family, Policy)>) -> Analyzer {

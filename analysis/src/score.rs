@@ -71,6 +71,16 @@ pub enum ScoreKind {
         )
     )]
     Suspect,
+    /// The suspect score over seed 002's literal profiles: each node's values divided by its
+    /// own total (time fractions).
+    #[cfg_attr(
+        feature = "clap",
+        value(
+            help = "the suspect score over each node's own shares (values ÷ the node's own \
+                    total, seed 002's time fractions): blind to a node doing more of everything"
+        )
+    )]
+    SuspectShares,
 }
 
 impl ScoreKind {
@@ -81,12 +91,22 @@ impl ScoreKind {
             ScoreKind::LeaveOneOut => "leave-one-out",
             ScoreKind::PairwiseMedian => "pairwise",
             ScoreKind::Suspect => "suspect",
+            ScoreKind::SuspectShares => "suspect-shares",
         }
     }
 
     /// True when the score compares profiles (seed 002).
     pub fn profiles(self) -> bool {
-        self == ScoreKind::Suspect
+        self.profile_total().is_some()
+    }
+
+    /// What the score's profiles divide by, if it compares profiles.
+    pub fn profile_total(self) -> Option<ProfileTotal> {
+        match self {
+            ScoreKind::Suspect => Some(ProfileTotal::Median),
+            ScoreKind::SuspectShares => Some(ProfileTotal::Own),
+            _ => None,
+        }
     }
 }
 
@@ -265,11 +285,24 @@ pub trait Scorer: std::fmt::Debug + Send + Sync {
         Reference::MedianNode
     }
 
-    /// True when the scorer compares *profiles*: the pipeline divides each row by its sum
-    /// before scoring (seed 002), so that root cause sums the profile's terms too.
-    fn profiles(&self) -> bool {
-        false
+    /// What the pipeline divides each row by before scoring, when the scorer compares
+    /// *profiles* (seed 002); root cause compares the rows as they were.
+    fn profiles(&self) -> Option<ProfileTotal> {
+        None
     }
+}
+
+/// What a profile divides a node's window values by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProfileTotal {
+    /// The node's own total over all its components (seed 002's T(h): time fractions). Blind
+    /// to a node doing more (or less) of everything: a slow node serving fewer requests has
+    /// the same call shares.
+    Own,
+    /// The median node's total of the window: the values as shares of what a typical node did.
+    /// Load common to all nodes still cancels (every total grows alike), and so the score stays
+    /// free of units, but a node doing more of one function, or of everything, keeps its size.
+    Median,
 }
 
 /// Known-normal profiles for seed 002's supervised suspect score: one per node of each
@@ -295,12 +328,12 @@ impl NormalProfiles {
     }
 }
 
-/// Divides a row by the node's total over all its functions, kept or not (a row without
-/// activity stays zero): seed 002's profile, "the time t(h, fᵢ) spent in function fᵢ" over "the
-/// total T(h)". The total is over every function, not only those the keep rule compares: with
-/// one function kept, its share of the node's work still tells nodes apart.
+/// Divides a row by `total` (a row without activity, or a zero total, stays as it is): seed
+/// 002's profile, "the time t(h, fᵢ) spent in function fᵢ" over "the total T(h)", with the
+/// total of every function, not only those the keep rule compares (with one function kept,
+/// its share of the work still tells nodes apart), and T the node's own or the median node's
+/// ([`ProfileTotal`]).
 pub fn to_profile(row: &mut [f64], total: f64) {
-    let total = total.max(row.iter().sum());
     if total > 0.0 {
         for v in row.iter_mut() {
             *v /= total;
@@ -315,7 +348,14 @@ impl ScoreKind {
             ScoreKind::MedianNode => Box::new(MedianNodeScore),
             ScoreKind::LeaveOneOut => Box::new(LeaveOneOutScore),
             ScoreKind::PairwiseMedian => Box::new(PairwiseScore { peers }),
-            ScoreKind::Suspect => Box::new(SuspectScore { peers }),
+            ScoreKind::Suspect => Box::new(SuspectScore {
+                peers,
+                total: ProfileTotal::Median,
+            }),
+            ScoreKind::SuspectShares => Box::new(SuspectScore {
+                peers,
+                total: ProfileTotal::Own,
+            }),
         }
     }
 }
@@ -387,13 +427,15 @@ impl Scorer for PairwiseScore {
     }
 }
 
-/// [`ScoreKind::Suspect`]: seed 002's suspect score over profiles (the pipeline makes the rows
-/// profiles, [`Scorer::profiles`], dividing by the node's total, [`to_profile`]).
+/// [`ScoreKind::Suspect`] and [`ScoreKind::SuspectShares`]: seed 002's suspect score over
+/// profiles (the pipeline makes the rows profiles, [`Scorer::profiles`]).
 #[derive(Clone, Copy, Debug)]
 pub struct SuspectScore {
     /// Which peers each node is compared with (rotating domains above
     /// [`PAIRWISE_EXACT_MAX`] nodes, as for the pairwise score).
     pub peers: Peers,
+    /// What profiles divide by.
+    pub total: ProfileTotal,
 }
 
 impl SuspectScore {
@@ -461,8 +503,8 @@ impl Scorer for SuspectScore {
         s
     }
 
-    fn profiles(&self) -> bool {
-        true
+    fn profiles(&self) -> Option<ProfileTotal> {
+        Some(self.total)
     }
 }
 
@@ -721,9 +763,6 @@ mod tests {
     #[test]
     fn profiles_are_shares_of_the_total() {
         let mut r = [1.0, 3.0];
-        to_profile(&mut r, 0.0);
-        assert_eq!(r, [0.25, 0.75]);
-        let mut r = [1.0, 3.0];
         to_profile(&mut r, 8.0);
         assert_eq!(r, [0.125, 0.375]);
         let mut z = [0.0, 0.0];
@@ -772,7 +811,7 @@ mod tests {
             let n = rows.len();
             let perm: Vec<usize> = (0..n).map(|i| (i + rot) % n).rev().collect();
             let permuted: Vec<Vec<f64>> = perm.iter().map(|&i| rows[i].clone()).collect();
-            for kind in [ScoreKind::MedianNode, ScoreKind::LeaveOneOut, ScoreKind::PairwiseMedian, ScoreKind::Suspect] {
+            for kind in [ScoreKind::MedianNode, ScoreKind::LeaveOneOut, ScoreKind::PairwiseMedian, ScoreKind::Suspect, ScoreKind::SuspectShares] {
                 let a = score(kind, Distance::Manhattan, &matrix(&rows), Peers::All, 1).scores;
                 let b = score(kind, Distance::Manhattan, &matrix(&permuted), Peers::All, 1).scores;
                 for (pi, &orig) in perm.iter().enumerate() {

@@ -298,7 +298,7 @@ impl Setup {
     pub fn peers_text(&self, nodes: usize) -> String {
         if !matches!(
             self.settings.score,
-            ScoreKind::PairwiseMedian | ScoreKind::Suspect
+            ScoreKind::PairwiseMedian | ScoreKind::Suspect | ScoreKind::SuspectShares
         ) {
             return "n/a".to_string();
         }

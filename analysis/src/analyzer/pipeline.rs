@@ -22,7 +22,9 @@ use crate::distance::Distance;
 use crate::family::{Comparison, KeepRule};
 use crate::model::{CompIdx, PeerIdx};
 use crate::policy::{shared_threshold, Policy};
-use crate::score::{median_in_place, median_node, to_profile, Matrix, Reference, Scorer, Scores};
+use crate::score::{
+    median_in_place, median_node, to_profile, Matrix, ProfileTotal, Reference, Scorer, Scores,
+};
 
 use std::collections::HashMap;
 
@@ -115,8 +117,9 @@ fn analyse(
         note_spread(ms, &features.sums);
     }
     // Distribution families compare cumulative histograms, already distributions.
-    let profiles = ctx.scorer.profiles() && features.cdf.is_none();
-    let (prepared, distance) = weights(ms, ctx.distance, &features, profiles);
+    let profile = ctx.scorer.profiles().filter(|_| features.cdf.is_none());
+    let profiles = profile.is_some();
+    let (prepared, distance) = weights(ms, ctx.distance, &features, profile);
     let x = prepared
         .as_ref()
         .or(features.cdf.as_ref().map(|c| &c.0))
@@ -217,7 +220,7 @@ fn analyse(
         });
         let space = cause.get_or_insert_with(|| {
             let unprofiled = profiles.then(|| {
-                weights(ms, ctx.distance, &features, false)
+                weights(ms, ctx.distance, &features, None)
                     .0
                     .unwrap_or_else(|| features.sums.clone())
             });
@@ -496,8 +499,9 @@ fn weights(
     ms: &MetricState,
     distance: Distance,
     f: &Features,
-    profiles: bool,
+    profile: Option<ProfileTotal>,
 ) -> (Option<Matrix>, Distance) {
+    let profiles = profile.is_some();
     if f.cdf.is_some() {
         return (None, Distance::Manhattan);
     }
@@ -527,6 +531,11 @@ fn weights(
         }
         _ => kept.iter().map(|&c| ms.scale[c as usize]).collect(),
     };
+    let median_total = if f.totals.is_empty() {
+        0.0
+    } else {
+        median_in_place(&mut f.totals.clone())
+    };
     for i in 0..p.rows {
         let row = p.row_mut(i);
         if weighted {
@@ -534,8 +543,10 @@ fn weights(
                 *v /= s;
             }
         }
-        if profiles {
-            to_profile(row, f.totals[i]);
+        match profile {
+            Some(ProfileTotal::Own) => to_profile(row, f.totals[i]),
+            Some(ProfileTotal::Median) => to_profile(row, median_total),
+            None => {}
         }
         distance.prepare(row);
     }

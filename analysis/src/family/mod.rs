@@ -109,8 +109,8 @@ impl<'de> Deserialize<'de> for Metric {
 pub const WEIGHTED_UNIT: &str = "deviations";
 /// Unit of CDF distances: Σ|P(i) − Q(i)| over histogram bins.
 pub const CDF_UNIT: &str = "cdf";
-/// Unit of distances between profiles (seed 002's suspect score): shares of a node's total,
-/// Σ|pᵢ − qᵢ| of two profiles, between 0 and 2.
+/// Unit of distances between profiles (seed 002's suspect score): shares of a node's total
+/// (or of the window's median node's), Σ|pᵢ − qᵢ| of two profiles.
 pub const PROFILE_UNIT: &str = "share";
 
 /// How samples were taken: the event and its period (events per sample) or frequency.
