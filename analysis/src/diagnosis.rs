@@ -843,3 +843,147 @@ fn window_tag<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     }
     Ok(s)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::analyzer::{Analyzer, AnalyzerConfig, MetricConfig};
+    use crate::family::tracer::Time;
+    use crate::family::{KeepRule, Windows};
+    use crate::score::Peers;
+    use crate::synth::{Fault, Scenario};
+    use crate::time::NS_PER_S;
+
+    fn diagnose(sc: &Scenario) -> Diagnosis {
+        let mut a = Analyzer::new(
+            AnalyzerConfig {
+                windows: Windows {
+                    size_ns: 60 * NS_PER_S,
+                    shift_ns: 30 * NS_PER_S,
+                },
+                k: 3,
+                distance: Distance::Manhattan,
+                score: ScoreKind::Suspect,
+                peers: Peers::Auto,
+                keep_scores: true,
+            },
+            vec![MetricConfig {
+                family: Arc::new(Time),
+                slot_ns: 10 * NS_PER_S,
+                lag_ns: 20 * NS_PER_S,
+                keep: KeepRule::AtLeast(0.0),
+                policy: Policy::Untrained(Unsupervised::default()),
+                weights: None,
+                normal: None,
+            }],
+        );
+        sc.feed(&mut a, 0);
+        let outcome = a.into_outcome();
+        Diagnosis::build(
+            &outcome,
+            ReportInput {
+                data: vec!["synthetic".into()],
+                thresholds_file: None,
+                reported: &[Metric::TIME],
+                findings: Vec::new(),
+                notes: Vec::new(),
+                warnings: Vec::new(),
+                top: 5,
+                peers: "all".into(),
+                by_program: false,
+            },
+        )
+    }
+
+    fn scenario(fault: Option<Fault>) -> Scenario {
+        Scenario {
+            nodes: 5,
+            secs: 1200,
+            interval_s: 10,
+            noise: 0.1,
+            seed: 3,
+            faults: fault.into_iter().collect(),
+            ..Scenario::default()
+        }
+    }
+
+    /// Every node ranked once: the culprit first, by verdict then persistence; its root cause
+    /// led by the function that deviated window after window.
+    #[test]
+    fn ranking_puts_the_persistent_culprit_first() {
+        let d = diagnose(&scenario(Some(Fault {
+            node: 2,
+            func: 3,
+            factor: 6.0,
+            from_s: 300,
+            to_s: 900,
+        })));
+        assert_eq!(d.culprits, ["n02"], "{:#?}", d.verdicts);
+        let names: Vec<&str> = d.ranking.iter().map(|r| r.node.as_str()).collect();
+        assert_eq!(names.len(), 5);
+        assert_eq!(names[0], "n02");
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), 5, "each node once: {names:?}");
+        let first = &d.ranking[0];
+        assert_eq!(first.verdict, Verdict::Faulty);
+        assert_eq!(first.metric, Some(Metric::TIME));
+        // Anomalous for the 10 minutes of the fault (19 windows touch it): a long stretch.
+        assert!(first.persistence >= 10, "{first:#?}");
+        assert!(first.score.unwrap() > 1.0);
+        assert!(first.reason.contains("f003"), "{}", first.reason);
+        assert!(
+            !first.reason.contains("since its data began"),
+            "{}",
+            first.reason
+        );
+        for (i, r) in d.ranking.iter().enumerate() {
+            assert_eq!(r.rank, i + 1);
+            if i > 0 {
+                assert_eq!(r.verdict, Verdict::Ok, "{r:#?}");
+                assert!(r.persistence < first.persistence);
+            }
+        }
+        let top = &d.metrics[0].nodes[2].top;
+        assert_eq!(top[0].function, "f003", "{top:#?}");
+        assert!(top[0].persistence >= 10, "{top:#?}");
+        assert!(top.windows(2).all(|w| w[0].persistence >= w[1].persistence));
+    }
+
+    /// A node different from its first window is a culprit "different since its data began",
+    /// with a note on --exclude-node; fault-free, nobody is flagged and everyone is ranked.
+    #[test]
+    fn different_from_the_start_and_fault_free() {
+        let d = diagnose(&scenario(Some(Fault {
+            node: 4,
+            func: 2,
+            factor: 5.0,
+            from_s: 0,
+            to_s: 1200,
+        })));
+        assert_eq!(d.culprits, ["n04"], "{:#?}", d.verdicts);
+        let v = d.verdict("n04").unwrap();
+        assert!(v
+            .combined
+            .reason
+            .ends_with("different since its data began"));
+        assert!(
+            d.notes.iter().any(|n| n.contains("--exclude-node")),
+            "{:?}",
+            d.notes
+        );
+        let d = diagnose(&scenario(None));
+        assert!(d.culprits.is_empty(), "{:#?}", d.verdicts);
+        assert_eq!(d.ranking.len(), 5);
+        assert!(
+            d.ranking
+                .iter()
+                .all(|r| r.reason.starts_with("like its peers") || r.reason.contains("transient")),
+            "{:#?}",
+            d.ranking
+        );
+    }
+}
