@@ -31,11 +31,13 @@ def main():
     ap.add_argument("--culprit", default="target/release/culprit")
     ap.add_argument("--exp", default="/var/tmp/culprit-exp")
     ap.add_argument("--train-args", default="")
-    ap.add_argument("--diagnose-args", default="")
+    ap.add_argument("--diagnose-args", action="append",
+                    help="repeat to compare several diagnose settings on the same thresholds")
     ap.add_argument("--training", default="all")
     ap.add_argument("--cross-validate", action="store_true")
     ap.add_argument("--untrained", action="store_true")
     a = ap.parse_args()
+    variants = a.diagnose_args or [""]
     runs = f"{a.exp}/runs"
     truth = {}
     with open(f"{a.exp}/results.jsonl") as f:
@@ -49,9 +51,9 @@ def main():
         subprocess.run([a.culprit, "train", *WINDOWS, *a.train_args.split(), "-o", out,
                         *[f"{runs}/{i}/data" for i in ids]], capture_output=True, check=True)
 
-    def diagnose(th, rid):
+    def diagnose(th, rid, extra=""):
         thr = ["--thresholds", th] if th else []
-        o = subprocess.run([a.culprit, "diagnose", *WINDOWS, *a.diagnose_args.split(),
+        o = subprocess.run([a.culprit, "diagnose", *WINDOWS, *extra.split(),
                             *thr, "--json", f"{runs}/{rid}/data"],
                            capture_output=True)
         if o.returncode == 2 and b"not enough data" in o.stderr:
@@ -65,24 +67,27 @@ def main():
 
     th = "/tmp/culprit-variants-thresholds.json"
     if a.cross_validate:
-        fp = n = 0
-        ratios = []
+        fp = {v: 0 for v in variants}
+        ratios = {v: [] for v in variants}
+        n = 0
         for w in WORKLOADS:
             free = free_runs(w)
             for pair in itertools.combinations(free, 2):
                 train(th, pair)
                 for rid in (r for r in free if r not in pair):
-                    j = diagnose(th, rid)
-                    fp += bool(j.get("culprits"))
                     n += 1
-                    ratios.append(max(nd["max_score"] / nd["threshold"]
-                                      for m in j["metrics"] for nd in m["nodes"]
-                                      if nd.get("threshold")))
-        ratios.sort()
-        print(f"fault-free runs flagged: {fp}/{n}; largest score / threshold: "
-              f"median {ratios[len(ratios) // 2]:.2f}, max {ratios[-1]:.2f}")
+                    for v in variants:
+                        j = diagnose(th, rid, v)
+                        fp[v] += bool(j.get("culprits"))
+                        ratios[v].append(max([nd["max_score"] / nd["threshold"]
+                                              for m in j["metrics"] for nd in m["nodes"]
+                                              if nd.get("threshold")] or [0.0]))
+        for v in variants:
+            r = sorted(ratios[v])
+            print(f"[{v or 'defaults'}] fault-free runs flagged: {fp[v]}/{n}; largest score / "
+                  f"threshold: median {r[len(r) // 2]:.2f}, max {r[-1]:.2f}")
         return
-    per = {}
+    per = {v: {} for v in variants}
     for w in WORKLOADS:
         ids = sorted(r for r in truth if truth[r][0] == w and r.startswith("train"))
         if a.training != "all":
@@ -92,17 +97,21 @@ def main():
         for rid, (wl, fault, node) in sorted(truth.items()):
             if wl != w or rid in ids or rid.startswith("train"):
                 continue
-            culprits = set(diagnose(None if a.untrained else th, rid).get("culprits", []))
-            s = per.setdefault(fault, [0, 0, 0])
-            s[0] += int(bool(node) and node in culprits)
-            s[1] += int(bool(culprits - {node}))
-            s[2] += 1
-    print(" ".join(f"{k} {v[0]}/{v[2]}" + (f" (FP {v[1]})" if v[1] else "")
-                   for k, v in sorted(per.items())))
-    tp = sum(v[0] for k, v in per.items() if k != "none")
-    n = sum(v[2] for k, v in per.items() if k != "none")
-    fp = sum(v[1] for v in per.values())
-    print(f"combined TP {tp}/{n}, FP {fp}/{sum(v[2] for v in per.values())}")
+            for v in variants:
+                j = diagnose(None if a.untrained else th, rid, v)
+                culprits = set(j.get("culprits", []))
+                s = per[v].setdefault(fault, [0, 0, 0])
+                s[0] += int(bool(node) and node in culprits)
+                s[1] += int(bool(culprits - {node}))
+                s[2] += 1
+    for v in variants:
+        p = per[v]
+        print(f"[{v or 'defaults'}] " + " ".join(
+            f"{k} {x[0]}/{x[2]}" + (f" (FP {x[1]})" if x[1] else "") for k, x in sorted(p.items())))
+        tp = sum(x[0] for k, x in p.items() if k != "none")
+        n = sum(x[2] for k, x in p.items() if k != "none")
+        fp = sum(x[1] for x in p.values())
+        print(f"[{v or 'defaults'}] combined TP {tp}/{n}, FP {fp}/{sum(x[2] for x in p.values())}")
 
 
 if __name__ == "__main__":

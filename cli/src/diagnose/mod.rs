@@ -37,7 +37,8 @@ pub struct AnalysisArgs {
     /// Distance between feature vectors [default: manhattan]
     #[arg(long, value_enum)]
     pub distance: Option<Distance>,
-    /// Node score [default: median-node]
+    /// Node score [default: median-node with trained thresholds and in training, suspect
+    /// without]
     #[arg(long, value_enum)]
     pub score: Option<ScoreKind>,
     /// Pairwise score: compare each node with a rotating analysis domain of N nodes (0: all
@@ -113,7 +114,9 @@ pub struct DiagnoseArgs {
     /// A data root (one directory per node in it) or node directories
     #[arg(required = true, value_name = "DATA")]
     pub data: Vec<PathBuf>,
-    /// Trained thresholds (from `culprit train`); without them an unsupervised rule is used
+    /// Trained thresholds (from `culprit train`); without them seed 002's suspect score and an
+    /// unsupervised cut-off are used (a node different from its peers from the start is flagged:
+    /// leave a node with another role out with --exclude-node)
     #[arg(long, value_name = "FILE")]
     pub thresholds: Option<PathBuf>,
     /// Print the report as JSON (schema: docs/diagnose-json.md)
