@@ -311,7 +311,7 @@ pub fn train(
 /// The grid thresholds of `family` are rounded up on ("least integer threshold", seed 000).
 fn quantum(setup: &Setup, family: &dyn MetricFamily) -> f64 {
     match (family.comparison(), setup.settings.weighting) {
-        (Comparison::Cdf { .. }, _) => 1e-3,
+        (Comparison::Cdf { .. } | Comparison::Histograms, _) => 1e-3,
         // Profiles: shares of a node's total, between 0 and 2.
         _ if setup.settings.score.profiles() => 1e-3,
         (_, Weighting::Variance) => WEIGHTED_QUANTUM,
