@@ -543,10 +543,12 @@ pub fn analyze_file(path: &Path) -> Result<String> {
 
 /// Re-trains on the fault-free training runs of `train` workloads and re-diagnoses the scored
 /// runs of `test` workloads from the data an experiment kept — seed 000's Table 1 has a column
-/// set "without postmark training or testing" and one "with". Writes
-/// `OUT/results-<tag>.jsonl` (overhead lines copied) and returns its path.
+/// set "without postmark training or testing" and one "with". Reads the kept data in `out` and
+/// changes nothing there: writes `DEST/thresholds-<tag>.json` and `DEST/results-<tag>.jsonl`
+/// (overhead lines copied) and returns the results file's path.
 pub fn rediagnose(
     out: &Path,
+    dest: &Path,
     tools: &Tools,
     train: &[Workload],
     test: &[Workload],
@@ -576,10 +578,12 @@ pub fn rediagnose(
     if train_dirs.is_empty() {
         return Err(Error::Config("no training runs of those workloads".into()));
     }
-    let thresholds = out.join(format!("thresholds-{tag}.json"));
+    std::fs::create_dir_all(dest)
+        .map_err(|e| Error::io(format!("create {}", dest.display()), e))?;
+    let thresholds = dest.join(format!("thresholds-{tag}.json"));
     say(&format!("training on {} fault-free runs", train_dirs.len()));
     tools.train(&train_dirs, &thresholds, windows)?;
-    let path = out.join(format!("results-{tag}.jsonl"));
+    let path = dest.join(format!("results-{tag}.jsonl"));
     let _ = std::fs::remove_file(&path);
     let mut c2 = cfg.clone();
     c2.protocol = format!("{} ({tag})", cfg.protocol);
