@@ -471,8 +471,8 @@ impl Diagnosis {
 /// from its peers from the start of its data, as far as the k-of-(2k − 1) filter can tell (a
 /// change inside its first 2k − 1 windows cannot be told from none). Its first window need not
 /// be anomalous: on a loaded machine the first window of every node is noisy (measured: beside
-/// `stress-ng --cpu 2` a node doing 15× work from its first second was missed by that rule in 3
-/// of 17 runs).
+/// `stress-ng --cpu 2` a node doing 15× work from its first second lost that label in 4 of 20
+/// runs).
 fn faulty_from_start(m: &MetricResult, n: PeerIdx, k: usize) -> bool {
     let nm = &m.nodes[n];
     match (nm.episodes.first(), nm.first_scored_ns) {
