@@ -394,6 +394,23 @@ impl Diagnosis {
                     }
                 }
             }
+            let damage: Vec<String> = input
+                .findings
+                .iter()
+                .filter_map(|f| match f {
+                    Finding::Damaged { node, file, reason } if *node == names[n] => {
+                        Some(format!("{file}: {reason}"))
+                    }
+                    _ => None,
+                })
+                .collect();
+            if !damage.is_empty() && combined.verdict == Verdict::Ok {
+                combined.verdict = Verdict::Damaged;
+                combined.reason = format!(
+                    "its data is damaged ({}); the intact part was compared",
+                    damage.join("; ")
+                );
+            }
             if combined.verdict.is_culprit() {
                 culprits.push(names[n].clone());
             }
@@ -404,7 +421,7 @@ impl Diagnosis {
         }
         let suspects: Vec<&str> = verdicts
             .iter()
-            .filter(|v| v.combined.verdict != Verdict::Ok)
+            .filter(|v| !matches!(v.combined.verdict, Verdict::Ok | Verdict::Damaged))
             .map(|v| v.node.as_str())
             .collect();
         let metrics_out = metrics
@@ -536,11 +553,16 @@ fn rank_nodes(
             }
         })
         .collect();
+    // Damage is a finding, not a verdict: a damaged node ranks by its evidence, like an ok one.
+    let suspicion = |v: Verdict| match v {
+        Verdict::Ok | Verdict::Damaged => 0,
+        Verdict::Suspect => 1,
+        Verdict::Faulty => 2,
+        Verdict::Stopped => 3,
+    };
     rows.sort_by(|a, b| {
-        b.verdict
-            .combined
-            .verdict
-            .cmp(&a.verdict.combined.verdict)
+        suspicion(b.verdict.combined.verdict)
+            .cmp(&suspicion(a.verdict.combined.verdict))
             .then_with(|| a.persistence.order(&b.persistence))
             .then_with(|| b.score.unwrap_or(0.0).total_cmp(&a.score.unwrap_or(0.0)))
             .then_with(|| names[a.n].cmp(&names[b.n]))

@@ -290,7 +290,9 @@ fn supervised_suspect_score() {
 fn human_report() {
     let dir = TempDir::new("diag-human");
     let mut specs = five_nodes();
-    specs[1].fault = Some((6, 4.0));
+    // From 2 minutes in: after the filter's first 2k − 1 windows, so a change, not "different
+    // since its data began".
+    specs[1].fault = Some((12, 4.0));
     write_run(dir.path(), &specs, 36);
     let o = culprit().arg("diagnose").arg(dir.path()).output().unwrap();
     assert_eq!(o.status.code(), Some(1));
