@@ -100,6 +100,7 @@ fn engine(nodes: usize, funcs: usize, score: ScoreKind, peers: Peers, weighted: 
             })
             .collect(),
         default: 1.0,
+        unseen_ratio: None,
     });
     let mut e = Analyzer::new(
         AnalyzerConfig {
@@ -120,6 +121,7 @@ fn engine(nodes: usize, funcs: usize, score: ScoreKind, peers: Peers, weighted: 
             keep: KeepRule::AtLeast(0.0),
             policy: Policy::Untrained(Unsupervised::default()),
             weights,
+            normal: None,
         }],
     );
     for n in 0..nodes {

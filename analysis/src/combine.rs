@@ -190,7 +190,8 @@ pub fn combine_with(
             (
                 Verdict::Suspect,
                 format!(
-                    "{} only, {e:.1}× its threshold (needs a second metric or {decisive}×)",
+                    // Two decimals: 1.47× must not read as the 1.5× it falls short of.
+                    "{} only, {e:.2}× its threshold (needs a second metric or {decisive}×)",
                     v.metric
                 ),
             )

@@ -5,9 +5,11 @@
 //!
 //! It serialises to the stable JSON report documented in docs/diagnose-json.md (schema
 //! [`SCHEMA`], version [`SCHEMA_VERSION`]; fields are only ever added within a version).
-//! Deserialising checks the schema and the version and requires every field of the version
-//! (no defaults), so a renamed or missing field is an error, never "nothing flagged". Every
-//! node's per-window scores ([`NodeReport::scores`]) are not part of the JSON report.
+//! Deserialising checks the schema and the version and requires every field the version
+//! started with (no defaults), so a renamed or missing field is an error, never "nothing
+//! flagged"; a field added later within the version (the ranking, a root-cause row's
+//! persistence) reads as empty from a report of an older culprit. Every node's per-window
+//! scores ([`NodeReport::scores`]) are not part of the JSON report.
 
 use serde::{Deserialize, Deserializer, Serialize};
 
@@ -17,8 +19,9 @@ use crate::distance::Distance;
 use crate::family::{Metric, Windows};
 use crate::missing::Finding;
 use crate::model::PeerIdx;
+use crate::persistence::Persistence;
 use crate::policy::{Policy, Unsupervised};
-use crate::score::ScoreKind;
+use crate::score::{median_in_place, ScoreKind};
 use crate::time::rfc3339;
 
 /// Version of the JSON report schema.
@@ -56,6 +59,10 @@ pub struct Diagnosis {
     pub culprits: Vec<String>,
     /// Combined verdict per node, sorted by name.
     pub verdicts: Vec<NodeVerdict>,
+    /// Every node, most suspicious first (added within version 1: empty when read from a
+    /// report of an older culprit).
+    #[serde(default)]
+    pub ranking: Vec<RankedNode>,
     /// Per metric.
     pub metrics: Vec<MetricReport>,
     /// Missing-data findings.
@@ -122,6 +129,32 @@ pub struct NodeVerdict {
     pub combined: Combined,
 }
 
+/// A node's place in the ranking of suspects: by verdict (stopped, faulty, suspect, ok), then
+/// by how persistently it was anomalous (seed 001 §3.4's accumulator, the same counter that
+/// orders root-cause tables), then by score.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RankedNode {
+    /// 1-based rank.
+    pub rank: usize,
+    /// Node.
+    pub node: String,
+    /// Its combined verdict.
+    pub verdict: Verdict,
+    /// The peak of its persistence accumulator on `metric`: anomalous windows net of the normal
+    /// windows among them, over its most persistent stretch.
+    pub persistence: u32,
+    /// The metric of `persistence` and `score` (the one where it is most suspicious), if any
+    /// metric scored it.
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub metric: Option<Metric>,
+    /// Score ÷ threshold on `metric`: the median over its anomalous windows, or over all its
+    /// windows when none was anomalous (below 1: it stayed under its threshold).
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub score: Option<f64>,
+    /// One line: why it is where it is.
+    pub reason: String,
+}
+
 /// Whether a metric's thresholds were trained.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -141,6 +174,10 @@ pub struct MetricReport {
     pub unit: String,
     /// Unit of scores and thresholds.
     pub score_unit: String,
+    /// Unit of root-cause distances (added within version 1; the same as `score_unit` but for
+    /// the suspect score, whose scores compare profiles).
+    #[serde(default)]
+    pub distance_unit: String,
     /// Thresholds trained or not.
     pub thresholds: Thresholds,
     /// Windows closed.
@@ -253,7 +290,8 @@ pub struct CauseRow {
     /// Program, with `--by-program`.
     #[serde(deserialize_with = "Option::deserialize")]
     pub program: Option<String>,
-    /// Σ component distance to the reference over the anomalous windows (score unit).
+    /// Σ component distance to the reference over the anomalous windows (the metric's
+    /// `distance_unit`).
     pub distance: f64,
     /// Σ the node's value over those windows (metric unit).
     pub node_total: f64,
@@ -266,6 +304,11 @@ pub struct CauseRow {
     pub relative: Option<f64>,
     /// "more time", "fewer calls"…
     pub direction: String,
+    /// Peak of the function's persistence accumulator (seed 001 §3.4): windows in which it
+    /// alone deviated more than the window's typical node did in all functions, net of the
+    /// node's other windows; the table's first sort key (added within version 1).
+    #[serde(default)]
+    pub persistence: u32,
 }
 
 /// What the report says besides the analysis' outcome.
@@ -333,6 +376,7 @@ impl Diagnosis {
         }
         let mut verdicts = Vec::new();
         let mut culprits = Vec::new();
+        let mut since_start: Vec<(usize, Metric)> = Vec::new();
         for &n in &order {
             let per: Vec<MetricVerdict> = metrics.iter().map(|m| MetricVerdict::of(m, n)).collect();
             let stopped = input
@@ -341,6 +385,19 @@ impl Diagnosis {
                 .any(|f| f.is_stop() && f.node() == names[n]);
             let slack = (2 * cfg.k as u64 - 1) * cfg.windows.shift_ns;
             let mut combined = combine(&per, analysed, stopped, slack);
+            let from_start: Vec<Metric> = metrics
+                .iter()
+                .filter(|m| faulty_from_start(m, n, cfg.k))
+                .map(|m| m.metric())
+                .collect();
+            if combined.verdict.is_culprit() || combined.verdict == Verdict::Suspect {
+                if let Some(&m) = from_start.first() {
+                    if !stopped {
+                        combined.reason.push_str("; different since its data began");
+                        since_start.push((n, m));
+                    }
+                }
+            }
             let damage: Vec<String> = input
                 .findings
                 .iter()
@@ -376,23 +433,23 @@ impl Diagnosis {
             .map(|m| metric_report(outcome, m, &order, &suspects, input.top))
             .collect();
         let mut notes = input.notes;
-        for m in &metrics {
-            for &n in &order {
-                let nm = &m.nodes[n];
-                if nm.scored > 0 && nm.different * 2 >= nm.scored && !nm.faulty() {
-                    notes.push(format!(
-                        "{} stands out from its peers in {} in {} of {} windows, but has not \
-                         changed since its data began: a different role or hardware, or a fault \
-                         older than the data. Not flagged; training on fault-free runs tells \
-                         them apart",
-                        names[n],
-                        m.metric(),
-                        nm.different,
-                        nm.scored
-                    ));
-                }
-            }
+        for &(n, m) in &since_start {
+            let trained_here = metrics
+                .iter()
+                .any(|r| r.metric() == m && matches!(r.config.policy, Policy::Trained { .. }));
+            let how = if trained_here {
+                "leave a node with another role out with --exclude-node, or train with it"
+            } else {
+                "without training, culprit cannot tell these apart: leave a node with another \
+                 role out with --exclude-node, or train on fault-free runs"
+            };
+            notes.push(format!(
+                "{} has differed from its peers on {m} since its data began: a fault older than \
+                 the data, or a node with another role or hardware; {how}",
+                names[n]
+            ));
         }
+        let ranking = rank_nodes(cfg.k, &metrics, names, &order, &verdicts);
         let (mut from, mut to) = (None::<u64>, None::<u64>);
         for m in &metrics {
             if let Some(r) = m.window_range {
@@ -422,11 +479,166 @@ impl Diagnosis {
             nodes: order.iter().map(|&n| names[n].clone()).collect(),
             culprits,
             verdicts,
+            ranking,
             metrics: metrics_out,
             findings: input.findings,
             notes,
             warnings: input.warnings,
             layers: Vec::new(),
+        }
+    }
+}
+
+/// True when node `n` became faulty on `m` within its first 2k − 1 scored windows: it differed
+/// from its peers from the start of its data, as far as the k-of-(2k − 1) filter can tell (a
+/// change inside its first 2k − 1 windows cannot be told from none). Its first window need not
+/// be anomalous: on a loaded machine the first window of every node is noisy (measured: beside
+/// `stress-ng --cpu 2` a node doing 15× work from its first second lost that label in 4 of 20
+/// runs).
+fn faulty_from_start(m: &MetricResult, n: PeerIdx, k: usize) -> bool {
+    let nm = &m.nodes[n];
+    match (nm.episodes.first(), nm.first_scored_ns) {
+        (Some(e), Some(first)) => {
+            e.first_window_ns <= first + (2 * k as u64 - 2) * m.windows_ns.shift_ns
+        }
+        _ => false,
+    }
+}
+
+/// Median score ÷ threshold of node `n` on `m`: over its anomalous windows, or over all its
+/// windows when none was anomalous.
+fn score_ratio(m: &MetricResult, n: PeerIdx) -> Option<f64> {
+    let nm = &m.nodes[n];
+    if let Some(e) = evidence(nm) {
+        return Some(e);
+    }
+    let mut r: Vec<f64> = nm
+        .scores
+        .iter()
+        .filter(|w| w.threshold > 0.0 && w.threshold.is_finite())
+        .map(|w| w.score / w.threshold)
+        .collect();
+    (!r.is_empty()).then(|| median_in_place(&mut r))
+}
+
+/// The ranking of suspects: every node, most suspicious first.
+fn rank_nodes(
+    k: usize,
+    metrics: &[&MetricResult],
+    names: &[String],
+    order: &[usize],
+    verdicts: &[NodeVerdict],
+) -> Vec<RankedNode> {
+    struct Row<'a> {
+        n: usize,
+        verdict: &'a NodeVerdict,
+        persistence: Persistence,
+        metric: Option<&'a MetricResult>,
+        score: Option<f64>,
+    }
+    let mut rows: Vec<Row<'_>> = order
+        .iter()
+        .zip(verdicts)
+        .map(|(&n, v)| {
+            // The metric on which the node is most persistently anomalous (then: highest score).
+            let best = metrics
+                .iter()
+                .filter(|m| m.nodes[n].scored > 0)
+                .map(|m| (*m, m.nodes[n].persistence, score_ratio(m, n)))
+                .min_by(|a, b| {
+                    a.1.order(&b.1)
+                        .then_with(|| b.2.unwrap_or(0.0).total_cmp(&a.2.unwrap_or(0.0)))
+                });
+            Row {
+                n,
+                verdict: v,
+                persistence: best.map(|b| b.1).unwrap_or_default(),
+                metric: best.map(|b| b.0),
+                score: best.and_then(|b| b.2),
+            }
+        })
+        .collect();
+    // Damage is a finding, not a verdict: a damaged node ranks by its evidence, like an ok one.
+    let suspicion = |v: Verdict| match v {
+        Verdict::Ok | Verdict::Damaged => 0,
+        Verdict::Suspect => 1,
+        Verdict::Faulty => 2,
+        Verdict::Stopped => 3,
+    };
+    rows.sort_by(|a, b| {
+        suspicion(b.verdict.combined.verdict)
+            .cmp(&suspicion(a.verdict.combined.verdict))
+            .then_with(|| a.persistence.order(&b.persistence))
+            .then_with(|| b.score.unwrap_or(0.0).total_cmp(&a.score.unwrap_or(0.0)))
+            .then_with(|| names[a.n].cmp(&names[b.n]))
+    });
+    rows.iter()
+        .enumerate()
+        .map(|(i, r)| RankedNode {
+            rank: i + 1,
+            node: names[r.n].clone(),
+            verdict: r.verdict.combined.verdict,
+            persistence: r.persistence.peak,
+            metric: r.metric.map(|m| m.metric()),
+            score: r.score,
+            reason: rank_reason(k, r.verdict, r.metric, r.n, r.persistence, r.score),
+        })
+        .collect()
+}
+
+/// One line on why a node is where it is in the ranking.
+fn rank_reason(
+    k: usize,
+    v: &NodeVerdict,
+    m: Option<&MetricResult>,
+    n: PeerIdx,
+    p: Persistence,
+    score: Option<f64>,
+) -> String {
+    let Some(m) = m else {
+        return if v.combined.verdict == Verdict::Ok {
+            "not compared (no window with enough complete data)".to_string()
+        } else {
+            v.combined.reason.clone()
+        };
+    };
+    let metric = m.metric();
+    let words = m.config.family.words();
+    let lead = m
+        .top(n, 1)
+        .into_iter()
+        .next()
+        .filter(|r| r.persistence.peak > 0)
+        .map(|r| {
+            let dir = if r.cause.node >= r.cause.reference {
+                words.more
+            } else {
+                words.less
+            };
+            format!("{dir} in {}", m.comps[r.comp as usize].name)
+        });
+    let anomalous = format!(
+        "anomalous in {} of {} {metric} windows",
+        p.anomalous, p.windows
+    );
+    match v.combined.verdict {
+        Verdict::Ok if p.anomalous == 0 => format!(
+            "like its peers: typically {}× its {metric} threshold",
+            score.map_or("?".to_string(), |s| format!("{s:.2}"))
+        ),
+        Verdict::Ok => format!(
+            "{anomalous}, never {k} of {} in a row: transient",
+            2 * k - 1
+        ),
+        _ => {
+            let mut s = v.combined.reason.clone();
+            if p.anomalous > 0 {
+                s.push_str(&format!("; {anomalous}"));
+            }
+            if let Some(l) = lead {
+                s.push_str(&format!("; {l}"));
+            }
+            s
         }
     }
 }
@@ -510,7 +722,14 @@ fn metric_report(
         metric: m.metric(),
         unit: family.unit().to_string(),
         score_unit: family
-            .score_unit(outcome.config.distance, weighted)
+            .score_unit(
+                outcome.config.distance,
+                weighted,
+                outcome.config.score.profiles(),
+            )
+            .to_string(),
+        distance_unit: family
+            .cause_unit(outcome.config.distance, weighted)
             .to_string(),
         thresholds: match m.config.policy {
             Policy::Trained { .. } => Thresholds::Trained,
@@ -544,6 +763,7 @@ fn cause_rows(m: &MetricResult, n: PeerIdx, top: usize, more: &str, less: &str) 
                 deviation,
                 relative: (rc.reference > 0.0).then(|| deviation / rc.reference),
                 direction: if deviation >= 0.0 { more } else { less }.to_string(),
+                persistence: r.persistence.peak,
             }
         })
         .collect()
@@ -647,4 +867,177 @@ fn window_tag<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
         )));
     }
     Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::analyzer::{Analyzer, AnalyzerConfig, MetricConfig};
+    use crate::family::tracer::Time;
+    use crate::family::{KeepRule, Windows};
+    use crate::score::Peers;
+    use crate::synth::{Fault, Scenario};
+    use crate::time::NS_PER_S;
+
+    fn diagnose(sc: &Scenario) -> Diagnosis {
+        let mut a = Analyzer::new(
+            AnalyzerConfig {
+                windows: Windows {
+                    size_ns: 60 * NS_PER_S,
+                    shift_ns: 30 * NS_PER_S,
+                },
+                k: 3,
+                distance: Distance::Manhattan,
+                score: ScoreKind::Suspect,
+                peers: Peers::Auto,
+                keep_scores: true,
+            },
+            vec![MetricConfig {
+                family: Arc::new(Time),
+                slot_ns: 10 * NS_PER_S,
+                lag_ns: 20 * NS_PER_S,
+                keep: KeepRule::AtLeast(0.0),
+                policy: Policy::Untrained(Unsupervised::default()),
+                weights: None,
+                normal: None,
+            }],
+        );
+        sc.feed(&mut a, 0);
+        let outcome = a.into_outcome();
+        Diagnosis::build(
+            &outcome,
+            ReportInput {
+                data: vec!["synthetic".into()],
+                thresholds_file: None,
+                reported: &[Metric::TIME],
+                findings: Vec::new(),
+                notes: Vec::new(),
+                warnings: Vec::new(),
+                top: 5,
+                peers: "all".into(),
+                by_program: false,
+            },
+        )
+    }
+
+    fn scenario(fault: Option<Fault>) -> Scenario {
+        Scenario {
+            nodes: 5,
+            secs: 1200,
+            interval_s: 10,
+            noise: 0.1,
+            seed: 3,
+            faults: fault.into_iter().collect(),
+            ..Scenario::default()
+        }
+    }
+
+    /// Every node ranked once: the culprit first, by verdict then persistence; its root cause
+    /// led by the function that deviated window after window.
+    #[test]
+    fn ranking_puts_the_persistent_culprit_first() {
+        let d = diagnose(&scenario(Some(Fault {
+            node: 2,
+            func: 3,
+            factor: 6.0,
+            from_s: 300,
+            to_s: 900,
+        })));
+        assert_eq!(d.culprits, ["n02"], "{:#?}", d.verdicts);
+        let names: Vec<&str> = d.ranking.iter().map(|r| r.node.as_str()).collect();
+        assert_eq!(names.len(), 5);
+        assert_eq!(names[0], "n02");
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), 5, "each node once: {names:?}");
+        let first = &d.ranking[0];
+        assert_eq!(first.verdict, Verdict::Faulty);
+        assert_eq!(first.metric, Some(Metric::TIME));
+        // Anomalous for the 10 minutes of the fault (19 windows touch it): a long stretch.
+        assert!(first.persistence >= 10, "{first:#?}");
+        assert!(first.score.unwrap() > 1.0);
+        assert!(first.reason.contains("f003"), "{}", first.reason);
+        assert!(
+            !first.reason.contains("since its data began"),
+            "{}",
+            first.reason
+        );
+        for (i, r) in d.ranking.iter().enumerate() {
+            assert_eq!(r.rank, i + 1);
+            if i > 0 {
+                assert_eq!(r.verdict, Verdict::Ok, "{r:#?}");
+                assert!(r.persistence < first.persistence);
+            }
+        }
+        let top = &d.metrics[0].nodes[2].top;
+        assert_eq!(top[0].function, "f003", "{top:#?}");
+        assert!(top[0].persistence >= 10, "{top:#?}");
+        assert!(top.windows(2).all(|w| w[0].persistence >= w[1].persistence));
+    }
+
+    /// A node different from its first window is a culprit "different since its data began",
+    /// with a note on --exclude-node; fault-free, nobody is flagged and everyone is ranked.
+    #[test]
+    fn different_from_the_start_and_fault_free() {
+        let d = diagnose(&scenario(Some(Fault {
+            node: 4,
+            func: 2,
+            factor: 5.0,
+            from_s: 0,
+            to_s: 1200,
+        })));
+        assert_eq!(d.culprits, ["n04"], "{:#?}", d.verdicts);
+        let v = d.verdict("n04").unwrap();
+        assert!(v
+            .combined
+            .reason
+            .ends_with("different since its data began"));
+        assert!(
+            d.notes.iter().any(|n| n.contains("--exclude-node")),
+            "{:?}",
+            d.notes
+        );
+        // A fault from the second window (the first is normal) is within the filter's first
+        // 2k − 1 windows: no normal stretch shows a change, so it reads the same.
+        let d = diagnose(&scenario(Some(Fault {
+            node: 4,
+            func: 2,
+            factor: 5.0,
+            from_s: 60,
+            to_s: 1200,
+        })));
+        assert_eq!(d.culprits, ["n04"], "{:#?}", d.verdicts);
+        let v = d.verdict("n04").unwrap();
+        assert!(v
+            .combined
+            .reason
+            .ends_with("different since its data began"));
+        // From 5 minutes on, after ten normal windows: a change, not "since its data began".
+        let d = diagnose(&scenario(Some(Fault {
+            node: 4,
+            func: 2,
+            factor: 5.0,
+            from_s: 300,
+            to_s: 1200,
+        })));
+        assert_eq!(d.culprits, ["n04"], "{:#?}", d.verdicts);
+        let v = d.verdict("n04").unwrap();
+        assert!(
+            !v.combined.reason.contains("since its data began"),
+            "{v:#?}"
+        );
+        let d = diagnose(&scenario(None));
+        assert!(d.culprits.is_empty(), "{:#?}", d.verdicts);
+        assert_eq!(d.ranking.len(), 5);
+        assert!(
+            d.ranking
+                .iter()
+                .all(|r| r.reason.starts_with("like its peers") || r.reason.contains("transient")),
+            "{:#?}",
+            d.ranking
+        );
+    }
 }

@@ -48,6 +48,19 @@ pub enum Error {
         #[source]
         source: PushError,
     },
+    /// Too few windows could be compared for any node to be found faulty: no verdict.
+    #[error(
+        "not enough data ({needed} windows needed, {complete} complete): windows are {windows}; \
+         record for longer, or diagnose with shorter windows (--win-size, --win-shift)"
+    )]
+    NotEnoughData {
+        /// Windows a verdict needs (k of the k-of-(2k − 1) filter).
+        needed: usize,
+        /// Windows with enough nodes with complete data, in the best-covered metric.
+        complete: u64,
+        /// The window settings, for people (`60 s every 30 s`).
+        windows: String,
+    },
     /// Writing output (a progress callback) failed.
     #[error("cannot write output")]
     Output(#[source] io::Error),

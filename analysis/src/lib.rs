@@ -45,6 +45,7 @@ pub mod latency;
 pub mod layers;
 pub mod missing;
 pub mod model;
+pub mod persistence;
 pub mod plan;
 pub mod policy;
 pub mod report;

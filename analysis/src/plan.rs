@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::family::{KeepSettings, Metric, Windows};
 use crate::feed::{self, Survey};
 use crate::policy::{Policy, Weights};
+use crate::score::NormalProfiles;
 use crate::setup::Setup;
 use crate::time::{fmt_dur, NS_PER_S};
 
@@ -82,6 +83,26 @@ pub(crate) fn keep_settings(setup: &Setup, survey: &Survey) -> (KeepSettings, Op
     (keep, rule.note)
 }
 
+/// What a metric is judged by: its threshold policy, its weighting scales, its known-normal
+/// profiles.
+#[derive(Clone, Debug)]
+pub(crate) struct MetricSetup {
+    pub(crate) policy: Policy,
+    pub(crate) weights: Option<Weights>,
+    pub(crate) normal: Option<Arc<NormalProfiles>>,
+}
+
+impl MetricSetup {
+    /// A policy alone.
+    pub(crate) fn policy(policy: Policy) -> Self {
+        MetricSetup {
+            policy,
+            weights: None,
+            normal: None,
+        }
+    }
+}
+
 /// Builds an analyzer for data described by `survey`, `policy` giving each metric's policy and
 /// weights.
 pub(crate) fn build_analyzer(
@@ -89,7 +110,7 @@ pub(crate) fn build_analyzer(
     survey: &Survey,
     run: &[Metric],
     keep_scores: bool,
-    mut policy: impl FnMut(Metric) -> (Policy, Option<Weights>),
+    mut policy: impl FnMut(Metric) -> MetricSetup,
     notes: &mut Vec<String>,
 ) -> Result<Analyzer> {
     let s = &setup.settings;
@@ -115,7 +136,11 @@ pub(crate) fn build_analyzer(
         if family.sampled() {
             notes.extend(note.clone());
         }
-        let (policy, weights) = policy(m);
+        let MetricSetup {
+            policy,
+            weights,
+            normal,
+        } = policy(m);
         metrics.push(MetricConfig {
             keep: family.keep_rule(&keep),
             family,
@@ -123,6 +148,7 @@ pub(crate) fn build_analyzer(
             lag_ns: coarsest + coarsest.max(NS_PER_S),
             policy,
             weights,
+            normal,
         });
     }
     Ok(Analyzer::new(

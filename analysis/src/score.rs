@@ -11,12 +11,23 @@
 //! * [`ScoreKind::LeaveOneOut`] — the distance of a node to the component-wise median of the
 //!   *other* nodes. O(N·F·log N).
 //!
-//! Each is a [`Scorer`]; [`ScoreKind`] names them for settings. New scorers (suspect scores of
-//! seed 002, RPCA of seed 004) implement [`Scorer`] and get a [`ScoreKind`] name.
+//! * [`ScoreKind::Suspect`] — seed 002's suspect score (Mirgorodskiy et al., "Finding
+//!   behavioral outliers"): each node's window values become a *profile* (divided by their sum,
+//!   so only the mix of functions counts, not the amount of work), and a node's score is its
+//!   distance to its k-th nearest neighbour, k = max(1, ⌊N/4⌋). With known-normal profiles
+//!   (from training runs) it is the supervised variant, min(d(h, h_k), d(h, n₁)), n₁ the
+//!   nearest normal profile. O(N²·F); rotating domains above [`PAIRWISE_EXACT_MAX`] nodes as
+//!   for the pairwise score. The default without trained thresholds (docs/thresholds.md).
+//!
+//! Each is a [`Scorer`]; [`ScoreKind`] names them for settings. New scorers (RPCA of seed 004)
+//! implement [`Scorer`] and get a [`ScoreKind`] name.
+
+use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
 use crate::distance::Distance;
+use crate::model::CompLabel;
 
 /// Above this many nodes the pairwise score uses rotating analysis domains unless told
 /// otherwise (exact all-pairs costs N²·F per window: 5·10⁹ at 5,000 nodes × 200 functions).
@@ -49,6 +60,27 @@ pub enum ScoreKind {
     #[cfg_attr(feature = "clap", value(name = "pairwise"))]
     #[serde(rename = "pairwise")]
     PairwiseMedian,
+    /// Distance of the node's profile to its k-th nearest neighbour's, k = max(1, ⌊N/4⌋)
+    /// (seed 002); the default without trained thresholds.
+    #[cfg_attr(
+        feature = "clap",
+        value(
+            help = "seed 002's suspect score: distance of the node's profile (values ÷ their \
+                    sum) to its k-th nearest neighbour's, k = max(1, N/4); the default \
+                    without trained thresholds"
+        )
+    )]
+    Suspect,
+    /// The suspect score over seed 002's literal profiles: each node's values divided by its
+    /// own total (time fractions).
+    #[cfg_attr(
+        feature = "clap",
+        value(
+            help = "the suspect score over each node's own shares (values ÷ the node's own \
+                    total, seed 002's time fractions): blind to a node doing more of everything"
+        )
+    )]
+    SuspectShares,
 }
 
 impl ScoreKind {
@@ -58,8 +90,32 @@ impl ScoreKind {
             ScoreKind::MedianNode => "median-node",
             ScoreKind::LeaveOneOut => "leave-one-out",
             ScoreKind::PairwiseMedian => "pairwise",
+            ScoreKind::Suspect => "suspect",
+            ScoreKind::SuspectShares => "suspect-shares",
         }
     }
+
+    /// True when the score compares profiles (seed 002).
+    pub fn profiles(self) -> bool {
+        self.profile_total().is_some()
+    }
+
+    /// What the score's profiles divide by, if it compares profiles.
+    pub fn profile_total(self) -> Option<ProfileTotal> {
+        match self {
+            ScoreKind::Suspect => Some(ProfileTotal::Median),
+            ScoreKind::SuspectShares => Some(ProfileTotal::Own),
+            _ => None,
+        }
+    }
+}
+
+/// Seed 002's k for the suspect score among `n` nodes: "the algorithm worked well for all k
+/// larger than 3 and up to |T|/4" and "if k < (total number of outliers) → false negatives";
+/// with the 4 to 20 servers of a peer group, k = max(1, ⌊N/4⌋) tolerates up to a quarter of
+/// the nodes being alike outliers.
+pub fn suspect_k(n: usize) -> usize {
+    (n / 4).max(1)
 }
 
 /// A dense row-major matrix: one row per node of a window, one column per kept component.
@@ -210,9 +266,78 @@ pub trait Scorer: std::fmt::Debug + Send + Sync {
     /// domains) from window to window; the window start is used.
     fn score(&self, d: Distance, x: &Matrix, seed: u64) -> Scores;
 
+    /// Scores with known-normal rows `normal` (profiles from training runs, prepared like
+    /// `x`), row `i` of `x` being compared with the normal rows `own[i]`; scorers without a
+    /// supervised variant ignore them.
+    fn score_supervised(
+        &self,
+        d: Distance,
+        x: &Matrix,
+        seed: u64,
+        _normal: &Matrix,
+        _own: &[Vec<u32>],
+    ) -> Scores {
+        self.score(d, x, seed)
+    }
+
     /// What root cause compares a node's raw values with.
     fn reference(&self) -> Reference {
         Reference::MedianNode
+    }
+
+    /// What the pipeline divides each row by before scoring, when the scorer compares
+    /// *profiles* (seed 002); root cause compares the rows as they were.
+    fn profiles(&self) -> Option<ProfileTotal> {
+        None
+    }
+}
+
+/// What a profile divides a node's window values by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProfileTotal {
+    /// The node's own total over all its components (seed 002's T(h): time fractions). Blind
+    /// to a node doing more (or less) of everything: a slow node serving fewer requests has
+    /// the same call shares.
+    Own,
+    /// The median node's total of the window: the values as shares of what a typical node did.
+    /// Load common to all nodes still cancels (every total grows alike), and so the score stays
+    /// free of units, but a node doing more of one function, or of everything, keeps its size.
+    Median,
+}
+
+/// Known-normal profiles for seed 002's supervised suspect score: one per node of each
+/// fault-free training run (its mean window profile), by component label.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NormalProfiles {
+    /// The profiles, with the node each is of.
+    pub profiles: Vec<(String, HashMap<CompLabel, f64>)>,
+}
+
+impl NormalProfiles {
+    /// The profiles as rows whose columns are `labels` (a component a profile lacks is 0).
+    pub fn matrix<'a>(&self, labels: impl Iterator<Item = &'a CompLabel> + Clone) -> Matrix {
+        let cols = labels.clone().count();
+        let mut m = Matrix::default();
+        m.reset(self.profiles.len(), cols);
+        for (i, (_, p)) in self.profiles.iter().enumerate() {
+            for (o, l) in m.row_mut(i).iter_mut().zip(labels.clone()) {
+                *o = p.get(l).copied().unwrap_or(0.0);
+            }
+        }
+        m
+    }
+}
+
+/// Divides a row by `total` (a row without activity, or a zero total, stays as it is): seed
+/// 002's profile, "the time t(h, fᵢ) spent in function fᵢ" over "the total T(h)", with the
+/// total of every function, not only those the keep rule compares (with one function kept,
+/// its share of the work still tells nodes apart), and T the node's own or the median node's
+/// ([`ProfileTotal`]).
+pub fn to_profile(row: &mut [f64], total: f64) {
+    if total > 0.0 {
+        for v in row.iter_mut() {
+            *v /= total;
+        }
     }
 }
 
@@ -223,6 +348,14 @@ impl ScoreKind {
             ScoreKind::MedianNode => Box::new(MedianNodeScore),
             ScoreKind::LeaveOneOut => Box::new(LeaveOneOutScore),
             ScoreKind::PairwiseMedian => Box::new(PairwiseScore { peers }),
+            ScoreKind::Suspect => Box::new(SuspectScore {
+                peers,
+                total: ProfileTotal::Median,
+            }),
+            ScoreKind::SuspectShares => Box::new(SuspectScore {
+                peers,
+                total: ProfileTotal::Own,
+            }),
         }
     }
 }
@@ -292,6 +425,104 @@ impl Scorer for PairwiseScore {
         };
         Scores::new(scores, median)
     }
+}
+
+/// [`ScoreKind::Suspect`] and [`ScoreKind::SuspectShares`]: seed 002's suspect score over
+/// profiles (the pipeline makes the rows profiles, [`Scorer::profiles`]).
+#[derive(Clone, Copy, Debug)]
+pub struct SuspectScore {
+    /// Which peers each node is compared with (rotating domains above
+    /// [`PAIRWISE_EXACT_MAX`] nodes, as for the pairwise score).
+    pub peers: Peers,
+    /// What profiles divide by.
+    pub total: ProfileTotal,
+}
+
+impl SuspectScore {
+    fn domain(&self, rows: usize) -> Option<usize> {
+        match self.peers {
+            Peers::All => None,
+            Peers::Auto if rows <= PAIRWISE_EXACT_MAX => None,
+            Peers::Auto => Some(DEFAULT_DOMAIN),
+            Peers::Domain(k) if k >= rows => None,
+            Peers::Domain(k) => Some(k.max(3)),
+        }
+    }
+}
+
+impl Scorer for SuspectScore {
+    fn score(&self, d: Distance, x: &Matrix, seed: u64) -> Scores {
+        let median = median_node(x);
+        let scores = match self.domain(x.rows) {
+            None => {
+                let all: Vec<u32> = (0..x.rows as u32).collect();
+                par_map(x.rows, x.rows * x.cols, |i| kth_nearest(d, x, i, &all))
+            }
+            Some(k) => {
+                let groups = domains(x.rows, k, seed);
+                let mut group_of = vec![0u32; x.rows];
+                for (g, members) in groups.iter().enumerate() {
+                    for &m in members {
+                        group_of[m as usize] = g as u32;
+                    }
+                }
+                par_map(x.rows, k * x.cols, |i| {
+                    kth_nearest(d, x, i, &groups[group_of[i] as usize])
+                })
+            }
+        };
+        Scores::new(scores, median)
+    }
+
+    /// Seed 002's supervised case: "the distance of h to either its k-th neighbor from T or the
+    /// first neighbor from N, whichever is closer" — with N the node's *own* normal profiles
+    /// (its fault-free training runs). The seed's normal traces are of alike processes; in a
+    /// peer group with a node of another role, a fault that makes a node look like that node's
+    /// normal profile would otherwise pass as normal.
+    fn score_supervised(
+        &self,
+        d: Distance,
+        x: &Matrix,
+        seed: u64,
+        normal: &Matrix,
+        own: &[Vec<u32>],
+    ) -> Scores {
+        let mut s = self.score(d, x, seed);
+        if normal.rows == 0 || normal.cols != x.cols || own.len() != x.rows {
+            return s;
+        }
+        let nearest = par_map(x.rows, normal.rows * x.cols, |i| {
+            own[i]
+                .iter()
+                .map(|&j| d.dist(x.row(i), normal.row(j as usize)))
+                .fold(f64::INFINITY, f64::min)
+        });
+        for (v, n) in s.scores.iter_mut().zip(nearest) {
+            *v = v.min(n);
+        }
+        s
+    }
+
+    fn profiles(&self) -> Option<ProfileTotal> {
+        Some(self.total)
+    }
+}
+
+/// Row `i`'s distance to its k-th nearest neighbour among `members` (which include `i`),
+/// k = [`suspect_k`] of the members.
+fn kth_nearest(d: Distance, x: &Matrix, i: usize, members: &[u32]) -> f64 {
+    let mut ds: Vec<f64> = members
+        .iter()
+        .map(|&j| j as usize)
+        .filter(|&j| j != i)
+        .map(|j| d.dist(x.row(i), x.row(j)))
+        .collect();
+    if ds.is_empty() {
+        return 0.0;
+    }
+    let k = suspect_k(members.len()).min(ds.len());
+    let (_, v, _) = ds.select_nth_unstable_by(k - 1, f64::total_cmp);
+    *v
 }
 
 fn sorted_columns(x: &Matrix) -> SortedColumns {
@@ -478,6 +709,67 @@ mod tests {
         }
     }
 
+    /// Seed 002: the k-th nearest neighbour, k = max(1, ⌊N/4⌋); two alike outliers among eight
+    /// (k = 2) both score high, which the nearest neighbour (k = 1) would miss.
+    #[test]
+    fn suspect_score_is_the_kth_nearest_neighbour() {
+        assert_eq!(
+            (
+                suspect_k(3),
+                suspect_k(4),
+                suspect_k(7),
+                suspect_k(8),
+                suspect_k(20)
+            ),
+            (1, 1, 1, 2, 5)
+        );
+        let x = matrix(&[
+            vec![0.50, 0.50],
+            vec![0.52, 0.48],
+            vec![0.49, 0.51],
+            vec![0.90, 0.10],
+        ]);
+        let s = score(ScoreKind::Suspect, Distance::Manhattan, &x, Peers::All, 0).scores;
+        assert!((s[3] - 0.76).abs() < 1e-9, "{s:?}");
+        assert!((s[0] - 0.02).abs() < 1e-9, "{s:?}");
+        let mut rows = vec![vec![0.5, 0.5]; 6];
+        rows[0] = vec![0.51, 0.49];
+        rows.push(vec![0.9, 0.1]);
+        rows.push(vec![0.9, 0.1]);
+        let s = score(
+            ScoreKind::Suspect,
+            Distance::Manhattan,
+            &matrix(&rows),
+            Peers::All,
+            0,
+        )
+        .scores;
+        assert!(s[6] > 0.7 && s[7] > 0.7, "{s:?}");
+        assert!(s[..6].iter().all(|&v| v < 0.05), "{s:?}");
+        // Supervised: a node near one of its own known-normal profiles is not a suspect; another
+        // node's normal profile does not count.
+        let normal = matrix(&[vec![0.9, 0.1]]);
+        let mut own = vec![Vec::new(); 8];
+        own[6] = vec![0];
+        let sup = ScoreKind::Suspect
+            .scorer(Peers::All)
+            .score_supervised(Distance::Manhattan, &matrix(&rows), 0, &normal, &own)
+            .scores;
+        assert!(sup[6] < 1e-9, "{sup:?}");
+        assert!(sup[7] > 0.7, "{sup:?}");
+        assert!(sup[0] <= s[0]);
+    }
+
+    #[test]
+    fn profiles_are_shares_of_the_total() {
+        let mut r = [1.0, 3.0];
+        to_profile(&mut r, 8.0);
+        assert_eq!(r, [0.125, 0.375]);
+        let mut z = [0.0, 0.0];
+        to_profile(&mut z, 0.0);
+        assert_eq!(z, [0.0, 0.0]);
+    }
+
     #[test]
     fn domains_partition_every_node_once() {
         for (n, k) in [(10, 10), (25, 10), (100, 7), (3, 10), (1001, 10)] {
@@ -519,7 +811,7 @@ mod tests {
             let n = rows.len();
             let perm: Vec<usize> = (0..n).map(|i| (i + rot) % n).rev().collect();
             let permuted: Vec<Vec<f64>> = perm.iter().map(|&i| rows[i].clone()).collect();
-            for kind in [ScoreKind::MedianNode, ScoreKind::LeaveOneOut, ScoreKind::PairwiseMedian] {
+            for kind in [ScoreKind::MedianNode, ScoreKind::LeaveOneOut, ScoreKind::PairwiseMedian, ScoreKind::Suspect, ScoreKind::SuspectShares] {
                 let a = score(kind, Distance::Manhattan, &matrix(&rows), Peers::All, 1).scores;
                 let b = score(kind, Distance::Manhattan, &matrix(&permuted), Peers::All, 1).scores;
                 for (pi, &orig) in perm.iter().enumerate() {

@@ -16,11 +16,11 @@ use crate::feed::{self, Feeder, Survey};
 use crate::missing::{self, Ending, Finding};
 use crate::plan::{
     build_analyzer, check_nodes, dedup, keep_settings, outcome_notes, plan_metrics, MetricPlan,
-    Progress,
+    MetricSetup, Progress,
 };
-use crate::policy::{Policy, Unsupervised};
+use crate::policy::{Policy, Pool, Unsupervised};
 use crate::setup::{Setup, TrainedThresholds};
-use crate::time::{now_ns, NS_PER_S};
+use crate::time::{fmt_dur, now_ns, NS_PER_S};
 
 /// How a node's data ended, from its files.
 fn ending_of(ds: &Dataset, node: &str) -> Ending {
@@ -97,8 +97,11 @@ pub struct DiagnoseRequest {
     pub source: Box<dyn Source>,
     /// Rows of each root-cause table.
     pub top: usize,
-    /// Give each node its own trained threshold instead of the largest of all nodes'.
-    pub per_node_thresholds: bool,
+    /// Which trained threshold each node gets.
+    pub pool: Pool,
+    /// Trained: scale a window's thresholds when its median score exceeds training's
+    /// ([`crate::policy::shared_threshold`]); false judges by the thresholds alone.
+    pub discount_shared: bool,
     /// Follow a run in progress.
     pub follow: Option<Follow>,
 }
@@ -110,7 +113,8 @@ impl DiagnoseRequest {
             data: paths.iter().map(|p| p.display().to_string()).collect(),
             source: Box::new(DirSource::new(paths.to_vec(), false)),
             top,
-            per_node_thresholds: false,
+            pool: Pool::default(),
+            discount_shared: true,
             follow: None,
         }
     }
@@ -147,7 +151,7 @@ pub fn diagnose(
             &ds,
             &survey,
             &plan,
-            req.per_node_thresholds,
+            (req.pool, req.discount_shared),
             &mut notes,
         )?,
         None => HashMap::new(),
@@ -159,13 +163,14 @@ pub fn diagnose(
         &plan.run,
         true,
         |m| {
-            let weights = trained
-                .and_then(|t| t.file.metrics.get(&m))
-                .and_then(|t| t.weights.as_ref())
-                .map(|w| w.weights());
+            let mt = trained.and_then(|t| t.file.metrics.get(&m));
             match policies.remove(&m) {
-                Some(p) => (p, weights),
-                None => (Policy::Untrained(rule), None),
+                Some(policy) => MetricSetup {
+                    policy,
+                    weights: mt.and_then(|t| t.weights.as_ref()).map(|w| w.weights()),
+                    normal: mt.and_then(|t| t.normal()),
+                },
+                None => MetricSetup::policy(Policy::Untrained(rule)),
             }
         },
         &mut notes,
@@ -230,6 +235,27 @@ pub fn diagnose(
         };
         diagnosis.layers = crate::layers::bottom_up(&t, &since);
     }
+    // "No node flagged" must mean that nodes were compared and found alike: with fewer windows
+    // than a verdict needs (k), say so instead (a stopped node needs no window).
+    let complete = outcome
+        .metrics
+        .iter()
+        .filter(|m| plan.reported.contains(&m.metric()))
+        .map(|m| m.windows - m.unscored)
+        .max()
+        .unwrap_or(0);
+    let k = setup.settings.k;
+    if diagnosis.culprits.is_empty() && complete < k as u64 {
+        return Err(Error::NotEnoughData {
+            needed: k,
+            complete,
+            windows: format!(
+                "{} every {}",
+                fmt_dur(setup.settings.win_size_ns),
+                fmt_dur(setup.settings.win_shift_ns)
+            ),
+        });
+    }
     Ok(diagnosis)
 }
 
@@ -279,7 +305,7 @@ fn trained_policies(
     ds: &Dataset,
     survey: &Survey,
     plan: &MetricPlan,
-    per_node: bool,
+    (pool, discount_shared): (Pool, bool),
     notes: &mut Vec<String>,
 ) -> Result<HashMap<Metric, Policy>> {
     let name = &t.name;
@@ -294,7 +320,11 @@ fn trained_policies(
             continue;
         };
         let family = setup.family(m);
-        let unit = family.score_unit(setup.settings.distance, mt.weights.is_some());
+        let unit = family.score_unit(
+            setup.settings.distance,
+            mt.weights.is_some(),
+            setup.settings.score.profiles(),
+        );
         if mt.unit != unit {
             return Err(Error::Thresholds(format!(
                 "{name}: {m} thresholds are in {}, this analysis scores in {unit}",
@@ -334,36 +364,31 @@ fn trained_policies(
                 ));
             }
         }
-        let fallback = mt.largest();
-        if !per_node {
-            // Pooled: seed 000 §"Threshold selection" keeps one threshold per server, but the
-            // servers it compares are alike, and in our fault-free runs which node strayed
-            // most changed from run to run (docs/thresholds.md): a node's own maximum over a
-            // few training runs is a sample of one, the largest over all nodes is the expected
-            // deviation of any of them.
-            policies.insert(
-                m,
-                Policy::Trained {
-                    by_node: HashMap::new(),
-                    fallback,
-                },
-            );
-            continue;
-        }
-        for node in &ds.nodes {
-            if !mt.thresholds.contains_key(&node.name) && plan.reported.contains(&m) {
-                notes.push(format!(
-                    "{} has no trained {m} threshold of its own: the metric's largest ({} {}) \
-                     is used",
-                    node.name, fallback, mt.unit
-                ));
+        let trained: HashMap<String, f64> =
+            mt.thresholds.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        // Pooled (the default): seed 000 §"Threshold selection" keeps one threshold per server,
+        // but the servers it compares are alike, and in our fault-free runs which node strayed
+        // most changed from run to run (docs/thresholds.md): a node's own maximum over a few
+        // training runs is a sample of one.
+        let (by_node, fallback) = pool.apply(&trained);
+        if matches!(pool, Pool::Own | Pool::OwnOrMedian) {
+            for node in &ds.nodes {
+                if !mt.thresholds.contains_key(&node.name) && plan.reported.contains(&m) {
+                    notes.push(format!(
+                        "{} has no trained {m} threshold of its own: {} {} is used",
+                        node.name,
+                        crate::time::fmt_sig(fallback),
+                        mt.unit
+                    ));
+                }
             }
         }
         policies.insert(
             m,
             Policy::Trained {
-                by_node: mt.thresholds.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+                by_node,
                 fallback,
+                shared: mt.shared_median.filter(|_| discount_shared),
             },
         );
     }

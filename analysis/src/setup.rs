@@ -25,6 +25,11 @@ pub const MAX_K: usize = 10_000;
 pub const DEFAULT_MIN_SAMPLES: f64 = 100.0;
 /// Default time dimensionality rule, ms of exclusive time per window (seed 000).
 pub const DEFAULT_MIN_TIME_MS: f64 = 1000.0;
+/// Default score of trained analyses and of training (docs/thresholds.md, "Which score").
+pub const DEFAULT_SCORE: ScoreKind = ScoreKind::MedianNode;
+/// Default score without trained thresholds: seed 002's suspect score over profiles
+/// (docs/thresholds.md, "Without training").
+pub const UNTRAINED_SCORE: ScoreKind = ScoreKind::Suspect;
 /// Default weighting (docs/thresholds.md says why).
 pub const DEFAULT_WEIGHTING: Weighting = Weighting::Variance;
 
@@ -58,6 +63,8 @@ pub struct Overrides {
     pub metrics: Vec<String>,
     /// Only these nodes (empty: all).
     pub nodes: Vec<String>,
+    /// Leave these nodes out (a node with another role than its peers).
+    pub exclude_nodes: Vec<String>,
     /// Read binaries under this directory instead of `/`.
     pub symfs: Option<PathBuf>,
 }
@@ -122,9 +129,28 @@ fn pick<T: PartialEq + Clone>(
 }
 
 impl Setup {
-    /// Turns options into settings, taking unset ones from the thresholds file and refusing
-    /// ones that contradict it.
+    /// Settings of a diagnosis: options resolved against the thresholds file (unset ones taken
+    /// from it, contradicting ones refused); without one, the score defaults to
+    /// [`UNTRAINED_SCORE`].
     pub fn resolve(o: &Overrides, trained: Option<&TrainedThresholds>) -> Result<Setup> {
+        let score = if trained.is_some() {
+            DEFAULT_SCORE
+        } else {
+            UNTRAINED_SCORE
+        };
+        Setup::resolve_with(o, trained, score)
+    }
+
+    /// Settings of `culprit train` (the score defaults to [`DEFAULT_SCORE`]).
+    pub fn for_training(o: &Overrides) -> Result<Setup> {
+        Setup::resolve_with(o, None, DEFAULT_SCORE)
+    }
+
+    fn resolve_with(
+        o: &Overrides,
+        trained: Option<&TrainedThresholds>,
+        default_score: ScoreKind,
+    ) -> Result<Setup> {
         let t = trained.map(|t| &t.file.settings);
         let f = trained.map(|t| t.name.as_str());
         let dur = |v: &u64| fmt_dur(*v);
@@ -150,7 +176,7 @@ impl Setup {
             score: pick(
                 o.score,
                 t.map(|t| t.score),
-                ScoreKind::MedianNode,
+                default_score,
                 "--score",
                 |v| v.name().to_string(),
                 f,
@@ -269,6 +295,7 @@ impl Setup {
                 include_unassigned: false,
                 symfs: o.symfs.clone(),
                 nodes: o.nodes.clone(),
+                exclude: o.exclude_nodes.clone(),
             },
             families,
             notes,
@@ -285,7 +312,10 @@ impl Setup {
 
     /// `all`, `rotating domains of N` or `n/a`: whom the pairwise score compares a node with.
     pub fn peers_text(&self, nodes: usize) -> String {
-        if self.settings.score != ScoreKind::PairwiseMedian {
+        if !matches!(
+            self.settings.score,
+            ScoreKind::PairwiseMedian | ScoreKind::Suspect | ScoreKind::SuspectShares
+        ) {
             return "n/a".to_string();
         }
         match self.peers {

@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::family::{Features, Metric, Sampling};
 use crate::model::CompLabel;
 use crate::policy::{Spread, Weights};
-use crate::score::{median_in_place, ScoreKind};
+use crate::score::{median_in_place, NormalProfiles, ScoreKind};
 
 /// Version of the thresholds file format this build writes and reads.
 pub const THRESHOLDS_VERSION: u32 = 1;
@@ -142,6 +142,11 @@ pub const LEVEL_FLOOR: f64 = 0.01;
 pub struct WeightsFile {
     /// Scale of a component training did not keep.
     pub default: f64,
+    /// With [`UnseenScale::Level`]: the upper quartile of the trained components' scale ÷
+    /// typical value; a component training did not keep is then scaled by its size
+    /// ([`crate::policy::UNSEEN_QUANTILE`]). Files written before it existed: `default` only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unseen_ratio: Option<f64>,
     /// Scale per kept component.
     pub scales: Vec<ScaleEntry>,
 }
@@ -156,11 +161,45 @@ pub struct ScaleEntry {
     pub scale: f64,
 }
 
+/// How `culprit diagnose` scales a function training never kept (docs/thresholds.md,
+/// "Functions training never saw").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "kebab-case")]
+pub enum UnseenScale {
+    /// The median of the trained scales.
+    #[cfg_attr(feature = "clap", value(help = "the median of the trained scales"))]
+    Median,
+    /// By its size: the upper quartile of the trained scales relative to their functions'
+    /// typical values, times its value in the window's median node (at least the median scale).
+    #[default]
+    #[cfg_attr(
+        feature = "clap",
+        value(help = "by its size, as jittery as the jitterier quarter of trained functions")
+    )]
+    Level,
+}
+
+impl UnseenScale {
+    /// The name users type and read.
+    pub fn name(self) -> &'static str {
+        match self {
+            UnseenScale::Median => "median",
+            UnseenScale::Level => "level",
+        }
+    }
+}
+
 impl WeightsFile {
     /// Scales from training spreads: per component, its mean absolute deviation from the median
     /// node, at least `resolution` (the metric's smallest meaningful difference) and
-    /// [`LEVEL_FLOOR`] of its mean value; a component never kept gets the median scale.
-    pub fn from_spreads(spreads: &[(CompLabel, Spread)], resolution: f64) -> Self {
+    /// [`LEVEL_FLOOR`] of its mean value; a component never kept gets the median scale, or is
+    /// scaled by its size ([`UnseenScale`]).
+    pub fn from_spreads(
+        spreads: &[(CompLabel, Spread)],
+        resolution: f64,
+        unseen: UnseenScale,
+    ) -> Self {
         let mut scales: Vec<ScaleEntry> = spreads
             .iter()
             .filter(|(_, s)| s.n > 0)
@@ -179,7 +218,29 @@ impl WeightsFile {
         } else {
             median_in_place(&mut v)
         };
-        WeightsFile { default, scales }
+        let mut ratios: Vec<f64> = spreads
+            .iter()
+            .filter(|(_, s)| s.n > 0 && s.mean_level() > 0.0)
+            .map(|(_, s)| {
+                s.mean_dev()
+                    .max(resolution)
+                    .max(LEVEL_FLOOR * s.mean_level())
+                    / s.mean_level()
+            })
+            .collect();
+        ratios.sort_by(f64::total_cmp);
+        let unseen_ratio = match unseen {
+            UnseenScale::Level if !ratios.is_empty() => {
+                let at = ((ratios.len() - 1) as f64 * crate::policy::UNSEEN_QUANTILE).round();
+                Some(ratios[at as usize])
+            }
+            _ => None,
+        };
+        WeightsFile {
+            default,
+            unseen_ratio,
+            scales,
+        }
     }
 
     /// The analyzer's form.
@@ -191,6 +252,7 @@ impl WeightsFile {
                 .map(|e| (e.label.clone(), e.scale))
                 .collect(),
             default: self.default,
+            unseen_ratio: self.unseen_ratio,
         }
     }
 }
@@ -245,9 +307,57 @@ pub struct MetricThresholds {
     pub flag_scores: BTreeMap<String, f64>,
     /// Windows scored in training, all nodes together.
     pub windows: u64,
+    /// The largest median score of a training window: diagnosis scales the thresholds of a
+    /// window whose median score exceeds it ([`crate::policy::shared_threshold`]). Files
+    /// written before it existed do without.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_median: Option<f64>,
     /// Variance weighting scales, when trained with `--weighting variance`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weights: Option<WeightsFile>,
+    /// With the suspect score: each training node's mean window profile (weighted like the
+    /// scores), the known-normal traces of seed 002's supervised variant.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub normal_profiles: Vec<NormalProfileEntry>,
+}
+
+/// One node's normal profile from one training run.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct NormalProfileEntry {
+    /// The training run.
+    pub run: String,
+    /// The node.
+    pub node: String,
+    /// Its share of each component (of its total, all components).
+    pub shares: Vec<ShareEntry>,
+}
+
+/// A component's share of a profile.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ShareEntry {
+    /// The component.
+    #[serde(flatten)]
+    pub label: CompLabel,
+    /// Its share.
+    pub share: f64,
+}
+
+impl MetricThresholds {
+    /// The known-normal profiles, for the analyzer (`None` when there are none).
+    pub fn normal(&self) -> Option<std::sync::Arc<NormalProfiles>> {
+        (!self.normal_profiles.is_empty()).then(|| {
+            std::sync::Arc::new(NormalProfiles {
+                profiles: self
+                    .normal_profiles
+                    .iter()
+                    .map(|p| {
+                        let shares = p.shares.iter().map(|e| (e.label.clone(), e.share));
+                        (p.node.clone(), shares.collect())
+                    })
+                    .collect(),
+            })
+        })
+    }
 }
 
 impl MetricThresholds {
@@ -347,6 +457,7 @@ impl ThresholdsFile {
             }
             if let Some(w) = &t.weights {
                 let bad = std::iter::once((None, w.default))
+                    .chain(w.unseen_ratio.map(|r| (None, r)))
                     .chain(w.scales.iter().map(|e| (Some(&e.label), e.scale)))
                     .find(|(_, s)| !(s.is_finite() && *s > 0.0));
                 if let Some((label, s)) = bad {
@@ -356,6 +467,19 @@ impl ThresholdsFile {
                         path.display()
                     ));
                 }
+            }
+            if let Some(p) = t.normal_profiles.iter().find(|p| {
+                p.shares
+                    .iter()
+                    .any(|e| !(e.share.is_finite() && e.share >= 0.0))
+            }) {
+                return bail(format!(
+                    "{}: {m} normal profile of node {} (run {}) has a share that is not a \
+                     non-negative number",
+                    path.display(),
+                    p.node,
+                    p.run
+                ));
             }
             if f.settings.weighting == Weighting::Variance && t.weights.is_none() {
                 return bail(format!(

@@ -262,9 +262,52 @@ pub fn fmt_dur(ns: u64) -> String {
     }
 }
 
+/// A measured number for people: three significant digits, no float noise (`8.79`, `1,234`,
+/// `0.0421`); integers up to 99,999 are shown whole. Thresholds, scores, scales.
+pub fn fmt_sig(v: f64) -> String {
+    if !v.is_finite() {
+        return v.to_string();
+    }
+    let a = v.abs();
+    if a >= 1000.0 {
+        let r = v.round() as i64;
+        let s = r.unsigned_abs().to_string();
+        let mut out = String::new();
+        for (i, ch) in s.chars().enumerate() {
+            if i > 0 && (s.len() - i) % 3 == 0 {
+                out.push(',');
+            }
+            out.push(ch);
+        }
+        return if r < 0 { format!("-{out}") } else { out };
+    }
+    if a == 0.0 {
+        return "0".to_string();
+    }
+    let decimals = (2 - a.log10().floor() as i32).max(0) as usize;
+    let s = format!("{v:.decimals$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn significant_digits() {
+        assert_eq!(fmt_sig(8.790000000000001), "8.79");
+        assert_eq!(fmt_sig(64.0), "64");
+        assert_eq!(fmt_sig(25_245.6), "25,246");
+        assert_eq!(fmt_sig(581.7), "582");
+        assert_eq!(fmt_sig(0.042_13), "0.0421");
+        assert_eq!(fmt_sig(1.5), "1.5");
+        assert_eq!(fmt_sig(0.0), "0");
+        assert_eq!(fmt_sig(-12.345), "-12.3");
+    }
 
     #[test]
     fn iso_round_trip() {

@@ -8,6 +8,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
+use std::sync::Arc;
 
 use crate::analyzer::MIN_NODES;
 use crate::data::{Dataset, DirSource, Source};
@@ -15,14 +16,17 @@ use crate::error::{Error, Result};
 use crate::family::{Comparison, Metric, MetricFamily};
 use crate::feed::{self, Feeder, Survey};
 use crate::model::CompLabel;
-use crate::plan::{build_analyzer, check_nodes, dedup, plan_metrics, MetricPlan, Progress};
+use crate::plan::{
+    build_analyzer, check_nodes, dedup, plan_metrics, MetricPlan, MetricSetup, Progress,
+};
 use crate::policy::{trained_threshold, Policy, Spread, Weights};
+use crate::score::NormalProfiles;
 use crate::setup::Setup;
 use crate::thresholds::{
-    MetricThresholds, ThresholdRule, ThresholdsFile, Weighting, WeightsFile, THRESHOLDS_FORMAT,
-    THRESHOLDS_VERSION,
+    MetricThresholds, NormalProfileEntry, ShareEntry, ThresholdRule, ThresholdsFile, UnseenScale,
+    Weighting, WeightsFile, THRESHOLDS_FORMAT, THRESHOLDS_VERSION,
 };
-use crate::time::fmt_dur;
+use crate::time::{fmt_dur, fmt_sig};
 
 /// Grid of weighted thresholds (scores in typical deviations).
 const WEIGHTED_QUANTUM: f64 = 1e-3;
@@ -51,9 +55,65 @@ impl TrainingRun {
 pub struct Training {
     /// The thresholds, ready to save.
     pub file: ThresholdsFile,
+    /// Things the user should check: a run or node that alone set a threshold far above the
+    /// others ([`odd_runs`]).
+    pub warnings: Vec<String>,
     /// Things the user should know.
     pub notes: Vec<String>,
 }
+
+/// The largest training score of one node in one run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunMax {
+    /// The run.
+    pub run: String,
+    /// The node.
+    pub node: String,
+    /// Its largest score (or its flag score, under [`ThresholdRule::Flagged`]).
+    pub score: f64,
+}
+
+/// Warnings on training runs that set a metric's thresholds far above the others: the largest
+/// score of one node in one run is more than twice the next largest of any node in any run.
+///
+/// Why twice: a trained threshold is twice the largest fault-free score (seed 000), so such a
+/// score would itself have been anomalous under thresholds trained on everything else — the
+/// run was probably not fault-free (or that node is not like its peers), and it alone lifts
+/// the threshold (pooled: every node's) above what the rest of the training needed.
+pub fn odd_runs(metric: Metric, unit: &str, maxima: &[RunMax]) -> Option<String> {
+    let mut v: Vec<&RunMax> = maxima.iter().filter(|m| m.score.is_finite()).collect();
+    if v.len() < 2 {
+        return None;
+    }
+    v.sort_by(|a, b| b.score.total_cmp(&a.score));
+    let (top, next) = (v[0], v[1]);
+    if top.score <= ODD_FACTOR * next.score {
+        return None;
+    }
+    let runs: HashSet<&str> = maxima.iter().map(|m| m.run.as_str()).collect();
+    let whose = if runs.len() > 1 {
+        format!("node {} in run {}", top.node, top.run)
+    } else {
+        format!("node {}", top.node)
+    };
+    let times = if next.score > 0.0 {
+        format!("{}× ", fmt_sig(top.score / next.score))
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "{metric}: {whose} sets the threshold: its largest score {} {unit} is {times}the next \
+         largest ({} {unit}, node {} in {}); check that this run was fault-free and that the \
+         node does the same work as its peers, or train without it",
+        fmt_sig(top.score),
+        fmt_sig(next.score),
+        next.node,
+        next.run
+    ))
+}
+
+/// See [`odd_runs`].
+const ODD_FACTOR: f64 = 2.0;
 
 /// A loaded training run.
 struct Run {
@@ -68,7 +128,7 @@ struct Run {
 pub fn train(
     setup: &Setup,
     runs: Vec<TrainingRun>,
-    rule: ThresholdRule,
+    (rule, unseen): (ThresholdRule, UnseenScale),
     progress: &mut dyn Progress,
 ) -> Result<Training> {
     let mut notes = setup.notes.clone();
@@ -100,7 +160,7 @@ pub fn train(
             &survey,
             &plan.run,
             false,
-            |_| (Policy::Training, None),
+            |_| MetricSetup::policy(Policy::Training),
             &mut notes,
         )?;
         feed_all(setup, &ds, &mut a, progress)?;
@@ -121,8 +181,18 @@ pub fn train(
     }
     // Pass 2: scores with that set from the start, as diagnose will use it.
     let no_weights = BTreeMap::new();
-    let pass2 = score(setup, &runs, &kept, &no_weights, &mut notes, progress)?;
+    let unsupervised = |_: &str, _: Metric| None;
+    let pass2 = score(
+        setup,
+        &runs,
+        (&kept, &no_weights, &unsupervised),
+        &mut notes,
+        progress,
+    )?;
     let mut out = pass2.thresholds;
+    let mut maxima = pass2.maxima;
+    let mut profiles = pass2.profiles;
+    let mut weights: BTreeMap<Metric, Weights> = BTreeMap::new();
     // Variance weighting: scales from pass 2, then a pass 3 scoring with them.
     if setup.settings.weighting == Weighting::Variance {
         let files: BTreeMap<Metric, WeightsFile> = pass2
@@ -132,16 +202,57 @@ pub fn train(
                 let v: Vec<(CompLabel, Spread)> = sp.iter().map(|(l, s)| (l.clone(), *s)).collect();
                 (
                     m,
-                    WeightsFile::from_spreads(&v, setup.family(m).resolution()),
+                    WeightsFile::from_spreads(&v, setup.family(m).resolution(), unseen),
                 )
             })
             .collect();
-        let weights: BTreeMap<Metric, Weights> =
-            files.iter().map(|(&m, f)| (m, f.weights())).collect();
+        weights = files.iter().map(|(&m, f)| (m, f.weights())).collect();
         let mut quiet = Vec::new();
-        out = score(setup, &runs, &kept, &weights, &mut quiet, progress)?.thresholds;
+        let pass3 = score(
+            setup,
+            &runs,
+            (&kept, &weights, &unsupervised),
+            &mut quiet,
+            progress,
+        )?;
+        out = pass3.thresholds;
+        maxima = pass3.maxima;
+        profiles = pass3.profiles;
         for (m, t) in out.iter_mut() {
             t.weights = files.get(m).cloned();
+        }
+    }
+    // The suspect score with reference runs is seed 002's supervised variant: each run is
+    // scored against the normal profiles of the *other* runs (its own would make every node
+    // look normal), and diagnose against all of them.
+    if setup.settings.score.profiles() {
+        let others = |run: &str, m: Metric| {
+            let rows: Vec<(String, HashMap<CompLabel, f64>)> = profiles
+                .get(&m)?
+                .iter()
+                .filter(|p| p.run != run)
+                .map(|p| {
+                    let shares = p.shares.iter().map(|e| (e.label.clone(), e.share));
+                    (p.node.clone(), shares.collect())
+                })
+                .collect();
+            (!rows.is_empty()).then(|| Arc::new(NormalProfiles { profiles: rows }))
+        };
+        let mut quiet = Vec::new();
+        let pass4 = score(
+            setup,
+            &runs,
+            (&kept, &weights, &others),
+            &mut quiet,
+            progress,
+        )?;
+        let scales: BTreeMap<Metric, Option<WeightsFile>> =
+            out.iter().map(|(m, t)| (*m, t.weights.clone())).collect();
+        out = pass4.thresholds;
+        maxima = pass4.maxima;
+        for (m, t) in out.iter_mut() {
+            t.weights = scales.get(m).cloned().flatten();
+            t.normal_profiles = profiles.remove(m).unwrap_or_default();
         }
     }
     for (m, t) in out.iter_mut() {
@@ -156,6 +267,27 @@ pub fn train(
             .collect();
     }
     out.retain(|_, t| !t.thresholds.is_empty());
+    let warnings: Vec<String> = out
+        .iter()
+        .filter_map(|(m, t)| {
+            let v: Vec<RunMax> = maxima
+                .get(m)
+                .map(|v| {
+                    v.iter()
+                        .map(|(run, node, max, flag)| RunMax {
+                            run: run.clone(),
+                            node: node.clone(),
+                            score: match rule {
+                                ThresholdRule::Window => *max,
+                                ThresholdRule::Flagged => *flag,
+                            },
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            odd_runs(*m, &t.unit, &v)
+        })
+        .collect();
     if out.is_empty() {
         return Err(Error::Data(format!(
             "no window could be scored in the training runs (need {MIN_NODES} nodes with \
@@ -171,6 +303,7 @@ pub fn train(
             settings: setup.settings.clone(),
             metrics: out,
         },
+        warnings,
         notes: dedup(notes),
     })
 }
@@ -179,6 +312,8 @@ pub fn train(
 fn quantum(setup: &Setup, family: &dyn MetricFamily) -> f64 {
     match (family.comparison(), setup.settings.weighting) {
         (Comparison::Cdf { .. } | Comparison::Histograms, _) => 1e-3,
+        // Profiles: shares of a node's total, between 0 and 2.
+        _ if setup.settings.score.profiles() => 1e-3,
         (_, Weighting::Variance) => WEIGHTED_QUANTUM,
         (_, Weighting::None) => setup.settings.distance.threshold_quantum(),
     }
@@ -206,19 +341,31 @@ struct Scored {
     thresholds: BTreeMap<Metric, MetricThresholds>,
     /// Per metric, each kept component's spread around the median node.
     spreads: BTreeMap<Metric, HashMap<CompLabel, Spread>>,
+    /// Per metric: (run, node, largest score, flag score) of every node of every run.
+    maxima: BTreeMap<Metric, Vec<(String, String, f64, f64)>>,
+    /// Per metric, with a scorer of profiles: every node's mean window profile in every run.
+    profiles: BTreeMap<Metric, Vec<NormalProfileEntry>>,
 }
+
+/// Known-normal profiles for a run and metric (seed 002's supervised suspect score).
+type NormalFor<'a> = &'a dyn Fn(&str, Metric) -> Option<Arc<NormalProfiles>>;
 
 /// Scores every window of every run with the kept set from the start and the given weights.
 fn score(
     setup: &Setup,
     runs: &[Run],
-    kept: &BTreeMap<Metric, Vec<CompLabel>>,
-    weights: &BTreeMap<Metric, Weights>,
+    (kept, weights, normal): (
+        &BTreeMap<Metric, Vec<CompLabel>>,
+        &BTreeMap<Metric, Weights>,
+        NormalFor<'_>,
+    ),
     notes: &mut Vec<String>,
     progress: &mut dyn Progress,
 ) -> Result<Scored> {
     let mut thresholds: BTreeMap<Metric, MetricThresholds> = BTreeMap::new();
     let mut spreads: BTreeMap<Metric, HashMap<CompLabel, Spread>> = BTreeMap::new();
+    let mut maxima: BTreeMap<Metric, Vec<(String, String, f64, f64)>> = BTreeMap::new();
+    let mut profiles: BTreeMap<Metric, Vec<NormalProfileEntry>> = BTreeMap::new();
     let weighted = !weights.is_empty();
     for run in runs {
         let mut a = build_analyzer(
@@ -226,7 +373,11 @@ fn score(
             &run.survey,
             &run.plan.run,
             false,
-            |m| (Policy::Training, weights.get(&m).cloned()),
+            |m| MetricSetup {
+                policy: Policy::Training,
+                weights: weights.get(&m).cloned(),
+                normal: normal(&run.name, m),
+            },
             notes,
         )?;
         for (mi, m) in run.plan.run.iter().enumerate() {
@@ -255,7 +406,11 @@ fn score(
                 .entry(metric)
                 .or_insert_with(|| MetricThresholds {
                     unit: family
-                        .score_unit(setup.settings.distance, weighted)
+                        .score_unit(
+                            setup.settings.distance,
+                            weighted,
+                            setup.settings.score.profiles(),
+                        )
                         .to_string(),
                     recording: run.survey.recording(family.as_ref()),
                     kept: kept.get(&metric).cloned().unwrap_or_default(),
@@ -263,9 +418,14 @@ fn score(
                     max_scores: BTreeMap::new(),
                     flag_scores: BTreeMap::new(),
                     windows: 0,
+                    shared_median: None,
                     weights: None,
+                    normal_profiles: Vec::new(),
                 });
             entry.windows += m.windows - m.unscored;
+            if m.windows > m.unscored {
+                entry.shared_median = Some(entry.shared_median.unwrap_or(0.0).max(m.max_median));
+            }
             if m.windows == m.unscored {
                 notes.push(format!(
                     "{}: no {metric} window had {MIN_NODES} nodes with complete data; the run \
@@ -279,6 +439,33 @@ fn score(
                     continue;
                 }
                 let name = outcome.names[n].clone();
+                if nm.profile_windows > 0 {
+                    let w = nm.profile_windows as f64;
+                    let mut shares: Vec<ShareEntry> = nm
+                        .profile_sum
+                        .iter()
+                        .filter(|(_, &v)| v > 0.0)
+                        .map(|(&c, &v)| ShareEntry {
+                            label: m.comps[c as usize].clone(),
+                            share: v / w,
+                        })
+                        .collect();
+                    shares.sort_by(|a, b| a.label.cmp(&b.label));
+                    profiles
+                        .entry(metric)
+                        .or_default()
+                        .push(NormalProfileEntry {
+                            run: run.name.clone(),
+                            node: name.clone(),
+                            shares,
+                        });
+                }
+                maxima.entry(metric).or_default().push((
+                    run.name.clone(),
+                    name.clone(),
+                    nm.max_score,
+                    nm.flag_score,
+                ));
                 let fs = entry.flag_scores.entry(name.clone()).or_insert(0.0);
                 *fs = fs.max(nm.flag_score);
                 let ms = entry.max_scores.entry(name).or_insert(0.0);
@@ -289,5 +476,43 @@ fn score(
     Ok(Scored {
         thresholds,
         spreads,
+        maxima,
+        profiles,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mx(run: &str, node: &str, score: f64) -> RunMax {
+        RunMax {
+            run: run.into(),
+            node: node.into(),
+            score,
+        }
+    }
+
+    /// The issue's case: a count threshold of 64 against 4–9 for the other nodes.
+    #[test]
+    fn a_run_that_alone_sets_the_threshold_is_named() {
+        let v = [
+            mx("r0", "io0", 2.0),
+            mx("r0", "io1", 32.0),
+            mx("r1", "io2", 4.5),
+            mx("r1", "io1", 3.0),
+        ];
+        let w = odd_runs(Metric::COUNT, "deviations", &v).unwrap();
+        assert!(w.contains("node io1 in run r0"), "{w}");
+        assert!(w.contains("7.11×"), "{w}");
+        assert!(w.contains("32 deviations"), "{w}");
+        // Within twice the next: spread, not an odd run.
+        let v = [
+            mx("r0", "io0", 8.0),
+            mx("r1", "io1", 4.5),
+            mx("r1", "io2", 1.0),
+        ];
+        assert_eq!(odd_runs(Metric::COUNT, "calls", &v), None);
+        assert_eq!(odd_runs(Metric::COUNT, "calls", &v[..1]), None);
+    }
 }

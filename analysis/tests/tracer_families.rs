@@ -16,7 +16,7 @@ use culprit_analysis::plan::Quiet;
 use culprit_analysis::score::SplitMix64;
 use culprit_analysis::session::{self, DiagnoseRequest};
 use culprit_analysis::setup::{Overrides, Setup, TrainedThresholds};
-use culprit_analysis::thresholds::ThresholdRule;
+use culprit_analysis::thresholds::{ThresholdRule, UnseenScale};
 use culprit_analysis::time::NS_PER_S;
 use culprit_analysis::train::{self, TrainingRun};
 use culprit_analysis::Diagnosis;
@@ -283,7 +283,7 @@ fn latency_distributions_show_a_rare_slow_call() {
     let training = train::train(
         &setup,
         vec![TrainingRun::dir(&healthy)],
-        ThresholdRule::Window,
+        (ThresholdRule::Window, UnseenScale::default()),
         &mut Quiet,
     )
     .unwrap();

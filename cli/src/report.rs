@@ -96,6 +96,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             include_unassigned: args.all,
             symfs: args.symfs.clone(),
             nodes: args.nodes.clone(),
+            ..LoadOptions::default()
         },
     )?;
     let parse = |t: &Option<String>| t.as_deref().map(time::parse_time).transpose();

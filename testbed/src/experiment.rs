@@ -180,6 +180,10 @@ pub enum ResultLine {
         metrics: BTreeSet<String>,
         /// `culprit diagnose` exit status.
         exit: i32,
+        /// The culprits of an untrained diagnosis of the same data (no thresholds file); absent
+        /// from results recorded before it was measured.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        untrained: Option<BTreeSet<String>>,
     },
     /// One overhead measurement.
     Overhead {
@@ -298,6 +302,7 @@ pub fn run_experiment(
                             flagged: BTreeMap::new(),
                             metrics: BTreeSet::new(),
                             exit: 0,
+                            untrained: None,
                         },
                     )?;
                 }
@@ -345,11 +350,13 @@ pub fn run_experiment(
                 say,
             )?;
             let v = tools.diagnose(&rec.data_dir, Some(&thresholds), windows)?;
+            let untrained = untrained_culprits(tools, &rec.data_dir, windows)?;
             say(&format!(
-                "  {id}: truth {} {}; flagged {:?}",
+                "  {id}: truth {} {}; flagged {:?}; untrained {:?}",
                 rec.fault,
                 rec.faulty_node,
-                v.flagged.get("combined").cloned().unwrap_or_default()
+                v.flagged.get("combined").cloned().unwrap_or_default(),
+                untrained
             ));
             append(
                 &results,
@@ -359,6 +366,7 @@ pub fn run_experiment(
                     flagged: v.flagged,
                     metrics: v.metrics,
                     exit: v.exit,
+                    untrained: Some(untrained),
                 },
             )?;
             // The traces of scored runs are kept (re-analysis needs only the JSON lines; the data
@@ -535,10 +543,12 @@ pub fn analyze_file(path: &Path) -> Result<String> {
 
 /// Re-trains on the fault-free training runs of `train` workloads and re-diagnoses the scored
 /// runs of `test` workloads from the data an experiment kept — seed 000's Table 1 has a column
-/// set "without postmark training or testing" and one "with". Writes
-/// `OUT/results-<tag>.jsonl` (overhead lines copied) and returns its path.
+/// set "without postmark training or testing" and one "with". Reads the kept data in `out` and
+/// changes nothing there: writes `DEST/thresholds-<tag>.json` and `DEST/results-<tag>.jsonl`
+/// (overhead lines copied) and returns the results file's path.
 pub fn rediagnose(
     out: &Path,
+    dest: &Path,
     tools: &Tools,
     train: &[Workload],
     test: &[Workload],
@@ -568,10 +578,12 @@ pub fn rediagnose(
     if train_dirs.is_empty() {
         return Err(Error::Config("no training runs of those workloads".into()));
     }
-    let thresholds = out.join(format!("thresholds-{tag}.json"));
+    std::fs::create_dir_all(dest)
+        .map_err(|e| Error::io(format!("create {}", dest.display()), e))?;
+    let thresholds = dest.join(format!("thresholds-{tag}.json"));
     say(&format!("training on {} fault-free runs", train_dirs.len()));
     tools.train(&train_dirs, &thresholds, windows)?;
-    let path = out.join(format!("results-{tag}.jsonl"));
+    let path = dest.join(format!("results-{tag}.jsonl"));
     let _ = std::fs::remove_file(&path);
     let mut c2 = cfg.clone();
     c2.protocol = format!("{} ({tag})", cfg.protocol);
@@ -583,12 +595,14 @@ pub fn rediagnose(
                 if role != "train" && named(test, &record.workload) =>
             {
                 let v = tools.diagnose(&record.data_dir, Some(&thresholds), windows)?;
+                let untrained = untrained_culprits(tools, &record.data_dir, windows)?;
                 say(&format!(
-                    "{}: truth {} {}; flagged {:?}",
+                    "{}: truth {} {}; flagged {:?}; untrained {:?}",
                     record.id,
                     record.fault,
                     record.faulty_node,
-                    v.flagged.get("combined").cloned().unwrap_or_default()
+                    v.flagged.get("combined").cloned().unwrap_or_default(),
+                    untrained
                 ));
                 append(
                     &path,
@@ -598,6 +612,7 @@ pub fn rediagnose(
                         flagged: v.flagged,
                         metrics: v.metrics,
                         exit: v.exit,
+                        untrained: Some(untrained),
                     },
                 )?;
             }
@@ -608,9 +623,29 @@ pub fn rediagnose(
     Ok(path)
 }
 
-/// Columns of Table 1: each metric, diagnose's combined verdict, and `any` (flagged by at least
-/// one metric).
-const COLUMNS: [&str; 6] = ["samples", "count", "time", "events", "combined", "any"];
+/// The culprits of an untrained diagnosis (no thresholds file) of `data`: the product as a user
+/// without fault-free runs gets it. A run too short to compare ("not enough data") has none.
+fn untrained_culprits(tools: &Tools, data: &Path, windows: Windows) -> Result<BTreeSet<String>> {
+    match tools.diagnose(data, None, windows) {
+        Ok(v) => Ok(v.flagged.get("combined").cloned().unwrap_or_default()),
+        Err(Error::Command { detail, .. }) if detail.contains("not enough data") => {
+            Ok(BTreeSet::new())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Columns of Table 1: each metric, diagnose's combined verdict, `any` (flagged by at least one
+/// metric), and the combined verdict of an untrained diagnosis (when measured).
+const COLUMNS: [&str; 7] = [
+    "samples",
+    "count",
+    "time",
+    "events",
+    "combined",
+    "any",
+    "untrained",
+];
 
 /// Renders the tables from result lines.
 pub fn render(lines: &[ResultLine]) -> String {
@@ -664,6 +699,7 @@ pub fn render(lines: &[ResultLine]) -> String {
             record,
             flagged,
             metrics,
+            untrained,
             ..
         } = l
         else {
@@ -681,13 +717,16 @@ pub fn render(lines: &[ResultLine]) -> String {
             .flat_map(|(_, nodes)| nodes.iter().cloned())
             .collect();
         for m in COLUMNS {
-            if !matches!(m, "combined" | "any") && !metrics.contains(m) {
+            if !matches!(m, "combined" | "any" | "untrained") && !metrics.contains(m) {
                 continue;
             }
-            let f = if m == "any" {
-                any.clone()
-            } else {
-                flagged.get(m).cloned().unwrap_or_default()
+            let f = match m {
+                "any" => any.clone(),
+                "untrained" => match untrained {
+                    Some(u) => u.clone(),
+                    None => continue,
+                },
+                _ => flagged.get(m).cloned().unwrap_or_default(),
             };
             let e = row
                 .entry(m)
@@ -703,7 +742,11 @@ pub fn render(lines: &[ResultLine]) -> String {
     let _ = writeln!(s, "Table 1 — diagnosis accuracy: TP = runs where the faulty node was flagged, FP = runs where a");
     let _ = writeln!(
         s,
-        "fault-free node was flagged; x/n (95 % Wilson interval, %).\n"
+        "fault-free node was flagged; x/n (95 % Wilson interval, %). `untrained`: the combined verdict"
+    );
+    let _ = writeln!(
+        s,
+        "of `culprit diagnose` without a thresholds file (goals: TP ≥ 80 %, FP 0).\n"
     );
     let _ = write!(s, "| fault |");
     for m in COLUMNS {
@@ -1021,6 +1064,7 @@ mod tests {
             flagged,
             metrics: ["samples".to_string()].into_iter().collect(),
             exit: 1,
+            untrained: None,
         }
     }
 
@@ -1054,6 +1098,53 @@ mod tests {
         assert_eq!(cells[2], "–", "no TP without a fault: {none}");
     }
 
+    /// The untrained columns count runs that measured them; older result lines have none.
+    #[test]
+    fn untrained_columns() {
+        let with = |l: ResultLine, u: &[&str]| match l {
+            ResultLine::Run {
+                role,
+                record,
+                flagged,
+                metrics,
+                exit,
+                ..
+            } => ResultLine::Run {
+                role,
+                record,
+                flagged,
+                metrics,
+                exit,
+                untrained: Some(u.iter().map(|s| s.to_string()).collect()),
+            },
+            other => other,
+        };
+        let lines = vec![
+            with(run_line("faulty", "cpu-hog", "io1", &[], &[]), &["io1"]),
+            with(run_line("faulty", "cpu-hog", "io2", &[], &[]), &["io0"]),
+            run_line("faulty", "cpu-hog", "io3", &[], &[]),
+            with(run_line("clean", "none", "", &[], &[]), &[]),
+        ];
+        let t = render(&lines);
+        let row = t.lines().find(|l| l.starts_with("| cpu-hog")).unwrap();
+        // fault | metrics × 2 | combined × 2 | any × 2 | untrained TP | untrained FP: the
+        // last two cells (the row ends with '|').
+        let last_two = |row: &str| {
+            let cells: Vec<String> = row.split('|').map(|c| c.trim().to_string()).collect();
+            let n = cells.len();
+            (cells[n - 3].clone(), cells[n - 2].clone())
+        };
+        let (tp, fp) = last_two(row);
+        assert!(tp.starts_with("1/2 ("), "{row}");
+        assert!(fp.starts_with("1/2 ("), "{row}");
+        let none = t.lines().find(|l| l.starts_with("| none")).unwrap();
+        assert!(last_two(none).1.starts_with("0/1 ("), "{none}");
+        let json = serde_json::to_string(&lines[0]).unwrap();
+        assert!(json.contains("\"untrained\":[\"io1\"]"), "{json}");
+        let old = serde_json::to_string(&lines[2]).unwrap();
+        assert!(!old.contains("untrained"), "{old}");
+    }
+
     #[test]
     fn fault_effects_compare_the_faulty_node_with_its_peers() {
         let u = |node: &str, cpu_s: f64, disk_bytes: u64| crate::run::PhaseUsage {
@@ -1076,6 +1167,7 @@ mod tests {
             flagged: BTreeMap::new(),
             metrics: BTreeSet::new(),
             exit: 0,
+            untrained: None,
         };
         let t = render(&[line]);
         assert!(t.contains("| cpu-hog | ddw | 0.50 | 3.00 | 3.00 |"), "{t}");

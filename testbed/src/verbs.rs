@@ -86,9 +86,14 @@ pub struct ExperimentArgs {
     analyze: bool,
     /// Re-train on the training runs of these workloads and re-diagnose the runs of
     /// `--workloads` from the data kept in OUT, e.g. `--rediagnose ddw,ddr --workloads ddw,ddr`
-    /// (seed 000's "without postmark" columns). Writes `OUT/results-<tag>.jsonl`.
+    /// (seed 000's "without postmark" columns). Writes `results-<tag>.jsonl`, `.md` and
+    /// `thresholds-<tag>.json` to `--results-dir` (default OUT); the kept data is only read.
     #[arg(long, value_delimiter = ',', value_name = "TRAIN_WORKLOADS")]
     rediagnose: Option<Vec<String>>,
+    /// With `--rediagnose`: where its results and thresholds go (created if missing), so that
+    /// re-diagnosing kept runs writes nothing into the experiment's directory.
+    #[arg(long, requires = "rediagnose", value_name = "DIR")]
+    results_dir: Option<PathBuf>,
     /// Workloads, comma-separated (ddw, ddr, postmark).
     #[arg(long, value_delimiter = ',')]
     workloads: Option<Vec<String>>,
@@ -156,7 +161,8 @@ pub fn experiment(args: ExperimentArgs) -> Result<i32> {
         );
         let tools = tools()?;
         let mut say = |s: &str| eprintln!("culprit experiment: {s}");
-        let path = rediagnose(&args.out, &tools, &train, &test, &tag, &mut say)?;
+        let dest = args.results_dir.as_deref().unwrap_or(&args.out);
+        let path = rediagnose(&args.out, dest, &tools, &train, &test, &tag, &mut say)?;
         let table = analyze_file(&path)?;
         let md = path.with_extension("md");
         std::fs::write(&md, &table).map_err(|e| Error::io(format!("write {}", md.display()), e))?;

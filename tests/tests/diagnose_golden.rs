@@ -185,3 +185,52 @@ fn progress_on_a_terminal() {
     assert!(tty.contains("diagnosing"), "no progress drawn: {tty:?}");
     assert!(tty.contains("% of the data"), "{tty:?}");
 }
+
+/// Too short a run for the windows: "not enough data" and exit status 2, never "no node
+/// flagged" (a stopped node needs no window, so it is left out here with --exclude-node).
+#[test]
+fn not_enough_data_is_an_error() {
+    let dir = TempDir::new("diag-short");
+    write_peer_samples(dir.path(), true, true);
+    let data = dir.path().to_str().unwrap();
+    let o = culprit()
+        .args([
+            "diagnose",
+            data,
+            "--exclude-node",
+            "io3",
+            "--win-size",
+            "4m",
+        ])
+        .args(["--win-shift", "2m", "--json"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(o.stdout.is_empty());
+    assert!(
+        err.contains("not enough data (3 windows needed, 2 complete)"),
+        "{err}"
+    );
+    // With the stopped node (its data ends 1 min before its peers', more than the grace of
+    // one 30 s WinShift), the verdict needs no window: 12 complete of 13 needed.
+    let o = culprit()
+        .args([
+            "diagnose",
+            data,
+            "--win-size",
+            "30s",
+            "--win-shift",
+            "30s",
+            "--k",
+            "13",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

@@ -234,12 +234,65 @@ fn finds_the_node_and_the_function() {
     }
 }
 
+/// Seed 002's supervised suspect score: trained (`--score suspect`) on fault-free runs in which
+/// io2 always does twice the hot_path work of its peers (another role), a later run with the
+/// same io2 is clean — its profile is near its own normal profile — while untrained diagnosis
+/// flags io2 as different since its data began; a real fault in another node is still found.
+#[test]
+fn supervised_suspect_score() {
+    let root = TempDir::new("diag-supervised");
+    let odd = |seed: u64, fault: Option<(u64, f64)>| -> Vec<NodeSpec> {
+        let mut specs: Vec<NodeSpec> = (0..5)
+            .map(|i| NodeSpec::new(&format!("io{i}"), seed + i))
+            .collect();
+        specs[2].fault = Some((0, 2.0));
+        // In another function than io2's role: variance weighting learns io2's difference in
+        // hot_path as that function's fault-free spread.
+        specs[4].fault_in = ("server", "parse_header");
+        specs[4].fault = fault;
+        specs
+    };
+    let runs: Vec<_> = (0..3).map(|i| root.join(format!("run{i}"))).collect();
+    for (r, run) in runs.iter().enumerate() {
+        write_run(run, &odd(1000 * r as u64, None), 40);
+    }
+    let faulty = root.join("faulty");
+    write_run(&faulty, &odd(9000, Some((10, 4.0))), 40);
+    let th = root.join("thresholds.json");
+    run_ok(
+        culprit()
+            .arg("train")
+            .args(&runs[..2])
+            .args(["--score", "suspect", "--out"])
+            .arg(&th),
+    );
+    let f = ThresholdsFile::load(&th).unwrap();
+    let s = &f.metrics[&Metric::SAMPLES];
+    assert_eq!(f.settings.score, ScoreKind::Suspect);
+    assert_eq!(s.unit, "share");
+    assert_eq!(s.normal_profiles.len(), 10, "5 nodes × 2 runs");
+    let p = &s.normal_profiles[0];
+    let total: f64 = p.shares.iter().map(|e| e.share).sum();
+    assert!(total > 0.5 && total <= 1.0 + 1e-9, "{total}");
+    let th_s = th.to_str().unwrap();
+    let (code, r) = diagnose_json(&[runs[2].to_str().unwrap(), "--thresholds", th_s]);
+    assert_eq!(code, 0, "the odd node is normal for itself: {r:#?}");
+    let (code, r) = diagnose_json(&[runs[2].to_str().unwrap()]);
+    assert_eq!(code, 1, "untrained, the odd node differs: {r:#?}");
+    assert_eq!(r.culprits, ["io2"]);
+    let (code, r) = diagnose_json(&[faulty.to_str().unwrap(), "--thresholds", th_s]);
+    assert_eq!(code, 1, "{r:#?}");
+    assert_eq!(r.culprits, ["io4"], "{r:#?}");
+}
+
 /// The human report names the culprit, the metric, wall-clock windows and the function.
 #[test]
 fn human_report() {
     let dir = TempDir::new("diag-human");
     let mut specs = five_nodes();
-    specs[1].fault = Some((6, 4.0));
+    // From 2 minutes in: after the filter's first 2k − 1 windows, so a change, not "different
+    // since its data began".
+    specs[1].fault = Some((12, 4.0));
     write_run(dir.path(), &specs, 36);
     let o = culprit().arg("diagnose").arg(dir.path()).output().unwrap();
     assert_eq!(o.status.code(), Some(1));
@@ -253,8 +306,17 @@ fn human_report() {
     );
     let line = text
         .lines()
+        .skip_while(|l| !l.contains("top functions"))
         .find(|l| l.trim_start().starts_with("1  "))
         .unwrap_or_else(|| panic!("no top-ten table: {text}"));
+    // Every node ranked, the culprit first.
+    let first = text
+        .lines()
+        .skip_while(|l| !l.starts_with("suspects, most suspicious first"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no ranking: {text}"));
+    assert!(first.contains("io1") && first.contains("FAULTY"), "{first}");
+    assert!(!text.contains("different since its data began"), "{text}");
     assert!(
         line.contains("hot_path [server]") && line.contains("more samples"),
         "{line}"

@@ -30,11 +30,36 @@ fn diagnose(root: &Path, extra: &[&str]) -> Output {
 /// The lines of the human report from the verdict to the warnings (the header names the data
 /// directory).
 fn verdict_lines(o: &Output) -> Vec<String> {
+    let mut in_ranking = false;
     text(&o.stdout)
         .lines()
         .skip_while(|l| !l.starts_with("VERDICT"))
         .take_while(|l| !l.starts_with("io2 · ") && !l.starts_with("warning: "))
+        // The ranking of suspects (scores vary with the data) is checked by ranking_rows.
+        .filter(|l| {
+            if l.starts_with("suspects, most suspicious first") {
+                in_ranking = true;
+            } else if in_ranking && l.is_empty() {
+                in_ranking = false;
+                return false;
+            }
+            !in_ranking
+        })
         .map(str::to_string)
+        .collect()
+}
+
+/// The rows of the ranking of suspects: (node, verdict word).
+fn ranking_rows(o: &Output) -> Vec<(String, String)> {
+    text(&o.stdout)
+        .lines()
+        .skip_while(|l| !l.starts_with("suspects, most suspicious first"))
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            (w[1].to_string(), w[2].to_string())
+        })
         .collect()
 }
 
@@ -94,6 +119,21 @@ fn one_flipped_byte_is_damage_not_a_stopped_node() {
         ),
     ];
     assert_eq!(verdict_lines(&o), want, "{}", text(&o.stdout));
+    // Every node ranked once; damage alone makes no node more suspicious than an ok one (no
+    // fault here: all four rank on their evidence, whatever their order).
+    let mut ranked = ranking_rows(&o);
+    ranked.sort();
+    assert_eq!(
+        ranked,
+        [
+            ("io0".to_string(), "ok".to_string()),
+            ("io1".into(), "damaged".into()),
+            ("io2".into(), "ok".into()),
+            ("io3".into(), "damaged".into()),
+        ],
+        "{}",
+        text(&o.stdout)
+    );
     assert_eq!(
         warnings(&o),
         [

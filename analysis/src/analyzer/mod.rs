@@ -427,6 +427,7 @@ mod tests {
             keep: KeepRule::AtLeast(1.0),
             policy,
             weights: None,
+            normal: None,
         }
     }
 
@@ -523,7 +524,11 @@ mod tests {
             .collect();
         assert!(t.result(0).nodes.iter().all(|n| n.anomalous.is_empty()));
         let fallback = by_node.values().copied().fold(0.0, f64::max);
-        let policy = Policy::Trained { by_node, fallback };
+        let policy = Policy::Trained {
+            by_node,
+            fallback,
+            shared: None,
+        };
         let mut clean = Analyzer::new(cfg(6, 3), vec![metric(policy.clone())]);
         run(&mut clean, 2_000_001, 40, None);
         assert!(clean.result(0).nodes.iter().all(|n| !n.faulty()));
@@ -544,6 +549,7 @@ mod tests {
         let mut m = metric(Policy::Trained {
             by_node: HashMap::new(),
             fallback: 50.0,
+            shared: None,
         });
         m.weights = weights;
         let mut e = Analyzer::new(cfg(4, 2), vec![m]);
@@ -585,6 +591,7 @@ mod tests {
             .into_iter()
             .collect(),
             default: 1.0,
+            unseen_ratio: None,
         };
         let weighted = weighting_run(Some(w));
         assert_eq!(weighted.len(), raw.len());

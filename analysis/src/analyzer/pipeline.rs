@@ -6,12 +6,16 @@
 //!    node join the kept set (which only grows, so offline and live analyses agree);
 //! 3. `feature_matrix` — one row per complete node: the window sums of the kept components,
 //!    or (distribution families) their cumulative histograms on shared bins;
-//! 4. `weights` — variance weighting and the distance's preparation;
+//! 4. `weights` — variance weighting, the scorer's profiles (seed 002: each row divided by
+//!    its sum) and the distance's preparation;
 //! 5. scores — the [`Scorer`]: how unlike its peers each node is;
 //! 6. `decide` — the threshold policy (trained, unsupervised, training) decides per node;
-//! 7. the k-of-(2k − 1) filter turns anomalous windows into faulty verdicts;
+//! 7. the k-of-(2k − 1) filter turns anomalous windows into faulty verdicts, and each node's
+//!    persistence accumulator (seed 001 §3.4) counts the window;
 //! 8. `root_cause` — for anomalous nodes, each kept component's distance to the node's
-//!    reference (the median node) is added up.
+//!    reference (the median node) is added up, and the components that alone deviate more than
+//!    the window's typical node does in all of them count as anomalous in their own
+//!    persistence accumulators (the order of the root-cause table).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -20,12 +24,14 @@ use crate::cdf;
 use crate::distance::Distance;
 use crate::family::{Comparison, KeepRule};
 use crate::model::{CompIdx, PeerIdx};
-use crate::policy::Policy;
-use crate::score::{median_node, Matrix, Reference, Scorer, Scores};
+use crate::policy::{shared_threshold, Policy};
+use crate::score::{
+    median_in_place, median_node, to_profile, Matrix, ProfileTotal, Reference, Scorer, Scores,
+};
 
 use super::state::{
-    all_set, AnomWindow, Anomaly, AppliedThreshold, Episode, MetricState, NodeBucket, ScoredWindow,
-    WindowEvent, WindowRange, MIN_NODES,
+    all_set, AnomWindow, Anomaly, AppliedThreshold, Episode, MetricState, NodeBucket, NormalRows,
+    ScoredWindow, WindowEvent, WindowRange, MIN_NODES,
 };
 
 /// What every window of every metric shares.
@@ -45,6 +51,9 @@ type SlotRows<'a> = Vec<Option<&'a Vec<Vec<f64>>>>;
 struct Features {
     /// Window sums of the kept components (the metric's unit).
     sums: Matrix,
+    /// Per row, the window sum of *all* its components, kept or not, each divided by its
+    /// weighting scale when weighted: seed 002's total T(h), which profiles divide by.
+    totals: Vec<f64>,
     /// Distribution families: cumulative histograms, and the kept component (index into the
     /// kept list) of each column.
     cdf: Option<(Matrix, Vec<u32>)>,
@@ -108,12 +117,34 @@ fn analyse(
     if matches!(ms.result.config.policy, Policy::Training) {
         note_spread(ms, &features.sums);
     }
-    let (prepared, distance) = weights(ms, ctx.distance, &features);
+    // Distribution families compare cumulative histograms, already distributions.
+    let profile = ctx.scorer.profiles().filter(|_| features.cdf.is_none());
+    let profiles = profile.is_some();
+    let (prepared, distance) = weights(ms, ctx.distance, &features, profile);
     let x = prepared
         .as_ref()
         .or(features.cdf.as_ref().map(|c| &c.0))
         .unwrap_or(&features.sums);
-    let scores = ctx.scorer.score(distance, x, start);
+    let scores = match normal_rows(ms, profiles) {
+        Some((normal, of)) => {
+            let own: Vec<Vec<u32>> = complete
+                .iter()
+                .map(|&n| of.get(&ctx.names[n]).cloned().unwrap_or_default())
+                .collect();
+            ctx.scorer
+                .score_supervised(distance, x, start, normal, &own)
+        }
+        None => ctx.scorer.score(distance, x, start),
+    };
+    if profiles && matches!(ms.result.config.policy, Policy::Training) {
+        for (ri, &node) in complete.iter().enumerate() {
+            let nr = &mut ms.result.nodes[node];
+            for (&c, &v) in ms.result.kept_list.iter().zip(x.row(ri)) {
+                *nr.profile_sum.entry(c).or_default() += v;
+            }
+            nr.profile_windows += 1;
+        }
+    }
     let cutoff = match &ms.result.config.policy {
         Policy::Untrained(rule) => {
             let size = if ms.comparison == Comparison::Histograms {
@@ -127,17 +158,35 @@ fn analyse(
             };
             Some(rule.cutoff(&scores.scores, size))
         }
+        // What every node of the window shares (a busy host, a change of workload) is not one
+        // node's fault (`shared_threshold`): the window's median score.
+        Policy::Trained {
+            shared: Some(_), ..
+        }
+        | Policy::Training => {
+            let mut v = scores.scores.clone();
+            Some(median_in_place(&mut v))
+        }
         _ => None,
     };
+    if let (Policy::Training, Some(m)) = (&ms.result.config.policy, cutoff) {
+        ms.result.max_median = ms.result.max_median.max(m);
+    }
     ev.cutoff = cutoff;
     let mut raw_median: Option<Vec<f64>> = None;
+    // Root cause compares components as they are (raw or weighted), never as profiles: in a
+    // profile every function's share moves when one function grows. Computed once a node is
+    // anomalous, with the typical node's distance to its reference.
+    let mut cause: Option<CauseSpace> = None;
     for (ri, &node) in complete.iter().enumerate() {
         let s = scores.scores[ri];
         let threshold = decide(ms, ctx, node, s, cutoff);
         let anomalous = s > threshold;
         let nr = &mut ms.result.nodes[node];
         nr.scored += 1;
+        nr.first_scored_ns.get_or_insert(start);
         nr.max_score = nr.max_score.max(s);
+        nr.persistence.push(anomalous);
         if ms.keep_scores {
             nr.scores.push(ScoredWindow {
                 start_ns: start,
@@ -163,6 +212,7 @@ fn analyse(
             }
         }
         if !anomalous {
+            nr.functions.window(&[]);
             continue;
         }
         nr.anomalous.push(AnomWindow {
@@ -175,16 +225,79 @@ fn analyse(
             score: s,
             threshold,
         });
+        let space = cause.get_or_insert_with(|| {
+            let unprofiled = profiles.then(|| {
+                weights(ms, ctx.distance, &features, None)
+                    .0
+                    .unwrap_or_else(|| features.sums.clone())
+            });
+            let reference = unprofiled
+                .as_ref()
+                .map(|m| Scores::new(Vec::new(), median_node(m)));
+            let cx = unprofiled.as_ref().unwrap_or(x);
+            let typical = typical_distance(cx, reference.as_ref().unwrap_or(&scores), distance);
+            CauseSpace {
+                x: unprofiled,
+                reference,
+                typical,
+            }
+        });
         let input = RootCauseInput {
             features: &features,
-            x,
-            scores: &scores,
+            x: space.x.as_ref().unwrap_or(x),
+            scores: space.reference.as_ref().unwrap_or(&scores),
             distance,
             reference: ctx.scorer.reference(),
+            typical: space.typical,
         };
         root_cause(ms, &input, ri, node, &mut raw_median);
     }
     ev
+}
+
+/// The normal profiles as rows of the kept components (rebuilt when the kept set grows) and
+/// each node's rows, when the scorer compares profiles and the metric has some.
+fn normal_rows(
+    ms: &mut MetricState,
+    profiles: bool,
+) -> Option<(&Matrix, &HashMap<String, Vec<u32>>)> {
+    let normal = ms.result.config.normal.as_ref().filter(|_| profiles)?;
+    let kept = ms.result.kept_list.len();
+    if ms.normal_rows.as_ref().is_none_or(|r| r.kept != kept) {
+        let comps = &ms.result.comps;
+        let labels = ms.result.kept_list.iter().map(|&c| &comps[c as usize]);
+        let mut of: HashMap<String, Vec<u32>> = HashMap::new();
+        for (i, (node, _)) in normal.profiles.iter().enumerate() {
+            of.entry(node.clone()).or_default().push(i as u32);
+        }
+        ms.normal_rows = Some(NormalRows {
+            kept,
+            rows: normal.matrix(labels),
+            of,
+        });
+    }
+    ms.normal_rows.as_ref().map(|r| (&r.rows, &r.of))
+}
+
+/// Where root cause compares a window's nodes.
+struct CauseSpace {
+    /// The matrix before profiles (weighted, or the raw sums), when the scorer compared
+    /// profiles; `None`: root cause uses the scored matrix.
+    x: Option<Matrix>,
+    /// The median node of `x`, when it is set.
+    reference: Option<Scores>,
+    /// [`typical_distance`] in that space.
+    typical: f64,
+}
+
+/// The median over the window's nodes of each node's distance to its root-cause reference:
+/// how much a typical node deviates in all components together. A component that alone
+/// deviates more is anomalous in that window (its persistence counts up).
+fn typical_distance(x: &Matrix, scores: &Scores, distance: Distance) -> f64 {
+    let mut d: Vec<f64> = (0..x.rows)
+        .map(|i| distance.dist(x.row(i), &scores.reference(x, i)))
+        .collect();
+    median_in_place(&mut d)
 }
 
 /// Stage 1, complete nodes: data covering every slot of the window, none of it missed.
@@ -299,7 +412,19 @@ fn feature_matrix(
         Comparison::Cdf { max_bins } => Some(cdf_features(ms, slots, complete, max_bins)),
         Comparison::Histograms => Some(histogram_features(ms, rows, complete)),
     };
-    Features { sums, cdf }
+    let totals = complete
+        .iter()
+        .map(|&node| {
+            let mut t = 0.0;
+            for r in rows.iter().flatten() {
+                for (c, &v) in r[node].vals.iter().enumerate() {
+                    t += v / ms.scale[c];
+                }
+            }
+            t
+        })
+        .collect();
+    Features { sums, totals, cdf }
 }
 
 /// Stage 3 for distribution families: each kept component's values per slot on each complete node,
@@ -452,25 +577,62 @@ fn note_spread(ms: &mut MetricState, raw: &Matrix) {
     }
 }
 
-/// Stage 4, weights and the distance's preparation: the matrix the scorer compares (`None`:
-/// the raw sums, or a distribution family's cumulative histograms, as they are) and the distance
-/// it compares with — for histograms the CDF distance, Σ|P(i) − Q(i)| (Manhattan on them).
-fn weights(ms: &MetricState, distance: Distance, f: &Features) -> (Option<Matrix>, Distance) {
+/// Stage 4, weights, profiles and the distance's preparation: the matrix the scorer compares
+/// (`None`: the raw sums, or a distribution family's cumulative histograms, as they are) and
+/// the distance it compares with — for histograms the CDF distance, Σ|P(i) − Q(i)| (Manhattan
+/// on them, already distributions: they are not made profiles).
+fn weights(
+    ms: &MetricState,
+    distance: Distance,
+    f: &Features,
+    profile: Option<ProfileTotal>,
+) -> (Option<Matrix>, Distance) {
+    let profiles = profile.is_some();
     if f.cdf.is_some() {
         return (None, Distance::Manhattan);
     }
     let weighted = ms.result.config.weights.is_some();
-    if distance != Distance::SymKl && !weighted {
+    if distance != Distance::SymKl && !weighted && !profiles {
         return (None, distance);
     }
     let kept = &ms.result.kept_list;
     let mut p = f.sums.clone();
+    // The scale of each kept component in this window: trained, or for a component training
+    // never kept, by its size in the window's median node (`Weights::unseen_scale`).
+    let scale: Vec<f64> = match &ms.result.config.weights {
+        Some(w) if kept.iter().any(|&c| ms.unseen[c as usize]) => {
+            let mut col = vec![0.0; f.sums.rows];
+            kept.iter()
+                .enumerate()
+                .map(|(ci, &c)| {
+                    if !ms.unseen[c as usize] {
+                        return ms.scale[c as usize];
+                    }
+                    for (r, v) in col.iter_mut().enumerate() {
+                        *v = f.sums.row(r)[ci];
+                    }
+                    w.unseen_scale(median_in_place(&mut col))
+                })
+                .collect()
+        }
+        _ => kept.iter().map(|&c| ms.scale[c as usize]).collect(),
+    };
+    let median_total = if f.totals.is_empty() {
+        0.0
+    } else {
+        median_in_place(&mut f.totals.clone())
+    };
     for i in 0..p.rows {
         let row = p.row_mut(i);
         if weighted {
-            for (v, &c) in row.iter_mut().zip(kept) {
-                *v /= ms.scale[c as usize];
+            for (v, s) in row.iter_mut().zip(&scale) {
+                *v /= s;
             }
+        }
+        match profile {
+            Some(ProfileTotal::Own) => to_profile(row, f.totals[i]),
+            Some(ProfileTotal::Median) => to_profile(row, median_total),
+            None => {}
         }
         distance.prepare(row);
     }
@@ -487,15 +649,22 @@ fn decide(
 ) -> f64 {
     match &ms.result.config.policy {
         Policy::Training => f64::INFINITY,
-        Policy::Trained { by_node, fallback } => {
+        Policy::Trained {
+            by_node,
+            fallback,
+            shared,
+        } => {
             let (value, own) = match by_node.get(&ctx.names[node]) {
                 Some(&t) => (t, true),
                 None => (*fallback, false),
             };
             ms.result.nodes[node].threshold = Some(AppliedThreshold { value, own });
-            value
+            shared_threshold(value, cutoff.unwrap_or(0.0), *shared)
         }
         Policy::Untrained(rule) => {
+            // Seed 002's unsupervised case: a node that stands out from its peers is anomalous
+            // whether or not it has changed. Its own first windows only tell the report whether
+            // it changed or was different from the start.
             let peer = cutoff.unwrap_or(f64::INFINITY);
             let ns = &mut ms.nodes[node];
             let own = rule.baseline_cutoff(&ns.baseline);
@@ -505,7 +674,7 @@ fn decide(
             if s > peer && s <= own {
                 ms.result.nodes[node].different += 1;
             }
-            peer.max(own)
+            peer
         }
     }
 }
@@ -518,6 +687,8 @@ struct RootCauseInput<'a> {
     scores: &'a Scores,
     distance: Distance,
     reference: Reference,
+    /// [`typical_distance`] of the window.
+    typical: f64,
 }
 
 /// Stage 8, root cause: each kept component's distance to the node's reference, in the
@@ -566,8 +737,12 @@ fn root_cause(
             }
         }
     }
+    let mut standing_out = Vec::new();
     for (ci, &c) in kept.iter().enumerate() {
         let t = terms[ci];
+        if t > input.typical {
+            standing_out.push(c);
+        }
         if t == 0.0 && rr[ci] == raw_ref[ci] {
             continue;
         }
@@ -576,4 +751,5 @@ fn root_cause(
         acc.node += rr[ci];
         acc.reference += raw_ref[ci];
     }
+    nr.functions.window(&standing_out);
 }

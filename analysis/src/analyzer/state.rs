@@ -8,7 +8,9 @@ use std::sync::Arc;
 use crate::family::{Comparison, KeepRule, Metric, MetricFamily, Windows};
 use crate::filter::KOfN;
 use crate::model::{CompIdx, CompLabel, IntervalData, PeerIdx};
+use crate::persistence::{Ledger, Persistence};
 use crate::policy::{Policy, Spread, Weights};
+use crate::score::{Matrix, NormalProfiles};
 
 /// Peer comparison needs at least this many nodes with data in a window.
 pub const MIN_NODES: usize = 3;
@@ -63,6 +65,9 @@ pub struct MetricConfig {
     /// Variance weighting: each component is divided by its fault-free scale before distances
     /// are taken; `None` compares raw values.
     pub weights: Option<Weights>,
+    /// Known-normal profiles (seed 002's supervised suspect score), for scorers that compare
+    /// profiles.
+    pub normal: Option<Arc<NormalProfiles>>,
 }
 
 impl MetricConfig {
@@ -110,6 +115,9 @@ pub struct Ranked {
     pub comp: CompIdx,
     /// Its sums.
     pub cause: RootCause,
+    /// How persistently it alone deviated more than the typical node in all components
+    /// (seed 001 §3.4).
+    pub persistence: Persistence,
 }
 
 /// The threshold applied to a node (trained policy).
@@ -165,6 +173,17 @@ pub struct NodeResult {
     pub different: u64,
     /// Its score in every window it was scored in, when the analyzer keeps them.
     pub scores: Vec<ScoredWindow>,
+    /// Start of the first window it was scored in, ns.
+    pub first_scored_ns: Option<u64>,
+    /// Persistence of its anomalies over the windows it was scored in (seed 001 §3.4).
+    pub persistence: Persistence,
+    /// Persistence of each component's own anomalies (root-cause order).
+    pub functions: Ledger<CompIdx>,
+    /// Training with a scorer of profiles: the sum of its window profiles, by component, and
+    /// the windows summed (its normal profile is their mean).
+    pub profile_sum: HashMap<CompIdx, f64>,
+    /// See `profile_sum`.
+    pub profile_windows: u64,
 }
 
 impl NodeResult {
@@ -204,6 +223,8 @@ pub struct MetricResult {
     pub window_range: Option<WindowRange>,
     /// Training: per component, its spread around the median node.
     pub spread: Vec<Spread>,
+    /// Training: the largest median score of a window (what the typical node deviated by).
+    pub max_median: f64,
     /// Per node, by index.
     pub nodes: Vec<NodeResult>,
 }
@@ -222,18 +243,24 @@ impl MetricResult {
             .collect()
     }
 
-    /// The top `n` components of a node's root cause, largest summed distance first (ties by
-    /// label, so the order never depends on registration order).
+    /// The top `n` components of a node's root cause: most persistent first (seed 001 §3.4,
+    /// [`Persistence::order`]), then largest summed distance (ties by label, so the order never
+    /// depends on registration order).
     pub fn top(&self, node: PeerIdx, n: usize) -> Vec<Ranked> {
-        let mut v: Vec<Ranked> = self.nodes[node]
+        let nr = &self.nodes[node];
+        let mut v: Vec<Ranked> = nr
             .root_cause
             .iter()
-            .map(|(&comp, &cause)| Ranked { comp, cause })
+            .map(|(&comp, &cause)| Ranked {
+                comp,
+                cause,
+                persistence: nr.functions.get(&comp),
+            })
             .collect();
         v.sort_by(|a, b| {
-            b.cause
-                .distance
-                .total_cmp(&a.cause.distance)
+            a.persistence
+                .order(&b.persistence)
+                .then_with(|| b.cause.distance.total_cmp(&a.cause.distance))
                 .then_with(|| self.comps[a.comp as usize].cmp(&self.comps[b.comp as usize]))
         });
         v.truncate(n);
@@ -286,6 +313,17 @@ impl NodeState {
     }
 }
 
+/// Known-normal profiles as rows of the kept components.
+#[derive(Debug)]
+pub(super) struct NormalRows {
+    /// The length of the kept list they were built for.
+    pub(super) kept: usize,
+    /// One row per profile.
+    pub(super) rows: Matrix,
+    /// Each node's rows.
+    pub(super) of: HashMap<String, Vec<u32>>,
+}
+
 /// One node's data in one bucket (WinShift of data).
 #[derive(Clone, Debug, Default)]
 pub(super) struct NodeBucket {
@@ -328,6 +366,11 @@ pub(super) struct MetricState {
     pub(super) slots_per_bucket: usize,
     /// Per component: its weighting scale (1 when unweighted).
     pub(super) scale: Vec<f64>,
+    /// Per component: weighted, without a trained scale, and scaled by its size in each
+    /// window ([`Weights::unseen_scale`]).
+    pub(super) unseen: Vec<bool>,
+    /// The normal profiles as rows of the kept components, for the kept list's length.
+    pub(super) normal_rows: Option<NormalRows>,
     /// Keep every node's score of every window.
     pub(super) keep_scores: bool,
 }
@@ -347,6 +390,7 @@ impl MetricState {
                 late: 0,
                 window_range: None,
                 spread: Vec::new(),
+                max_median: 0.0,
                 nodes: Vec::new(),
             },
             per_slot: comparison != Comparison::Sums,
@@ -361,6 +405,8 @@ impl MetricState {
             nodes: Vec::new(),
             pool: Vec::new(),
             scale: Vec::new(),
+            unseen: Vec::new(),
+            normal_rows: None,
             keep_scores,
         }
     }
@@ -374,8 +420,10 @@ impl MetricState {
         r.comps.push(label.clone());
         self.comp_map.insert(label.clone(), c);
         self.kept.push(false);
-        self.scale
-            .push(r.config.weights.as_ref().map_or(1.0, |w| w.scale(label)));
+        let w = r.config.weights.as_ref();
+        self.scale.push(w.map_or(1.0, |w| w.scale(label)));
+        self.unseen
+            .push(w.is_some_and(|w| w.unseen_ratio.is_some() && !w.trained(label)));
         r.spread.push(Spread::default());
         c
     }

@@ -57,6 +57,8 @@ pub struct LoadOptions {
     pub symfs: Option<PathBuf>,
     /// Only these nodes (all when empty).
     pub nodes: Vec<String>,
+    /// Leave these nodes out.
+    pub exclude: Vec<String>,
 }
 
 /// The nodes of one or more data directories.
@@ -170,8 +172,10 @@ impl Dataset {
     /// Reads what was committed since the last call: new nodes, new files, new records.
     pub fn refresh(&mut self) -> Result<RefreshStats> {
         let mut stats = RefreshStats::default();
-        let only = &self.opts.nodes;
-        let wanted = |name: &str| only.is_empty() || only.iter().any(|n| n == name);
+        let (only, except) = (&self.opts.nodes, &self.opts.exclude);
+        let wanted = |name: &str| {
+            (only.is_empty() || only.iter().any(|n| n == name)) && !except.iter().any(|n| n == name)
+        };
         let mut warnings = Vec::new();
         let listings = self.source.scan(&wanted, &mut |w| warnings.push(w))?;
         for w in warnings {

@@ -147,6 +147,9 @@ impl Features {
 pub const WEIGHTED_UNIT: &str = "deviations";
 /// Unit of CDF distances: Σ|P(i) − Q(i)| over histogram bins.
 pub const CDF_UNIT: &str = "cdf";
+/// Unit of distances between profiles (seed 002's suspect score): shares of a node's total
+/// (or of the window's median node's), Σ|pᵢ − qᵢ| of two profiles.
+pub const PROFILE_UNIT: &str = "share";
 
 /// How samples were taken: the event and its period (events per sample) or frequency.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -287,8 +290,17 @@ pub trait MetricFamily: fmt::Debug + Send + Sync {
         None
     }
 
-    /// Unit of its scores and thresholds under `distance` (`weighted`: variance weighting).
-    fn score_unit(&self, distance: Distance, weighted: bool) -> &'static str {
+    /// Unit of its scores and thresholds under `distance` (`weighted`: variance weighting;
+    /// `profiles`: the scorer compares profiles, seed 002).
+    fn score_unit(&self, distance: Distance, weighted: bool, profiles: bool) -> &'static str {
+        if profiles && self.comparison() == Comparison::Sums && distance != Distance::SymKl {
+            return PROFILE_UNIT;
+        }
+        self.cause_unit(distance, weighted)
+    }
+
+    /// Unit of its root-cause distances (components compared as they are, never as profiles).
+    fn cause_unit(&self, distance: Distance, weighted: bool) -> &'static str {
         match (self.comparison(), distance) {
             (Comparison::Cdf { .. } | Comparison::Histograms, _) => CDF_UNIT,
             (_, Distance::Manhattan | Distance::Scaled) if weighted => WEIGHTED_UNIT,

@@ -9,11 +9,12 @@ use culprit_analysis::diagnosis::ClosedWindow;
 use culprit_analysis::distance::Distance;
 use culprit_analysis::family::Features;
 use culprit_analysis::plan::Progress;
+use culprit_analysis::policy::Pool;
 use culprit_analysis::score::ScoreKind;
 use culprit_analysis::session::{self, DiagnoseRequest, Follow};
 use culprit_analysis::setup::{Overrides, Setup, TrainedThresholds};
-use culprit_analysis::thresholds::{ThresholdRule, Weighting};
-use culprit_analysis::time::{fmt_dur, parse_duration_ns};
+use culprit_analysis::thresholds::{ThresholdRule, UnseenScale, Weighting};
+use culprit_analysis::time::{fmt_dur, fmt_sig, parse_duration_ns};
 use culprit_analysis::train::{self, TrainingRun};
 
 use crate::progress::Bar;
@@ -39,7 +40,8 @@ pub struct AnalysisArgs {
     /// Distance between feature vectors [default: manhattan]
     #[arg(long, value_enum)]
     pub distance: Option<Distance>,
-    /// Node score [default: median-node]
+    /// Node score [default: median-node with trained thresholds and in training, suspect
+    /// without]
     #[arg(long, value_enum)]
     pub score: Option<ScoreKind>,
     /// Pairwise score: compare each node with a rotating analysis domain of N nodes (0: all
@@ -73,6 +75,10 @@ pub struct AnalysisArgs {
     /// Only these nodes, comma-separated
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub nodes: Vec<String>,
+    /// Leave these nodes out, comma-separated: a node with another role than its peers (a
+    /// metadata server among data servers) differs from them whatever its health
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub exclude_node: Vec<String>,
     /// Read binaries under this directory instead of / (like perf report --symfs)
     #[arg(long, value_name = "DIR")]
     pub symfs: Option<PathBuf>,
@@ -98,6 +104,9 @@ pub struct TrainArgs {
     /// Which training score each threshold doubles
     #[arg(long, value_enum, default_value_t = ThresholdRule::Window)]
     pub threshold_rule: ThresholdRule,
+    /// How diagnose weights a function training never kept (variance weighting)
+    #[arg(long, value_enum, default_value_t = UnseenScale::default())]
+    pub unseen_scale: UnseenScale,
     #[command(flatten)]
     pub analysis: AnalysisArgs,
 }
@@ -113,7 +122,9 @@ pub struct DiagnoseArgs {
     /// A data root (one directory per node in it) or node directories
     #[arg(required = true, value_name = "DATA")]
     pub data: Vec<PathBuf>,
-    /// Trained thresholds (from `culprit train`); without them an unsupervised rule is used
+    /// Trained thresholds (from `culprit train`); without them seed 002's suspect score and an
+    /// unsupervised cut-off are used (a node different from its peers from the start is flagged:
+    /// leave a node with another role out with --exclude-node)
     #[arg(long, value_name = "FILE")]
     pub thresholds: Option<PathBuf>,
     /// Print the report as JSON (schema: docs/diagnose-json.md)
@@ -129,11 +140,18 @@ pub struct DiagnoseArgs {
     /// Rows of each root-cause table
     #[arg(long, default_value_t = 10, value_name = "N")]
     pub top: usize,
-    /// Give each node the threshold trained on it (seed 000) instead of the largest of all
-    /// nodes' (the default: peers are alike, and which one strays most in a few training runs
-    /// is chance)
-    #[arg(long)]
+    /// Give each node the threshold trained on it (seed 000): the same as
+    /// `--threshold-pool own`
+    #[arg(long, conflicts_with = "threshold_pool")]
     pub per_node_thresholds: bool,
+    /// Which trained threshold each node gets [default: largest — peers are alike, and which
+    /// one strays most in a few training runs is chance; docs/thresholds.md]
+    #[arg(long, value_enum, value_name = "RULE")]
+    pub threshold_pool: Option<Pool>,
+    /// Judge by the trained thresholds alone, also in windows where every node deviates more
+    /// than in any training window (for measurements: docs/thresholds.md)
+    #[arg(long, hide = true)]
+    pub no_shared_discount: bool,
     #[command(flatten)]
     pub analysis: AnalysisArgs,
 }
@@ -155,6 +173,7 @@ impl AnalysisArgs {
             features: self.features,
             metrics: self.metrics.clone(),
             nodes: self.nodes.clone(),
+            exclude_nodes: self.exclude_node.clone(),
             symfs: self.symfs.clone(),
         }
     }
@@ -162,10 +181,15 @@ impl AnalysisArgs {
 
 /// Runs `culprit train`.
 pub fn run_train(args: TrainArgs) -> anyhow::Result<i32> {
-    let setup = Setup::resolve(&args.analysis.overrides(), None)?;
+    let setup = Setup::for_training(&args.analysis.overrides())?;
     let runs = args.data.iter().map(|p| TrainingRun::dir(p)).collect();
     let mut bar = Bar::new("training");
-    let training = train::train(&setup, runs, args.threshold_rule, &mut bar)?;
+    let training = train::train(
+        &setup,
+        runs,
+        (args.threshold_rule, args.unseen_scale),
+        &mut bar,
+    )?;
     drop(bar);
     let file = &training.file;
     file.save(&args.out)?;
@@ -174,6 +198,9 @@ pub fn run_train(args: TrainArgs) -> anyhow::Result<i32> {
     if args.json {
         serde_json::to_writer_pretty(&mut out, file)?;
         writeln!(out)?;
+        for w in &training.warnings {
+            eprintln!("culprit: warning: {w}");
+        }
         return Ok(0);
     }
     let s = &file.settings;
@@ -193,7 +220,7 @@ pub fn run_train(args: TrainArgs) -> anyhow::Result<i32> {
         let list: Vec<String> = t
             .thresholds
             .iter()
-            .map(|(n, v)| format!("{n} {v}"))
+            .map(|(n, v)| format!("{n} {}", fmt_sig(*v)))
             .collect();
         writeln!(
             out,
@@ -203,6 +230,9 @@ pub fn run_train(args: TrainArgs) -> anyhow::Result<i32> {
             t.unit,
             list.join(", ")
         )?;
+    }
+    for w in &training.warnings {
+        writeln!(out, "warning: {w}")?;
     }
     for n in &training.notes {
         writeln!(out, "note: {n}")?;
@@ -222,7 +252,11 @@ pub fn run_diagnose(args: DiagnoseArgs) -> anyhow::Result<i32> {
     };
     let setup = Setup::resolve(&args.analysis.overrides(), trained.as_ref())?;
     let mut req = DiagnoseRequest::dirs(&args.data, args.top);
-    req.per_node_thresholds = args.per_node_thresholds;
+    req.pool = match (args.per_node_thresholds, args.threshold_pool) {
+        (true, _) => Pool::Own,
+        (false, p) => p.unwrap_or_default(),
+    };
+    req.discount_shared = !args.no_shared_discount;
     req.follow = args.follow.then(|| Follow {
         limit: args.for_.map(Duration::from_nanos),
     });

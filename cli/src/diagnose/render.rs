@@ -155,6 +155,7 @@ pub fn print_human(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
         }
         writeln!(out, "  {}", paint(v.combined.verdict.word(), 0))?;
     }
+    print_ranking(r, out)?;
     if !r.findings.is_empty() {
         writeln!(out)?;
         writeln!(out, "missing data:")?;
@@ -193,8 +194,9 @@ pub fn print_human(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
             writeln!(out, "  anomalous windows: {}", window_ranges(nm, size))?;
             writeln!(
                 out,
-                "  top functions (component distance to the median node, summed over the \
-                 anomalous windows):"
+                "  top functions (most persistent first: windows in which the function alone \
+                 deviated more than a typical node in all; then component distance to the \
+                 median node, summed over the anomalous windows):"
             )?;
             let fw = nm.top.iter().map(label_len).max().unwrap_or(8).clamp(8, 60);
             for t in &nm.top {
@@ -204,14 +206,19 @@ pub fn print_human(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
                 };
                 writeln!(
                     out,
-                    "  {:>2}  {:<fw$}  {}: {} vs {}{rel}   [distance {} {}]",
+                    "  {:>2}  {:<fw$}  {}: {} vs {}{rel}   [persistence {}, distance {} {}]",
                     t.rank,
                     label(t),
                     t.direction,
                     fmt_number(&m.unit, t.node_total),
                     fmt_value(&m.unit, t.median_total),
+                    t.persistence,
                     fmt_score(t.distance),
-                    m.score_unit
+                    if m.distance_unit.is_empty() {
+                        &m.score_unit
+                    } else {
+                        &m.distance_unit
+                    }
                 )?;
             }
         }
@@ -224,6 +231,38 @@ pub fn print_human(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
     }
     for wline in &r.warnings {
         writeln!(out, "warning: {wline}")?;
+    }
+    Ok(())
+}
+
+/// The ranking of suspects: every node, most suspicious first.
+fn print_ranking(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
+    if r.ranking.is_empty() {
+        return Ok(());
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "suspects, most suspicious first (persistence: anomalous windows net of normal ones; \
+         score: × its threshold):"
+    )?;
+    let w = r.ranking.iter().map(|n| n.node.len()).max().unwrap_or(4);
+    for n in &r.ranking {
+        let metric = n.metric.map_or(String::new(), |m| format!(" ({m})"));
+        let score = n
+            .score
+            .map_or("–".to_string(), |s| format!("{}×", fmt_score(s)));
+        writeln!(
+            out,
+            "  {:>2}  {:<w$}  {:<8} persistence {:<3}{:<10} score {:<7} {}",
+            n.rank,
+            n.node,
+            n.verdict.word(),
+            n.persistence,
+            metric,
+            score,
+            n.reason
+        )?;
     }
     Ok(())
 }
