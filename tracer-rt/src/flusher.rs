@@ -32,6 +32,23 @@
 //! 100 ms at most (plus the flusher's scheduling delay on a loaded machine). Nothing is
 //! written when nothing was counted since the last checkpoint.
 //!
+//! # Where each thread is now
+//!
+//! At every interval boundary, on `culprit_flush()` and as the process exits, the flusher
+//! copies every live thread's innermost open calls ([`STACK_FRAMES`], with their entry times
+//! converted to wall-clock ns) into the file's stacks region ([`Flusher::write_stacks`]): a
+//! thread stuck in one call, or the last calls of a process that stopped, are visible within
+//! one interval, and the hooks do nothing more for it (the copy reads the shadow stacks they
+//! keep anyway).
+//!
+//! # Late wake-ups
+//!
+//! Every timed wake-up (interval boundaries and checkpoints, ten a second) is checked for
+//! lateness; those later than [`LATE_SLACK_NS`] are counted with their lateness in each
+//! interval's `Wakeups` record. A process stopped by SIGSTOP for tens of milliseconds misses
+//! no interval, but the wake-ups that fall into its stops come late by the rest of them; a
+//! long stop shows as one wake-up late by nearly all of it (and missed intervals).
+//!
 //! # Trouble
 //!
 //! After start-up the runtime prints nothing (the program's descriptor 2 may be one of its
@@ -43,13 +60,16 @@
 
 use std::collections::HashMap;
 
+use culprit_format::stacks::{
+    encode_slot, thread_flags, StackFrame, StacksSnapshot, ThreadStack, STACK_FRAMES,
+};
 use culprit_format::{
     end_reason, info_keys, interval_flags, names, object_flags, records_at, EdgeEntry, Histogram,
     IntervalEntry, IntervalHead, IntervalRef, ObjectDesc, Record, RecordBuf, UnwoundEntry,
-    HIST_BUCKETS,
+    WakeupsRec, HIST_BUCKETS,
 };
 
-use crate::block::{mode, state, Delta, EdgeDelta, Unaccounted};
+use crate::block::{self, mode, state, Delta, EdgeDelta, OpenCall, Unaccounted};
 use crate::clock::{self, Calibration};
 use crate::config::{host_name, Config};
 use crate::control::{req, CURRENT_FILE, CURRENT_NODE, DONE, NODE_REQUEST, PENDING, REQ};
@@ -68,6 +88,9 @@ pub const CHECKPOINT_NS: u64 = 100_000_000;
 pub const MAX_QUEUE: usize = 8 << 20;
 /// Info key of trouble notes (`<wall-clock ns>: <what happened>`).
 pub const TROUBLE_KEY: &str = "trouble";
+/// A timed wake-up later than this counts as late (`Wakeups` records). Scheduling delays of a
+/// sleeping thread that wakes stay well below it even beside `stress-ng --cpu 2` here.
+pub const LATE_SLACK_NS: u64 = 2_000_000;
 /// Info key naming the file a new file continues (the old one was removed or replaced).
 pub const CONTINUES_KEY: &str = "continues";
 
@@ -122,6 +145,10 @@ pub struct Flusher {
     failing: Option<(u64, String)>,
     idle: Vec<pool::Idle>,
     buf: RecordBuf,
+    /// Timed wake-ups since the last interval written, and their lateness.
+    wakeups: WakeupsRec,
+    /// Stack snapshots written.
+    stack_seq: u64,
 }
 
 impl Flusher {
@@ -157,6 +184,83 @@ impl Flusher {
             failing: None,
             idle: Vec::new(),
             buf: RecordBuf::new(),
+            wakeups: WakeupsRec::default(),
+            stack_seq: 0,
+        }
+    }
+
+    /// A timed wake-up `late_ns` after its time.
+    fn woke(&mut self, late_ns: u64) {
+        let w = &mut self.wakeups;
+        w.wakeups = w.wakeups.saturating_add(1);
+        if late_ns > LATE_SLACK_NS {
+            w.late = w.late.saturating_add(1);
+            w.late_ns = w.late_ns.saturating_add(late_ns);
+            w.max_late_ns = w.max_late_ns.max(late_ns);
+        }
+    }
+
+    /// Writes every live thread's innermost open calls into the file's stacks region (see
+    /// the module docs). Nothing is written when there is no file.
+    pub fn write_stacks(&mut self) {
+        if self.failed || self.out.is_none() {
+            return;
+        }
+        // Ticks to wall-clock ns through one (ticks, wall) pair taken now.
+        let (t0, wall0) = (block::now(), sys::realtime_ns());
+        let cal = self.cal;
+        let wall = |t: u64| {
+            if t >= t0 {
+                wall0.saturating_add(cal.to_ns(t - t0))
+            } else {
+                wall0.saturating_sub(cal.to_ns(t0 - t))
+            }
+        };
+        let mut calls = [OpenCall::default(); STACK_FRAMES];
+        let mut threads = Vec::new();
+        for b in pool::blocks() {
+            if b.state.load(Acquire) != state::LIVE {
+                continue;
+            }
+            let oc = b.open_calls(&mut calls);
+            let (tid, serial) = b.owner();
+            let mut flags = 0;
+            for (on, bit) in [
+                (oc.paused, thread_flags::PAUSED),
+                (oc.overflow, thread_flags::OVERFLOW),
+                (oc.unstable, thread_flags::UNSTABLE),
+            ] {
+                if on {
+                    flags |= bit;
+                }
+            }
+            threads.push(ThreadStack {
+                tid,
+                serial,
+                depth: oc.depth as u32,
+                flags,
+                frames: calls[..oc.n]
+                    .iter()
+                    .map(|c| StackFrame {
+                        addr: c.addr as u64,
+                        entry_ns: wall(c.t),
+                    })
+                    .collect(),
+            });
+        }
+        threads.sort_by_key(|t| t.serial);
+        self.stack_seq += 1;
+        let slot = encode_slot(&StacksSnapshot {
+            seq: self.stack_seq,
+            taken_ns: wall0,
+            omitted: 0,
+            threads,
+        });
+        let seq = self.stack_seq;
+        if let Some(out) = self.out.as_mut() {
+            // A failed write leaves the previous snapshot readable; the next interval tries
+            // again (a file that is gone is noticed by the next commit).
+            let _ = out.stacks(seq, &slot);
         }
     }
 
@@ -451,6 +555,11 @@ impl Flusher {
             unwound.sort_unstable_by_key(|e| e.addr);
             out.unwound(&r, unwound);
         }
+        // Committed intervals only: a checkpoint holds nothing but what version-3 readers
+        // accept in one.
+        if buf_is_self && self.wakeups.wakeups > 0 {
+            out.wakeups(&r, &std::mem::take(&mut self.wakeups));
+        }
         if mode::on(mode::GRAPH) {
             let mut edges: Vec<EdgeEntry> = self
                 .edges
@@ -687,6 +796,7 @@ impl Flusher {
             return;
         }
         self.write_interval(self.open_start, interval_flags::PARTIAL);
+        self.write_stacks();
         self.end_file(now, end_reason::EXIT);
     }
 
@@ -705,13 +815,20 @@ impl Flusher {
                 sys::futex_wait_until_realtime(&REQ, seen, deadline);
                 continue;
             }
+            if now >= deadline {
+                self.woke(now - deadline);
+            }
             let pending = PENDING.swap(0, AcqRel);
+            let open = self.open_start;
             self.close_ended(now);
             if pending & req::NODE != 0 {
                 self.switch_node(now);
             }
             if pending & req::FLUSH != 0 {
                 self.write_partial(now);
+            }
+            if self.open_start != open || pending & req::FLUSH != 0 {
+                self.write_stacks();
             }
             if pending & req::EXIT != 0 {
                 self.exit(now);
@@ -761,7 +878,7 @@ fn carry_over(queue: &[u8]) -> Vec<u8> {
                 let hs: Vec<Histogram> = h.entries().collect();
                 buf.histograms(&extra_ref(h.interval), &hs);
             }
-            Ok(Record::End(e)) => buf.end(e.end_ns, e.reason),
+            Ok(Record::Wakeups(w)) => buf.wakeups(&extra_ref(w.interval), &w),
             Ok(_) => {}
             Err(_) => break,
         }
