@@ -336,7 +336,19 @@ impl Diagnosis {
                 .iter()
                 .any(|f| f.is_stop() && f.node() == names[n]);
             let slack = (2 * cfg.k as u64 - 1) * cfg.windows.shift_ns;
-            let combined = combine(&per, analysed, stopped, slack);
+            let mut combined = combine(&per, analysed, stopped, slack);
+            // Stuck and paused say what the deviations are about: they take precedence
+            // (paused over stuck: a stopped process's calls all look stuck).
+            if let Some((v, why)) = input
+                .findings
+                .iter()
+                .filter(|f| f.node() == names[n])
+                .filter_map(|f| f.verdict())
+                .max_by_key(|(v, _)| *v)
+            {
+                combined.verdict = v;
+                combined.reason = why;
+            }
             if combined.verdict.is_culprit() {
                 culprits.push(names[n].clone());
             }

@@ -13,7 +13,7 @@ use crate::diagnosis::{ClosedWindow, Diagnosis, ReportInput};
 use crate::error::{Error, Result};
 use crate::family::Metric;
 use crate::feed::{self, Feeder, Survey};
-use crate::missing::{self, Ending};
+use crate::missing::{self, Ending, Finding};
 use crate::plan::{
     build_analyzer, check_nodes, dedup, keep_settings, outcome_notes, plan_metrics, MetricPlan,
     Progress,
@@ -21,6 +21,7 @@ use crate::plan::{
 use crate::policy::{Policy, Unsupervised};
 use crate::setup::{Setup, TrainedThresholds};
 use crate::time::NS_PER_S;
+use crate::{paused, stacks};
 
 /// How a node's data ended, from its files.
 fn ending_of(ds: &Dataset, node: &str) -> Ending {
@@ -41,6 +42,31 @@ fn ending_of(ds: &Dataset, node: &str) -> Ending {
         }
     }
     out
+}
+
+/// The findings about where threads are and whether processes ran (seed 002's last
+/// function, stuck calls, paused nodes) added to the missing-data ones.
+fn activity_findings(ds: &Dataset, mut findings: Vec<Finding>) -> Vec<Finding> {
+    for f in &mut findings {
+        if let Finding::Stopped {
+            node, last_call, ..
+        } = f
+        {
+            *last_call = stacks::last_call(ds, node);
+        }
+    }
+    for s in stacks::stuck(ds) {
+        findings.push(Finding::Stuck {
+            node: s.node,
+            call: s.call,
+            peers_longest_s: s.peers_longest_s,
+        });
+    }
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    findings.extend(paused::findings(ds, now));
+    findings
 }
 
 /// Diagnosing a run in progress.
@@ -166,7 +192,10 @@ pub fn diagnose(
     );
     let coarsest = survey.coarsest.values().copied().max().unwrap_or(NS_PER_S);
     let grace = missing::grace(setup.settings.win_shift_ns, coarsest);
-    let findings = missing::findings(&outcome, &plan.reported, grace, |n| ending_of(&ds, n));
+    let findings = activity_findings(
+        &ds,
+        missing::findings(&outcome, &plan.reported, grace, |n| ending_of(&ds, n)),
+    );
     let peers = setup.peers_text(outcome.names.len());
     Ok(Diagnosis::build(
         &outcome,

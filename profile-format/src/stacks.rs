@@ -116,9 +116,7 @@ pub fn slot_offset(region_offset: u64, seq: u64) -> u64 {
 /// outermost end).
 pub fn encode_slot(snap: &StacksSnapshot) -> Vec<u8> {
     let n = snap.threads.len().min(MAX_THREADS);
-    let omitted = snap
-        .omitted
-        .saturating_add((snap.threads.len() - n) as u32);
+    let omitted = snap.omitted.saturating_add((snap.threads.len() - n) as u32);
     let len = SLOT_HEADER_SIZE + n * THREAD_SIZE;
     let mut b = Vec::with_capacity(len);
     b.extend_from_slice(&SLOT_MAGIC);
@@ -262,7 +260,10 @@ mod tests {
         assert_eq!(read_region(&region).unwrap().seq, 3);
         // Snapshot 4 half written over slot 0 (which held 2): torn, so 3 is read.
         let mut s4 = snap(4, 1);
-        s4.threads[0].frames.iter_mut().for_each(|f| f.entry_ns += 1000);
+        s4.threads[0]
+            .frames
+            .iter_mut()
+            .for_each(|f| f.entry_ns += 1000);
         let b = encode_slot(&s4);
         let at = slot_offset(0, 4) as usize;
         region[at..at + b.len() / 2].copy_from_slice(&b[..b.len() / 2]);

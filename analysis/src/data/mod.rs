@@ -25,16 +25,18 @@ use culprit_format::{
 mod files;
 pub mod names;
 pub mod source;
+mod stacks;
 mod symbols;
 
 use files::{empty_samples, empty_trace, merge_edges, merge_hists, merge_trace_entries};
 pub use files::{
-    process_alive, EventCount, EventInterval, FileStatus, NodeData, OsInterval, OsValue,
-    SampleCount, SampleFile, SampleInterval, TraceEdge, TraceEntry, TraceFile, TraceHist,
-    TraceInterval,
+    process_alive, EventCount, EventInterval, FileStatus, NodeData, OpenFrame, OsInterval, OsValue,
+    SampleCount, SampleFile, SampleInterval, StackSnapshot, ThreadCalls, TraceEdge, TraceEntry,
+    TraceFile, TraceHist, TraceInterval,
 };
 pub use names::{EventId, FuncId, FuncKey, Interner, Names, OsMetricId, OsMetricKey, ProgramId};
 pub use source::{DirSource, NodeListing, ReadAt, Source};
+pub use stacks::process_state;
 use symbols::{Object, Symbols};
 
 use crate::error::{Error, Result};
@@ -278,12 +280,16 @@ impl Dataset {
         }
         t.checkpoint = None;
         if matches!(t.status, FileStatus::Damaged(_) | FileStatus::Ended) {
+            if t.stacks.is_none() {
+                self.read_stacks(t);
+            }
             return;
         }
         self.read_committed(t, stats);
         if t.status == FileStatus::Open {
             t.checkpoint = self.read_checkpoint(t);
         }
+        self.read_stacks(t);
     }
 
     /// The writer's checkpoint of the interval in progress, when the stream has an intact one
@@ -469,6 +475,7 @@ impl Dataset {
                         }
                     }
                 }
+                Ok(Record::Wakeups(w)) => t.wakeups.push(w),
                 Ok(Record::End(e)) => {
                     t.end_ns = Some(e.end_ns);
                 }

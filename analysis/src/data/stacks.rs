@@ -1,0 +1,95 @@
+//! Reading a trace file's stacks region (where each thread is now; see
+//! `culprit_format::stacks`), and the state of a writer process on this host.
+
+use culprit_format::stacks::read_region;
+use culprit_format::ParsedFile;
+
+use super::files::{OpenFrame, StackSnapshot, ThreadCalls, TraceFile};
+use super::{read_fully, Dataset};
+
+/// Largest stacks region read (a damaged header must not make us allocate what it claims).
+const MAX_REGION: u64 = 1 << 20;
+
+impl Dataset {
+    /// Re-reads the newest intact stack snapshot of `t` (kept when none can be read now: a
+    /// slot torn by the writer is skipped, and a file without a region has none).
+    pub(super) fn read_stacks(&mut self, t: &mut TraceFile) {
+        let Ok(f) = self.source.open(&t.path) else {
+            return;
+        };
+        let mut head = [0u8; 128];
+        let Ok(n) = read_fully(&*f, &mut head, 0) else {
+            return;
+        };
+        let Ok(parsed) = ParsedFile::parse(&head[..n]) else {
+            return;
+        };
+        let h = parsed.header;
+        if h.stacks_offset == 0
+            || h.stacks_len == 0
+            || h.stacks_len > MAX_REGION
+            || h.stacks_offset < h.header_size as u64
+            || h.stacks_offset.saturating_add(h.stacks_len) > h.data_offset
+        {
+            return;
+        }
+        let mut region = vec![0u8; h.stacks_len as usize];
+        let Ok(got) = read_fully(&*f, &mut region, h.stacks_offset) else {
+            return;
+        };
+        // Two tries: a reader that meets both slots being rewritten (it cannot, at one
+        // snapshot per interval, unless it is very slow) reads again.
+        let snap = read_region(&region[..got]).or_else(|| {
+            let got = read_fully(&*f, &mut region, h.stacks_offset).ok()?;
+            read_region(&region[..got])
+        });
+        let Some(snap) = snap else { return };
+        let threads = snap
+            .threads
+            .iter()
+            .map(|th| ThreadCalls {
+                tid: th.tid,
+                serial: th.serial,
+                depth: th.depth,
+                flags: th.flags,
+                frames: th
+                    .frames
+                    .iter()
+                    .map(|fr| OpenFrame {
+                        func: self.trace_func(t, fr.addr),
+                        entry_ns: fr.entry_ns,
+                    })
+                    .collect(),
+            })
+            .collect();
+        t.stacks = Some(StackSnapshot {
+            taken_ns: snap.taken_ns,
+            omitted: snap.omitted,
+            threads,
+        });
+    }
+}
+
+/// The scheduler state letter of process `pid` on this host (`R`, `S`, `D`, `T` stopped by a
+/// signal, `t` stopped by a tracer, `Z`…), from `/proc/PID/stat`; `None` when there is no such
+/// process. The caller checks that the pid is still the writer's
+/// ([`TraceFile::writer_alive`]).
+pub fn process_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The state follows the ")" that ends comm (which may hold spaces and parentheses).
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().next()?.chars().next()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_of_this_process() {
+        // This test runs: R (or S when descheduled between the read and the check).
+        let s = process_state(std::process::id()).unwrap();
+        assert!(matches!(s, 'R' | 'S'), "{s}");
+        assert_eq!(process_state(u32::MAX), None);
+    }
+}
