@@ -9,12 +9,12 @@
 //!   stopped state (`sched_switch` with `prev_state` T or t); the sampler counts these per
 //!   node and measures how long each process stayed stopped (until a stopped thread ran
 //!   again), in its Events records (`culprit:stopped`, `culprit:stopped_ns`);
-//! * **the runtime's**: the tracer's flusher wakes at set times (ten a second); each wake-up
-//!   that falls into a stop comes late by the rest of it (`Wakeups` records). A node's stopped
-//!   time is estimated per interval as the larger of the lateness and (late wake-ups × the
-//!   time between wake-ups): the first for a long stop (one wake-up late by nearly all of it),
-//!   the second for short ones (the share of wake-ups that land in a stop is the share of
-//!   time stopped);
+//! * **the runtime's**: the tracer's flusher wakes for a probe at a random time in every
+//!   100 ms; each probe that falls into a stop comes late by the rest of it (`Wakeups`
+//!   records). A node's stopped time is estimated per interval as the larger of the lateness
+//!   and (late probes × the time between probes): the first for a long stop (one probe late
+//!   by nearly all of it), the second for short ones (the probes fall at random times, so the
+//!   share that lands in a stop is the share of time stopped, whatever the stops' rhythm);
 //! * **/proc on this host**, while it is still stopped: state `T` or `t`. A reader on another
 //!   host cannot see it: there a stopped node shows as "stopped producing data" (no end
 //!   marker) with its last call, until it resumes and the other two views say "paused".
@@ -34,7 +34,10 @@ use culprit_sampler::profile::{STOPPED_EVENT, STOPPED_NS_EVENT};
 /// Least stopped time that makes a node paused.
 pub const PAUSE_MIN_NS: u64 = 500_000_000;
 /// How many times its peers' median stopped time a paused node's must be.
-pub const PEER_FACTOR: f64 = 4.0;
+pub const PEER_FACTOR: f64 = 3.0;
+/// The runtime probes once in every slot this long (format: `WakeupsRec`); a late probe
+/// stands for its slot.
+pub const PROBE_SLOT_NS: u64 = 100_000_000;
 
 /// A node's stopped time as each view sees it.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -76,10 +79,7 @@ pub fn views(ds: &Dataset, node: &NodeData) -> StopViews {
             let est: u64 = t
                 .wakeups
                 .iter()
-                .map(|w| {
-                    let every = w.interval.dur_ns / u64::from(w.wakeups.max(1));
-                    w.late_ns.max(u64::from(w.late) * every)
-                })
+                .map(|w| w.late_ns.max(u64::from(w.late) * PROBE_SLOT_NS))
                 .sum();
             v.runtime = Some(v.runtime.unwrap_or(0).max(est));
         }

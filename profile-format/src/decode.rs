@@ -774,15 +774,15 @@ pub struct StackEntry {
 }
 
 /// A decoded [`RecordKind::Wakeups`] record: how the tracer's flusher woke in an interval.
-/// The flusher sleeps until set times (interval boundaries and checkpoints, every 100 ms); a
-/// process stopped by SIGSTOP, or starved of CPU, wakes it late. A short stop (tens of ms)
-/// misses no interval but shows here: each wake-up that lands in a stop comes late by the rest
-/// of it.
+/// The flusher wakes for a probe at a random time in every 100 ms; a process stopped by
+/// SIGSTOP, or starved of CPU, wakes it late. A short stop (tens of ms) misses no interval but
+/// shows here: each probe that lands in a stop comes late by the rest of it, and the share of
+/// late probes is the share of time stopped.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WakeupsRec {
     /// The interval.
     pub interval: IntervalKey,
-    /// Timed wake-ups in the interval.
+    /// Probes in the interval.
     pub wakeups: u32,
     /// Those that came later than the writer's slack (see the writer).
     pub late: u32,

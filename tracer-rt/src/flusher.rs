@@ -43,11 +43,18 @@
 //!
 //! # Late wake-ups
 //!
-//! Every timed wake-up (interval boundaries and checkpoints, ten a second) is checked for
-//! lateness; those later than [`LATE_SLACK_NS`] are counted with their lateness in each
-//! interval's `Wakeups` record. A process stopped by SIGSTOP for tens of milliseconds misses
-//! no interval, but the wake-ups that fall into its stops come late by the rest of them; a
-//! long stop shows as one wake-up late by nearly all of it (and missed intervals).
+//! Once in every [`CHECKPOINT_NS`] slot, at a random point of it, the flusher wakes for a
+//! probe and checks it for lateness; probes later than [`LATE_SLACK_NS`] are counted with
+//! their lateness in each interval's `Wakeups` record. A process stopped by SIGSTOP for tens
+//! of milliseconds misses no interval, but the probes that fall into its stops come late by
+//! the rest of them; a long stop shows as one probe late by nearly all of it (and missed
+//! intervals). The probe's time is random, not the checkpoint's grid: stops that recur with
+//! the grid's period (a controller stopping a server every 200 ms) would otherwise fall
+//! between wake-ups every time, or on every one; at a random point, the share of late probes
+//! is the share of time stopped, whatever the stops' rhythm. A probe late because the CPU was
+//! busy is not stopped: the time the flusher waited on a run queue since it went to sleep
+//! (`/proc/thread-self/schedstat`, the kernel's run delay) is taken off its lateness, so
+//! `stress-ng --cpu 2` beside a healthy server makes no late probes.
 //!
 //! # Trouble
 //!
@@ -189,7 +196,7 @@ impl Flusher {
         }
     }
 
-    /// A timed wake-up `late_ns` after its time.
+    /// A probe `late_ns` after its time.
     fn woke(&mut self, late_ns: u64) {
         let w = &mut self.wakeups;
         w.wakeups = w.wakeups.saturating_add(1);
@@ -806,17 +813,28 @@ impl Flusher {
     /// storing in [`DONE`] the value of `REQ` it read before taking the bits. It sleeps only
     /// when every request it has seen is acknowledged, so none waits for the next interval.
     pub fn run(mut self) {
-        let mut next_checkpoint = (sys::realtime_ns() / CHECKPOINT_NS + 1) * CHECKPOINT_NS;
+        let start = sys::realtime_ns();
+        let mut next_checkpoint = (start / CHECKPOINT_NS + 1) * CHECKPOINT_NS;
+        let mut rng = Probe::new(start ^ u64::from(std::process::id()));
+        let mut next_probe = rng.in_slot_after(start);
+        let runq = RunDelay::open();
+        let mut slept_at_delay = runq.read();
         loop {
             let seen = REQ.load(Acquire);
             let now = sys::realtime_ns();
-            let deadline = (self.open_start + self.cfg.interval_ns).min(next_checkpoint);
+            let deadline = (self.open_start + self.cfg.interval_ns)
+                .min(next_checkpoint)
+                .min(next_probe);
             if PENDING.load(Acquire) == 0 && DONE.load(Acquire) == seen && now < deadline {
+                slept_at_delay = runq.read();
                 sys::futex_wait_until_realtime(&REQ, seen, deadline);
                 continue;
             }
-            if now >= deadline {
-                self.woke(now - deadline);
+            if now >= next_probe {
+                // Waiting for a CPU is not being stopped.
+                let waited = runq.read().saturating_sub(slept_at_delay);
+                self.woke((now - next_probe).saturating_sub(waited));
+                next_probe = rng.in_slot_after(now);
             }
             let pending = PENDING.swap(0, AcqRel);
             let open = self.open_start;
@@ -844,6 +862,49 @@ impl Flusher {
             DONE.store(seen, Release);
             sys::futex_wake_all(&DONE);
         }
+    }
+}
+
+/// The calling thread's run delay: ns spent runnable on a run queue, waiting for a CPU
+/// (`/proc/thread-self/schedstat`, second field). Reads 0 where the kernel does not keep it.
+struct RunDelay(Option<std::fs::File>);
+
+impl RunDelay {
+    /// Opens the file of the calling thread (the flusher's, called from it).
+    fn open() -> Self {
+        RunDelay(std::fs::File::open("/proc/thread-self/schedstat").ok())
+    }
+
+    fn read(&self) -> u64 {
+        use std::os::unix::fs::FileExt as _;
+        let Some(f) = &self.0 else { return 0 };
+        let mut buf = [0u8; 96];
+        let Ok(n) = f.read_at(&mut buf, 0) else {
+            return 0;
+        };
+        std::str::from_utf8(&buf[..n])
+            .ok()
+            .and_then(|s| s.split_ascii_whitespace().nth(1)?.parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+/// Random probe times (xorshift64: no quality needed beyond an even spread).
+struct Probe(u64);
+
+impl Probe {
+    fn new(seed: u64) -> Self {
+        Probe(seed | 1)
+    }
+
+    /// A random time in the [`CHECKPOINT_NS`] slot after the one `now` is in.
+    fn in_slot_after(&mut self, now: u64) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        (now / CHECKPOINT_NS + 1) * CHECKPOINT_NS + x % CHECKPOINT_NS
     }
 }
 

@@ -93,6 +93,9 @@ impl TraceOut {
         let path = dir.path().join(&name);
         let page = header_page_with_stacks(FileKind::Trace, created_ns, pid, STACKS_REGION_SIZE);
         f.write_all_at(&page, 0).map_err(|e| failed(&path, e))?;
+        // The stacks region is a hole until the first snapshot (the file is sparse).
+        f.set_len(DATA_OFFSET + STACKS_REGION_SIZE)
+            .map_err(|e| failed(&path, e))?;
         let id = FileId::of(&f).map_err(|e| failed(&path, e))?;
         Ok((
             TraceOut {
