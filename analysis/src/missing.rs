@@ -130,9 +130,15 @@ impl Finding {
     /// The verdict a stuck or paused finding gives its node, with the reason.
     pub fn verdict(&self) -> Option<(Verdict, String)> {
         match self {
-            Finding::Stuck { call, .. } => {
-                Some((Verdict::Stuck, format!("{} stuck", call.describe())))
-            }
+            Finding::Stuck { call, .. } => Some((
+                Verdict::Stuck,
+                format!(
+                    "thread {} stuck in {} for {}",
+                    call.thread,
+                    call.function,
+                    crate::time::duration((call.running_s * 1e9) as u64)
+                ),
+            )),
             Finding::Paused { .. } => Some((Verdict::Paused, self.describe())),
             _ => None,
         }

@@ -351,7 +351,9 @@ pub fn stuck(ds: &Dataset) -> Vec<Stuck> {
 }
 
 /// The call a node was in when its data stopped: of its processes' last snapshots, the
-/// newest one's longest-running innermost call (seed 002's last function).
+/// newest one's longest-running innermost call (seed 002's last function). Threads inside
+/// a call below their outermost come first: a thread whose only open call is its start
+/// function (`main` waiting in `sleep`, a worker's loop) says least about where work stopped.
 pub fn last_call(ds: &Dataset, node: &str) -> Option<OpenCall> {
     let n = ds.nodes.iter().find(|n| n.name == node)?;
     let (t, s) = n
@@ -363,7 +365,7 @@ pub fn last_call(ds: &Dataset, node: &str) -> Option<OpenCall> {
         .threads
         .iter()
         .filter_map(|th| Some((th, th.frames.last()?)))
-        .min_by_key(|(_, fr)| fr.entry_ns)?;
+        .min_by_key(|(th, fr)| (th.depth < 2, fr.entry_ns))?;
     let (function, _) = named(ds, fr.func);
     Some(OpenCall {
         pid: t.pid,

@@ -28,6 +28,7 @@ pub mod lab;
 pub mod record;
 pub mod report;
 pub mod sample;
+pub mod stacks;
 pub mod uprobes;
 
 /// Exit status for an error (like `diff`).

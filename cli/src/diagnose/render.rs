@@ -145,7 +145,7 @@ pub fn print_human(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
     }
     if !r.findings.is_empty() {
         writeln!(out)?;
-        writeln!(out, "missing data:")?;
+        writeln!(out, "findings (missing data, stuck calls, pauses):")?;
         for f in &r.findings {
             writeln!(out, "  {}", f.describe())?;
         }
