@@ -349,6 +349,16 @@ impl Diagnosis {
                 combined.verdict = v;
                 combined.reason = why;
             }
+            // A stopped node's last call (seed 002's last function) belongs in its reason.
+            let last_call = input.findings.iter().find_map(|f| match f {
+                Finding::Stopped {
+                    node, last_call, ..
+                } if *node == names[n] => last_call.as_ref(),
+                _ => None,
+            });
+            if let (Verdict::Stopped, Some(c)) = (combined.verdict, last_call) {
+                combined.reason = format!("{}; last seen: {}", combined.reason, c.describe());
+            }
             if combined.verdict.is_culprit() {
                 culprits.push(names[n].clone());
             }
