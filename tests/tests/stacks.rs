@@ -1,6 +1,6 @@
 //! Where each thread is (the runtime's stack snapshots), stuck calls and paused nodes, end to
 //! end: four real traced processes (one per node) of a small I/O server (`c/stuck.c`), real
-//! signals, the real `culprit` binary.
+//! signals, the real `culprit` binary; and the HTML report rendered in headless Chromium.
 
 use std::path::Path;
 use std::process::{Child, Command};
@@ -11,7 +11,9 @@ use serde_json::Value;
 
 const NODES: [&str; 4] = ["io1", "io2", "io3", "io4"];
 
+/// Builds the server (and, before any test's clock starts, `culprit` and the runtime).
 fn build_server(dir: &TempDir) -> std::path::PathBuf {
+    ensure_built();
     let exe = dir.join("stuck");
     gcc(
         &[&c_source("stuck.c")],
@@ -158,7 +160,7 @@ fn a_stuck_thread_and_a_killed_node_are_named_with_their_last_call() {
     let io2 = innermost(&procs, "io2");
     assert!(
         io2.iter().any(|(f, s)| f == "dbpf_pwrite" && *s >= 10.0),
-        "io2's stuck worker not in its stacks: {io2:?}"
+        "io2's stuck worker not in its stacks: {io2:?}\n{procs:#}"
     );
     for peer in ["io1", "io4"] {
         let calls = innermost(&procs, peer);
@@ -195,8 +197,9 @@ fn a_stuck_thread_and_a_killed_node_are_named_with_their_last_call() {
     assert!(text.contains("running"), "{text}");
     assert!(text.contains("> dbpf_pwrite"), "{text}");
 
+    let html = dir.join("report.html");
     let mut args = SHORT_WINDOWS.to_vec();
-    args.push("--json");
+    args.extend(["--json", "--html", html.to_str().unwrap()]);
     let r = stdout_json(&diagnose(&data, &args));
     assert_eq!(verdict(&r, "io2"), "stuck", "{r:#}");
     assert_eq!(verdict(&r, "io3"), "stopped", "{r:#}");
@@ -220,6 +223,137 @@ fn a_stuck_thread_and_a_killed_node_are_named_with_their_last_call() {
     assert!(human.contains("last seen: thread"), "{human}");
     assert!(human.contains("in dbpf_pwrite for"), "{human}");
     finish(&mut kids);
+    check_html_report(&html, &r);
+}
+
+/// The text of every node `sel` matches in `dom`.
+fn texts(dom: &tl::VDom<'_>, sel: &str) -> Vec<String> {
+    dom.query_selector(sel)
+        .unwrap_or_else(|| panic!("bad selector {sel}"))
+        .filter_map(|h| h.get(dom.parser()))
+        .map(|n| n.inner_text(dom.parser()).to_string())
+        .collect()
+}
+
+/// The HTML report of the stuck-and-killed run, parsed: one self-contained page (nothing
+/// fetched: no script, no external URL) holding the verdict of `r`, the ranked suspects, one
+/// score chart per reported metric with every node in its legend and the culprit's line in
+/// red. When Chromium is installed, it renders the page: the DOM it built holds the verdict
+/// and the screenshot is not blank (CI does not install Chromium: there it is skipped).
+fn check_html_report(path: &Path, r: &Value) {
+    let page = std::fs::read_to_string(path).expect("the HTML report");
+    for bad in [
+        "<script",
+        "src=\"http",
+        "href=\"http",
+        "@import",
+        "url(http",
+    ] {
+        assert!(
+            !page.contains(bad),
+            "the page fetches or runs something: {bad}"
+        );
+    }
+    let dom = tl::parse(&page, tl::ParserOptions::default()).expect("parse the report");
+    let verdict = texts(&dom, "#verdict").join(" ");
+    assert!(verdict.contains("io2 is STUCK"), "{verdict}");
+    assert!(verdict.contains("io3 is STOPPED"), "{verdict}");
+    assert!(verdict.contains("dbpf_pwrite"), "{verdict}");
+    // The suspects: every node once, the culprits first.
+    let cells = texts(&dom, "td");
+    let rows: Vec<&[String]> = cells.chunks(cells.len() / 4).collect();
+    assert_eq!(rows.len(), 4, "{cells:?}");
+    let order: Vec<&str> = rows.iter().map(|r| r[1].as_str()).collect();
+    let (first, rest) = order.split_at(2);
+    assert!(
+        first.contains(&"io2") && first.contains(&"io3"),
+        "{order:?}"
+    );
+    assert!(rest.contains(&"io1") && rest.contains(&"io4"), "{order:?}");
+    // A score chart per metric in the report, every node in its legend, the culprit red.
+    let metrics: Vec<&str> = r["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| {
+            m["nodes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|n| n["windows_scored"] != 0)
+        })
+        .map(|m| m["metric"].as_str().unwrap())
+        .collect();
+    assert!(!metrics.is_empty(), "no metric was scored: {r:#}");
+    for m in metrics {
+        let id = format!("#scores-{m}");
+        let chart = dom
+            .query_selector(&id)
+            .and_then(|mut q| q.next())
+            .and_then(|h| h.get(dom.parser()))
+            .unwrap_or_else(|| panic!("no chart {id}"));
+        let svg = chart.inner_html(dom.parser());
+        assert!(svg.contains("<svg"), "{id}: {svg}");
+        let svg_dom = tl::parse(&svg, tl::ParserOptions::default()).expect("parse the chart");
+        let labels: Vec<String> = texts(&svg_dom, "text")
+            .iter()
+            .map(|t| t.trim().to_string())
+            .collect();
+        for n in NODES {
+            assert!(labels.iter().any(|l| l == n), "{id}: {n} not in {labels:?}");
+        }
+        assert!(
+            svg.contains("#D62728"),
+            "{id}: the culprit's line is not red"
+        );
+    }
+    let Some(chromium) = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+    else {
+        println!("skipped: Chromium is not installed (the page was checked parsed, not rendered)");
+        return;
+    };
+    let url = format!("file://{}", path.display());
+    let headless = |extra: &[&str]| {
+        let mut c = Command::new(chromium);
+        c.args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+        ])
+        .args(extra)
+        .arg(&url);
+        c
+    };
+    let o = run_ok(&mut headless(&["--dump-dom"]));
+    let dom_text = String::from_utf8_lossy(&o.stdout);
+    assert!(dom_text.contains("io2</b> is <b>STUCK"), "{dom_text}");
+    let shot = path.with_extension("png");
+    run_ok(&mut headless(&[
+        &format!("--screenshot={}", shot.display()),
+        "--window-size=1000,1400",
+    ]));
+    let decoder = png::Decoder::new(std::io::BufReader::new(
+        std::fs::File::open(&shot).expect("the screenshot"),
+    ));
+    let mut reader = decoder.read_info().expect("a PNG screenshot");
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader
+        .next_frame(&mut buf)
+        .expect("the screenshot's pixels");
+    let px = info.color_type.samples();
+    let pixels = &buf[..info.buffer_size()];
+    let coloured = pixels
+        .chunks(px)
+        .filter(|p| p.iter().take(3).any(|&c| c < 200))
+        .count();
+    let share = coloured as f64 / (pixels.len() / px) as f64;
+    assert!(
+        share > 0.01,
+        "the screenshot is blank: {share:.4} of it drawn"
+    );
 }
 
 /// Sends SIGSTOP, then SIGCONT after `stop`, every `every`, for `for_` (the test's "short
