@@ -43,6 +43,9 @@ pub enum Verdict {
     Faulty,
     /// Stopped producing data while its peers went on.
     Stopped,
+    /// Its data is damaged and no metric finds it faulty on the intact part: a finding about
+    /// the data, not about the node (not a culprit).
+    Damaged,
     /// A thread inside one call far longer than its peers ever stayed in that function.
     Stuck,
     /// Stopped by a signal or a tracer (SIGSTOP), not slow code.
@@ -65,6 +68,7 @@ impl Verdict {
             Verdict::Suspect => "suspect",
             Verdict::Faulty => "FAULTY",
             Verdict::Stopped => "STOPPED",
+            Verdict::Damaged => "damaged",
             Verdict::Stuck => "STUCK",
             Verdict::Paused => "PAUSED",
         }

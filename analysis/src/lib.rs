@@ -49,13 +49,12 @@ pub mod model;
 pub mod paused;
 pub mod plan;
 pub mod policy;
+pub mod report;
 pub mod score;
 pub mod session;
 pub mod setup;
 pub mod stacks;
 pub mod synth;
-#[allow(unsafe_code)]
-pub mod sys;
 pub mod thresholds;
 pub mod time;
 pub mod train;

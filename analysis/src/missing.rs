@@ -1,6 +1,11 @@
 //! Missing data as findings: a node that stopped producing data while its peers went on
 //! (seed 002, "earliest last timestamp": fail-stop problems show as a trace that ends early), a
-//! node that started late, and gaps in a node's data.
+//! node that started late, gaps in a node's data, and damaged data files.
+//!
+//! Damage is a finding, never a verdict: a node whose data ends early because one of its files
+//! is damaged (a flipped byte, a file cut short) did not necessarily stop, so it is reported
+//! [`Finding::Damaged`], not [`Finding::Stopped`]; the intact part of its data is compared as
+//! any other.
 //!
 //! Seed 002 compares each node's last timestamp with the mean and standard deviation of all of
 //! them; with the handful of nodes of a real group the standard deviation is dominated by the
@@ -107,6 +112,16 @@ pub enum Finding {
         /// Metric.
         metric: Metric,
     },
+    /// A data file of the node is damaged: what comes before the damage is used, what comes
+    /// after it is missing.
+    Damaged {
+        /// Node.
+        node: String,
+        /// The file's name.
+        file: String,
+        /// What is wrong and where.
+        reason: String,
+    },
 }
 
 impl Finding {
@@ -118,7 +133,8 @@ impl Finding {
             | Finding::Gaps { node, .. }
             | Finding::NoData { node, .. }
             | Finding::Stuck { node, .. }
-            | Finding::Paused { node, .. } => node,
+            | Finding::Paused { node, .. }
+            | Finding::Damaged { node, .. } => node,
         }
     }
 
@@ -142,6 +158,11 @@ impl Finding {
             Finding::Paused { .. } => Some((Verdict::Paused, self.describe())),
             _ => None,
         }
+    }
+
+    /// True for a damaged data file (verdict "damaged" unless a metric finds the node faulty).
+    pub fn is_damage(&self) -> bool {
+        matches!(self, Finding::Damaged { .. })
     }
 
     /// One line for people.
@@ -225,6 +246,10 @@ impl Finding {
             Finding::NoData { node, metric } => {
                 format!("{node} has no {metric} data while its peers do")
             }
+            Finding::Damaged { node, file, reason } => format!(
+                "{node}: {file} is damaged ({reason}); its data before the damage is compared, \
+                 the rest is missing (damage is not a verdict)"
+            ),
         }
     }
 }
@@ -268,7 +293,9 @@ pub fn findings(
     let med_last = median_in_place(&mut lasts) as u64;
     for (n, s) in spans.iter().enumerate() {
         let Some((first, last)) = *s else { continue };
-        if last + grace_ns < med_last {
+        // A node whose data ends early at a damaged file did not necessarily stop: its
+        // Damaged finding says so instead.
+        if last + grace_ns < med_last && ending(&names[n]) != Ending::Damaged {
             out.push(Finding::Stopped {
                 node: names[n].clone(),
                 at: rfc3339(last),

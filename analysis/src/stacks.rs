@@ -83,11 +83,9 @@ impl ProcessState {
 
 /// True when `t` was written on this host and boot (so a missing process is really gone).
 fn same_host(t: &TraceFile) -> bool {
-    let here = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .map(|s| s.trim().to_string())
-        .ok();
+    let here = culprit_format::procfs::boot_id();
     match t.info(culprit_format::info_keys::BOOT_ID) {
-        Some(b) => here.as_deref() == Some(b),
+        Some(b) => !here.is_empty() && here == b,
         None => false,
     }
 }

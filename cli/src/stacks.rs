@@ -20,7 +20,7 @@ pub fn print(ds: &Dataset, json: bool) -> anyhow::Result<i32> {
     if procs.is_empty() {
         writeln!(
             out,
-            "no stack snapshots: the runtime writes them from format version 4 on, at each \
+            "no stack snapshots: the runtime writes them from format version 5 on, at each \
              interval of a traced process"
         )?;
     }

@@ -1,4 +1,4 @@
-//! Where each thread is now: the *stacks region* of a trace file (format version 4).
+//! Where each thread is now: the *stacks region* of a trace file (format version 5).
 //!
 //! Records are an append-only log, so "where is each thread right now" has a fixed place of
 //! its own: a region between the header page and the first record (header fields

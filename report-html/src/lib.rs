@@ -88,7 +88,7 @@ const FLAGGED: [RGBColor; 3] = [CULPRIT, RGBColor(255, 127, 14), RGBColor(140, 2
 fn verdict_class(v: Verdict) -> &'static str {
     match v {
         Verdict::Ok => "ok",
-        Verdict::Suspect => "suspect",
+        Verdict::Suspect | Verdict::Damaged => "suspect",
         _ => "culprit",
     }
 }
@@ -234,7 +234,7 @@ fn points(
 
 fn is_flagged(d: &Diagnosis, node: &str) -> bool {
     d.verdict(node)
-        .is_some_and(|v| v.combined.verdict != Verdict::Ok)
+        .is_some_and(|v| !matches!(v.combined.verdict, Verdict::Ok | Verdict::Damaged))
 }
 
 /// The culprit's top functions of one metric as horizontal bars of deviation from the median
@@ -393,9 +393,11 @@ pub fn render(d: &Diagnosis, opts: &Options) -> Result<String, Error> {
             .fold(0.0, f64::max)
     };
     ranked.sort_by(|a, b| {
-        b.combined
-            .verdict
-            .cmp(&a.combined.verdict)
+        let culprit =
+            |v: &&culprit_analysis::diagnosis::NodeVerdict| v.combined.verdict.is_culprit();
+        culprit(b)
+            .cmp(&culprit(a))
+            .then(b.combined.verdict.cmp(&a.combined.verdict))
             .then(evidence(&b.node).total_cmp(&evidence(&a.node)))
             .then(a.node.cmp(&b.node))
     });

@@ -42,8 +42,18 @@ fn the_page_holds_the_verdict_and_a_chart_per_scored_metric() {
     };
     let page = render(&d, &opts).unwrap();
     assert!(page.starts_with("<!DOCTYPE html>"));
-    for bad in ["src=\"http", "href=\"http", "url(http", "<script", "<link", "@import"] {
-        assert!(!page.contains(bad), "the page fetches or runs something: {bad}");
+    for bad in [
+        "src=\"http",
+        "href=\"http",
+        "url(http",
+        "<script",
+        "<link",
+        "@import",
+    ] {
+        assert!(
+            !page.contains(bad),
+            "the page fetches or runs something: {bad}"
+        );
     }
     for c in &d.culprits {
         assert!(
@@ -51,7 +61,11 @@ fn the_page_holds_the_verdict_and_a_chart_per_scored_metric() {
             "culprit {c} not in the verdict"
         );
     }
-    for m in d.metrics.iter().filter(|m| m.nodes.iter().any(|n| !n.scores.is_empty())) {
+    for m in d
+        .metrics
+        .iter()
+        .filter(|m| m.nodes.iter().any(|n| !n.scores.is_empty()))
+    {
         assert!(
             page.contains(&format!("id=\"scores-{}\"><svg", m.metric.name())),
             "no chart for {}",

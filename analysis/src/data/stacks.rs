@@ -1,11 +1,12 @@
 //! Reading a trace file's stacks region (where each thread is now; see
 //! `culprit_format::stacks`), and the state of a writer process on this host.
 
+use culprit_format::parse_header;
+use culprit_format::procfs::{Proc, Stat};
 use culprit_format::stacks::read_region;
-use culprit_format::ParsedFile;
 
 use super::files::{OpenFrame, StackSnapshot, ThreadCalls, TraceFile};
-use super::{read_fully, Dataset};
+use super::{Dataset, ReadAt};
 
 /// Largest stacks region read (a damaged header must not make us allocate what it claims).
 const MAX_REGION: u64 = 1 << 20;
@@ -21,10 +22,9 @@ impl Dataset {
         let Ok(n) = read_fully(&*f, &mut head, 0) else {
             return;
         };
-        let Ok(parsed) = ParsedFile::parse(&head[..n]) else {
+        let Ok((h, _)) = parse_header(&head[..n]) else {
             return;
         };
-        let h = parsed.header;
         if h.stacks_offset == 0
             || h.stacks_len == 0
             || h.stacks_len > MAX_REGION
@@ -75,10 +75,20 @@ impl Dataset {
 /// process. The caller checks that the pid is still the writer's
 /// ([`TraceFile::writer_alive`]).
 pub fn process_state(pid: u32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The state follows the ")" that ends comm (which may hold spaces and parentheses).
-    let (_, rest) = stat.rsplit_once(')')?;
-    rest.split_whitespace().next()?.chars().next()
+    let stat = std::fs::read_to_string(Proc::Pid(pid).path("stat")).ok()?;
+    Some(char::from(Stat::parse(&stat)?.state))
+}
+
+/// Reads until `buf` is full or the end of `f`; the bytes read.
+fn read_fully(f: &dyn ReadAt, buf: &mut [u8], at: u64) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match f.read_at(&mut buf[got..], at + got as u64)? {
+            0 => break,
+            n => got += n,
+        }
+    }
+    Ok(got)
 }
 
 #[cfg(test)]
