@@ -153,7 +153,7 @@ pub fn print_human(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
     }
     if !r.findings.is_empty() {
         writeln!(out)?;
-        writeln!(out, "findings (missing data, stuck calls, pauses):")?;
+        writeln!(out, "findings:")?;
         for f in &r.findings {
             writeln!(out, "  {}", f.describe())?;
         }
