@@ -447,6 +447,7 @@ fn short_repeated_pauses_are_paused() {
 }
 
 #[test]
+#[ignore = "needs privileges (root or perf access): scripts/test runs it with --include-ignored"]
 fn short_pauses_seen_by_the_kernel() {
     if !require(is_root(), "root (perf_event tracepoints)") {
         return;
