@@ -354,6 +354,39 @@ impl Dataset {
         self.read_stacks(t);
     }
 
+    /// Re-reads the newest intact stack snapshot of `t` (kept when none can be read now).
+    fn read_stacks(&mut self, t: &mut TraceFile) {
+        let Ok(f) = self.source.open(&t.path) else {
+            return;
+        };
+        let Some(snap) = stacks::read_snapshot(&*f) else {
+            return;
+        };
+        let threads = snap
+            .threads
+            .iter()
+            .map(|th| ThreadCalls {
+                tid: th.tid,
+                serial: th.serial,
+                depth: th.depth,
+                flags: th.flags,
+                frames: th
+                    .frames
+                    .iter()
+                    .map(|fr| OpenFrame {
+                        func: self.trace_func(t, fr.addr),
+                        entry_ns: fr.entry_ns,
+                    })
+                    .collect(),
+            })
+            .collect();
+        t.stacks = Some(StackSnapshot {
+            taken_ns: snap.taken_ns,
+            omitted: snap.omitted,
+            threads,
+        });
+    }
+
     /// A stream of `path` positioned at `from`; `None` (with `status` saying why, or a warning)
     /// when it cannot be read now.
     fn reader(

@@ -3,77 +3,40 @@
 
 use culprit_format::parse_header;
 use culprit_format::procfs::{Proc, Stat};
-use culprit_format::stacks::read_region;
-
-use super::files::{OpenFrame, StackSnapshot, ThreadCalls, TraceFile};
-use super::{Dataset, ReadAt};
+use culprit_format::read::ReadAt;
+use culprit_format::stacks::{read_region, StacksSnapshot};
 
 /// Largest stacks region read (a damaged header must not make us allocate what it claims).
 const MAX_REGION: u64 = 1 << 20;
 
-impl Dataset {
-    /// Re-reads the newest intact stack snapshot of `t` (kept when none can be read now: a
-    /// slot torn by the writer is skipped, and a file without a region has none).
-    pub(super) fn read_stacks(&mut self, t: &mut TraceFile) {
-        let Ok(f) = self.source.open(&t.path) else {
-            return;
-        };
-        let mut head = [0u8; 128];
-        let Ok(n) = read_fully(&*f, &mut head, 0) else {
-            return;
-        };
-        let Ok((h, _)) = parse_header(&head[..n]) else {
-            return;
-        };
-        if h.stacks_offset == 0
-            || h.stacks_len == 0
-            || h.stacks_len > MAX_REGION
-            || h.stacks_offset < h.header_size as u64
-            || h.stacks_offset.saturating_add(h.stacks_len) > h.data_offset
-        {
-            return;
-        }
-        let mut region = vec![0u8; h.stacks_len as usize];
-        let Ok(got) = read_fully(&*f, &mut region, h.stacks_offset) else {
-            return;
-        };
-        // Two tries: a reader that meets both slots being rewritten (it cannot, at one
-        // snapshot per interval, unless it is very slow) reads again.
-        let snap = read_region(&region[..got]).or_else(|| {
-            let got = read_fully(&*f, &mut region, h.stacks_offset).ok()?;
-            read_region(&region[..got])
-        });
-        let Some(snap) = snap else { return };
-        let threads = snap
-            .threads
-            .iter()
-            .map(|th| ThreadCalls {
-                tid: th.tid,
-                serial: th.serial,
-                depth: th.depth,
-                flags: th.flags,
-                frames: th
-                    .frames
-                    .iter()
-                    .map(|fr| OpenFrame {
-                        func: self.trace_func(t, fr.addr),
-                        entry_ns: fr.entry_ns,
-                    })
-                    .collect(),
-            })
-            .collect();
-        t.stacks = Some(StackSnapshot {
-            taken_ns: snap.taken_ns,
-            omitted: snap.omitted,
-            threads,
-        });
+/// The newest intact stack snapshot of the trace file `f` (`None` when it has no region, or
+/// none can be read now: a slot torn by the writer is skipped).
+pub(super) fn read_snapshot(f: &dyn ReadAt) -> Option<StacksSnapshot> {
+    let mut head = [0u8; 128];
+    let n = read_fully(f, &mut head, 0).ok()?;
+    let (h, _) = parse_header(&head[..n]).ok()?;
+    if h.stacks_offset == 0
+        || h.stacks_len == 0
+        || h.stacks_len > MAX_REGION
+        || h.stacks_offset < h.header_size as u64
+        || h.stacks_offset.saturating_add(h.stacks_len) > h.data_offset
+    {
+        return None;
     }
+    let mut region = vec![0u8; h.stacks_len as usize];
+    let got = read_fully(f, &mut region, h.stacks_offset).ok()?;
+    // Two tries: a reader that meets both slots being rewritten (it cannot, at one snapshot
+    // per interval, unless it is very slow) reads again.
+    read_region(&region[..got]).or_else(|| {
+        let got = read_fully(f, &mut region, h.stacks_offset).ok()?;
+        read_region(&region[..got])
+    })
 }
 
 /// The scheduler state letter of process `pid` on this host (`R`, `S`, `D`, `T` stopped by a
 /// signal, `t` stopped by a tracer, `Z`…), from `/proc/PID/stat`; `None` when there is no such
 /// process. The caller checks that the pid is still the writer's
-/// ([`TraceFile::writer_alive`]).
+/// (`TraceFile::writer_alive`).
 pub fn process_state(pid: u32) -> Option<char> {
     let stat = std::fs::read_to_string(Proc::Pid(pid).path("stat")).ok()?;
     Some(char::from(Stat::parse(&stat)?.state))
