@@ -12,7 +12,10 @@
 //!   could be analysed at all;
 //! * a node that one metric finds faulty without decisive evidence is a **suspect**: reported,
 //!   with its root-cause table, but not counted as a culprit in the exit status;
-//! * a node that stopped producing data while its peers went on is **stopped** (a culprit).
+//! * a node that stopped producing data while its peers went on is **stopped** (a culprit);
+//! * a node with a thread stuck in one call (`crate::stacks`) is **stuck**, and one whose
+//!   process was stopped by a signal is **paused** (`crate::paused`): both culprits, and they
+//!   take precedence (paused first), since they say what the metrics' deviations are about.
 //!
 //! docs/thresholds.md gives the measured false-positive rates of OR-ing and of this rule.
 
@@ -43,12 +46,19 @@ pub enum Verdict {
     /// Its data is damaged and no metric finds it faulty on the intact part: a finding about
     /// the data, not about the node (not a culprit).
     Damaged,
+    /// A thread inside one call far longer than its peers ever stayed in that function.
+    Stuck,
+    /// Stopped by a signal or a tracer (SIGSTOP), not slow code.
+    Paused,
 }
 
 impl Verdict {
     /// True for verdicts that make `diagnose` exit with status 1.
     pub fn is_culprit(self) -> bool {
-        matches!(self, Verdict::Faulty | Verdict::Stopped)
+        matches!(
+            self,
+            Verdict::Faulty | Verdict::Stopped | Verdict::Stuck | Verdict::Paused
+        )
     }
 
     /// The word in reports.
@@ -59,6 +69,8 @@ impl Verdict {
             Verdict::Faulty => "FAULTY",
             Verdict::Stopped => "STOPPED",
             Verdict::Damaged => "damaged",
+            Verdict::Stuck => "STUCK",
+            Verdict::Paused => "PAUSED",
         }
     }
 }

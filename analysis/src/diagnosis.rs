@@ -385,6 +385,28 @@ impl Diagnosis {
                 .any(|f| f.is_stop() && f.node() == names[n]);
             let slack = (2 * cfg.k as u64 - 1) * cfg.windows.shift_ns;
             let mut combined = combine(&per, analysed, stopped, slack);
+            // Stuck and paused say what the deviations are about: they take precedence
+            // (paused over stuck: a stopped process's calls all look stuck).
+            if let Some((v, why)) = input
+                .findings
+                .iter()
+                .filter(|f| f.node() == names[n])
+                .filter_map(|f| f.verdict())
+                .max_by_key(|(v, _)| *v)
+            {
+                combined.verdict = v;
+                combined.reason = why;
+            }
+            // A stopped node's last call (seed 002's last function) belongs in its reason.
+            let last_call = input.findings.iter().find_map(|f| match f {
+                Finding::Stopped {
+                    node, last_call, ..
+                } if *node == names[n] => last_call.as_ref(),
+                _ => None,
+            });
+            if let (Verdict::Stopped, Some(c)) = (combined.verdict, last_call) {
+                combined.reason = format!("{}; last seen: {}", combined.reason, c.describe());
+            }
             let from_start: Vec<Metric> = metrics
                 .iter()
                 .filter(|m| faulty_from_start(m, n, cfg.k))
@@ -563,7 +585,8 @@ fn rank_nodes(
         Verdict::Ok | Verdict::Damaged => 0,
         Verdict::Suspect => 1,
         Verdict::Faulty => 2,
-        Verdict::Stopped => 3,
+        Verdict::Stuck | Verdict::Paused => 3,
+        Verdict::Stopped => 4,
     };
     rows.sort_by(|a, b| {
         suspicion(b.verdict.combined.verdict)

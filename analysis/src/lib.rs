@@ -16,7 +16,9 @@
 //! * [`distance`], [`cdf`], [`score`] ([`score::Scorer`]), [`policy`], [`filter`] — the pieces
 //!   the pipeline is made of; [`latency`] — quantiles and distances of call-duration
 //!   histograms;
-//! * [`combine`], [`missing`] — the combined verdict and missing-data findings;
+//! * [`combine`], [`missing`] — the combined verdict and missing-data findings; [`stacks`]
+//!   — where each thread is, stuck calls and a stopped node's last call; [`paused`] — nodes
+//!   stopped by a signal, not slow;
 //! * [`diagnosis`] — the typed [`Diagnosis`], serialised as the JSON report;
 //! * [`setup`] — options resolved into settings; [`plan`] — what diagnosis and training share
 //!   (the metrics to run, the analyzer, [`plan::Progress`]); [`session`] and [`train`] — settings
@@ -45,6 +47,7 @@ pub mod latency;
 pub mod layers;
 pub mod missing;
 pub mod model;
+pub mod paused;
 pub mod persistence;
 pub mod plan;
 pub mod policy;
@@ -52,6 +55,7 @@ pub mod report;
 pub mod score;
 pub mod session;
 pub mod setup;
+pub mod stacks;
 pub mod synth;
 pub mod thresholds;
 pub mod time;

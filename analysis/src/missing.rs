@@ -16,8 +16,10 @@
 use serde::{Deserialize, Serialize};
 
 use crate::analyzer::{Outcome, WindowRange};
+use crate::combine::Verdict;
 use crate::family::{Metric, Windows};
 use crate::score::median_in_place;
+use crate::stacks::OpenCall;
 use crate::time::{fmt_wall, fmt_wall_utc, rezone, rfc3339};
 
 /// How a node's data ended, judged from its files.
@@ -51,6 +53,36 @@ pub enum Finding {
         peers_until: String,
         /// How it ended.
         ending: Ending,
+        /// The call it was in, from its last stack snapshot (seed 002's last function), when
+        /// the runtime took one.
+        #[serde(deserialize_with = "Option::deserialize")]
+        last_call: Option<OpenCall>,
+    },
+    /// A thread has been inside one call far longer than any peer ever stayed in that
+    /// function (see `crate::stacks`).
+    Stuck {
+        /// Node.
+        node: String,
+        /// The call.
+        call: OpenCall,
+        /// The peers' longest call of the function, seconds (an upper bound).
+        peers_longest_s: f64,
+    },
+    /// The node's process was stopped (SIGSTOP, or a tracer), not slow (see `crate::paused`).
+    Paused {
+        /// Node.
+        node: String,
+        /// Total time stopped, seconds.
+        stopped_s: f64,
+        /// Times it was stopped (the kernel's count), when known.
+        #[serde(deserialize_with = "Option::deserialize")]
+        stops: Option<u64>,
+        /// Where the stopped time comes from: `kernel` (the sampler's count of switches out
+        /// of the stopped state), `runtime` (the tracer's late wake-ups) or `proc` (the
+        /// process is stopped now, seen in /proc on this host).
+        source: String,
+        /// Still stopped now.
+        now: bool,
     },
     /// The node's data starts after its peers'.
     LateStart {
@@ -100,6 +132,8 @@ impl Finding {
             | Finding::LateStart { node, .. }
             | Finding::Gaps { node, .. }
             | Finding::NoData { node, .. }
+            | Finding::Stuck { node, .. }
+            | Finding::Paused { node, .. }
             | Finding::Damaged { node, .. } => node,
         }
     }
@@ -107,6 +141,23 @@ impl Finding {
     /// True for findings that make a node's verdict "stopped" (exit status 1).
     pub fn is_stop(&self) -> bool {
         matches!(self, Finding::Stopped { .. })
+    }
+
+    /// The verdict a stuck or paused finding gives its node, with the reason.
+    pub fn verdict(&self) -> Option<(Verdict, String)> {
+        match self {
+            Finding::Stuck { call, .. } => Some((
+                Verdict::Stuck,
+                format!(
+                    "thread {} stuck in {} for {}",
+                    call.thread,
+                    call.function,
+                    crate::time::duration((call.running_s * 1e9) as u64)
+                ),
+            )),
+            Finding::Paused { .. } => Some((Verdict::Paused, self.describe())),
+            _ => None,
+        }
     }
 
     /// True for a damaged data file (verdict "damaged" unless a metric finds the node faulty).
@@ -122,19 +173,58 @@ impl Finding {
                 at_ns,
                 peers_until,
                 ending,
+                last_call,
                 ..
             } => {
                 let how = match ending {
                     Ending::Clean => "its programs exited cleanly",
-                    Ending::NoEndMarker => "no end marker: crashed, killed, or hung",
+                    Ending::NoEndMarker => "no end marker: crashed, killed, hung or stopped",
                     Ending::Damaged => "a data file is damaged",
                     Ending::Unknown => "cause unknown",
                 };
+                let last = last_call
+                    .as_ref()
+                    .map(|c| format!("; last seen: {}", c.describe()))
+                    .unwrap_or_default();
                 format!(
                     "{node} stopped producing data at {} while its peers went on until \
-                     {} ({how})",
+                     {} ({how}){last}",
                     fmt_wall(*at_ns),
                     rezone(peers_until)
+                )
+            }
+            Finding::Stuck {
+                node,
+                call,
+                peers_longest_s,
+            } => format!(
+                "{node}: {} stuck in {} for {} (pid {}, {}; its peers' longest call of it: at \
+                 most {})",
+                thread_word(call),
+                call.function,
+                crate::time::duration((call.running_s * 1e9) as u64),
+                call.pid,
+                call.program,
+                crate::time::duration((peers_longest_s * 1e9) as u64)
+            ),
+            Finding::Paused {
+                node,
+                stopped_s,
+                stops,
+                source,
+                now,
+            } => {
+                let times = stops.map(|n| format!(" {n} times,")).unwrap_or_default();
+                let from = match source.as_str() {
+                    "kernel" => "the kernel's switches out of the stopped state",
+                    "runtime" => "the tracer's late wake-ups",
+                    _ => "/proc on this host",
+                };
+                let still = if *now { "; stopped now" } else { "" };
+                format!(
+                    "{node}: paused (SIGSTOP or a tracer), not slow:{times} stopped for {} in \
+                     total (from {from}){still}",
+                    crate::time::duration((stopped_s * 1e9) as u64)
                 )
             }
             Finding::LateStart {
@@ -164,6 +254,10 @@ impl Finding {
             ),
         }
     }
+}
+
+fn thread_word(c: &OpenCall) -> String {
+    format!("thread {} (tid {})", c.thread, c.tid)
 }
 
 /// Span of a node's data over all metrics: (first start, last end).
@@ -210,6 +304,7 @@ pub fn findings(
                 at_ns: last,
                 peers_until: fmt_wall_utc(med_last),
                 ending: ending(&names[n]),
+                last_call: None,
             });
         }
         if first > med_first + grace_ns {

@@ -21,6 +21,7 @@ use crate::plan::{
 use crate::policy::{Policy, Pool, Unsupervised};
 use crate::setup::{Setup, TrainedThresholds};
 use crate::time::{fmt_dur, now_ns, NS_PER_S};
+use crate::{paused, stacks};
 
 /// How a node's data ended, from its files.
 fn ending_of(ds: &Dataset, node: &str) -> Ending {
@@ -44,6 +45,28 @@ fn ending_of(ds: &Dataset, node: &str) -> Ending {
         }
     }
     out
+}
+
+/// The findings about where threads are and whether processes ran (seed 002's last
+/// function, stuck calls, paused nodes) added to the missing-data ones.
+fn activity_findings(ds: &Dataset, mut findings: Vec<Finding>) -> Vec<Finding> {
+    for f in &mut findings {
+        if let Finding::Stopped {
+            node, last_call, ..
+        } = f
+        {
+            *last_call = stacks::last_call(ds, node);
+        }
+    }
+    for s in stacks::stuck(ds) {
+        findings.push(Finding::Stuck {
+            node: s.node,
+            call: s.call,
+            peers_longest_s: s.peers_longest_s,
+        });
+    }
+    findings.extend(paused::findings(ds, now_ns()));
+    findings
 }
 
 /// A finding for each damaged or unreadable data file of the nodes (damage is a finding, not a
@@ -209,7 +232,10 @@ pub fn diagnose(
     );
     let coarsest = survey.coarsest.values().copied().max().unwrap_or(NS_PER_S);
     let grace = missing::grace(setup.settings.win_shift_ns, coarsest);
-    let mut findings = missing::findings(&outcome, &plan.reported, grace, |n| ending_of(&ds, n));
+    let mut findings = activity_findings(
+        &ds,
+        missing::findings(&outcome, &plan.reported, grace, |n| ending_of(&ds, n)),
+    );
     findings.extend(damage_findings(&ds));
     let peers = setup.peers_text(outcome.names.len());
     let mut diagnosis = Diagnosis::build(

@@ -31,6 +31,7 @@ pub mod progress;
 pub mod record;
 pub mod report;
 pub mod sample;
+pub mod stacks;
 pub mod style;
 pub mod uprobes;
 

@@ -23,6 +23,7 @@ use crate::diagnose::render::group_digits;
     culprit report DATA --node io2 --sort calls\n  \
     culprit report DATA --from +60s --to +120s --program pvfs-server\n  \
     culprit report DATA --graph                # traced with CULPRIT_GRAPH=1\n  \
+    culprit report DATA --stacks --node io2    # where each thread is now\n  \
     culprit report DATA --callers io_pread --callees handle_request\n  \
     culprit report DATA --json | jq '.nodes[0].processes[0].functions[0]'\n\n\
     With CULPRIT_HIST=1 at record time the function tables show p50/p90/p99/max call durations.")]
@@ -70,6 +71,10 @@ pub struct Args {
     /// Read binaries under this root instead of / (like perf report --symfs).
     #[arg(long, value_name = "DIR")]
     pub symfs: Option<PathBuf>,
+    /// Where each thread is: every traced process's current stack (its last, if it is gone)
+    /// with how long each open call has been running.
+    #[arg(long)]
+    pub stacks: bool,
     /// Show the call graph (processes traced with CULPRIT_GRAPH=1): each caller's callees,
     /// indented, with calls and time (like `uftrace graph`).
     #[arg(long)]
@@ -99,6 +104,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             ..LoadOptions::default()
         },
     )?;
+    if args.stacks {
+        return crate::stacks::print(&ds, args.json);
+    }
     let parse = |t: &Option<String>| t.as_deref().map(time::parse_time).transpose();
     let opts = ReportOptions {
         programs: args.programs.clone(),

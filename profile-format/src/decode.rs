@@ -150,7 +150,9 @@ pub fn parse_header(bytes: &[u8]) -> Result<(FileHeader, FileKind), FormatError>
         pid: le32(bytes, 48),
         reserved0: 0,
         pending_end: le64(bytes, 56),
-        reserved: [0; 8],
+        stacks_offset: le64(bytes, 64),
+        stacks_len: le64(bytes, 72),
+        reserved: [0; 6],
     };
     if header.min_reader_version > READER_VERSION {
         return Err(FormatError::TooNew {
@@ -384,6 +386,8 @@ pub enum Record<'a> {
     OsMetrics(OsMetricsRec<'a>),
     /// A stretch of layer-boundary I/O events.
     Layers(crate::layers::LayersRec<'a>),
+    /// The flusher's wake-ups in an interval and how late they came (tracer).
+    Wakeups(WakeupsRec),
     /// A record kind this reader does not know (written by a newer compatible writer).
     Unknown {
         /// The kind number.
@@ -815,6 +819,25 @@ pub struct StackEntry {
     pub frames: Vec<(u32, u32)>,
 }
 
+/// A decoded [`RecordKind::Wakeups`] record: how the tracer's flusher woke in an interval.
+/// The flusher wakes for a probe at a random time in every 100 ms; a process stopped by
+/// SIGSTOP, or starved of CPU, wakes it late. A short stop (tens of ms) misses no interval but
+/// shows here: each probe that lands in a stop comes late by the rest of it, and the share of
+/// late probes is the share of time stopped.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WakeupsRec {
+    /// The interval.
+    pub interval: IntervalKey,
+    /// Probes in the interval.
+    pub wakeups: u32,
+    /// Those that came later than the writer's slack (see the writer).
+    pub late: u32,
+    /// Sum of the lateness of the late ones, ns.
+    pub late_ns: u64,
+    /// The largest lateness, ns.
+    pub max_late_ns: u64,
+}
+
 /// A decoded [`RecordKind::Stacks`] record.
 #[derive(Clone, Debug)]
 pub struct StacksRec<'a> {
@@ -1100,6 +1123,18 @@ fn decode_payload(kind: RecordKind, p: &[u8]) -> Result<Record<'_>, &'static str
                 interval: interval_key(p),
                 n,
                 entries: histogram_entries(p, n)?,
+            })
+        }
+        RecordKind::Wakeups => {
+            if p.len() < WAKEUPS_SIZE {
+                return Err("wakeups record too short");
+            }
+            Record::Wakeups(WakeupsRec {
+                interval: interval_key(p),
+                wakeups: le32(p, 20),
+                late: le32(p, 24),
+                late_ns: le64(p, 32),
+                max_late_ns: le64(p, 40),
             })
         }
         RecordKind::Stacks => {

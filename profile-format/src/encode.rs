@@ -4,6 +4,7 @@
 use crate::crc::record_crc;
 use crate::decode::{
     EdgeEntry, EventEntry, Histogram, IntervalEntry, OsMetricEntry, SampleEntry, UnwoundEntry,
+    WakeupsRec,
 };
 use crate::layers::{LayerDesc, LayerEvent, LayersHead, MAX_LAYER_NAME};
 use crate::layout::*;
@@ -371,6 +372,19 @@ impl RecordBuf {
         self.patch_u32(n_at, n);
         self.finish(start);
         n
+    }
+
+    /// Appends a [`RecordKind::Wakeups`] record (the `interval` field of `w` is ignored: `r`
+    /// names the interval).
+    pub fn wakeups(&mut self, r: &IntervalRef, w: &WakeupsRec) {
+        let start = self.begin(RecordKind::Wakeups, 0);
+        self.interval_ref(r);
+        self.u32(w.wakeups);
+        self.u32(w.late);
+        self.u32(0);
+        self.u64(w.late_ns);
+        self.u64(w.max_late_ns);
+        self.finish(start);
     }
 
     /// Appends a [`RecordKind::Stacks`] record: per distinct call chain of a program, the

@@ -20,8 +20,11 @@ pub const MAGIC: [u8; 8] = *b"CULPRIT\0";
 /// CRC covers its header (kind, flags, length, reserved word) as well as its payload
 /// ([`HEADER_CRC_SINCE`]), so a flipped kind is damage, not a record silently skipped; readers
 /// of version 1 cannot check such a CRC, hence [`MIN_READER_VERSION`] 2. Version 4 also added
-/// [`RecordKind::Layers`] (layer-boundary I/O events), which older readers skip.
-pub const FORMAT_VERSION: u16 = 4;
+/// [`RecordKind::Layers`] (layer-boundary I/O events), which older readers skip. Version 5 added
+/// the trace file's stacks region (header fields `stacks_offset` and `stacks_len`, before
+/// `data_offset`: older readers skip it; see [`crate::stacks`]) and the tracer's
+/// [`RecordKind::Wakeups`] (older readers skip the kind).
+pub const FORMAT_VERSION: u16 = 5;
 /// Oldest reader version able to read what this crate writes.
 pub const MIN_READER_VERSION: u16 = 2;
 /// Reader version this crate implements: it reads files whose `min_reader_version` is at most
@@ -108,8 +111,13 @@ pub struct FileHeader {
     /// (it died without an end marker); it is then the file's last record. 0 when unused
     /// (always, in version-1 files).
     pub pending_end: u64,
+    /// File offset of the stacks region ([`crate::stacks`]): where each thread is now. 0
+    /// when the file has none (sampler files, files older than version 4).
+    pub stacks_offset: u64,
+    /// Bytes of the stacks region.
+    pub stacks_len: u64,
     /// Reserved, zero.
-    pub reserved: [u64; 8],
+    pub reserved: [u64; 6],
 }
 
 const _: () = assert!(size_of::<FileHeader>() == 128);
@@ -120,6 +128,8 @@ pub const HEADER_COMMITTED_END_OFFSET: usize = offset_of!(FileHeader, committed_
 pub const HEADER_STATE_OFFSET: usize = offset_of!(FileHeader, state);
 /// Byte offset of [`FileHeader::pending_end`] (for in-place updates).
 pub const HEADER_PENDING_END_OFFSET: usize = offset_of!(FileHeader, pending_end);
+/// Byte offset of [`FileHeader::stacks_offset`].
+pub const HEADER_STACKS_OFFSET: usize = offset_of!(FileHeader, stacks_offset);
 
 impl FileHeader {
     /// A fresh header for a new, empty file.
@@ -137,8 +147,21 @@ impl FileHeader {
             pid,
             reserved0: 0,
             pending_end: 0,
-            reserved: [0; 8],
+            stacks_offset: 0,
+            stacks_len: 0,
+            reserved: [0; 6],
         }
+    }
+
+    /// A fresh header for a new trace file with a stacks region of `len` bytes right after
+    /// the header page; the records start after it.
+    pub fn with_stacks(kind: FileKind, created_ns: u64, pid: u32, len: u64) -> Self {
+        let mut h = FileHeader::new(kind, created_ns, pid);
+        h.stacks_offset = DATA_OFFSET;
+        h.stacks_len = len;
+        h.data_offset = DATA_OFFSET + len;
+        h.committed_end = h.data_offset;
+        h
     }
 
     /// The header as its 128 little-endian bytes.
@@ -155,6 +178,8 @@ impl FileHeader {
         b[40..48].copy_from_slice(&self.created_ns.to_le_bytes());
         b[48..52].copy_from_slice(&self.pid.to_le_bytes());
         b[56..64].copy_from_slice(&self.pending_end.to_le_bytes());
+        b[64..72].copy_from_slice(&self.stacks_offset.to_le_bytes());
+        b[72..80].copy_from_slice(&self.stacks_len.to_le_bytes());
         b
     }
 }
@@ -162,6 +187,7 @@ impl FileHeader {
 const _: () = assert!(HEADER_STATE_OFFSET == 20);
 const _: () = assert!(HEADER_COMMITTED_END_OFFSET == 32);
 const _: () = assert!(HEADER_PENDING_END_OFFSET == 56);
+const _: () = assert!(HEADER_STACKS_OFFSET == 64);
 
 /// Record kinds (the first field of every record header).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -193,8 +219,11 @@ pub enum RecordKind {
     Histograms = 11,
     /// One interval's sampled call chains (sampler, `--call-graph fp`).
     Stacks = 12,
+    /// One interval's wake-ups of the tracer's flusher and how late they came: a process
+    /// stopped (SIGSTOP) or starved wakes late (tracer).
+    Wakeups = 13,
     /// A stretch of layer-boundary I/O events (seed 003): the tracer's C API and C-library
-    /// calls, the sampler's system-call and block tracepoints ([`crate::layers`]).
+    /// calls ([`crate::layers`]).
     Layers = 14,
 }
 
@@ -214,6 +243,7 @@ impl RecordKind {
             10 => Self::Edges,
             11 => Self::Histograms,
             12 => Self::Stacks,
+            13 => Self::Wakeups,
             14 => Self::Layers,
             _ => return None,
         })
@@ -317,6 +347,9 @@ pub const EDGES_ENTRY_SIZE: usize = 40;
 pub const HISTOGRAMS_FIXED_SIZE: usize = 24;
 /// Fixed part of a [`RecordKind::Stacks`] payload, in bytes.
 pub const STACKS_FIXED_SIZE: usize = 24;
+/// Size of a [`RecordKind::Wakeups`] payload: the interval (start, length, flags), wake-ups,
+/// late wake-ups, reserved, the sum and the largest of the lateness beyond the slack.
+pub const WAKEUPS_SIZE: usize = 48;
 /// Buckets of a call-duration histogram: bucket 0 holds calls of 0–1 ns, bucket `k ≥ 1` calls
 /// of `2^k ..= 2^(k+1) − 1` ns, and the last one everything longer (≥ 2^47 ns, 39 hours).
 pub const HIST_BUCKETS: usize = 48;

@@ -76,11 +76,16 @@
 //! | [`RecordKind::Histograms`] | tracer | one interval's call-duration histograms (log2 buckets of ns), per function |
 //! | [`RecordKind::Stacks`] | sampler | one interval's sampled call chains per program (`--call-graph fp`) |
 //! | [`RecordKind::Layers`] | both | a stretch of layer-boundary I/O events (seed 003): per event its time, layer, ADMIT/ISSUE/COMPLT/CALLBACK, request, object, offset, bytes ([`layers`]) |
+//! | [`RecordKind::Wakeups`] | tracer | one interval's flusher wake-ups and how late they came (a stopped or starved process) |
 //! | [`RecordKind::End`] | both | clean end: nothing follows |
 //!
 //! The tracer writes an interval's Unwound, Edges and Histograms records (kinds 9–11; the
 //! latter two only when asked for at record time) right after its Interval record, with the
 //! same `start_ns`; records with the same start add up, like Interval records.
+//!
+//! A trace file (format version 4) also has a *stacks region* between the header page and the
+//! first record, rewritten in place: every live thread's innermost open calls as of the last
+//! interval ([`stacks`]).
 //!
 //! Every interval gets a record, even an empty one; an interval the writer could not observe is
 //! written with [`interval_flags::MISSED`]. A file without an `End` record belongs to a process
@@ -97,6 +102,7 @@ pub mod names;
 pub mod os_metrics;
 pub mod procfs;
 pub mod read;
+pub mod stacks;
 pub mod writer;
 
 pub use crc::{crc32, record_crc, Crc32};
@@ -105,6 +111,7 @@ pub use decode::{
     EndRec, EventEntry, EventsRec, FormatError, Histogram, HistogramsRec, Info, IntervalEntry,
     IntervalKey, IntervalRec, ObjectRec, OsMetricEntry, OsMetricsRec, ParsedFile, Pending, Record,
     Records, SampleEntry, SamplesRec, StackEntry, StacksRec, StringsRec, UnwoundEntry, UnwoundRec,
+    WakeupsRec,
 };
 pub use encode::{IntervalHead, IntervalRef, ObjectDesc, OsMetricsHead, RecordBuf, SamplesHead};
 pub use layers::{

@@ -112,7 +112,21 @@ impl FileWriter {
 
 /// The first [`DATA_OFFSET`] bytes of a new, empty file: its header, zero-padded.
 pub fn header_page(kind: FileKind, created_ns: u64, pid: u32) -> Vec<u8> {
-    let header = FileHeader::new(kind, created_ns, pid);
+    page_of(&FileHeader::new(kind, created_ns, pid))
+}
+
+/// The header page of a new, empty file with a stacks region of `stacks_len` bytes after it
+/// (see [`FileHeader::with_stacks`]); the region reads as zeros (no snapshot) until written.
+pub fn header_page_with_stacks(
+    kind: FileKind,
+    created_ns: u64,
+    pid: u32,
+    stacks_len: u64,
+) -> Vec<u8> {
+    page_of(&FileHeader::with_stacks(kind, created_ns, pid, stacks_len))
+}
+
+fn page_of(header: &FileHeader) -> Vec<u8> {
     let mut page = vec![0u8; DATA_OFFSET as usize];
     page[..128].copy_from_slice(&header.to_bytes());
     page

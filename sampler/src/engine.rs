@@ -74,6 +74,10 @@ enum TpKey {
         daddr: IpAddr,
         dport: Option<u16>,
     },
+    Switch {
+        stopped: bool,
+        next: u32,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -88,6 +92,7 @@ enum Ev {
     Tp {
         tp: u16,
         pid: u32,
+        tid: u32,
         key: TpKey,
     },
     Mmap(Box<MmapEv>),
@@ -196,8 +201,60 @@ pub struct Engine {
     snapshot: Option<(u64, Vec<ProcInfo>)>,
     block_owner: FxHashMap<(u32, u64), NodeIdx>,
     early_facts: FxHashMap<u32, ProcFacts>,
+    stops: Stops,
     /// Counters.
     pub stats: EngineStats,
+}
+
+/// Processes stopped by a signal or a tracer, from `sched_switch` (see
+/// [`crate::profile::STOPPED_EVENT`]).
+#[derive(Debug, Default)]
+struct Stops {
+    /// Threads switched out stopped: tid → (pid, node).
+    threads: FxHashMap<u32, (u32, NodeIdx)>,
+    /// Processes stopped now: pid → (node, stopped ns accounted up to this wall time).
+    procs: FxHashMap<u32, (NodeIdx, u64)>,
+}
+
+impl Stops {
+    /// A context switch at `wall`: `tid` of `pid` (node `node`) goes off the CPU, `stopped`
+    /// when it stopped; `next` runs next.
+    #[allow(clippy::too_many_arguments)]
+    fn switch(
+        &mut self,
+        iv: &mut Intervals,
+        wall: u64,
+        node: Option<NodeIdx>,
+        pid: u32,
+        tid: u32,
+        stopped: bool,
+        next: u32,
+    ) {
+        if stopped {
+            if let Some(node) = node {
+                iv.stopped(wall, node);
+                self.threads.insert(tid, (pid, node));
+                self.procs.entry(pid).or_insert((node, wall));
+            }
+        }
+        // A stopped thread runs again: its process was continued (the others follow).
+        if let Some((p, _)) = self.threads.remove(&next) {
+            if let Some((node, from)) = self.procs.remove(&p) {
+                iv.stopped_span(node, from, wall);
+            }
+            self.threads.retain(|_, (q, _)| *q != p);
+        }
+    }
+
+    /// Accounts the stops still going on up to `wall` (before intervals up to it close).
+    fn settle(&mut self, iv: &mut Intervals, wall: u64) {
+        for (node, from) in self.procs.values_mut() {
+            if wall > *from {
+                iv.stopped_span(*node, *from, wall);
+                *from = wall;
+            }
+        }
+    }
 }
 
 impl Engine {
@@ -217,6 +274,7 @@ impl Engine {
             snapshot: None,
             block_owner: FxHashMap::default(),
             early_facts: FxHashMap::default(),
+            stops: Stops::default(),
             stats: EngineStats::default(),
         }
     }
@@ -281,6 +339,7 @@ impl Engine {
                 Some((_, Stream::Tracepoint(tp))) => Ev::Tp {
                     tp,
                     pid: s.pid,
+                    tid: s.tid,
                     key: self.tp_key(tp, s.raw),
                 },
                 None => {
@@ -356,6 +415,14 @@ impl Engine {
         };
         match &spec.decoder {
             Decoder::Process => TpKey::None,
+            Decoder::Switch {
+                prev_state,
+                next_pid,
+            } => TpKey::Switch {
+                stopped: tracefs::read_uint(raw, prev_state)
+                    .is_some_and(|s| s & tracefs::STOPPED_STATES != 0),
+                next: tracefs::read_uint(raw, next_pid).unwrap_or(0) as u32,
+            },
             Decoder::Block { dev, sector, .. } => {
                 match (
                     tracefs::read_uint(raw, dev),
@@ -418,6 +485,8 @@ impl Engine {
         if self.snapshot.as_ref().is_some_and(|(st, _)| until > *st) {
             self.apply_snapshot();
         }
+        let wall = self.clock.wall(until);
+        self.stops.settle(&mut self.intervals, wall);
         lost
     }
 
@@ -446,10 +515,15 @@ impl Engine {
                 }
                 None => self.stats.out_of_scope += 1,
             },
-            Ev::Tp { tp, pid, key } => {
-                if let Some(node) = self.tp_node(tp, pid, key) {
+            Ev::Tp { tp, pid, tid, key } => {
+                let node = self.tp_node(tp, pid, key);
+                if let Some(node) = node {
                     self.stats.events += 1;
                     self.intervals.event(wall, node, tp as usize);
+                }
+                if let TpKey::Switch { stopped, next } = key {
+                    self.stops
+                        .switch(&mut self.intervals, wall, node, pid, tid, stopped, next);
                 }
             }
             Ev::Mmap(m) => self
@@ -517,7 +591,7 @@ impl Engine {
     /// The node a tracepoint hit belongs to (see [`crate::nodes`] and [`Decoder`]).
     fn tp_node(&mut self, tp: u16, pid: u32, key: TpKey) -> Option<NodeIdx> {
         match key {
-            TpKey::None => self.tracker.node_of(pid),
+            TpKey::None | TpKey::Switch { .. } => self.tracker.node_of(pid),
             TpKey::Tcp {
                 saddr,
                 sport,

@@ -44,6 +44,14 @@ pub fn is_culprit_runtime(image: &str) -> bool {
 }
 /// Events entry counting tracepoint occurrences the kernel dropped (ring full), when nonzero.
 pub const LOST_EVENTS: &str = "culprit:lost_events";
+/// Events entry: threads of the node switched out in the stopped state (`sched_switch` with
+/// `prev_state` T or t: SIGSTOP, or a tracer), in the interval. Written with
+/// `sched:sched_switch`.
+pub const STOPPED_EVENT: &str = "culprit:stopped";
+/// Events entry: ns the node's processes spent stopped in the interval (of each process, from
+/// its first thread switched out stopped to the first of them that ran again; a node's is its
+/// most stopped process's). Not a count: the `events` metric leaves both stop entries out.
+pub const STOPPED_NS_EVENT: &str = "culprit:stopped_ns";
 
 /// A call chain as written: program string id, `(image, function)` string ids outermost first.
 type NamedStack = (u32, Vec<(u32, u32)>);
@@ -55,6 +63,9 @@ struct NodeAcc {
     stacks: FxHashMap<(ProgId, Box<[Loc]>), u64>,
     total: u64,
     events: Vec<u64>,
+    /// Threads switched out stopped, and ns stopped (see [`STOPPED_EVENT`]).
+    stopped: u64,
+    stopped_ns: u64,
 }
 
 #[derive(Debug, Default)]
@@ -181,6 +192,25 @@ impl Intervals {
     /// Counts one occurrence of tracepoint `event` on `node`.
     pub fn event(&mut self, wall_ns: u64, node: NodeIdx, event: usize) {
         self.acc(wall_ns).nodes[node as usize].events[event] += 1;
+    }
+
+    /// Counts a thread of `node` switched out stopped.
+    pub fn stopped(&mut self, wall_ns: u64, node: NodeIdx) {
+        self.acc(wall_ns).nodes[node as usize].stopped += 1;
+    }
+
+    /// Adds the time `node`'s process stayed stopped from `from` to `to` (wall-clock ns) to
+    /// the intervals it covers (the part before the oldest open interval goes into it).
+    pub fn stopped_span(&mut self, node: NodeIdx, from: u64, to: u64) {
+        let mut t = from;
+        while t < to {
+            let end = ((t / self.dur_ns + 1) * self.dur_ns).min(to);
+            let dur = self.dur_ns;
+            let n = &mut self.acc(t).nodes[node as usize];
+            // A node's stopped time is its most stopped process's: at most the interval.
+            n.stopped_ns = (n.stopped_ns + (end - t)).min(dur);
+            t = end;
+        }
     }
 
     /// Counts samples (`events == false`) or tracepoint records the kernel dropped.
@@ -601,6 +631,18 @@ impl Output {
             }
             let lost_sid =
                 (c.acc.lost_events > 0 && !missed).then(|| f.sid(&Arc::from(LOST_EVENTS)));
+            // Stops are counted where context switches are (named before the strings go out).
+            let stop_sids = self
+                .info
+                .tracepoints
+                .iter()
+                .any(|t| t == "sched:sched_switch")
+                .then(|| {
+                    (
+                        f.sid(&Arc::from(STOPPED_EVENT)),
+                        f.sid(&Arc::from(STOPPED_NS_EVENT)),
+                    )
+                });
             self.buf.clear();
             if !f.new_strings.is_empty() {
                 self.buf
@@ -642,6 +684,16 @@ impl Output {
                         .zip(n.events.iter().chain(std::iter::repeat(&0)))
                         .map(|(&event, &count)| EventEntry { event, count }),
                 );
+                if let Some((a, b)) = stop_sids {
+                    events.push(EventEntry {
+                        event: a,
+                        count: n.stopped,
+                    });
+                    events.push(EventEntry {
+                        event: b,
+                        count: n.stopped_ns,
+                    });
+                }
                 if let Some(event) = lost_sid {
                     events.push(EventEntry {
                         event,

@@ -169,6 +169,15 @@ pub enum Decoder {
         /// This tracepoint is where requests end (forgets the owner).
         forgets: bool,
     },
+    /// A context switch (`sched:sched_switch`), to the node of the task switched out; its
+    /// `prev_state` tells a thread stopped by a signal or a tracer (T, t), `next_pid` the
+    /// thread that runs next (a stopped one running again ends its stop).
+    Switch {
+        /// `prev_state` field.
+        prev_state: Field,
+        /// `next_pid` field.
+        next_pid: Field,
+    },
     /// A TCP retransmit: attributed by the socket's addresses.
     Tcp {
         /// `family` field.
@@ -203,6 +212,14 @@ impl Decoder {
                 };
             }
         }
+        if tp.name == "sched:sched_switch" {
+            if let (Some(prev_state), Some(next_pid)) = (f("prev_state"), f("next_pid")) {
+                return Decoder::Switch {
+                    prev_state,
+                    next_pid,
+                };
+            }
+        }
         if tp.name.starts_with("tcp:") {
             if let (Some(family), Some(saddr), Some(daddr)) = (f("family"), f("saddr"), f("daddr"))
             {
@@ -225,6 +242,11 @@ impl Decoder {
         !matches!(self, Decoder::Process)
     }
 }
+
+/// `prev_state` bits of a task stopped by a signal (`__TASK_STOPPED`, printed T) or a tracer
+/// (`__TASK_TRACED`, t), as `sched_switch` reports them (a preempted task reports
+/// `TASK_REPORT_MAX`, which has neither).
+pub const STOPPED_STATES: u64 = 0x4 | 0x8;
 
 /// The (source, destination) addresses of a TCP tracepoint record.
 pub fn tcp_addrs(

@@ -108,7 +108,7 @@ fn one_flipped_byte_is_damage_not_a_stopped_node() {
         "io2   ok          ok".into(),
         "io3   ok          damaged".into(),
         String::new(),
-        "missing data:".into(),
+        "findings:".into(),
         format!(
             "  io1: {n1} is damaged (corrupt record at byte {at1}: checksum mismatch); its data \
              before the damage is compared, the rest is missing (damage is not a verdict)"

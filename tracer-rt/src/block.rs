@@ -225,6 +225,10 @@ pub struct ThreadBlock {
     base_dropped: AtomicU64,
     /// Edge and histogram tables, mapped at the first claim when a mode needs them.
     extras: OnceRef<Extras>,
+    /// Kernel thread id of the owner (set when claimed; read by the flusher's stack snapshots).
+    tid: AtomicU32,
+    /// 1 for the process's first traced thread, 2 for the next… (set when claimed).
+    serial: AtomicU32,
     stack: [Frame; STACK_DEPTH],
     table: [Slot; TABLE_CAP + 1],
     bases: [SlotBase; TABLE_CAP],
@@ -423,7 +427,7 @@ fn bump(a: &AtomicU64, by: u64) {
 
 /// The current timestamp of the hooks (ticks).
 #[inline(always)]
-fn now() -> u64 {
+pub fn now() -> u64 {
     if mode::on(mode::MONO) {
         clock::Monotonic::now()
     } else {
@@ -1044,6 +1048,83 @@ impl ThreadBlock {
             sys::discard_tail(x, 0);
         }
         std::mem::offset_of!(ThreadBlock, stack)
+    }
+}
+
+/// One open call, as the flusher copies it for a stack snapshot.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpenCall {
+    /// Function address.
+    pub addr: usize,
+    /// Entry timestamp (ticks).
+    pub t: u64,
+}
+
+/// A thread's open calls as copied by [`ThreadBlock::open_calls`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpenCalls {
+    /// Open calls in all (the copy keeps the innermost ones).
+    pub depth: usize,
+    /// Calls copied (outermost first).
+    pub n: usize,
+    /// The stack kept changing while it was copied.
+    pub unstable: bool,
+    /// `culprit_pause()` is in effect.
+    pub paused: bool,
+    /// Calls beyond the deepest stack are not traced: the innermost ones are missing.
+    pub overflow: bool,
+}
+
+impl ThreadBlock {
+    /// Records the owner thread (at claim time, on the general path).
+    pub fn set_owner(&self, tid: u32, serial: u32) {
+        self.tid.store(tid, Relaxed);
+        self.serial.store(serial, Relaxed);
+    }
+
+    /// The owner's thread id and serial number.
+    pub fn owner(&self) -> (u32, u32) {
+        (self.tid.load(Relaxed), self.serial.load(Relaxed))
+    }
+
+    /// Copies the owner's innermost open calls into `out` (outermost first), for the
+    /// flusher's stack snapshot. The owner goes on meanwhile and the hooks do no extra work for
+    /// this: the copy is taken again (up to three times) until the top and every copied
+    /// frame's entry time read the same before and after it; a thread whose stack kept changing
+    /// is marked `unstable` (it is busy: its innermost frame may be off by a call). A stack that
+    /// does not move — a thread blocked or looping in one call — is always copied exactly.
+    pub fn open_calls(&self, out: &mut [OpenCall]) -> OpenCalls {
+        let mut r = OpenCalls::default();
+        for attempt in 0..3 {
+            let top = self.top_index();
+            let n = top.min(out.len());
+            let first = top + 1 - n;
+            for (k, j) in (first..=top).enumerate() {
+                let f = &self.stack[j];
+                out[k] = OpenCall {
+                    addr: self.frame_fn(f),
+                    t: f.t.load(Acquire),
+                };
+            }
+            let same = self.top_index() == top
+                && (first..=top)
+                    .enumerate()
+                    .all(|(k, j)| self.stack[j].t.load(Acquire) == out[k].t);
+            r = OpenCalls {
+                depth: top,
+                n,
+                unstable: !same,
+                paused: self.pauses.load(Relaxed) > 0,
+                overflow: self.over.load(Relaxed) > 0,
+            };
+            if same {
+                break;
+            }
+            if attempt < 2 {
+                std::hint::spin_loop();
+            }
+        }
+        r
     }
 }
 

@@ -32,6 +32,30 @@
 //! 100 ms at most (plus the flusher's scheduling delay on a loaded machine). Nothing is
 //! written when nothing was counted since the last checkpoint.
 //!
+//! # Where each thread is now
+//!
+//! At every interval boundary, on `culprit_flush()` and as the process exits, the flusher
+//! copies every live thread's innermost open calls ([`STACK_FRAMES`], with their entry times
+//! converted to wall-clock ns) into the file's stacks region ([`Flusher::write_stacks`]): a
+//! thread stuck in one call, or the last calls of a process that stopped, are visible within
+//! one interval, and the hooks do nothing more for it (the copy reads the shadow stacks they
+//! keep anyway).
+//!
+//! # Late wake-ups
+//!
+//! Once in every [`CHECKPOINT_NS`] slot, at a random point of it, the flusher wakes for a
+//! probe and checks it for lateness; probes later than [`LATE_SLACK_NS`] are counted with
+//! their lateness in each interval's `Wakeups` record. A process stopped by SIGSTOP for tens
+//! of milliseconds misses no interval, but the probes that fall into its stops come late by
+//! the rest of them; a long stop shows as one probe late by nearly all of it (and missed
+//! intervals). The probe's time is random, not the checkpoint's grid: stops that recur with
+//! the grid's period (a controller stopping a server every 200 ms) would otherwise fall
+//! between wake-ups every time, or on every one; at a random point, the share of late probes
+//! is the share of time stopped, whatever the stops' rhythm. A probe late because the CPU was
+//! busy is not stopped: the time the flusher waited on a run queue since it went to sleep
+//! (`/proc/thread-self/schedstat`, the kernel's run delay) is taken off its lateness, so
+//! `stress-ng --cpu 2` beside a healthy server makes no late probes.
+//!
 //! # Trouble
 //!
 //! After start-up the runtime prints nothing (the program's descriptor 2 may be one of its
@@ -44,13 +68,16 @@
 use std::collections::HashMap;
 
 use culprit_format::procfs::Proc;
+use culprit_format::stacks::{
+    encode_slot, thread_flags, StackFrame, StacksSnapshot, ThreadStack, STACK_FRAMES,
+};
 use culprit_format::{
     end_reason, info_keys, interval_flags, names, object_flags, procfs, records_at, EdgeEntry,
     Histogram, IntervalEntry, IntervalHead, IntervalRef, LayersHead, ObjectDesc, Record, RecordBuf,
-    UnwoundEntry, HIST_BUCKETS,
+    UnwoundEntry, WakeupsRec, HIST_BUCKETS,
 };
 
-use crate::block::{mode, state, Delta, EdgeDelta, Unaccounted};
+use crate::block::{self, mode, state, Delta, EdgeDelta, OpenCall, Unaccounted};
 use crate::clock::{self, Calibration};
 use crate::config::Config;
 use crate::control::{req, CURRENT_FILE, CURRENT_NODE, DONE, NODE_REQUEST, PENDING, REQ};
@@ -69,6 +96,9 @@ pub const CHECKPOINT_NS: u64 = 100_000_000;
 pub const MAX_QUEUE: usize = 8 << 20;
 /// Info key of trouble notes (`<wall-clock ns>: <what happened>`).
 pub const TROUBLE_KEY: &str = "trouble";
+/// A timed wake-up later than this counts as late (`Wakeups` records). Scheduling delays of a
+/// sleeping thread that wakes stay well below it even beside `stress-ng --cpu 2` here.
+pub const LATE_SLACK_NS: u64 = 2_000_000;
 /// Info key naming the file a new file continues (the old one was removed or replaced).
 pub const CONTINUES_KEY: &str = "continues";
 
@@ -125,6 +155,10 @@ pub struct Flusher {
     buf: RecordBuf,
     /// Where the last Layers record's span ended (see `io`).
     io_span: u64,
+    /// Timed wake-ups since the last interval written, and their lateness.
+    wakeups: WakeupsRec,
+    /// Stack snapshots written.
+    stack_seq: u64,
 }
 
 impl Flusher {
@@ -161,6 +195,83 @@ impl Flusher {
             idle: Vec::new(),
             buf: RecordBuf::new(),
             io_span: start_ns,
+            wakeups: WakeupsRec::default(),
+            stack_seq: 0,
+        }
+    }
+
+    /// A probe `late_ns` after its time.
+    fn woke(&mut self, late_ns: u64) {
+        let w = &mut self.wakeups;
+        w.wakeups = w.wakeups.saturating_add(1);
+        if late_ns > LATE_SLACK_NS {
+            w.late = w.late.saturating_add(1);
+            w.late_ns = w.late_ns.saturating_add(late_ns);
+            w.max_late_ns = w.max_late_ns.max(late_ns);
+        }
+    }
+
+    /// Writes every live thread's innermost open calls into the file's stacks region (see
+    /// the module docs). Nothing is written when there is no file.
+    pub fn write_stacks(&mut self) {
+        if self.failed || self.out.is_none() {
+            return;
+        }
+        // Ticks to wall-clock ns through one (ticks, wall) pair taken now.
+        let (t0, wall0) = (block::now(), sys::realtime_ns());
+        let cal = self.cal;
+        let wall = |t: u64| {
+            if t >= t0 {
+                wall0.saturating_add(cal.to_ns(t - t0))
+            } else {
+                wall0.saturating_sub(cal.to_ns(t0 - t))
+            }
+        };
+        let mut calls = [OpenCall::default(); STACK_FRAMES];
+        let mut threads = Vec::new();
+        for b in pool::blocks() {
+            if b.state.load(Acquire) != state::LIVE {
+                continue;
+            }
+            let oc = b.open_calls(&mut calls);
+            let (tid, serial) = b.owner();
+            let mut flags = 0;
+            for (on, bit) in [
+                (oc.paused, thread_flags::PAUSED),
+                (oc.overflow, thread_flags::OVERFLOW),
+                (oc.unstable, thread_flags::UNSTABLE),
+            ] {
+                if on {
+                    flags |= bit;
+                }
+            }
+            threads.push(ThreadStack {
+                tid,
+                serial,
+                depth: oc.depth as u32,
+                flags,
+                frames: calls[..oc.n]
+                    .iter()
+                    .map(|c| StackFrame {
+                        addr: c.addr as u64,
+                        entry_ns: wall(c.t),
+                    })
+                    .collect(),
+            });
+        }
+        threads.sort_by_key(|t| t.serial);
+        self.stack_seq += 1;
+        let slot = encode_slot(&StacksSnapshot {
+            seq: self.stack_seq,
+            taken_ns: wall0,
+            omitted: 0,
+            threads,
+        });
+        let seq = self.stack_seq;
+        if let Some(out) = self.out.as_mut() {
+            // A failed write leaves the previous snapshot readable; the next interval tries
+            // again (a file that is gone is noticed by the next commit).
+            let _ = out.stacks(seq, &slot);
         }
     }
 
@@ -455,6 +566,11 @@ impl Flusher {
             unwound.sort_unstable_by_key(|e| e.addr);
             out.unwound(&r, unwound);
         }
+        // Committed intervals only: a checkpoint holds nothing but what version-3 readers
+        // accept in one.
+        if buf_is_self && self.wakeups.wakeups > 0 {
+            out.wakeups(&r, &std::mem::take(&mut self.wakeups));
+        }
         if mode::on(mode::GRAPH) {
             let mut edges: Vec<EdgeEntry> = self
                 .edges
@@ -706,6 +822,7 @@ impl Flusher {
             return;
         }
         self.write_interval(self.open_start, interval_flags::PARTIAL);
+        self.write_stacks();
         self.end_file(now, end_reason::EXIT);
     }
 
@@ -716,16 +833,31 @@ impl Flusher {
     /// when every request it has seen is acknowledged, so none waits for the next interval.
     pub fn run(mut self) {
         io::thread_off();
-        let mut next_checkpoint = (sys::realtime_ns() / CHECKPOINT_NS + 1) * CHECKPOINT_NS;
+        let start = sys::realtime_ns();
+        let mut next_checkpoint = (start / CHECKPOINT_NS + 1) * CHECKPOINT_NS;
+        let mut rng = Probe::new(start ^ u64::from(std::process::id()));
+        let mut next_probe = rng.in_slot_after(start);
+        let runq = RunDelay::open();
+        let mut slept_at_delay = runq.read();
         loop {
             let seen = REQ.load(Acquire);
             let now = sys::realtime_ns();
-            let deadline = (self.open_start + self.cfg.interval_ns).min(next_checkpoint);
+            let deadline = (self.open_start + self.cfg.interval_ns)
+                .min(next_checkpoint)
+                .min(next_probe);
             if PENDING.load(Acquire) == 0 && DONE.load(Acquire) == seen && now < deadline {
+                slept_at_delay = runq.read();
                 sys::futex_wait_until_realtime(&REQ, seen, deadline);
                 continue;
             }
+            if now >= next_probe {
+                // Waiting for a CPU is not being stopped.
+                let waited = runq.read().saturating_sub(slept_at_delay);
+                self.woke((now - next_probe).saturating_sub(waited));
+                next_probe = rng.in_slot_after(now);
+            }
             let pending = PENDING.swap(0, AcqRel);
+            let open = self.open_start;
             self.close_ended(now);
             if pending & req::NODE != 0 {
                 self.switch_node(now);
@@ -733,6 +865,9 @@ impl Flusher {
             if pending & req::FLUSH != 0 {
                 self.write_layers();
                 self.write_partial(now);
+            }
+            if self.open_start != open || pending & req::FLUSH != 0 {
+                self.write_stacks();
             }
             if pending & req::EXIT != 0 {
                 self.exit(now);
@@ -749,6 +884,49 @@ impl Flusher {
             DONE.store(seen, Release);
             sys::futex_wake_all(&DONE);
         }
+    }
+}
+
+/// The calling thread's run delay: ns spent runnable on a run queue, waiting for a CPU
+/// (`/proc/thread-self/schedstat`, second field). Reads 0 where the kernel does not keep it.
+struct RunDelay(Option<std::fs::File>);
+
+impl RunDelay {
+    /// Opens the file of the calling thread (the flusher's, called from it).
+    fn open() -> Self {
+        RunDelay(std::fs::File::open("/proc/thread-self/schedstat").ok())
+    }
+
+    fn read(&self) -> u64 {
+        use std::os::unix::fs::FileExt as _;
+        let Some(f) = &self.0 else { return 0 };
+        let mut buf = [0u8; 96];
+        let Ok(n) = f.read_at(&mut buf, 0) else {
+            return 0;
+        };
+        std::str::from_utf8(&buf[..n])
+            .ok()
+            .and_then(|s| s.split_ascii_whitespace().nth(1)?.parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+/// Random probe times (xorshift64: no quality needed beyond an even spread).
+struct Probe(u64);
+
+impl Probe {
+    fn new(seed: u64) -> Self {
+        Probe(seed | 1)
+    }
+
+    /// A random time in the [`CHECKPOINT_NS`] slot after the one `now` is in.
+    fn in_slot_after(&mut self, now: u64) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        (now / CHECKPOINT_NS + 1) * CHECKPOINT_NS + x % CHECKPOINT_NS
     }
 }
 
@@ -796,6 +974,7 @@ fn carry_over(queue: &[u8]) -> Vec<u8> {
                 );
             }
             Ok(Record::End(e)) => buf.end(e.end_ns, e.reason),
+            Ok(Record::Wakeups(w)) => buf.wakeups(&extra_ref(w.interval), &w),
             Ok(_) => {}
             Err(_) => break,
         }

@@ -9,6 +9,9 @@
 //!   for their own files; a kept descriptor would then point into one of them. Each write
 //!   opens the data root, the node directory and the file (all without following links, and
 //!   checking that the file is still the one created), and closes them again.
+//! * **Stacks region.** Between the header page and the records, every live thread's innermost
+//!   open calls, rewritten in place at every interval ([`TraceOut::stacks`]; two slots
+//!   written alternately, see `culprit_format::stacks`).
 //! * **Checkpoints.** [`TraceOut::checkpoint`] keeps the interval in progress past the
 //!   committed end (header field `pending_end`), rewritten in place; readers use it only when
 //!   the process is gone. A crash then loses only the calls since the last checkpoint.
@@ -18,9 +21,10 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use culprit_datadir::{Dir, FileId};
+use culprit_format::stacks::{slot_offset, STACKS_REGION_SIZE};
 use culprit_format::{
-    file_state, writer::header_page, FileKind, DATA_OFFSET, HEADER_COMMITTED_END_OFFSET,
-    HEADER_PENDING_END_OFFSET, HEADER_STATE_OFFSET, MAGIC,
+    file_state, writer::header_page_with_stacks, FileKind, DATA_OFFSET,
+    HEADER_COMMITTED_END_OFFSET, HEADER_PENDING_END_OFFSET, HEADER_STATE_OFFSET, MAGIC,
 };
 
 /// Why a write did not happen.
@@ -87,7 +91,10 @@ impl TraceOut {
         let dir = Dir::open_root(root, true)?.node(node, true)?;
         let (f, name) = dir.create_file(name_for)?;
         let path = dir.path().join(&name);
-        f.write_all_at(&header_page(FileKind::Trace, created_ns, pid), 0)
+        let page = header_page_with_stacks(FileKind::Trace, created_ns, pid, STACKS_REGION_SIZE);
+        f.write_all_at(&page, 0).map_err(|e| failed(&path, e))?;
+        // The stacks region is a hole until the first snapshot (the file is sparse).
+        f.set_len(DATA_OFFSET + STACKS_REGION_SIZE)
             .map_err(|e| failed(&path, e))?;
         let id = FileId::of(&f).map_err(|e| failed(&path, e))?;
         Ok((
@@ -97,7 +104,7 @@ impl TraceOut {
                 name,
                 path,
                 id,
-                end: DATA_OFFSET,
+                end: DATA_OFFSET + STACKS_REGION_SIZE,
                 pending: false,
             },
             dir,
@@ -175,6 +182,13 @@ impl TraceOut {
             .map_err(|e| failed(&self.path, e))?;
         self.pending = true;
         Ok(())
+    }
+
+    /// Writes stack snapshot number `seq` (an encoded slot) into its slot of the stacks region.
+    pub fn stacks(&mut self, seq: u64, slot: &[u8]) -> Result<(), WriteError> {
+        let f = self.open()?;
+        f.write_all_at(slot, slot_offset(DATA_OFFSET, seq))
+            .map_err(|e| failed(&self.path, e))
     }
 
     /// Commits the last records, marks the file ended and cuts off anything past them.

@@ -161,8 +161,17 @@ pub fn ensure_block() -> Option<&'static ThreadBlock> {
     Some(b)
 }
 
+/// Threads that got a block so far (their serial numbers in stack snapshots).
+static SERIALS: AtomicU32 = AtomicU32::new(0);
+
 /// A block for a new thread: a free one if any, else a fresh mapping.
 fn claim() -> Option<&'static ThreadBlock> {
+    let b = claim_block()?;
+    b.set_owner(sys::gettid(), SERIALS.fetch_add(1, Relaxed) + 1);
+    Some(b)
+}
+
+fn claim_block() -> Option<&'static ThreadBlock> {
     for b in BLOCKS.iter() {
         if b.state
             .compare_exchange(state::FREE, state::LIVE, AcqRel, Relaxed)
@@ -212,6 +221,10 @@ fn thread_exited(b: &'static ThreadBlock) {
 /// `fork` child: only the calling thread (block `me`) exists; nothing counted before the fork
 /// is the child's.
 pub fn after_fork(me: Option<&'static ThreadBlock>) {
+    SERIALS.store(1, Relaxed);
+    if let Some(m) = me {
+        m.set_owner(sys::gettid(), 1);
+    }
     for b in BLOCKS.iter() {
         b.drop_deltas();
         if !me.is_some_and(|m| std::ptr::eq(m, b)) {

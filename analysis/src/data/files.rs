@@ -176,6 +176,11 @@ pub struct TraceFile {
     pub(super) consumed: u64,
     pub(super) objects: Vec<Object>,
     pub(super) addr_cache: HashMap<u64, FuncId>,
+    /// Where each thread was at the writer's last stack snapshot (format version 4; `None`
+    /// for older files or before the first snapshot). Re-read at every refresh.
+    pub stacks: Option<StackSnapshot>,
+    /// The flusher's wake-ups and their lateness, per interval (format version 4).
+    pub wakeups: Vec<culprit_format::WakeupsRec>,
 }
 
 impl TraceFile {
@@ -227,6 +232,41 @@ impl LayerStretch {
             events: rec.events().collect(),
         }
     }
+}
+
+/// One open call of a thread in a stack snapshot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpenFrame {
+    /// The function.
+    pub func: FuncId,
+    /// When it was entered, wall-clock ns.
+    pub entry_ns: u64,
+}
+
+/// A thread's open calls in a stack snapshot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThreadCalls {
+    /// Kernel thread id.
+    pub tid: u32,
+    /// 1 for the process's first traced thread, 2 for the next…
+    pub serial: u32,
+    /// Open calls in all (`frames` holds the innermost ones).
+    pub depth: u32,
+    /// `culprit_format::stacks::thread_flags`.
+    pub flags: u32,
+    /// The innermost open calls, outermost first.
+    pub frames: Vec<OpenFrame>,
+}
+
+/// Where each thread of a process was at one moment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StackSnapshot {
+    /// When the snapshot was taken, wall-clock ns.
+    pub taken_ns: u64,
+    /// Threads left out for lack of room.
+    pub omitted: u32,
+    /// The threads, by serial number.
+    pub threads: Vec<ThreadCalls>,
 }
 
 /// One (program, function) sample count in a sampler interval.
@@ -368,6 +408,8 @@ pub(super) fn empty_trace() -> TraceFile {
         consumed: DATA_OFFSET,
         objects: Vec::new(),
         addr_cache: HashMap::new(),
+        stacks: None,
+        wakeups: Vec::new(),
     }
 }
 

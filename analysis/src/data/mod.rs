@@ -23,16 +23,18 @@ use culprit_format::{info_keys, object_flags, samples_flags, FileKind, IntervalR
 mod files;
 pub mod names;
 pub mod source;
+mod stacks;
 mod symbols;
 
 use files::{empty_samples, empty_trace, merge_edges, merge_hists, merge_trace_entries};
 pub use files::{
-    EventCount, EventInterval, FileStatus, LayerStretch, NodeData, OsInterval, OsValue,
-    SampleCount, SampleFile, SampleInterval, TraceEdge, TraceEntry, TraceFile, TraceHist,
-    TraceInterval,
+    EventCount, EventInterval, FileStatus, LayerStretch, NodeData, OpenFrame, OsInterval, OsValue,
+    SampleCount, SampleFile, SampleInterval, StackSnapshot, ThreadCalls, TraceEdge, TraceEntry,
+    TraceFile, TraceHist, TraceInterval,
 };
 pub use names::{EventId, FuncId, FuncKey, Interner, Names, OsMetricId, OsMetricKey, ProgramId};
 pub use source::{DirSource, NodeListing, ReadAt, Source};
+pub use stacks::process_state;
 use symbols::{Object, Symbols};
 
 use crate::error::{Error, Result};
@@ -339,6 +341,10 @@ impl Dataset {
         }
         t.checkpoint = None;
         let Some(mut r) = self.read_records(t, stats) else {
+            // Ended or damaged: its last snapshot, read once.
+            if t.stacks.is_none() {
+                self.read_stacks(t);
+            }
             return;
         };
         // The writer's checkpoint of the interval in progress, right after what was read.
@@ -351,6 +357,40 @@ impl Dataset {
                 t.checkpoint = Some(ti);
             }
         }
+        self.read_stacks(t);
+    }
+
+    /// Re-reads the newest intact stack snapshot of `t` (kept when none can be read now).
+    fn read_stacks(&mut self, t: &mut TraceFile) {
+        let Ok(f) = self.source.open(&t.path) else {
+            return;
+        };
+        let Some(snap) = stacks::read_snapshot(&*f) else {
+            return;
+        };
+        let threads = snap
+            .threads
+            .iter()
+            .map(|th| ThreadCalls {
+                tid: th.tid,
+                serial: th.serial,
+                depth: th.depth,
+                flags: th.flags,
+                frames: th
+                    .frames
+                    .iter()
+                    .map(|fr| OpenFrame {
+                        func: self.trace_func(t, fr.addr),
+                        entry_ns: fr.entry_ns,
+                    })
+                    .collect(),
+            })
+            .collect();
+        t.stacks = Some(StackSnapshot {
+            taken_ns: snap.taken_ns,
+            omitted: snap.omitted,
+            threads,
+        });
     }
 
     /// A stream of `path` positioned at `from`; `None` (with `status` saying why, or a warning)
@@ -545,6 +585,7 @@ impl Dataset {
                     }
                 }
             }
+            Record::Wakeups(w) => t.wakeups.push(w),
             Record::End(e) => {
                 t.end_ns = Some(e.end_ns);
             }

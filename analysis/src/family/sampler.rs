@@ -1,6 +1,7 @@
 //! The sampler's families: `samples` (instruction-pointer samples per program, image and
 //! function) and `events` (kernel tracepoint counts per node), from `culprit sample`'s files.
 
+use culprit_sampler::profile::{STOPPED_EVENT, STOPPED_NS_EVENT};
 use std::collections::HashMap;
 
 use crate::data::{Dataset, EventId, FileStatus, FuncId, NodeData, ProgramId};
@@ -183,6 +184,12 @@ impl FamilyReader for EventsReader {
             self.cursors
                 .feed(&f.path, &f.events, open, until_ns, sink, |iv, sink, out| {
                     for c in &iv.counts {
+                        // Stops are the pause detector's (`crate::paused`): a stopped time is
+                        // not an event count.
+                        let name = ds.names.events.get(c.event);
+                        if &**name == STOPPED_EVENT || &**name == STOPPED_NS_EVENT {
+                            continue;
+                        }
                         let comp = *comps.entry(c.event).or_insert_with(|| {
                             sink.component(CompLabel {
                                 bucket: None,

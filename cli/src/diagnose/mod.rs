@@ -115,7 +115,8 @@ pub struct TrainArgs {
 #[derive(Debug, clap::Args)]
 #[command(
     after_help = "Examples:\n  culprit diagnose DATA/ --thresholds thresholds.json\n  \
-    culprit diagnose DATA/ --json > report.json\n  culprit diagnose DATA/ --follow\n\n\
+    culprit diagnose DATA/ --json > report.json\n  culprit diagnose DATA/ --follow\n  \
+    culprit diagnose DATA/ --html report.html   # open it in a browser\n\n\
     Exit status: 0 no node flagged, 1 a faulty (or stopped) node found, 2 error."
 )]
 pub struct DiagnoseArgs {
@@ -130,6 +131,10 @@ pub struct DiagnoseArgs {
     /// Print the report as JSON (schema: docs/diagnose-json.md)
     #[arg(long)]
     pub json: bool,
+    /// Also write the report as one self-contained HTML page (charts of every node's score
+    /// over time, the culprit's top functions, the ranked suspects) to FILE
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
     /// Diagnose a run in progress: report each window as it closes, until every writer has
     /// ended (or --for elapses), then print the report
     #[arg(long)]
@@ -284,11 +289,29 @@ pub fn run_diagnose(args: DiagnoseArgs) -> anyhow::Result<i32> {
         render::print_human(&diagnosis, &mut out)?;
     }
     out.flush()?;
+    if let Some(path) = &args.html {
+        write_html(&diagnosis, path, &Default::default())?;
+        eprintln!("culprit: HTML report written to {}", path.display());
+    }
     Ok(if diagnosis.culprits.is_empty() {
         0
     } else {
         EXIT_CULPRIT
     })
+}
+
+/// Writes `d` as an HTML page to `path` (to a temporary name first, so a failure leaves no
+/// half page and keeps an older report whole).
+pub fn write_html(
+    d: &culprit_analysis::Diagnosis,
+    path: &std::path::Path,
+    opts: &culprit_report_html::Options,
+) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    let page = culprit_report_html::render(d, opts)?;
+    let tmp = path.with_extension("html.tmp");
+    std::fs::write(&tmp, page).with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// `--follow`: windows as they close, one line each (JSON Lines with `--json`).

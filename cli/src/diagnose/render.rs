@@ -158,7 +158,7 @@ pub fn print_human(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
     print_ranking(r, out)?;
     if !r.findings.is_empty() {
         writeln!(out)?;
-        writeln!(out, "missing data:")?;
+        writeln!(out, "findings:")?;
         for f in &r.findings {
             writeln!(out, "  {}", f.describe())?;
         }

@@ -386,6 +386,12 @@ pub fn monotonic_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC)
 }
 
+/// The calling thread's kernel thread id.
+pub fn gettid() -> u32 {
+    // SAFETY: gettid has no arguments and cannot fail.
+    unsafe { libc::gettid() as u32 }
+}
+
 /// `CLOCK_REALTIME` in ns since the epoch.
 pub fn realtime_ns() -> u64 {
     clock_ns(libc::CLOCK_REALTIME)

@@ -1,0 +1,377 @@
+//! Where each thread is: the tracer's stack snapshots, named, and seed 002's last-function
+//! rule — a thread inside one call far longer than any peer ever stayed in that function is
+//! *stuck* there, and a node whose data stopped is reported with the call it was in.
+//!
+//! Seed 002 (Mirgorodskiy et al., "Finding Cause of Anomalies", 1: last trace entry)
+//! pinpoints the last function a failed host executed. Here the runtime's snapshot gives more
+//! than the last entry: every thread's open calls with their entry times, so a call that has
+//! not returned is seen while the process still runs, with how long it has been running.
+//!
+//! **The stuck rule.** A thread's open call of `f` that has been running for `d` is stuck
+//! when `d` ≥ [`STUCK_MIN_NS`] and `d` ≥ [`STUCK_FACTOR`] × the longest time any peer node
+//! spent in one call of `f`. A peer's longest call is bounded from above, never guessed from
+//! below, so a slow-but-normal function is not flagged: it is the largest of (a) the largest
+//! inclusive time of `f` in one of the peer's intervals (the calls that returned in that
+//! interval took at most their sum), tightened by the duration histograms when the peer
+//! recorded them (`CULPRIT_HIST=1`: the upper edge of the highest non-empty bucket), and (b)
+//! how long the peer's own open calls of `f` had been running at its last snapshot (a
+//! dispatcher loop that never returns is open on every node). Of a stuck thread's open calls
+//! the innermost that meets the rule is reported: the most specific place.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::data::{process_state, Dataset, FileStatus, FuncId, NodeData, StackSnapshot, TraceFile};
+use culprit_format::stacks::thread_flags;
+use culprit_format::{hist_bucket_low_ns, HIST_BUCKETS};
+
+/// Shortest call reported as stuck.
+pub const STUCK_MIN_NS: u64 = 10_000_000_000;
+/// How many times longer than the peers' longest call of the function a stuck call is.
+pub const STUCK_FACTOR: f64 = 3.0;
+
+/// What is known of the process that wrote a snapshot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProcessState {
+    /// Runs on this host.
+    Running,
+    /// Runs on this host, stopped by a signal (SIGSTOP, `T`) or a tracer (`t`).
+    Stopped,
+    /// Exited cleanly: the snapshot is its last.
+    Exited,
+    /// Gone without an end marker (crashed, killed): the snapshot is its last.
+    Died,
+    /// Not on this host (or not known): its file is still open.
+    Unknown,
+}
+
+impl ProcessState {
+    /// Of trace file `t`.
+    pub fn of(t: &TraceFile) -> Self {
+        match t.status {
+            FileStatus::Ended => return ProcessState::Exited,
+            FileStatus::Damaged(_) => return ProcessState::Unknown,
+            FileStatus::Open => {}
+        }
+        if t.writer_alive() {
+            match process_state(t.pid) {
+                Some('T' | 't') => ProcessState::Stopped,
+                Some('Z' | 'X') => ProcessState::Died,
+                Some(_) => ProcessState::Running,
+                None => ProcessState::Died,
+            }
+        } else if same_host(t) {
+            ProcessState::Died
+        } else {
+            ProcessState::Unknown
+        }
+    }
+
+    /// Words for people.
+    pub fn word(self) -> &'static str {
+        match self {
+            ProcessState::Running => "running",
+            ProcessState::Stopped => "stopped (SIGSTOP or a tracer)",
+            ProcessState::Exited => "exited",
+            ProcessState::Died => "gone without an end marker",
+            ProcessState::Unknown => "on another host (state not known here)",
+        }
+    }
+}
+
+/// True when `t` was written on this host and boot (so a missing process is really gone).
+fn same_host(t: &TraceFile) -> bool {
+    let here = culprit_format::procfs::boot_id();
+    match t.info(culprit_format::info_keys::BOOT_ID) {
+        Some(b) => !here.is_empty() && here == b,
+        None => false,
+    }
+}
+
+/// One open call, named.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CallNow {
+    /// Function.
+    pub function: String,
+    /// Image (executable or library base name).
+    pub image: String,
+    /// Entry, wall-clock ns.
+    pub entry_ns: u64,
+    /// How long it had been running at the snapshot, ns.
+    pub running_ns: u64,
+}
+
+/// One thread's open calls at a snapshot.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ThreadNow {
+    /// 1 for the process's first traced thread, 2 for the next…
+    pub thread: u32,
+    /// Kernel thread id.
+    pub tid: u32,
+    /// Open calls in all.
+    pub depth: u32,
+    /// The innermost open calls (up to 16), outermost first.
+    pub calls: Vec<CallNow>,
+    /// The stack changed while copied (a busy thread: its innermost call may be off by one).
+    pub unstable: bool,
+    /// `culprit_pause()` in effect.
+    pub paused: bool,
+    /// Deeper than traced: the innermost calls are missing.
+    pub overflow: bool,
+}
+
+impl ThreadNow {
+    /// The innermost open call.
+    pub fn innermost(&self) -> Option<&CallNow> {
+        self.calls.last()
+    }
+}
+
+/// One process's last snapshot.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProcessNow {
+    /// Node.
+    pub node: String,
+    /// Process id.
+    pub pid: u32,
+    /// Program.
+    pub program: String,
+    /// When the snapshot was taken, wall-clock ns.
+    pub taken_ns: u64,
+    /// The process now.
+    pub state: ProcessState,
+    /// Threads left out of the snapshot for lack of room.
+    pub omitted: u32,
+    /// Threads, by serial number.
+    pub threads: Vec<ThreadNow>,
+}
+
+fn named(ds: &Dataset, f: FuncId) -> (String, String) {
+    let k = ds.names.funcs.get(f);
+    (k.function.to_string(), k.image.to_string())
+}
+
+fn process_now(ds: &Dataset, node: &NodeData, t: &TraceFile, s: &StackSnapshot) -> ProcessNow {
+    let threads = s
+        .threads
+        .iter()
+        .map(|th| ThreadNow {
+            thread: th.serial,
+            tid: th.tid,
+            depth: th.depth,
+            calls: th
+                .frames
+                .iter()
+                .map(|fr| {
+                    let (function, image) = named(ds, fr.func);
+                    CallNow {
+                        function,
+                        image,
+                        entry_ns: fr.entry_ns,
+                        running_ns: s.taken_ns.saturating_sub(fr.entry_ns),
+                    }
+                })
+                .collect(),
+            unstable: th.flags & thread_flags::UNSTABLE != 0,
+            paused: th.flags & thread_flags::PAUSED != 0,
+            overflow: th.flags & thread_flags::OVERFLOW != 0,
+        })
+        .collect();
+    ProcessNow {
+        node: node.name.clone(),
+        pid: t.pid,
+        program: ds.names.programs.get(t.program).to_string(),
+        taken_ns: s.taken_ns,
+        state: ProcessState::of(t),
+        omitted: s.omitted,
+        threads,
+    }
+}
+
+/// Every process's last stack snapshot, by node, then process start. Processes whose files
+/// have no snapshot (older runtimes, a process that ended before its first interval) are
+/// left out.
+pub fn snapshots(ds: &Dataset) -> Vec<ProcessNow> {
+    let mut out = Vec::new();
+    for node in &ds.nodes {
+        for t in &node.traces {
+            if let Some(s) = &t.stacks {
+                out.push(process_now(ds, node, t, s));
+            }
+        }
+    }
+    out
+}
+
+/// A call that has not returned, as a finding reports it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OpenCall {
+    /// Process id.
+    pub pid: u32,
+    /// Program.
+    pub program: String,
+    /// Thread serial number (1 = the process's first traced thread).
+    pub thread: u32,
+    /// Kernel thread id.
+    pub tid: u32,
+    /// Function.
+    pub function: String,
+    /// Entered at (RFC 3339).
+    pub since: String,
+    /// How long it had been running at the snapshot, seconds.
+    pub running_s: f64,
+}
+
+impl OpenCall {
+    /// "thread 3 in dbpf_pwrite for 41 s".
+    pub fn describe(&self) -> String {
+        format!(
+            "thread {} in {} for {}",
+            self.thread,
+            self.function,
+            crate::time::duration((self.running_s * 1e9) as u64)
+        )
+    }
+}
+
+/// Upper bound of one call's length for each function, per node (see the module docs).
+fn longest_calls(node: &NodeData) -> HashMap<FuncId, u64> {
+    let mut out: HashMap<FuncId, u64> = HashMap::new();
+    let mut see = |f: FuncId, ns: u64| {
+        let e = out.entry(f).or_insert(0);
+        *e = (*e).max(ns);
+    };
+    for t in &node.traces {
+        for iv in &t.intervals {
+            let hist: HashMap<FuncId, u64> = iv
+                .hists
+                .iter()
+                .flatten()
+                .filter_map(|h| {
+                    let top = (0..HIST_BUCKETS).rev().find(|&k| h.counts[k] > 0)?;
+                    let upper = if top + 1 < HIST_BUCKETS {
+                        hist_bucket_low_ns(top + 1)
+                    } else {
+                        u64::MAX
+                    };
+                    Some((h.func, upper))
+                })
+                .collect();
+            for e in &iv.entries {
+                if e.calls == 0 {
+                    continue;
+                }
+                let bound = hist
+                    .get(&e.func)
+                    .map_or(e.incl_ns, |&h| h.min(e.incl_ns.max(1)));
+                see(e.func, bound);
+            }
+        }
+        if let Some(s) = &t.stacks {
+            for th in &s.threads {
+                for fr in &th.frames {
+                    see(fr.func, s.taken_ns.saturating_sub(fr.entry_ns));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A stuck call: the node, and the call.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stuck {
+    /// Node.
+    pub node: String,
+    /// The call.
+    pub call: OpenCall,
+    /// The peers' longest call of the function, seconds (an upper bound).
+    pub peers_longest_s: f64,
+}
+
+/// Stuck calls of every node (one per node: the longest-running), by the rule in the module
+/// docs. Needs at least two nodes.
+pub fn stuck(ds: &Dataset) -> Vec<Stuck> {
+    if ds.nodes.len() < 2 {
+        return Vec::new();
+    }
+    let longest: Vec<HashMap<FuncId, u64>> = ds.nodes.iter().map(longest_calls).collect();
+    let mut out = Vec::new();
+    for (n, node) in ds.nodes.iter().enumerate() {
+        let mut best: Option<Stuck> = None;
+        for t in &node.traces {
+            let Some(s) = &t.stacks else { continue };
+            for th in &s.threads {
+                // Innermost first: the most specific call that meets the rule.
+                for fr in th.frames.iter().rev() {
+                    let d = s.taken_ns.saturating_sub(fr.entry_ns);
+                    if d < STUCK_MIN_NS {
+                        continue;
+                    }
+                    let peers = longest
+                        .iter()
+                        .enumerate()
+                        .filter(|&(p, _)| p != n)
+                        .filter_map(|(_, m)| m.get(&fr.func).copied())
+                        .max()
+                        .unwrap_or(0);
+                    if (d as f64) < STUCK_FACTOR * peers as f64 {
+                        continue;
+                    }
+                    let better = best
+                        .as_ref()
+                        .is_none_or(|b| d as f64 / 1e9 > b.call.running_s);
+                    if better {
+                        let (function, _) = named(ds, fr.func);
+                        best = Some(Stuck {
+                            node: node.name.clone(),
+                            call: OpenCall {
+                                pid: t.pid,
+                                program: ds.names.programs.get(t.program).to_string(),
+                                thread: th.serial,
+                                tid: th.tid,
+                                function,
+                                since: crate::time::rfc3339(fr.entry_ns),
+                                running_s: d as f64 / 1e9,
+                            },
+                            peers_longest_s: peers as f64 / 1e9,
+                        });
+                    }
+                    break;
+                }
+            }
+        }
+        out.extend(best);
+    }
+    out
+}
+
+/// The call a node was in when its data stopped: of its processes' last snapshots, the
+/// newest one's longest-running innermost call (seed 002's last function). Threads inside
+/// a call below their outermost come first: a thread whose only open call is its start
+/// function (`main` waiting in `sleep`, a worker's loop) says least about where work stopped.
+pub fn last_call(ds: &Dataset, node: &str) -> Option<OpenCall> {
+    let n = ds.nodes.iter().find(|n| n.name == node)?;
+    let (t, s) = n
+        .traces
+        .iter()
+        .filter_map(|t| Some((t, t.stacks.as_ref()?)))
+        .max_by_key(|(_, s)| s.taken_ns)?;
+    let (th, fr) = s
+        .threads
+        .iter()
+        .filter_map(|th| Some((th, th.frames.last()?)))
+        .min_by_key(|(th, fr)| (th.depth < 2, fr.entry_ns))?;
+    let (function, _) = named(ds, fr.func);
+    Some(OpenCall {
+        pid: t.pid,
+        program: ds.names.programs.get(t.program).to_string(),
+        thread: th.serial,
+        tid: th.tid,
+        function,
+        since: crate::time::rfc3339(fr.entry_ns),
+        running_s: s.taken_ns.saturating_sub(fr.entry_ns) as f64 / 1e9,
+    })
+}

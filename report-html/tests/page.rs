@@ -1,0 +1,76 @@
+//! The page drawn from the golden diagnosis report (tests/golden/diagnose.json, made by the
+//! real `culprit diagnose --json`): self-contained, names escaped everywhere (the tables and
+//! the SVG charts), a chart per scored metric.
+
+use culprit_analysis::Diagnosis;
+use culprit_report_html::{render, Options};
+
+fn golden() -> Diagnosis {
+    let p = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/golden/diagnose.json");
+    let text = std::fs::read_to_string(p).expect("tests/golden/diagnose.json");
+    serde_json::from_str(&text).expect("the golden report")
+}
+
+#[test]
+fn names_are_escaped_in_tables_and_charts() {
+    let mut d = golden();
+    let evil = "operator<<(std::ostream&, \"x\")";
+    let mut renamed = 0;
+    for m in &mut d.metrics {
+        for n in &mut m.nodes {
+            for r in &mut n.top {
+                r.function = evil.to_string();
+                renamed += 1;
+            }
+        }
+    }
+    assert!(renamed > 0, "the golden report has no top functions");
+    d.verdicts[0].combined.reason = "<script>alert(1)</script>".to_string();
+    let page = render(&d, &Options::default()).unwrap();
+    assert!(!page.contains("<script"), "an unescaped reason");
+    assert!(!page.contains("operator<<"), "an unescaped function name");
+    assert!(page.contains("operator&lt;&lt;"), "the function is missing");
+}
+
+#[test]
+fn the_page_holds_the_verdict_and_a_chart_per_scored_metric() {
+    let d = golden();
+    let opts = Options {
+        title: "golden".into(),
+        fault_window: None,
+        fault_node: Some("io2".into()),
+    };
+    let page = render(&d, &opts).unwrap();
+    assert!(page.starts_with("<!DOCTYPE html>"));
+    for bad in [
+        "src=\"http",
+        "href=\"http",
+        "url(http",
+        "<script",
+        "<link",
+        "@import",
+    ] {
+        assert!(
+            !page.contains(bad),
+            "the page fetches or runs something: {bad}"
+        );
+    }
+    for c in &d.culprits {
+        assert!(
+            page.contains(&format!("<b>{c}</b> is <b>")),
+            "culprit {c} not in the verdict"
+        );
+    }
+    for m in d
+        .metrics
+        .iter()
+        .filter(|m| m.nodes.iter().any(|n| !n.scores.is_empty()))
+    {
+        assert!(
+            page.contains(&format!("id=\"scores-{}\"><svg", m.metric.name())),
+            "no chart for {}",
+            m.metric.name()
+        );
+    }
+    assert!(page.contains("the fault was injected into <b>io2</b>"));
+}
