@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use culprit_format::{
     file_state, info_keys, object_flags, pending_interval, records_at, samples_flags, FileKind,
-    IntervalRec, ParsedFile, Record, MAX_RECORD_LEN,
+    IntervalRec, ParsedFile, Record, MAX_RECORD_LEN, RECORD_HEADER_SIZE,
 };
 
 mod files;
@@ -60,6 +60,7 @@ pub struct Dataset {
     source: Box<dyn Source>,
     opts: LoadOptions,
     symbols: Symbols,
+    read_limit: Option<u64>,
 }
 
 impl std::fmt::Debug for Dataset {
@@ -78,6 +79,9 @@ pub struct RefreshStats {
     pub new_files: usize,
     /// New interval records read (trace + samples + events).
     pub new_intervals: usize,
+    /// Streams with committed records left unread because of the read limit
+    /// ([`Dataset::set_read_limit`]): refresh again to read on.
+    pub unread_streams: usize,
 }
 
 impl Dataset {
@@ -105,7 +109,21 @@ impl Dataset {
             symbols: Symbols::new(opts.symfs.clone()),
             source,
             opts,
+            read_limit: None,
         }
+    }
+
+    /// Reads at most about `bytes` of each stream per [`Dataset::refresh`] (whole records; a
+    /// record longer than that is read whole), so a consumer can take the intervals read,
+    /// forget them and refresh again: memory stays bounded whatever the data's size (exports).
+    /// [`RefreshStats::unread_streams`] says whether more is left. `None` (the default) reads
+    /// everything committed.
+    ///
+    /// A stream's last interval read may still change at the next refresh (a dead writer's
+    /// checkpoint is re-read; records that complete an interval follow it): a consumer that
+    /// forgets intervals keeps each stream's last one until the stream is read to the end.
+    pub fn set_read_limit(&mut self, bytes: Option<u64>) {
+        self.read_limit = bytes.map(|b| b.max(RECORD_HEADER_SIZE as u64));
     }
 
     /// An error unless some node has data.
@@ -334,7 +352,7 @@ impl Dataset {
     }
 
     fn read_committed(&mut self, t: &mut TraceFile, stats: &mut RefreshStats) {
-        let Some(chunk) = self.read_new(&t.path, t.consumed, &mut t.status) else {
+        let Some(chunk) = self.read_new(&t.path, t.consumed, &mut t.status, stats) else {
             return;
         };
         let (bytes, ended) = chunk;
@@ -418,7 +436,7 @@ impl Dataset {
         if matches!(s.status, FileStatus::Damaged(_) | FileStatus::Ended) {
             return;
         }
-        let Some((bytes, ended)) = self.read_new(&s.path, s.consumed, &mut s.status) else {
+        let Some((bytes, ended)) = self.read_new(&s.path, s.consumed, &mut s.status, stats) else {
             return;
         };
         let mut recs = records_at(&bytes, s.consumed);
@@ -509,6 +527,7 @@ impl Dataset {
         path: &Path,
         from: u64,
         status: &mut FileStatus,
+        stats: &mut RefreshStats,
     ) -> Option<(Vec<u8>, bool)> {
         let f = match self.source.open(path) {
             Ok(f) => f,
@@ -539,17 +558,37 @@ impl Dataset {
             }
             return None;
         }
-        let len = (present - from) as usize;
+        let limit = self.read_limit.unwrap_or(u64::MAX);
+        let limited = present - from > limit;
+        let mut len = (present - from).min(limit) as usize;
         let mut buf = vec![0u8; len];
         let mut got = 0usize;
-        while got < len {
-            match f.read_at(&mut buf[got..], from + got as u64) {
-                Ok(0) => break,
-                Ok(k) => got += k,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    self.warn(format!("{}: read error: {e}", path.display()));
-                    break;
+        loop {
+            while got < len {
+                match f.read_at(&mut buf[got..], from + got as u64) {
+                    Ok(0) => break,
+                    Ok(k) => got += k,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => {
+                        self.warn(format!("{}: read error: {e}", path.display()));
+                        break;
+                    }
+                }
+            }
+            if !limited || got < len {
+                break;
+            }
+            // Whole records only; the first one whole even past the limit.
+            match whole_records(&buf[..got]) {
+                (0, Some(first)) if first as u64 <= present - from && first > len => {
+                    len = first;
+                    buf.resize(len, 0);
+                }
+                (0, _) => break, // a bad length: the decoder says what is wrong
+                (whole, _) => {
+                    buf.truncate(whole);
+                    stats.unread_streams += 1;
+                    return Some((buf, false));
                 }
             }
         }
@@ -579,6 +618,25 @@ fn push_warning(list: &mut Vec<String>, w: String) {
     if !list.contains(&w) {
         list.push(w);
     }
+}
+
+/// How many leading bytes of `bytes` are whole records, and the length of the first record
+/// when its header is there (a record's total length is its header's bytes 4..8).
+fn whole_records(bytes: &[u8]) -> (usize, Option<usize>) {
+    let len_at = |pos: usize| -> Option<usize> {
+        let b = bytes.get(pos + 4..pos + 8)?;
+        let len = u32::from_le_bytes(b.try_into().ok()?);
+        (len as usize >= RECORD_HEADER_SIZE && len <= MAX_RECORD_LEN).then_some(len as usize)
+    };
+    let first = len_at(0);
+    let mut pos = 0;
+    while let Some(len) = len_at(pos) {
+        if pos + len > bytes.len() {
+            break;
+        }
+        pos += len;
+    }
+    (pos, first)
 }
 
 /// Reads up to `buf.len()` bytes at `offset`, fewer only at the end of the stream.
