@@ -1,0 +1,145 @@
+//! Folded stacks (Brendan Gregg's format, read by flamegraph.pl, inferno and speedscope): one
+//! line per distinct stack, frames root first separated by `;`, a space, and the stack's value.
+//!
+//! * tracer: `function` (deeper: `caller;…;function`), valued by exclusive time in ns
+//!   (`--value self`, the default for traced data) or calls (`--value calls`);
+//! * sampler: `program;image;function` (deeper: `program;frame;…;function`), valued by samples
+//!   (`--value samples`, the default when the selection has no traced calls).
+//!
+//! Lines are sorted by stack, so equal data gives equal files. A `;` inside a name would split
+//! a frame and becomes `:`; frames never end a line, so names with spaces are fine.
+
+use std::collections::HashMap;
+
+use culprit_analysis::data::{
+    EventInterval, FuncId, Names, ProgramId, SampleInterval, TraceInterval,
+};
+
+use crate::error::Result;
+use crate::out::Out;
+use crate::scan::{Cx, Reader, Sink};
+use crate::stacks::{sample_stacks, trace_stacks, Depth, TraceValues};
+use crate::{Request, Summary, Value};
+
+/// Aggregated stacks.
+#[derive(Debug, Default)]
+struct Stacks {
+    trace: HashMap<Vec<FuncId>, TraceValues>,
+    samples: HashMap<(ProgramId, Vec<FuncId>), u64>,
+    depth: Depth,
+}
+
+impl Sink for Stacks {
+    fn trace(&mut self, _: &Cx<'_>, iv: &TraceInterval) -> Result<()> {
+        let trace = &mut self.trace;
+        trace_stacks(iv, &mut self.depth, |stack, v| match trace.get_mut(stack) {
+            Some(x) => x.add(v),
+            None => {
+                trace.insert(stack.to_vec(), v);
+            }
+        });
+        Ok(())
+    }
+
+    fn samples(&mut self, cx: &Cx<'_>, iv: &SampleInterval) -> Result<()> {
+        let samples = &mut self.samples;
+        sample_stacks(iv, &mut self.depth, |program, stack, n| {
+            if cx.selection.program(cx.names, program) {
+                *samples.entry((program, stack.to_vec())).or_default() += n;
+            }
+        });
+        Ok(())
+    }
+
+    fn events(&mut self, _: &Cx<'_>, _: &EventInterval) -> Result<()> {
+        Ok(())
+    }
+}
+
+fn frame(name: &str) -> String {
+    name.replace(';', ":")
+}
+
+/// The folded lines of `stacks` valued by `value`, sorted.
+fn lines(stacks: &Stacks, names: &Names, value: Value) -> Vec<(String, u64)> {
+    let func = |f: FuncId| frame(&names.funcs.get(f).function);
+    let mut out: Vec<(String, u64)> = match value {
+        Value::SelfTime | Value::Calls => stacks
+            .trace
+            .iter()
+            .map(|(stack, v)| {
+                let s: Vec<String> = stack.iter().map(|&f| func(f)).collect();
+                let n = if value == Value::Calls {
+                    v.calls
+                } else {
+                    v.self_ns
+                };
+                (s.join(";"), n)
+            })
+            .collect(),
+        Value::Samples => stacks
+            .samples
+            .iter()
+            .map(|((program, stack), &n)| {
+                let mut s = vec![frame(names.programs.get(*program))];
+                if let [leaf] = stack[..] {
+                    s.push(frame(&names.funcs.get(leaf).image));
+                }
+                s.extend(stack.iter().map(|&f| func(f)));
+                (s.join(";"), n)
+            })
+            .collect(),
+    };
+    // Distinct ids can share a rendered name (`;` replaced): merge them.
+    out.sort();
+    out.dedup_by(|b, a| {
+        if a.0 == b.0 {
+            a.1 += b.1;
+            true
+        } else {
+            false
+        }
+    });
+    out.retain(|(_, n)| *n > 0);
+    out
+}
+
+pub(crate) fn export(req: &Request, reader: &Reader) -> Result<Summary> {
+    let mut out = Out::create(req.output.as_deref(), false)?;
+    let mut stacks = Stacks::default();
+    let pass = reader.run(&mut stacks)?;
+    let mut notes = Vec::new();
+    let value = req.value.unwrap_or(if stacks.trace.is_empty() {
+        Value::Samples
+    } else {
+        Value::SelfTime
+    });
+    if req.value.is_none() && !stacks.trace.is_empty() && !stacks.samples.is_empty() {
+        notes.push(
+            "the selection has traced calls and samples: folded stacks show the tracer's self \
+             time (--value samples for the sampler's)"
+                .to_string(),
+        );
+    }
+    notes.extend(stacks.depth.note());
+    let lines = lines(&stacks, &pass.names, value);
+    if lines.is_empty() {
+        notes.push(format!(
+            "no {} in the selection: the output is empty",
+            match value {
+                Value::Samples => "samples",
+                _ => "traced calls",
+            }
+        ));
+    }
+    for (stack, n) in &lines {
+        writeln!(out.w(), "{stack} {n}").map_err(|e| out.error(e))?;
+    }
+    let written = out.finish()?;
+    Ok(Summary {
+        written: written.into_iter().collect(),
+        items: lines.len() as u64,
+        notes,
+        warnings: pass.warnings,
+    })
+}
