@@ -1,0 +1,204 @@
+//! Synthetic data directories for the export benchmark and the streaming tests: each node has
+//! one traced server process (1 s intervals, `funcs` functions called in each) and one
+//! sampler run (10 s intervals, `sample_funcs` sampled functions, two kernel events), with the
+//! values of `culprit_analysis::synth::Scenario` (a shared Zipf-like profile, per-node
+//! differences, noise).
+//!
+//! Trace files record their binary at a path that does not exist, so functions are named
+//! `synth-server+0x…` (the loader warns once per node); sample files carry names (`f000`, …).
+
+#![allow(dead_code)]
+
+use std::io;
+use std::path::Path;
+
+use culprit_analysis::synth::Scenario;
+use culprit_format::names::{samples_file_name, trace_file_name};
+use culprit_format::writer::FileWriter;
+use culprit_format::{
+    end_reason, info_keys, object_flags, EventEntry, FileKind, IntervalEntry, IntervalHead,
+    ObjectDesc, RecordBuf, SampleEntry, SamplesHead,
+};
+
+const NS: u64 = 1_000_000_000;
+const BIAS: u64 = 0x5555_0000_0000;
+
+/// What to generate.
+#[derive(Clone, Copy, Debug)]
+pub struct Spec {
+    /// Nodes (`n00`, `n01`, …).
+    pub nodes: usize,
+    /// Seconds of data.
+    pub secs: u64,
+    /// Traced functions per interval.
+    pub funcs: usize,
+    /// Sampled functions per interval.
+    pub sample_funcs: usize,
+    /// Start, seconds since the epoch.
+    pub t0_s: u64,
+}
+
+/// The address of traced function `i`.
+pub fn func_addr(i: usize) -> u64 {
+    BIAS + 0x1000 + 0x40 * i as u64
+}
+
+/// Writes the data directory `root` (`root/<node>/…`).
+pub fn write(root: &Path, spec: Spec) -> io::Result<()> {
+    let t0 = spec.t0_s * NS;
+    let mut traces = Vec::new();
+    let mut samples = Vec::new();
+    for n in 0..spec.nodes {
+        let node = Scenario::node_name(n);
+        let dir = root.join(&node);
+        std::fs::create_dir_all(&dir)?;
+        let pid = 1000 + n as u32;
+        let mut t = FileWriter::create_unique(
+            &dir,
+            |seq| trace_file_name(pid, t0, seq),
+            FileKind::Trace,
+            t0,
+            pid,
+        )?;
+        let mut buf = RecordBuf::new();
+        let pid_s = pid.to_string();
+        buf.info([
+            (info_keys::NODE, node.as_str()),
+            (info_keys::PROGRAM, "synth-server"),
+            (info_keys::PID, pid_s.as_str()),
+            (info_keys::INTERVAL_NS, "1000000000"),
+        ]);
+        buf.object(&ObjectDesc {
+            id: 1,
+            flags: object_flags::MAIN,
+            bias: BIAS,
+            start: BIAS,
+            end: BIAS + 0x100_0000,
+            build_id: &[],
+            path: "/nonexistent/culprit-synth/synth-server",
+        });
+        t.append(&buf)?;
+        traces.push(t);
+        let mut s = FileWriter::create_unique(
+            &dir,
+            |seq| samples_file_name(t0, seq),
+            FileKind::Samples,
+            t0,
+            2000 + n as u32,
+        )?;
+        buf.clear();
+        buf.info([
+            (info_keys::EVENT, "cpu-clock"),
+            (info_keys::PERIOD, "1000000"),
+        ]);
+        let names: Vec<String> = (0..spec.sample_funcs).map(|i| format!("f{i:03}")).collect();
+        buf.strings(
+            [
+                (1, "cpu-clock"),
+                (2, "synth-server"),
+                (3, "tcp:tcp_retransmit_skb"),
+                (4, "block:block_rq_issue"),
+            ]
+            .into_iter()
+            .chain(
+                names
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| (10 + i as u32, s.as_str())),
+            ),
+        );
+        s.append(&buf)?;
+        samples.push(s);
+    }
+    let trace_run = Scenario {
+        nodes: spec.nodes,
+        funcs: spec.funcs,
+        secs: spec.secs,
+        interval_s: 1,
+        t0_s: spec.t0_s,
+        scale: 5000.0,
+        ..Scenario::default()
+    };
+    let mut buf = RecordBuf::with_capacity(64 + 32 * spec.funcs);
+    let mut err = None;
+    trace_run.generate(|n, start, v| {
+        buf.clear();
+        buf.interval(
+            &IntervalHead {
+                start_ns: start,
+                dur_ns: NS,
+                threads: 4,
+                ..Default::default()
+            },
+            v.iter().enumerate().map(|(i, &x)| IntervalEntry {
+                addr: func_addr(i),
+                calls: x.round() as u64 + 1,
+                excl_ns: (x * 1000.0) as u64,
+                incl_ns: (x * 1500.0) as u64,
+            }),
+        );
+        if let Err(e) = traces[n].append(&buf) {
+            err.get_or_insert(e);
+        }
+    });
+    let sample_run = Scenario {
+        funcs: spec.sample_funcs,
+        interval_s: 10,
+        seed: 7,
+        ..trace_run.clone()
+    };
+    sample_run.generate(|n, start, v| {
+        buf.clear();
+        let entries: Vec<SampleEntry> = v
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| SampleEntry {
+                program: 2,
+                image: 2,
+                function: 10 + i as u32,
+                count: x.round() as u64 / 10 + 1,
+            })
+            .collect();
+        let total = entries.iter().map(|e| e.count).sum();
+        buf.samples(
+            &SamplesHead {
+                start_ns: start,
+                dur_ns: 10 * NS,
+                event_sid: 1,
+                period: 1_000_000,
+                total,
+                ..Default::default()
+            },
+            entries,
+        );
+        buf.events(
+            start,
+            10 * NS,
+            0,
+            [
+                EventEntry {
+                    event: 3,
+                    count: (v[0] as u64) % 7,
+                },
+                EventEntry {
+                    event: 4,
+                    count: v[0] as u64,
+                },
+            ],
+        );
+        if let Err(e) = samples[n].append(&buf) {
+            err.get_or_insert(e);
+        }
+    });
+    if let Some(e) = err {
+        return Err(e);
+    }
+    let end = t0 + spec.secs * NS;
+    for t in traces {
+        t.finish(end, end_reason::EXIT)?;
+    }
+    for s in samples {
+        s.finish(end, end_reason::DONE)?;
+    }
+    Ok(())
+}
