@@ -7,6 +7,7 @@
 //! cargo bench -p culprit-export --bench export_scale                  # 24 h, 4 nodes
 //! cargo bench -p culprit-export --bench export_scale -- --hours 1     # quicker
 //! cargo bench -p culprit-export --bench export_scale -- --data DIR    # keep the data in DIR
+//! cargo bench -p culprit-export --bench export_scale -- --format csv  # only these formats
 //! ```
 //!
 //! Each export runs in a child process (this binary again), which reports its peak resident
@@ -83,6 +84,7 @@ fn main() {
     let mut hours = 24u64;
     let mut nodes = 4usize;
     let mut data: Option<PathBuf> = None;
+    let mut only: Vec<String> = Vec::new();
     let mut i = 1;
     while i < args.len() {
         match args[i].as_str() {
@@ -92,6 +94,10 @@ fn main() {
             }
             "--nodes" => {
                 nodes = args[i + 1].parse().unwrap();
+                i += 1;
+            }
+            "--format" => {
+                only.push(args[i + 1].clone());
                 i += 1;
             }
             "--data" => {
@@ -146,6 +152,9 @@ fn main() {
         ("parquet", u64::MAX),
     ];
     for (format, limit) in runs {
+        if !only.is_empty() && !only.iter().any(|f| f == format) {
+            continue;
+        }
         let out = tmp.join(format!("out-{format}"));
         let t = Instant::now();
         let o = Command::new(&exe)

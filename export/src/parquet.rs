@@ -110,11 +110,6 @@ impl<T> Opt<T> {
             None => self.defs.push(0),
         }
     }
-
-    fn clear(&mut self) {
-        self.values.clear();
-        self.defs.clear();
-    }
 }
 
 #[derive(Debug, Default)]
@@ -153,21 +148,8 @@ impl Table for Profiles {
             req_col::<Int64Type>(&mut rg, &c.values, Some(&c.defs))?;
         }
         rg.close()?;
-        self.start.clear();
-        self.dur_ns.clear();
-        self.source.clear();
-        self.program.clear();
-        self.pid.clear();
-        self.image.clear();
-        self.function.clear();
-        for c in [
-            &mut self.calls,
-            &mut self.self_ns,
-            &mut self.total_ns,
-            &mut self.samples,
-        ] {
-            c.clear();
-        }
+        // Fresh buffers: a partition's capacity must not outlive its row group.
+        *self = Profiles::default();
         Ok(())
     }
 }
@@ -413,8 +395,9 @@ struct Writer<'a> {
     tick: u64,
 }
 
-/// Bytes a row holds in the buffers besides its strings (which are shared).
-const ROW_BYTES: usize = 160;
+/// Bytes a row holds in the buffers besides its strings (which are shared): eight integer
+/// columns and their definition levels, four string handles of 32 bytes.
+const ROW_BYTES: usize = 200;
 
 fn micros(ns: u64) -> i64 {
     i64::try_from(ns / 1000).unwrap_or(i64::MAX)
