@@ -1,6 +1,6 @@
 //! `culprit doctor`: what this machine allows culprit to do — perf access, hardware vs software
 //! events, tracefs, kernel symbol addresses, network namespaces, nftables, cgroup v1 `cpu` and
-//! `blkio` controllers, uftrace. Every line says OK or MISSING and, when missing, what to do.
+//! `blkio` controllers, delay accounting, uftrace. Every line says OK or MISSING and, when missing, what to do.
 //! Nothing is changed on the machine.
 
 use std::io::Write as _;
@@ -291,6 +291,39 @@ fn cgroups() -> Check {
     )
 }
 
+fn delayacct() -> Check {
+    use culprit_sampler::os::delayacct::{state, SYSCTL};
+    match state() {
+        Some(true) => check(
+            "delay_accounting",
+            true,
+            "kernel.task_delayacct is on: the OS metrics have per-process block-I/O delay (of \
+             tasks started since it was turned on)"
+                .into(),
+            None,
+        ),
+        Some(false) => check(
+            "delay_accounting",
+            true,
+            "kernel.task_delayacct is off; `culprit sample --delayacct` turns it on for its run \
+             (host-wide) and restores it after; start the sampler before the servers: tasks \
+             created while it is off are never accounted"
+                .into(),
+            None,
+        ),
+        None => check(
+            "delay_accounting",
+            false,
+            format!("{SYSCTL} does not exist"),
+            Some(
+                "a kernel 5.14 or later with CONFIG_TASK_DELAY_ACCT; without it the OS metrics \
+                 have no per-process block-I/O delay"
+                    .into(),
+            ),
+        ),
+    }
+}
+
 fn uftrace() -> Check {
     match quiet("uftrace", &["--version"]) {
         Ok(v) => check(
@@ -321,6 +354,7 @@ pub fn report() -> Report {
         namespaces(),
         nftables(),
         cgroups(),
+        delayacct(),
         uftrace(),
     ];
     Report {

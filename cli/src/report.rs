@@ -57,9 +57,12 @@ pub struct Args {
     /// Merge the processes of each node (per program) instead of one table per process.
     #[arg(long)]
     pub merge: bool,
-    /// Show only: traces, samples or events.
+    /// Show only: traces, samples, events or os (OS metrics).
     #[arg(long, value_enum)]
     pub only: Option<Only>,
+    /// With --json: also list every OS metric's per-interval values (`series`).
+    #[arg(long)]
+    pub os_series: bool,
     /// Also show samples that belong to no node (the `_unassigned` directory).
     #[arg(long)]
     pub all: bool,
@@ -96,6 +99,8 @@ pub enum Only {
     Samples,
     /// Kernel event counts.
     Events,
+    /// OS metrics (disk, network, TCP, CPU, cgroup, processes).
+    Os,
 }
 
 /// The whole report (also the JSON document).
@@ -124,6 +129,46 @@ pub struct NodeReport {
     pub samples: Vec<SamplesReport>,
     /// Kernel event totals in the range.
     pub events: Vec<EventRow>,
+    /// OS metrics in the range (absent when the node has none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub os: Option<OsReport>,
+}
+
+/// A node's OS metrics over the range.
+#[derive(Debug, Serialize)]
+pub struct OsReport {
+    /// Interval length, ns.
+    pub interval_ns: u64,
+    /// Intervals in the range.
+    pub intervals: usize,
+    /// Intervals the collector could not observe (no values: missing, not zero).
+    pub missed_intervals: usize,
+    /// One row per (metric, instance), by name.
+    pub metrics: Vec<OsMetricRow>,
+}
+
+/// One OS metric's statistics over the intervals where it is present.
+#[derive(Debug, Serialize)]
+pub struct OsMetricRow {
+    /// Name (`disk.await`; catalogue in culprit_format::os_metrics).
+    pub metric: String,
+    /// Device or interface, for per-instance metrics.
+    pub instance: Option<String>,
+    /// Unit.
+    pub unit: String,
+    /// Intervals with a value.
+    pub present: usize,
+    /// Observed intervals without a value (the node could not provide it then).
+    pub absent: usize,
+    /// Mean of the values present.
+    pub mean: f64,
+    /// Smallest value.
+    pub min: f64,
+    /// Largest value.
+    pub max: f64,
+    /// With --os-series: `[start_ns, value or null]` per observed interval.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub series: Option<Vec<(u64, Option<f64>)>>,
 }
 
 /// One traced process.
@@ -285,6 +330,10 @@ pub fn data_span(ds: &Dataset) -> Option<(u64, u64)> {
                 lo = lo.min(iv.start_ns);
                 hi = hi.max(iv.start_ns + iv.dur_ns);
             }
+            for iv in &s.os {
+                lo = lo.min(iv.start_ns);
+                hi = hi.max(iv.start_ns + iv.dur_ns);
+            }
         }
     }
     (lo <= hi).then_some((lo, hi))
@@ -318,6 +367,11 @@ pub fn build(ds: &Dataset, args: &Args) -> anyhow::Result<Report> {
             Vec::new()
         };
         let (samples, events) = sample_reports(ds, node, args, &in_range);
+        let os = if show(Only::Os) {
+            os_report(ds, node, args, &in_range)
+        } else {
+            None
+        };
         nodes.push(NodeReport {
             node: node.name.clone(),
             processes,
@@ -331,6 +385,7 @@ pub fn build(ds: &Dataset, args: &Args) -> anyhow::Result<Report> {
             } else {
                 Vec::new()
             },
+            os,
         });
     }
     Ok(Report {
@@ -603,6 +658,129 @@ fn sample_reports(
     (reports, ev)
 }
 
+/// Statistics of each OS metric over the node's intervals in the range (all sampler runs).
+fn os_report(
+    ds: &Dataset,
+    node: &NodeData,
+    args: &Args,
+    in_range: &dyn Fn(u64) -> bool,
+) -> Option<OsReport> {
+    let ivs: Vec<&culprit_analysis::data::OsInterval> = node
+        .samples
+        .iter()
+        .flat_map(|s| &s.os)
+        .filter(|iv| in_range(iv.start_ns))
+        .collect();
+    if ivs.is_empty() {
+        return None;
+    }
+    let observed: Vec<&&culprit_analysis::data::OsInterval> =
+        ivs.iter().filter(|iv| !iv.missed()).collect();
+    let mut ids: Vec<u32> = observed
+        .iter()
+        .flat_map(|iv| iv.values.iter().map(|v| v.metric))
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let mut metrics: Vec<OsMetricRow> = ids
+        .into_iter()
+        .map(|id| {
+            let key = ds.names.os_metrics.get(id);
+            let vals: Vec<Option<f64>> = observed.iter().map(|iv| iv.get(id)).collect();
+            let present: Vec<f64> = vals.iter().flatten().copied().collect();
+            OsMetricRow {
+                metric: key.name.to_string(),
+                instance: key.instance.as_ref().map(|i| i.to_string()),
+                unit: key.unit.to_string(),
+                present: present.len(),
+                absent: vals.len() - present.len(),
+                mean: present.iter().sum::<f64>() / present.len().max(1) as f64,
+                min: present.iter().copied().fold(f64::INFINITY, f64::min),
+                max: present.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                series: args.os_series.then(|| {
+                    observed
+                        .iter()
+                        .zip(&vals)
+                        .map(|(iv, v)| (iv.start_ns, *v))
+                        .collect()
+                }),
+            }
+        })
+        .collect();
+    // In the catalogue's order (disk, net, tcp, cpu, cg, proc; sysstat's order inside a
+    // group), one device or interface after the other; names it does not know last.
+    let rank = |m: &str| {
+        let cat = culprit_format::os_metrics::CATALOGUE;
+        let i = cat.iter().position(|d| d.name == m).unwrap_or(cat.len());
+        let group = m.split('.').next().unwrap_or("");
+        let g = cat
+            .iter()
+            .position(|d| d.name.split('.').next() == Some(group))
+            .unwrap_or(cat.len());
+        (g, i)
+    };
+    metrics.sort_by(|a, b| {
+        let (ra, rb) = (rank(&a.metric), rank(&b.metric));
+        (ra.0, &a.instance, ra.1, &a.metric).cmp(&(rb.0, &b.instance, rb.1, &b.metric))
+    });
+    Some(OsReport {
+        interval_ns: ivs[0].dur_ns,
+        intervals: ivs.len(),
+        missed_intervals: ivs.len() - observed.len(),
+        metrics,
+    })
+}
+
+/// A value for the table: enough digits to read, not more.
+fn os_number(v: f64) -> String {
+    let a = v.abs();
+    if a == 0.0 {
+        "0".into()
+    } else if a >= 1e6 {
+        format!("{v:.3e}")
+    } else if a >= 100.0 {
+        format!("{v:.0}")
+    } else if a >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.4}")
+    }
+}
+
+fn print_os(out: &mut dyn std::io::Write, os: &OsReport) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "
+OS metrics  ·  {} interval(s) of {}{}",
+        os.intervals,
+        time::duration(os.interval_ns),
+        if os.missed_intervals > 0 {
+            format!("  ·  {} missed", os.missed_intervals)
+        } else {
+            String::new()
+        }
+    )?;
+    writeln!(
+        out,
+        "  {:<22} {:<10} {:>11} {:>11} {:>11}  {:<10} absent",
+        "metric", "instance", "mean", "min", "max", "unit"
+    )?;
+    for m in &os.metrics {
+        writeln!(
+            out,
+            "  {:<22} {:<10} {:>11} {:>11} {:>11}  {:<10} {}",
+            m.metric,
+            m.instance.as_deref().unwrap_or("-"),
+            os_number(m.mean),
+            os_number(m.min),
+            os_number(m.max),
+            m.unit,
+            m.absent
+        )?;
+    }
+    Ok(())
+}
+
 fn group_digits(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::with_capacity(s.len() + s.len() / 3);
@@ -769,6 +947,9 @@ fn print_human(out: &mut dyn std::io::Write, r: &Report, args: &Args) -> std::io
             for e in &n.events {
                 writeln!(out, "  {:>12}  {}", group_digits(e.count), e.event)?;
             }
+        }
+        if let Some(os) = &n.os {
+            print_os(out, os)?;
         }
     }
     Ok(())

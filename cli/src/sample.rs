@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
+use culprit_sampler::os::OsConfig;
 use culprit_sampler::{Config, NodeRule, Rate, Sampler, Scope};
 
 /// Arguments of `culprit sample`.
@@ -18,7 +19,9 @@ use culprit_sampler::{Config, NodeRule, Rate, Sampler, Scope};
     culprit sample -o DATA --duration 60s --interval 1s\n  \
     culprit sample --event cpu-clock --freq 999\n  \
     culprit sample --node-netns io1=/run/netns/io1 --node-netns io2=/run/netns/io2 \\\n      \
-    --node-addr io1=10.0.0.1 --node-addr io2=10.0.0.2   # emulated nodes\n\n\
+    --node-addr io1=10.0.0.1 --node-addr io2=10.0.0.2   # emulated nodes\n  \
+    culprit sample --delayacct --node-pid s1=4242 --node-addr s1=127.0.0.1:3001 \\\n      \
+    --node-pid s2=4243 --node-addr s2=127.0.0.1:3002   # servers sharing a host\n\n\
     The default event is hardware cycles every 100000 (seed 000); where hardware events do not \
     exist (virtual machines) it falls back to cpu-clock at 1 kHz per CPU and says so. \
     Needs root, CAP_PERFMON, or kernel.perf_event_paranoid <= 0 (see `culprit doctor`).")]
@@ -66,8 +69,10 @@ pub struct Args {
     /// Emulated node: this process and its descendants belong to NODE.
     #[arg(long = "node-pid", value_name = "NODE=PID")]
     pub node_pid: Vec<String>,
-    /// Emulated node: TCP events (retransmits) of sockets with this address belong to NODE.
-    #[arg(long = "node-addr", value_name = "NODE=IP")]
+    /// Emulated node: TCP events (retransmits) of sockets with this address belong to NODE, and
+    /// so do TCP connections with this local address (OS metrics). `IP:PORT` (`[IPv6]:PORT`) tells
+    /// servers sharing one address apart by port. Repeatable.
+    #[arg(long = "node-addr", value_name = "NODE=IP[:PORT]")]
     pub node_addr: Vec<String>,
     /// Tracepoints to count per node, comma-separated, or `none` (default:
     /// tcp:tcp_retransmit_skb, block:block_bio_queue, block:block_rq_issue,
@@ -80,6 +85,18 @@ pub struct Args {
     /// Do not mount tracefs when it is not mounted (kernel events are then not counted).
     #[arg(long)]
     pub no_mount: bool,
+    /// Do not collect the black-box OS metrics (disk, network, TCP, CPU, cgroup and per-process
+    /// counters per node, every second).
+    #[arg(long)]
+    pub no_os_metrics: bool,
+    /// OS metrics interval (default 1s; independent of --interval).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with = "no_os_metrics")]
+    pub os_interval: Option<Duration>,
+    /// Turn on the kernel's delay accounting (kernel.task_delayacct, host-wide) for the run, so
+    /// the OS metrics have each node's block-I/O delay; the previous setting is restored when
+    /// the sampler ends (also on SIGINT/SIGTERM).
+    #[arg(long, conflicts_with = "no_os_metrics")]
+    pub delayacct: bool,
     /// Convert a perf.data file (from `perf record -a`) into profiles instead of sampling.
     #[arg(long, value_name = "PERF_DATA")]
     pub replay: Option<PathBuf>,
@@ -176,12 +193,13 @@ pub fn config(a: &Args) -> anyhow::Result<Config> {
     }
     for v in &a.node_addr {
         let (node, addr) = split_rule("--node-addr", v)?;
-        let addr: IpAddr = addr
-            .parse()
-            .with_context(|| format!("--node-addr {v}: {addr:?} is not an IP address"))?;
+        let (addr, port) = parse_endpoint(addr).with_context(|| {
+            format!("--node-addr {v}: {addr:?} is not an IP address or IP:PORT")
+        })?;
         c.node_rules.push(NodeRule::Addr {
             node: node.into(),
             addr,
+            port,
         });
     }
     c.tracepoints = a.tracepoints.as_ref().map(|t| {
@@ -196,7 +214,22 @@ pub fn config(a: &Args) -> anyhow::Result<Config> {
     });
     c.ring_pages = a.ring_pages;
     c.mount_tracefs = !a.no_mount;
+    c.os_metrics = (!a.no_os_metrics).then(|| OsConfig {
+        interval: a
+            .os_interval
+            .unwrap_or(culprit_sampler::os::DEFAULT_OS_INTERVAL),
+        delayacct: a.delayacct,
+    });
     Ok(c)
+}
+
+/// `IP`, `IP:PORT` or `[IPv6]:PORT`.
+fn parse_endpoint(s: &str) -> anyhow::Result<(IpAddr, Option<u16>)> {
+    if let Ok(ip) = s.parse::<IpAddr>() {
+        return Ok((ip, None));
+    }
+    let sa: std::net::SocketAddr = s.parse()?;
+    Ok((sa.ip(), Some(sa.port())))
 }
 
 /// Runs `culprit sample`.
@@ -245,6 +278,22 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 0.0
             }
         )?;
+        if s.os.intervals > 0 || s.os.cpu_ns > 0 {
+            writeln!(
+                err,
+                "culprit: OS metrics: {} intervals ({} missed); collector CPU {:.3} s + writing \
+                 {:.3} s ({:.3} % of one CPU)",
+                s.os.intervals,
+                s.os.missed,
+                s.os.cpu_ns as f64 / 1e9,
+                s.os.write_cpu_ns as f64 / 1e9,
+                if secs > 0.0 {
+                    (s.os.cpu_ns + s.os.write_cpu_ns) as f64 / 1e9 / secs * 100.0
+                } else {
+                    0.0
+                }
+            )?;
+        }
         for n in &s.nodes {
             writeln!(
                 err,
@@ -295,5 +344,17 @@ mod tests {
         assert!(parse_duration("ten").is_err());
         assert!(parse_duration("5 parsecs").is_err());
         assert!(parse_duration("-1s").is_err());
+    }
+
+    #[test]
+    fn endpoints() {
+        let lo: IpAddr = "127.0.0.1".parse().unwrap();
+        assert_eq!(parse_endpoint("127.0.0.1").unwrap(), (lo, None));
+        assert_eq!(parse_endpoint("127.0.0.1:3001").unwrap(), (lo, Some(3001)));
+        let v6: IpAddr = "::1".parse().unwrap();
+        assert_eq!(parse_endpoint("::1").unwrap(), (v6, None));
+        assert_eq!(parse_endpoint("[::1]:80").unwrap(), (v6, Some(80)));
+        assert!(parse_endpoint("127.0.0.1:99999").is_err());
+        assert!(parse_endpoint("host:80").is_err());
     }
 }

@@ -285,6 +285,8 @@ pub enum Record<'a> {
     Samples(SamplesRec<'a>),
     /// Kernel event counts for an interval.
     Events(EventsRec<'a>),
+    /// Black-box OS metrics of a node for an interval.
+    OsMetrics(OsMetricsRec<'a>),
     /// A record kind this reader does not know (written by a newer compatible writer).
     Unknown {
         /// The kind number.
@@ -528,6 +530,63 @@ impl<'a> EventsRec<'a> {
     }
 }
 
+/// One OS metric value; `metric`, `instance` and `unit` are string ids (names in
+/// [`crate::os_metrics`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct OsMetricEntry {
+    /// String id of the metric name (`disk.await`).
+    pub metric: u32,
+    /// String id of the instance (device or interface name), `None` for node-wide metrics.
+    pub instance: Option<u32>,
+    /// String id of the unit (`ms`).
+    pub unit: u32,
+    /// The value.
+    pub value: f64,
+}
+
+/// A decoded [`RecordKind::OsMetrics`] record. A metric without an entry is absent in this
+/// interval (not zero).
+#[derive(Clone, Debug)]
+pub struct OsMetricsRec<'a> {
+    /// Interval start, wall-clock ns.
+    pub start_ns: u64,
+    /// Interval length, ns.
+    pub dur_ns: u64,
+    /// Time between the two reads the rates come from, ns.
+    pub span_ns: u64,
+    /// [`interval_flags`] bits.
+    pub flags: u32,
+    n: u32,
+    entries: &'a [u8],
+}
+
+impl<'a> OsMetricsRec<'a> {
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.n as usize
+    }
+
+    /// True without entries.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// The entries.
+    pub fn entries(&self) -> impl ExactSizeIterator<Item = OsMetricEntry> + 'a {
+        let b = self.entries;
+        (0..self.n as usize).map(move |i| {
+            let o = i * OS_METRICS_ENTRY_SIZE;
+            let instance = le32(b, o + 4);
+            OsMetricEntry {
+                metric: le32(b, o),
+                instance: (instance != NO_INSTANCE).then_some(instance),
+                unit: le32(b, o + 8),
+                value: f64::from_bits(le64(b, o + 16)),
+            }
+        })
+    }
+}
+
 fn entries_slice(p: &[u8], fixed: usize, n: u32, size: usize) -> Result<&[u8], &'static str> {
     let need = (n as usize)
         .checked_mul(size)
@@ -647,6 +706,20 @@ fn decode_payload(kind: RecordKind, p: &[u8]) -> Result<Record<'_>, &'static str
                 flags: le32(p, 16),
                 n,
                 entries: entries_slice(p, EVENTS_FIXED_SIZE, n, EVENTS_ENTRY_SIZE)?,
+            })
+        }
+        RecordKind::OsMetrics => {
+            if p.len() < OS_METRICS_FIXED_SIZE {
+                return Err("os metrics record too short");
+            }
+            let n = le32(p, 28);
+            Record::OsMetrics(OsMetricsRec {
+                start_ns: le64(p, 0),
+                dur_ns: le64(p, 8),
+                span_ns: le64(p, 16),
+                flags: le32(p, 24),
+                n,
+                entries: entries_slice(p, OS_METRICS_FIXED_SIZE, n, OS_METRICS_ENTRY_SIZE)?,
             })
         }
     })

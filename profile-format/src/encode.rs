@@ -2,7 +2,7 @@
 //! past `committed_end`, then advance `committed_end`.
 
 use crate::crc::crc32;
-use crate::decode::{EventEntry, IntervalEntry, SampleEntry};
+use crate::decode::{EventEntry, IntervalEntry, OsMetricEntry, SampleEntry};
 use crate::layout::*;
 
 /// Description of a loaded object for an [`RecordKind::Object`] record.
@@ -64,6 +64,19 @@ pub struct SamplesHead {
     pub total: u64,
     /// Samples the kernel reported lost in the interval.
     pub lost: u64,
+}
+
+/// Fixed fields of a [`RecordKind::OsMetrics`] record.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OsMetricsHead {
+    /// Interval start, wall-clock ns since the epoch, a multiple of `dur_ns`.
+    pub start_ns: u64,
+    /// Interval length in ns.
+    pub dur_ns: u64,
+    /// Time between the two reads the rates come from, ns (monotonic clock; near `dur_ns`).
+    pub span_ns: u64,
+    /// [`interval_flags`] bits.
+    pub flags: u32,
 }
 
 /// A growable buffer of encoded records.
@@ -269,6 +282,36 @@ impl RecordBuf {
             self.u32(e.event);
             self.u32(0);
             self.u64(e.count);
+            n += 1;
+        }
+        self.patch_u32(n_at, n);
+        self.finish(start);
+        n
+    }
+}
+
+impl RecordBuf {
+    /// Appends a [`RecordKind::OsMetrics`] record. Entries whose value is not finite are left
+    /// out (absent). Returns the number of entries written.
+    pub fn os_metrics(
+        &mut self,
+        head: &OsMetricsHead,
+        entries: impl IntoIterator<Item = OsMetricEntry>,
+    ) -> u32 {
+        let start = self.begin(RecordKind::OsMetrics, 0);
+        self.u64(head.start_ns);
+        self.u64(head.dur_ns);
+        self.u64(head.span_ns);
+        self.u32(head.flags);
+        let n_at = self.buf.len();
+        self.u32(0);
+        let mut n = 0u32;
+        for e in entries.into_iter().filter(|e| e.value.is_finite()) {
+            self.u32(e.metric);
+            self.u32(e.instance.unwrap_or(NO_INSTANCE));
+            self.u32(e.unit);
+            self.u32(0);
+            self.u64(e.value.to_bits());
             n += 1;
         }
         self.patch_u32(n_at, n);

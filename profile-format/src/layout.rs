@@ -10,7 +10,8 @@ use std::mem::{offset_of, size_of};
 pub const MAGIC: [u8; 8] = *b"CULPRIT\0";
 /// Format version this crate writes. Version 2 added the header's `pending_end` (the interval
 /// in progress, for readers of a file whose writer died) and the Interval record's `dropped`
-/// field; both are invisible to version-1 readers, which read version-2 files unchanged.
+/// field (both invisible to version-1 readers, which read version-2 files unchanged), and
+/// [`RecordKind::OsMetrics`] (version-1 readers skip it).
 pub const FORMAT_VERSION: u16 = 2;
 /// Oldest reader version able to read what this crate writes.
 pub const MIN_READER_VERSION: u16 = 1;
@@ -167,6 +168,9 @@ pub enum RecordKind {
     Samples = 6,
     /// One interval's kernel event counts (sampler).
     Events = 7,
+    /// One interval's black-box OS metrics of a node (sampler): disk, network, TCP, CPU,
+    /// cgroup and process-tree values ([`crate::os_metrics`]).
+    OsMetrics = 8,
 }
 
 impl RecordKind {
@@ -180,6 +184,7 @@ impl RecordKind {
             5 => Self::Strings,
             6 => Self::Samples,
             7 => Self::Events,
+            8 => Self::OsMetrics,
             _ => return None,
         })
     }
@@ -203,7 +208,8 @@ pub struct RecordHeader {
 
 const _: () = assert!(size_of::<RecordHeader>() == RECORD_HEADER_SIZE);
 
-/// Flags of [`RecordKind::Interval`], [`RecordKind::Samples`] and [`RecordKind::Events`] records.
+/// Flags of [`RecordKind::Interval`], [`RecordKind::Samples`], [`RecordKind::Events`] and
+/// [`RecordKind::OsMetrics`] records.
 pub mod interval_flags {
     /// The writer could not observe this interval (it was stopped or starved): the interval is
     /// missing data, not zero activity. Such a record has no entries.
@@ -252,6 +258,15 @@ pub const SAMPLES_ENTRY_SIZE: usize = 24;
 pub const EVENTS_FIXED_SIZE: usize = 24;
 /// Size of one [`RecordKind::Events`] entry: event string id, count.
 pub const EVENTS_ENTRY_SIZE: usize = 16;
+/// Fixed part of a [`RecordKind::OsMetrics`] payload, in bytes: start, length, measured span,
+/// flags, entry count.
+pub const OS_METRICS_FIXED_SIZE: usize = 32;
+/// Size of one [`RecordKind::OsMetrics`] entry: metric, instance and unit string ids, reserved,
+/// value (`f64`).
+pub const OS_METRICS_ENTRY_SIZE: usize = 24;
+/// Instance string id of an [`RecordKind::OsMetrics`] entry that has no instance (a node-wide
+/// metric such as `cpu.user`).
+pub const NO_INSTANCE: u32 = u32::MAX;
 /// Size of an [`RecordKind::End`] payload.
 pub const END_SIZE: usize = 16;
 

@@ -15,7 +15,8 @@
 //!   `exec` in the same process gets a new file. Files of counts taken through uprobes on an
 //!   unmodified binary have the same form (Info [`info_keys::SOURCE`] = `uprobes`; `start_ns`
 //!   is when probing began).
-//! * `samples-<start_ns>.cul` — one per run of the sampler for this node.
+//! * `samples-<start_ns>.cul` — one per run of the sampler for this node: IP samples, kernel
+//!   event counts and OS metrics.
 //! * `node.info` — small `key=value` text file describing the node ([`names::NodeInfo`]).
 //!
 //! Directories whose names start with `_` (such as [`names::UNASSIGNED_DIR`]) are not nodes:
@@ -58,6 +59,7 @@
 //! | [`RecordKind::Strings`] | sampler | new entries of the file's string table |
 //! | [`RecordKind::Samples`] | sampler | one interval's IP samples per (program, image, function) |
 //! | [`RecordKind::Events`] | sampler | one interval's kernel event counts (tracepoints) |
+//! | [`RecordKind::OsMetrics`] | sampler | one interval's OS metrics of a node: (metric, instance, unit, value) per entry, names in [`os_metrics`]; a metric without an entry is absent |
 //! | [`RecordKind::End`] | both | clean end: nothing follows |
 //!
 //! Every interval gets a record, even an empty one; an interval the writer could not observe is
@@ -71,12 +73,14 @@ pub mod decode;
 pub mod encode;
 pub mod layout;
 pub mod names;
+pub mod os_metrics;
 pub mod writer;
 
 pub use crc::crc32;
 pub use decode::{
     pending_interval, records_at, EndRec, EventEntry, EventsRec, FormatError, Info, IntervalEntry,
-    IntervalRec, ObjectRec, ParsedFile, Record, Records, SampleEntry, SamplesRec, StringsRec,
+    IntervalRec, ObjectRec, OsMetricEntry, OsMetricsRec, ParsedFile, Record, Records, SampleEntry,
+    SamplesRec, StringsRec,
 };
-pub use encode::{IntervalHead, ObjectDesc, RecordBuf, SamplesHead};
+pub use encode::{IntervalHead, ObjectDesc, OsMetricsHead, RecordBuf, SamplesHead};
 pub use layout::*;

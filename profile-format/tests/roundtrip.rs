@@ -261,6 +261,101 @@ fn file_writer_commits_and_ends() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+fn os_file(values: &[(u32, Option<u32>, f64)]) -> Vec<u8> {
+    let mut header = FileHeader::new(FileKind::Samples, 1_000, 77);
+    let mut buf = RecordBuf::new();
+    buf.strings([(0, "disk.await"), (1, "vda"), (2, "ms"), (3, "cpu.user")]);
+    let n = buf.os_metrics(
+        &OsMetricsHead {
+            start_ns: 5_000_000_000,
+            dur_ns: 1_000_000_000,
+            span_ns: 1_000_123_456,
+            flags: interval_flags::PARTIAL,
+        },
+        values
+            .iter()
+            .map(|&(metric, instance, value)| OsMetricEntry {
+                metric,
+                instance,
+                unit: 2,
+                value,
+            }),
+    );
+    assert_eq!(
+        n as usize,
+        values.iter().filter(|v| v.2.is_finite()).count()
+    );
+    buf.end(9, end_reason::DONE);
+    header.committed_end = DATA_OFFSET + buf.len() as u64;
+    let mut bytes = vec![0u8; DATA_OFFSET as usize];
+    bytes[..128].copy_from_slice(&header.to_bytes());
+    bytes.extend_from_slice(buf.as_bytes());
+    bytes
+}
+
+#[test]
+fn os_metrics_round_trip_and_leave_out_non_finite_values() {
+    let values = [
+        (0, Some(1), 12.5),
+        (3, None, 0.0),
+        (0, Some(1), f64::NAN),
+        (3, None, f64::INFINITY),
+        (3, None, -1e-300),
+        (3, None, 1.8e300),
+    ];
+    let bytes = os_file(&values);
+    let f = ParsedFile::parse(&bytes).unwrap();
+    let recs: Vec<_> = f.records().collect::<Result<_, _>>().unwrap();
+    assert_eq!(recs.len(), 3);
+    let Record::OsMetrics(r) = &recs[1] else {
+        panic!("{:?}", recs[1]);
+    };
+    assert_eq!(
+        (r.start_ns, r.dur_ns, r.span_ns, r.flags),
+        (
+            5_000_000_000,
+            1_000_000_000,
+            1_000_123_456,
+            interval_flags::PARTIAL
+        )
+    );
+    let got: Vec<(u32, Option<u32>, u32, f64)> = r
+        .entries()
+        .map(|e| (e.metric, e.instance, e.unit, e.value))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (0, Some(1), 2, 12.5),
+            (3, None, 2, 0.0),
+            (3, None, 2, -1e-300),
+            (3, None, 2, 1.8e300)
+        ]
+    );
+    // The kind number is part of the contract.
+    assert_eq!(RecordKind::OsMetrics as u16, 8);
+    assert_eq!(RecordKind::from_u16(8), Some(RecordKind::OsMetrics));
+}
+
+#[test]
+fn os_metrics_entry_count_is_checked() {
+    let mut bytes = os_file(&[(0, None, 1.0)]);
+    let f = ParsedFile::parse(&bytes).unwrap();
+    let mut it = f.records();
+    it.next();
+    let at = it.offset() as usize;
+    // Claim 1000 entries in a record that holds one; fix the CRC so only the count is wrong.
+    let len = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap()) as usize;
+    bytes[at + 16 + 28..at + 16 + 32].copy_from_slice(&1000u32.to_le_bytes());
+    let crc = crc32(&bytes[at + 16..at + len]);
+    bytes[at + 8..at + 12].copy_from_slice(&crc.to_le_bytes());
+    let f = ParsedFile::parse(&bytes).unwrap();
+    let recs: Vec<_> = f.records().collect();
+    assert_eq!(recs.len(), 2);
+    let err = recs[1].as_ref().unwrap_err().to_string();
+    assert!(err.contains("entry count exceeds"), "{err}");
+}
+
 proptest! {
     /// Whatever the damage, the reader returns errors, never panics, and never yields more
     /// records than were written.
@@ -281,6 +376,7 @@ proptest! {
                 match r {
                     Record::Strings(s) => { let _ = s.items().count(); }
                     Record::Interval(i) => { let _ = i.entries().count(); }
+                    Record::OsMetrics(o) => { let _ = o.entries().count(); }
                     _ => {}
                 }
             }

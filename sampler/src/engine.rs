@@ -63,8 +63,16 @@ impl Streams {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum TpKey {
     None,
-    Block { dev: u32, sector: u64 },
-    Tcp { saddr: IpAddr, daddr: IpAddr },
+    Block {
+        dev: u32,
+        sector: u64,
+    },
+    Tcp {
+        saddr: IpAddr,
+        sport: Option<u16>,
+        daddr: IpAddr,
+        dport: Option<u16>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -362,6 +370,8 @@ impl Engine {
                 daddr,
                 saddr6,
                 daddr6,
+                sport,
+                dport,
             } => match tracefs::tcp_addrs(
                 raw,
                 family,
@@ -370,7 +380,17 @@ impl Engine {
                 saddr6.as_ref(),
                 daddr6.as_ref(),
             ) {
-                Some((saddr, daddr)) => TpKey::Tcp { saddr, daddr },
+                Some((saddr, daddr)) => {
+                    let port = |f: &Option<tracefs::Field>| {
+                        Some(tracefs::read_uint(raw, f.as_ref()?)? as u16)
+                    };
+                    TpKey::Tcp {
+                        saddr,
+                        sport: port(sport),
+                        daddr,
+                        dport: port(dport),
+                    }
+                }
                 None => TpKey::None,
             },
         }
@@ -452,10 +472,15 @@ impl Engine {
     fn tp_node(&mut self, tp: u16, pid: u32, key: TpKey) -> Option<NodeIdx> {
         match key {
             TpKey::None => self.tracker.node_of(pid),
-            TpKey::Tcp { saddr, daddr } => self
+            TpKey::Tcp {
+                saddr,
+                sport,
+                daddr,
+                dport,
+            } => self
                 .tracker
                 .nodes()
-                .by_addrs(saddr, daddr)
+                .by_endpoints(saddr, sport, daddr, dport)
                 .or_else(|| self.tracker.node_of(pid)),
             TpKey::Block { dev, sector } => {
                 let (learns, forgets) = match self.tps.get(tp as usize).map(|s| &s.decoder) {

@@ -21,6 +21,11 @@
 //! [`perfdata`] replays a `perf.data` file through the same pipeline (to compare with
 //! `perf report`).
 //!
+//! Beside the rings, a third thread collects black-box OS metrics per node every second
+//! ([`os`]: disk, network, TCP per connection, CPU, the node's cgroup and processes; seed 001)
+//! and hands them to the main thread, which writes them as OsMetrics records into the same node
+//! files.
+//!
 //! # What lands where
 //!
 //! * Program: the process's `comm` (kernel worker threads `kworker/…` are all `kworker`, their
@@ -48,6 +53,9 @@
 //!   and fixed: copy a ring's bytes out, decode five record types from a sample type it chose,
 //!   and put tracepoints into the same ring (`SET_OUTPUT`), which that crate does not expose.
 //!   `perf-event2` also samples but has had no release since 2024.
+//! * **No netlink crate** for the OS metrics' per-connection view: one fixed `sock_diag`
+//!   request and reply layout, parsed in [`os::diag`], the socket calls in module `sys` (see
+//!   there for why not `netlink-packet-sock-diag`).
 //! * **`blazesym`** 0.2 (pinned exactly, pre-1.0) for user-space symbols: `.symtab`, `.dynsym`,
 //!   DWARF, debug links and build-id debug files, demangling; `addr2line` alone resolved about a
 //!   third of libc's addresses here. Kernel symbols come from our own `/proc/kallsyms` table,
@@ -91,6 +99,7 @@ pub mod engine;
 pub mod event;
 mod fxhash;
 pub mod nodes;
+pub mod os;
 pub mod perfdata;
 pub mod probe;
 pub mod procs;

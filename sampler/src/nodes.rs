@@ -4,7 +4,7 @@
 //! host (for tests and the lab: each emulated node is a set of processes with its own network
 //! namespace and cgroups), the sampler assigns each process to a node by rules:
 //! a process tree (`--node-pid`), a cgroup (`--node-cgroup`), a network namespace
-//! (`--node-netns`); TCP events by socket address (`--node-addr`). Samples matching no rule go
+//! (`--node-netns`); TCP events by socket address, or address and port (`--node-addr`). Samples matching no rule go
 //! to [`culprit_format::names::UNASSIGNED_DIR`], which diagnosis skips.
 //!
 //! Rules are checked in that order (pid tree first). A process is classified when it is first
@@ -49,12 +49,16 @@ pub enum NodeRule {
         /// Root process id.
         pid: u32,
     },
-    /// TCP events whose socket has this address (source first, then destination).
+    /// TCP events whose socket has this address (source first, then destination), and for
+    /// the OS metrics the TCP connections with this local address. With a port, only that
+    /// port: servers sharing one address (loopback) are told apart by port.
     Addr {
         /// Node name.
         node: String,
         /// Address.
         addr: IpAddr,
+        /// Port; `None` for any.
+        port: Option<u16>,
     },
 }
 
@@ -138,6 +142,7 @@ pub struct Nodes {
     netns_rules: Vec<(u64, NodeIdx)>,
     pid_rules: HashMap<u32, NodeIdx>,
     addr_rules: HashMap<IpAddr, NodeIdx>,
+    port_rules: HashMap<(IpAddr, u16), NodeIdx>,
     scope: Scope,
 }
 
@@ -152,6 +157,7 @@ impl Nodes {
             netns_rules: Vec::new(),
             pid_rules: HashMap::new(),
             addr_rules: HashMap::new(),
+            port_rules: HashMap::new(),
             scope,
         };
         if rules.is_empty() {
@@ -192,8 +198,17 @@ impl Nodes {
                 NodeRule::Pid { pid, .. } => {
                     n.pid_rules.insert(*pid, idx);
                 }
-                NodeRule::Addr { addr, .. } => {
+                NodeRule::Addr {
+                    addr, port: None, ..
+                } => {
                     n.addr_rules.insert(*addr, idx);
+                }
+                NodeRule::Addr {
+                    addr,
+                    port: Some(p),
+                    ..
+                } => {
+                    n.port_rules.insert((*addr, *p), idx);
                 }
             }
         }
@@ -262,13 +277,21 @@ impl Nodes {
         }
     }
 
-    /// The node of a TCP event with these addresses: the source's node, else the
-    /// destination's, else `None` (then the process decides).
-    pub fn by_addrs(&self, saddr: IpAddr, daddr: IpAddr) -> Option<NodeIdx> {
-        self.addr_rules
-            .get(&saddr)
-            .or_else(|| self.addr_rules.get(&daddr))
-            .copied()
+    /// The node of a TCP event with these endpoints: a rule naming the source's address and
+    /// port, else the destination's address and port, else the source's address, else the
+    /// destination's; `None` when no rule matches (then the process decides).
+    pub fn by_endpoints(
+        &self,
+        saddr: IpAddr,
+        sport: Option<u16>,
+        daddr: IpAddr,
+        dport: Option<u16>,
+    ) -> Option<NodeIdx> {
+        let port = |a: IpAddr, p: Option<u16>| self.port_rules.get(&(a, p?)).copied();
+        port(saddr, sport)
+            .or_else(|| port(daddr, dport))
+            .or_else(|| self.addr_rules.get(&saddr).copied())
+            .or_else(|| self.addr_rules.get(&daddr).copied())
     }
 }
 
@@ -330,6 +353,12 @@ mod tests {
             NodeRule::Addr {
                 node: "n2".into(),
                 addr: "10.0.0.2".parse().unwrap(),
+                port: None,
+            },
+            NodeRule::Addr {
+                node: "n1".into(),
+                addr: "127.0.0.1".parse().unwrap(),
+                port: Some(3001),
             },
         ];
         let n = Nodes::new("host", &rules, Scope::System).unwrap();
@@ -345,8 +374,15 @@ mod tests {
         assert_eq!(n.by_facts(&ProcFacts::default()), None);
         let a: IpAddr = "10.0.0.2".parse().unwrap();
         let b: IpAddr = "10.0.0.9".parse().unwrap();
-        assert_eq!(n.by_addrs(b, a), Some(1));
-        assert_eq!(n.by_addrs(b, b), None);
+        assert_eq!(n.by_endpoints(b, Some(5), a, Some(6)), Some(1));
+        assert_eq!(n.by_endpoints(b, None, b, None), None);
+        // Servers sharing one address are told apart by port, in either direction.
+        let lo: IpAddr = "127.0.0.1".parse().unwrap();
+        assert_eq!(n.by_endpoints(lo, Some(40000), lo, Some(3001)), Some(0));
+        assert_eq!(n.by_endpoints(lo, Some(3001), lo, Some(40000)), Some(0));
+        assert_eq!(n.by_endpoints(lo, Some(3002), lo, Some(40000)), None);
+        // A port rule wins over an address rule of the other end.
+        assert_eq!(n.by_endpoints(a, Some(1), lo, Some(3001)), Some(0));
 
         // A cgroup scope keeps that cgroup's subtree, in any hierarchy, by either path form.
         for rule in ["/sys/fs/cgroup/cpu/t/n1", "/t/n1"] {

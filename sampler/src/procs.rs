@@ -590,6 +590,23 @@ impl Tracker {
         Some((node, prog, loc))
     }
 
+    /// The live user-space processes in scope of each node (index: node), for the OS metrics'
+    /// per-process view: the same attribution as the samples'.
+    pub fn node_pids(&self) -> Vec<Vec<u32>> {
+        let mut out = vec![Vec::new(); self.nodes.names().len()];
+        for (&pid, p) in &self.procs {
+            if pid != 0 && p.in_scope && !p.kthread && p.dead_since.is_none() {
+                if let Some(v) = out.get_mut(p.node as usize) {
+                    v.push(pid);
+                }
+            }
+        }
+        for v in &mut out {
+            v.sort_unstable();
+        }
+        out
+    }
+
     /// The node of process `pid` for kernel events (`None` outside the scope).
     pub fn node_of(&mut self, pid: u32) -> Option<NodeIdx> {
         let p = self.get_or_load(pid);

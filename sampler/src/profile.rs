@@ -18,8 +18,8 @@ use culprit_datadir::Dir;
 use culprit_format::names::{self, NodeInfo};
 use culprit_format::writer::FileWriter;
 use culprit_format::{
-    end_reason, interval_flags, samples_flags, EventEntry, FileKind, RecordBuf, SampleEntry,
-    SamplesHead,
+    end_reason, interval_flags, samples_flags, EventEntry, FileKind, OsMetricEntry, RecordBuf,
+    SampleEntry, SamplesHead,
 };
 
 use crate::fxhash::FxHashMap;
@@ -391,6 +391,14 @@ impl NodeFile {
         v
     }
 
+    /// The string id of `s`, allocating only for a new string.
+    fn sid_str(&mut self, s: &str) -> u32 {
+        match self.strings.get(s) {
+            Some(&id) => id,
+            None => self.sid(&Arc::from(s)),
+        }
+    }
+
     fn sid(&mut self, s: &Arc<str>) -> u32 {
         if let Some(&id) = self.strings.get(s) {
             return id;
@@ -575,6 +583,34 @@ impl Output {
             f.samples += total;
         }
         self.intervals += 1;
+        Ok(())
+    }
+
+    /// Writes one interval of OS metrics: for every node with values, its new strings and an
+    /// OsMetrics record, committed together. Independent of the sample intervals (the OS
+    /// metrics have their own, shorter interval).
+    pub fn write_os(&mut self, os: &crate::os::OsInterval) -> io::Result<()> {
+        for (f, vals) in self.files.iter_mut().zip(&os.nodes) {
+            let Some(vals) = vals else { continue };
+            let entries: Vec<OsMetricEntry> = vals
+                .iter()
+                .map(|v| OsMetricEntry {
+                    metric: f.sid_str(v.def.name),
+                    instance: v.instance.as_deref().map(|i| f.sid_str(i)),
+                    unit: f.sid_str(v.def.unit),
+                    value: v.value,
+                })
+                .collect();
+            self.buf.clear();
+            if !f.new_strings.is_empty() {
+                self.buf
+                    .strings(f.new_strings.iter().map(|(id, s)| (*id, &**s)));
+                f.new_strings.clear();
+            }
+            self.buf.os_metrics(&os.head, entries);
+            f.writer.append(&self.buf)?;
+            f.bytes += self.buf.len() as u64;
+        }
         Ok(())
     }
 

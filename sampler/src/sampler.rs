@@ -14,6 +14,7 @@ use culprit_format::info_keys;
 use crate::engine::{ClockMap, Engine, Stream, Streams, TpSpec};
 use crate::event::{self, sampling_attr, tracepoint_attr, Rate, Sampling, SAMPLE_ID_TYPE};
 use crate::nodes::{NodeRule, Nodes, ProcFacts, Scope};
+use crate::os::{self, Collector, NodePids, OsConfig, OsInterval, OsStats};
 use crate::procs::{self, Tracker, TrackerStats};
 use crate::profile::{Intervals, Namer, NodeSummary, Output, RunInfo};
 use crate::record::Layout;
@@ -87,6 +88,8 @@ pub struct Config {
     pub ring_pages: usize,
     /// Mount tracefs when it is not mounted (root only).
     pub mount_tracefs: bool,
+    /// Black-box OS metrics per node ([`crate::os`]); `None` turns them off.
+    pub os_metrics: Option<OsConfig>,
 }
 
 /// Default profile interval (seed 000: 10 s).
@@ -111,6 +114,7 @@ impl Config {
             tracepoints: None,
             ring_pages: DEFAULT_RING_PAGES,
             mount_tracefs: true,
+            os_metrics: Some(OsConfig::default()),
         }
     }
 }
@@ -182,6 +186,8 @@ pub struct Sampler {
     streams: Streams,
     tps: Vec<TpSpec>,
     warnings: Vec<String>,
+    os: Option<Collector>,
+    delayacct: Option<os::delayacct::Guard>,
 }
 
 // The testbed runs a sampler on its own thread.
@@ -220,6 +226,8 @@ pub struct Summary {
     pub stopped: bool,
     /// Process tracking counters.
     pub tracking: TrackerStats,
+    /// What the OS-metrics collector did (zero when it was off).
+    pub os: OsStats,
 }
 
 impl Sampler {
@@ -311,6 +319,29 @@ impl Sampler {
                 }
             }
         }
+        let mut delayacct = None;
+        let os = match &config.os_metrics {
+            None => None,
+            Some(oc) => {
+                if oc.interval < Duration::from_millis(100) {
+                    return Err(Error::Config(
+                        "the OS metrics interval must be at least 100 ms".into(),
+                    ));
+                }
+                if oc.delayacct {
+                    match os::delayacct::Guard::enable() {
+                        Ok(g) => delayacct = Some(g),
+                        Err(w) => warnings.push(w),
+                    }
+                }
+                let mut c = Collector::new(os::node_views(&nodes, &config.node_rules));
+                if let Some(g) = &delayacct {
+                    c.set_delayacct_since(g.since_boot_ns());
+                }
+                warnings.extend(c.warnings().iter().map(|w| format!("OS metrics: {w}")));
+                Some(c)
+            }
+        };
         Ok(Sampler {
             config,
             sampling,
@@ -321,6 +352,8 @@ impl Sampler {
             streams,
             tps,
             warnings,
+            os,
+            delayacct,
         })
     }
 
@@ -347,8 +380,20 @@ impl Sampler {
     /// One line saying what is sampled, how, and where it goes.
     pub fn describe(&self) -> String {
         let tps: Vec<&str> = self.tracepoints().collect();
+        let os = match (&self.os, &self.config.os_metrics) {
+            (Some(_), Some(oc)) => format!(
+                "; OS metrics every {} s{}",
+                oc.interval.as_secs_f64(),
+                match (&self.delayacct, os::delayacct::state()) {
+                    (Some(g), _) if g.changed() => " (delay accounting turned on for the run)",
+                    (_, Some(true)) => " (delay accounting on)",
+                    _ => " (delay accounting off: no per-process I/O delay)",
+                }
+            ),
+            _ => String::new(),
+        };
         format!(
-            "sampling {} on {} CPUs, {} ({}), {} s intervals → {}/{{{}}}; kernel events: {}",
+            "sampling {} on {} CPUs, {} ({}), {} s intervals → {}/{{{}}}; kernel events: {}{os}",
             self.sampling,
             self.cpus.len(),
             self.nodes.scope().describe(),
@@ -408,6 +453,18 @@ impl Sampler {
         if let Some(why) = &self.sampling.fallback_reason {
             pairs.push(("event_fallback".into(), why.clone()));
         }
+        if let (Some(_), Some(oc)) = (&self.os, &self.config.os_metrics) {
+            pairs.push(("os_interval_ns".into(), oc.interval.as_nanos().to_string()));
+            pairs.push((
+                "delayacct".into(),
+                match os::delayacct::state() {
+                    Some(true) => "on",
+                    Some(false) => "off",
+                    None => "unavailable",
+                }
+                .into(),
+            ));
+        }
         for w in &self.warnings {
             pairs.push(("warning".into(), w.clone()));
         }
@@ -452,12 +509,23 @@ impl Sampler {
             .map(|d| start_mono + d.as_nanos() as u64);
         let facts = (self.nodes.needs_cgroups() || self.nodes.needs_netns())
             .then_some((self.nodes.needs_cgroups(), self.nodes.needs_netns()));
+        let os_interval = self
+            .config
+            .os_metrics
+            .as_ref()
+            .map_or(os::DEFAULT_OS_INTERVAL, |o| o.interval);
         let Sampler {
             mut rings,
             tp_fds,
             streams,
+            os: collector,
+            delayacct: _delayacct, // kept until the run ends, then restored
             ..
         } = self;
+        let publish_pids = collector.as_ref().is_some_and(Collector::needs_pids);
+        let node_pids: NodePids = NodePids::default();
+        let (os_tx, os_rx) = std::sync::mpsc::channel::<OsInterval>();
+        let mut os_stats = OsStats::default();
 
         let (tx, rx) = std::sync::mpsc::channel::<Round>();
         let abort_flag = AtomicBool::new(false);
@@ -469,6 +537,26 @@ impl Sampler {
                     read_rings(&mut rings, &tp_fds, &tx, stop, deadline, abort, facts)
                 })
                 .map_err(io_err("start the ring reader thread"))?;
+            // The OS metrics: their own thread and interval; values come back over a channel
+            // and are written here, by the one writer of the node files.
+            let os_thread = match collector {
+                Some(c) => {
+                    let pids = &node_pids;
+                    let os_tx = os_tx.clone();
+                    Some(
+                        std::thread::Builder::new()
+                            .name("culprit-os".into())
+                            .spawn_scoped(scope, move || {
+                                os::run(c, os_interval, stop, abort, deadline, pids, &os_tx)
+                            })
+                            .map_err(io_err("start the OS metrics thread"))?,
+                    )
+                }
+                None => None,
+            };
+            drop(os_tx);
+            let mut last_publish = 0u64;
+            let mut os_write_ns = 0u64;
             // On an error: stop the reader and let it end (it owns the sending side).
             let finish = || {
                 abort.store(true, Ordering::SeqCst);
@@ -508,6 +596,22 @@ impl Sampler {
                 for b in &bufs {
                     engine.ingest(b, &streams);
                 }
+                if publish_pids && round.saturating_sub(last_publish) >= 200_000_000 {
+                    // Up to this round: the tracker has seen every fork, exec and exit before it.
+                    engine.process_until(prev_round);
+                    if let Ok(mut p) = node_pids.lock() {
+                        *p = engine.tracker.node_pids();
+                    }
+                    last_publish = round;
+                }
+                while let Ok(o) = os_rx.try_recv() {
+                    let t0 = sys::thread_cpu_ns();
+                    if let Err(e) = output.write_os(&o) {
+                        finish();
+                        return Err(io_err("write OS metrics")(e));
+                    }
+                    os_write_ns += sys::thread_cpu_ns() - t0;
+                }
                 if let Some(end) = last {
                     break end;
                 }
@@ -544,6 +648,18 @@ impl Sampler {
                 prev_round = round;
             };
             let _ = reader.join();
+            // However the loop ended, the OS thread ends too.
+            abort.store(true, Ordering::SeqCst);
+            if let Some(t) = os_thread {
+                if let Ok(st) = t.join() {
+                    os_stats = st;
+                }
+            }
+            let t0 = sys::thread_cpu_ns();
+            for o in os_rx.try_iter() {
+                output.write_os(&o).map_err(io_err("write OS metrics"))?;
+            }
+            os_stats.write_cpu_ns = os_write_ns + sys::thread_cpu_ns() - t0;
             Ok(end)
         });
         let (stopped, end_mono) = result?;
@@ -580,6 +696,7 @@ impl Sampler {
             cpu_ns: (cpu1.0 - cpu0.0, cpu1.1 - cpu0.1),
             stopped,
             tracking: engine.tracker.stats(),
+            os: os_stats,
         })
     }
 }

@@ -1,11 +1,12 @@
 //! Every system call of the sampler that needs `unsafe`: `perf_event_open`, the ioctls on its file
-//! descriptors, the mapping of the ring buffers, `poll`, `mount`, clocks, `getrusage` and the
-//! SIGINT/SIGTERM handler. The rest of the crate only sees the safe owner types [`PerfFd`] and
-//! [`Ring`] and a few plain functions: all the crate's `unsafe` is here, behind them.
+//! descriptors, the mapping of the ring buffers, `poll`, `mount`, clocks, `getrusage`, the
+//! SIGINT/SIGTERM handler, and for the OS metrics a `NETLINK_SOCK_DIAG` socket and `setns`. The
+//! rest of the crate only sees the safe owner types [`PerfFd`], [`Ring`] and [`DiagSocket`] and a
+//! few plain functions: all the crate's `unsafe` is here, behind them.
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Once;
@@ -322,7 +323,8 @@ pub fn raise_nofile_limit() -> u64 {
     rl.rlim_cur
 }
 
-/// CPU time of the calling thread, ns (CLOCK_THREAD_CPUTIME_ID).
+/// CPU time of the calling thread, ns (CLOCK_THREAD_CPUTIME_ID): what a uprobe costs the
+/// caller, what the OS-metrics collector itself costs.
 pub fn thread_cpu_ns() -> u64 {
     clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
 }
@@ -466,4 +468,109 @@ pub fn stop_on_signals() -> &'static AtomicBool {
         }
     });
     &STOP
+}
+
+/// CLOCK_BOOTTIME in ns: the clock `/proc/PID/stat`'s start times count from.
+pub fn boottime_ns() -> u64 {
+    clock_ns(libc::CLOCK_BOOTTIME)
+}
+
+/// Clock ticks per second of `/proc` times (`USER_HZ`, almost always 100).
+pub fn clock_ticks_per_sec() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if n > 0 {
+        n as u64
+    } else {
+        100
+    }
+}
+
+/// Moves the *calling thread* into the network namespace `ns` (an open `/run/netns/NAME` or
+/// `/proc/PID/ns/net`). Call it only on a thread made for the purpose: everything that thread
+/// opens afterwards (sockets, `/proc/thread-self/net/*`) belongs to that namespace for good.
+pub fn setns_net(ns: &File) -> io::Result<()> {
+    // SAFETY: setns takes a descriptor we keep open for the call and a namespace type; it only
+    // changes the calling thread's namespace.
+    check(unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) })
+}
+
+/// A `NETLINK_SOCK_DIAG` socket (`sock_diag(7)`), bound to the network namespace of the thread
+/// that opened it; closed on drop.
+#[derive(Debug)]
+pub struct DiagSocket {
+    fd: OwnedFd,
+}
+
+impl DiagSocket {
+    /// Opens the socket, with a one-second receive timeout so a lost reply cannot block the
+    /// caller for long.
+    pub fn open() -> io::Result<DiagSocket> {
+        // SAFETY: socket takes plain integers and returns a new descriptor or -1.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_NETLINK,
+                libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+                libc::NETLINK_SOCK_DIAG,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a new descriptor returned to us alone; OwnedFd takes ownership.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let tv = libc::timeval {
+            tv_sec: 1,
+            tv_usec: 0,
+        };
+        // SAFETY: SO_RCVTIMEO reads one timeval through a valid pointer of the given size.
+        check(unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                std::ptr::addr_of!(tv).cast(),
+                size_of::<libc::timeval>() as libc::socklen_t,
+            )
+        })?;
+        Ok(DiagSocket { fd })
+    }
+
+    /// Sends one request (a complete netlink message) to the kernel.
+    pub fn send(&self, msg: &[u8]) -> io::Result<()> {
+        // SAFETY: an all-zero sockaddr_nl is valid; nl_family is set below (pid 0 = kernel).
+        let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+        addr.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+        // SAFETY: `msg` and `addr` are valid for the lengths passed during the call.
+        let n = unsafe {
+            libc::sendto(
+                self.fd.as_raw_fd(),
+                msg.as_ptr().cast(),
+                msg.len(),
+                0,
+                std::ptr::addr_of!(addr).cast(),
+                size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Receives one datagram (one or more netlink messages) into `buf`; returns its length.
+    pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            // SAFETY: `buf` is valid for writes of its length during the call.
+            let n =
+                unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+            if n >= 0 {
+                return Ok(n as usize);
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
 }

@@ -181,6 +181,10 @@ pub enum Decoder {
         saddr6: Option<Field>,
         /// `daddr_v6`.
         daddr6: Option<Field>,
+        /// `sport` (host byte order).
+        sport: Option<Field>,
+        /// `dport` (host byte order).
+        dport: Option<Field>,
     },
 }
 
@@ -208,6 +212,8 @@ impl Decoder {
                     daddr,
                     saddr6: f("saddr_v6"),
                     daddr6: f("daddr_v6"),
+                    sport: f("sport"),
+                    dport: f("dport"),
                 };
             }
         }
@@ -259,6 +265,7 @@ mod tests {
 \tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n\
 \tfield:const void * skbaddr;\toffset:8;\tsize:8;\tsigned:0;\n\
 \tfield:__u16 sport;\toffset:28;\tsize:2;\tsigned:0;\n\
+\tfield:__u16 dport;\toffset:30;\tsize:2;\tsigned:0;\n\
 \tfield:__u16 family;\toffset:32;\tsize:2;\tsigned:0;\n\
 \tfield:__u8 saddr[4];\toffset:34;\tsize:4;\tsigned:0;\n\
 \tfield:__u8 daddr[4];\toffset:38;\tsize:4;\tsigned:0;\n\
@@ -281,6 +288,8 @@ mod tests {
             daddr,
             saddr6,
             daddr6,
+            sport,
+            dport,
         } = Decoder::for_tracepoint(&tp)
         else {
             panic!("not a tcp decoder");
@@ -289,6 +298,10 @@ mod tests {
         raw[32..34].copy_from_slice(&(libc::AF_INET as u16).to_le_bytes());
         raw[34..38].copy_from_slice(&[10, 1, 0, 1]);
         raw[38..42].copy_from_slice(&[10, 1, 0, 2]);
+        raw[28..30].copy_from_slice(&3001u16.to_le_bytes());
+        raw[30..32].copy_from_slice(&40000u16.to_le_bytes());
+        assert_eq!(read_uint(&raw, sport.as_ref().unwrap()), Some(3001));
+        assert_eq!(read_uint(&raw, dport.as_ref().unwrap()), Some(40000));
         let (s, d) = tcp_addrs(
             &raw,
             &family,

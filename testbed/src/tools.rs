@@ -110,7 +110,8 @@ impl Tools {
     }
 
     /// Starts the sampler for the whole machine, writing `data_dir/<node>/samples-*.cul`, with
-    /// one rule per node: its cgroup, its network namespace and its address (for TCP events).
+    /// one rule per node: its cgroup, its network namespace and its address (for TCP events and
+    /// the OS metrics' per-connection view), and delay accounting on for the run.
     pub fn start_sampler(
         &self,
         cluster: &Cluster,
@@ -121,7 +122,10 @@ impl Tools {
         cmd.arg("sample")
             .arg("--output")
             .arg(data_dir)
-            .args(["--interval-ms", &interval_ms.to_string()]);
+            .args(["--interval-ms", &interval_ms.to_string()])
+            // Per-node block-I/O delay in the OS metrics. The sampler starts before the
+            // servers, as it must: the kernel accounts only tasks created after this is on.
+            .arg("--delayacct");
         for (i, n) in cluster.nodes().iter().enumerate() {
             let (name, cg) = &cluster.node_cgroups()[i];
             cmd.arg("--node-cgroup")

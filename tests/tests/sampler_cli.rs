@@ -267,6 +267,7 @@ fn doctor_reports_every_check_with_what_to_do() {
             "namespaces",
             "nftables",
             "cgroups",
+            "delay_accounting",
             "uftrace"
         ]
     );
@@ -283,7 +284,7 @@ fn doctor_reports_every_check_with_what_to_do() {
         // The text form: one line per check, OK or MISSING first.
         let o = culprit().arg("doctor").output().unwrap();
         let text = String::from_utf8_lossy(&o.stdout);
-        assert_eq!(text.lines().count(), 8, "{text}");
+        assert_eq!(text.lines().count(), names.len(), "{text}");
         assert!(text
             .lines()
             .all(|l| l.starts_with("OK ") || l.starts_with("MISSING ")));

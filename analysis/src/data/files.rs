@@ -9,8 +9,48 @@ use std::sync::Arc;
 use culprit_format::names::NodeInfo;
 use culprit_format::{info_keys, interval_flags, DATA_OFFSET};
 
-use super::names::{EventId, FuncId, ProgramId};
+use super::names::{EventId, FuncId, OsMetricId, ProgramId};
 use super::symbols::Object;
+
+/// One interval of a node's OS metrics. A metric without a value is absent in this interval
+/// (the node cannot provide it, or a counter went backwards): never read it as zero.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OsInterval {
+    /// Start, wall-clock ns since the epoch.
+    pub start_ns: u64,
+    /// Length, ns.
+    pub dur_ns: u64,
+    /// Time between the two reads the rates come from, ns.
+    pub span_ns: u64,
+    /// `interval_flags` bits (MISSED: not observed, no values).
+    pub flags: u32,
+    /// Values present, sorted by metric id.
+    pub values: Vec<OsValue>,
+}
+
+/// One OS metric's value in one interval.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OsValue {
+    /// The metric.
+    pub metric: OsMetricId,
+    /// Its value, in the metric's unit.
+    pub value: f64,
+}
+
+impl OsInterval {
+    /// True when the collector could not observe this interval.
+    pub fn missed(&self) -> bool {
+        self.flags & interval_flags::MISSED != 0
+    }
+
+    /// The value of `metric`, if present.
+    pub fn get(&self, metric: OsMetricId) -> Option<f64> {
+        self.values
+            .binary_search_by_key(&metric, |v| v.metric)
+            .ok()
+            .map(|i| self.values[i].value)
+    }
+}
 
 /// What state a file is in.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -209,6 +249,8 @@ pub struct SampleFile {
     pub intervals: Vec<SampleInterval>,
     /// Kernel event intervals in file order.
     pub events: Vec<EventInterval>,
+    /// OS metric intervals in file order (their interval is independent of the samples').
+    pub os: Vec<OsInterval>,
     pub(super) consumed: u64,
     pub(super) strings: HashMap<u32, Arc<str>>,
 }
@@ -268,6 +310,7 @@ pub(super) fn empty_samples() -> SampleFile {
         status: FileStatus::Open,
         intervals: Vec::new(),
         events: Vec::new(),
+        os: Vec::new(),
         consumed: DATA_OFFSET,
         strings: HashMap::new(),
     }

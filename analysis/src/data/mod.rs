@@ -29,10 +29,10 @@ mod symbols;
 
 use files::{empty_samples, empty_trace, merge_trace_entries};
 pub use files::{
-    process_alive, EventCount, EventInterval, FileStatus, NodeData, SampleCount, SampleFile,
-    SampleInterval, TraceEntry, TraceFile, TraceInterval,
+    process_alive, EventCount, EventInterval, FileStatus, NodeData, OsInterval, OsValue,
+    SampleCount, SampleFile, SampleInterval, TraceEntry, TraceFile, TraceInterval,
 };
-pub use names::{EventId, FuncId, FuncKey, Interner, Names, ProgramId};
+pub use names::{EventId, FuncId, FuncKey, Interner, Names, OsMetricId, OsMetricKey, ProgramId};
 pub use source::{DirSource, NodeListing, ReadAt, Source};
 use symbols::{Object, Symbols};
 
@@ -496,6 +496,11 @@ impl Dataset {
                     });
                     stats.new_intervals += 1;
                 }
+                Ok(Record::OsMetrics(rec)) => {
+                    let os = self.read_os(&s.strings, &rec);
+                    s.os.push(os);
+                    stats.new_intervals += 1;
+                }
                 Ok(Record::End(e)) => s.end_ns = Some(e.end_ns),
                 Ok(_) => {}
                 Err(e) => {
@@ -509,6 +514,37 @@ impl Dataset {
         s.consumed = consumed;
         if ended && s.status == FileStatus::Open {
             s.status = FileStatus::Ended;
+        }
+    }
+
+    fn read_os(
+        &mut self,
+        strings: &HashMap<u32, Arc<str>>,
+        rec: &culprit_format::OsMetricsRec<'_>,
+    ) -> OsInterval {
+        let mut values: Vec<OsValue> = Vec::with_capacity(rec.len());
+        for e in rec.entries() {
+            if !e.value.is_finite() {
+                continue; // writers never write these; read as absent
+            }
+            let key = OsMetricKey {
+                name: self.string_or(strings, e.metric),
+                instance: e.instance.map(|i| self.string_or(strings, i)),
+                unit: self.string_or(strings, e.unit),
+            };
+            values.push(OsValue {
+                metric: self.names.os_metrics.intern(key),
+                value: e.value,
+            });
+        }
+        values.sort_by_key(|v| v.metric);
+        values.dedup_by_key(|v| v.metric);
+        OsInterval {
+            start_ns: rec.start_ns,
+            dur_ns: rec.dur_ns,
+            span_ns: rec.span_ns,
+            flags: rec.flags,
+            values,
         }
     }
 

@@ -11,6 +11,8 @@ pub type FuncId = u32;
 pub type ProgramId = u32;
 /// Interned id of a kernel event name (dataset-wide).
 pub type EventId = u32;
+/// Interned id of an [`OsMetricKey`] (dataset-wide).
+pub type OsMetricId = u32;
 
 /// A function's identity across nodes: binary image base name and demangled symbol.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -79,4 +81,18 @@ pub struct Names {
     pub programs: Interner<Arc<str>>,
     /// Kernel event names.
     pub events: Interner<Arc<str>>,
+    /// OS metrics (name, instance, unit).
+    pub os_metrics: Interner<OsMetricKey>,
+}
+
+/// An OS metric's identity: its name (`disk.await`, see `culprit_format::os_metrics`), the
+/// device or interface it is about, and its unit. Compared across nodes by all three.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OsMetricKey {
+    /// Metric name, `group.metric`.
+    pub name: Arc<str>,
+    /// Device or interface name; `None` for node-wide metrics.
+    pub instance: Option<Arc<str>>,
+    /// Unit (`ms`, `B/s`, …).
+    pub unit: Arc<str>,
 }
