@@ -5,8 +5,9 @@
 //! `node · samples (event)` (sampler runs); its counter tracks (`"ph": "C"`) carry, per
 //! function, the values of each interval at the interval's start: `calls` and `self_ms` for
 //! the tracer, `samples` for the sampler (track `program: function (image)`), `count` for
-//! kernel events. A function absent from an interval drops to 0 there, and every track drops
-//! to 0 where its file's data ends or pauses, so a value never extends past its interval.
+//! kernel events, `value` for OS metrics (track `metric instance (unit)`). A function absent
+//! from an interval drops to 0 there, and every track drops to 0 where its file's data ends or
+//! pauses, so a value never extends past its interval.
 //!
 //! With a diagnosis (`culprit diagnose --json`), each node gets a `node · diagnosis` process:
 //! per metric, its anomalous windows as slices (`"ph": "X"`, score and threshold in `args`;
@@ -21,7 +22,7 @@
 use std::collections::HashMap;
 use std::io;
 
-use culprit_analysis::data::{EventInterval, SampleInterval, TraceInterval};
+use culprit_analysis::data::{EventInterval, OsInterval, SampleInterval, TraceInterval};
 use culprit_analysis::diagnosis::{Diagnosis, MetricStatus};
 use culprit_analysis::time;
 
@@ -58,8 +59,16 @@ struct Group {
     tracks: HashMap<u64, Track>,
 }
 
-/// A group's id: (file number, kernel events).
-type GroupId = (usize, bool);
+/// A group's id: (file number, what: functions, kernel events or OS metrics).
+type GroupId = (usize, Kind);
+
+/// What a group's tracks are of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Kind {
+    Functions,
+    Events,
+    Os,
+}
 
 /// Writes events, one per line, comma-separated.
 struct Writer<'a> {
@@ -201,6 +210,7 @@ type Counter = (u64, String, &'static [&'static str], Vec<String>);
 const TRACE_SERIES: &[&str] = &["calls", "self_ms"];
 const SAMPLE_SERIES: &[&str] = &["samples"];
 const EVENT_SERIES: &[&str] = &["count"];
+const OS_SERIES: &[&str] = &["value"];
 
 impl Sink for Writer<'_> {
     fn trace(&mut self, cx: &Cx<'_>, iv: &TraceInterval) -> Result<()> {
@@ -220,7 +230,13 @@ impl Sink for Writer<'_> {
                     )
                 })
                 .collect();
-            self.interval(pid, (cx.stream, false), iv.start_ns, iv.dur_ns, values)
+            self.interval(
+                pid,
+                (cx.stream, Kind::Functions),
+                iv.start_ns,
+                iv.dur_ns,
+                values,
+            )
         };
         run().map_err(|e| self.out.error(e))
     }
@@ -244,7 +260,13 @@ impl Sink for Writer<'_> {
                     vec![e.count.to_string()],
                 ));
             }
-            self.interval(pid, (cx.stream, false), iv.start_ns, iv.dur_ns, values)
+            self.interval(
+                pid,
+                (cx.stream, Kind::Functions),
+                iv.start_ns,
+                iv.dur_ns,
+                values,
+            )
         };
         run().map_err(|e| self.out.error(e))
     }
@@ -265,7 +287,35 @@ impl Sink for Writer<'_> {
                     )
                 })
                 .collect();
-            self.interval(pid, (cx.stream, true), iv.start_ns, iv.dur_ns, values)
+            self.interval(
+                pid,
+                (cx.stream, Kind::Events),
+                iv.start_ns,
+                iv.dur_ns,
+                values,
+            )
+        };
+        run().map_err(|e| self.out.error(e))
+    }
+
+    fn os(&mut self, cx: &Cx<'_>, iv: &OsInterval) -> Result<()> {
+        let mut run = || -> io::Result<()> {
+            let pid = self.process(cx)?;
+            // Zero is a value here: every present value is drawn; an absent one ends its
+            // track's value (drawn as 0: the trace-event format has no gaps).
+            let values = iv
+                .values
+                .iter()
+                .map(|v| {
+                    let k = cx.names.os_metrics.get(v.metric);
+                    let name = match &k.instance {
+                        Some(i) => format!("{} {i} ({})", k.name, k.unit),
+                        None => format!("{} ({})", k.name, k.unit),
+                    };
+                    (u64::from(v.metric), name, OS_SERIES, vec![num(v.value)])
+                })
+                .collect();
+            self.interval(pid, (cx.stream, Kind::Os), iv.start_ns, iv.dur_ns, values)
         };
         run().map_err(|e| self.out.error(e))
     }

@@ -19,8 +19,10 @@
 //!
 //! Node-wide measurements go to their own file, `FILE.os.csv` (not written when the profiles go
 //! to standard output): `node,start,start_ns,dur_ns,source,metric,instance,unit,value`, where
-//! `source` is `events` for the sampler's kernel event counts (metric = the tracepoint, unit
-//! `events`).
+//! `source` is `os` for the sampler's OS metrics (metric `disk.await`, instance the device or
+//! interface, empty for node-wide ones; catalogue in `culprit_format::os_metrics`) and `events`
+//! for its kernel event counts (metric = the tracepoint, unit `events`). A metric without a
+//! value in an interval (the node could not provide it) has no row there: absent, not zero.
 //!
 //! A function without calls or samples in an interval has no row; an interval a writer could
 //! not observe has none either (`culprit report` counts them).
@@ -28,7 +30,7 @@
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use culprit_analysis::data::{EventInterval, SampleInterval, TraceInterval};
+use culprit_analysis::data::{EventInterval, OsInterval, SampleInterval, TraceInterval};
 use culprit_analysis::time::rfc3339;
 
 use crate::error::Result;
@@ -153,6 +155,31 @@ impl Sink for Writer<'_> {
         self.os_rows += n;
         Ok(())
     }
+
+    fn os(&mut self, cx: &Cx<'_>, iv: &OsInterval) -> Result<()> {
+        let Some(os) = self.os.as_deref_mut() else {
+            self.os_skipped += iv.values.len() as u64;
+            return Ok(());
+        };
+        let head = Self::head(cx, iv.start_ns, iv.dur_ns);
+        let write = |w: &mut dyn Write| -> io::Result<u64> {
+            for v in &iv.values {
+                let k = cx.names.os_metrics.get(v.metric);
+                writeln!(
+                    w,
+                    "{head},os,{},{},{},{}",
+                    field(&k.name),
+                    field(k.instance.as_deref().unwrap_or("")),
+                    field(&k.unit),
+                    v.value
+                )?;
+            }
+            Ok(iv.values.len() as u64)
+        };
+        let n = write(os.w()).map_err(|e| os.error(e))?;
+        self.os_rows += n;
+        Ok(())
+    }
 }
 
 pub(crate) fn export(req: &Request, reader: &Reader) -> Result<Summary> {
@@ -178,8 +205,8 @@ pub(crate) fn export(req: &Request, reader: &Reader) -> Result<Summary> {
     let mut notes = Vec::new();
     if skipped > 0 {
         notes.push(format!(
-            "{skipped} kernel event count(s) not written: node-wide measurements go to \
-             FILE.os.csv beside -o FILE.csv"
+            "{skipped} kernel event count(s) and OS metric value(s) not written: node-wide \
+             measurements go to FILE.os.csv beside -o FILE.csv"
         ));
     }
     let mut written: Vec<PathBuf> = profiles.finish()?.into_iter().collect();

@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 
 use culprit_analysis::data::{
-    EventInterval, FuncId, Names, ProgramId, SampleInterval, TraceInterval,
+    EventInterval, FuncId, Names, OsInterval, ProgramId, SampleInterval, TraceInterval,
 };
 
 use crate::error::Result;
@@ -52,6 +52,10 @@ impl Sink for Stacks {
     }
 
     fn events(&mut self, _: &Cx<'_>, _: &EventInterval) -> Result<()> {
+        Ok(())
+    }
+
+    fn os(&mut self, _: &Cx<'_>, _: &OsInterval) -> Result<()> {
         Ok(())
     }
 }

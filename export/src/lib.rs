@@ -6,7 +6,7 @@
 //! | [`Format::Folded`] | folded stacks, one line per stack and value | flamegraph.pl, inferno, speedscope |
 //! | [`Format::Pprof`] | gzipped `profile.proto`: calls, self time, samples; node, program and pid labels | `go tool pprof` |
 //! | [`Format::Chrome`] | Chrome trace-event JSON: per node and process, counter tracks per function; a diagnosis' windows and verdicts as slices and markers | Perfetto, `chrome://tracing` |
-//! | [`Format::Csv`] | per node, interval and function: calls, self, total, samples; kernel events (and OS metrics) in a second file | anything |
+//! | [`Format::Csv`] | per node, interval and function: calls, self, total, samples; OS metrics and kernel events in a second file | anything |
 //! | [`Format::Parquet`] | the same two tables, partitioned by node and day (`node=…/day=…/`) | DuckDB, Spark, pandas |
 //!
 //! Design constraints:

@@ -30,7 +30,9 @@ use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::parser::parse_message_type;
 use parquet::schema::types::Type;
 
-use culprit_analysis::data::{EventInterval, FuncId, ProgramId, SampleInterval, TraceInterval};
+use culprit_analysis::data::{
+    EventInterval, FuncId, OsInterval, OsMetricId, ProgramId, SampleInterval, TraceInterval,
+};
 use culprit_analysis::time::rfc3339;
 
 use crate::error::{Error, Result};
@@ -350,10 +352,13 @@ struct Names {
     funcs: HashMap<FuncId, (ByteArray, ByteArray)>,
     programs: HashMap<ProgramId, ByteArray>,
     events: HashMap<u32, ByteArray>,
+    /// (metric, instance, unit) of each OS metric.
+    os: HashMap<OsMetricId, (ByteArray, ByteArray, ByteArray)>,
     trace: ByteArray,
     samples: ByteArray,
     events_source: ByteArray,
     events_unit: ByteArray,
+    os_source: ByteArray,
     empty: ByteArray,
 }
 
@@ -364,6 +369,7 @@ impl Names {
             samples: "samples".into(),
             events_source: "events".into(),
             events_unit: "events".into(),
+            os_source: "os".into(),
             empty: "".into(),
             ..Default::default()
         }
@@ -500,6 +506,37 @@ impl Sink for Writer<'_> {
             p.bytes += ROW_BYTES;
         }
         self.os.settle(&key, iv.counts.len())
+    }
+
+    fn os(&mut self, cx: &Cx<'_>, iv: &OsInterval) -> Result<()> {
+        self.tick += 1;
+        let key = key(cx, iv.start_ns);
+        let names = &mut self.names;
+        let p = self.os.part(self.root, &key, self.tick);
+        for v in &iv.values {
+            let (metric, instance, unit) = names
+                .os
+                .entry(v.metric)
+                .or_insert_with(|| {
+                    let k = cx.names.os_metrics.get(v.metric);
+                    (
+                        k.name.as_ref().into(),
+                        k.instance.as_deref().unwrap_or("").into(),
+                        k.unit.as_ref().into(),
+                    )
+                })
+                .clone();
+            let r = &mut p.rows;
+            r.start.push(micros(iv.start_ns));
+            r.dur_ns.push(int(iv.dur_ns));
+            r.source.push(names.os_source.clone());
+            r.metric.push(metric);
+            r.instance.push(instance);
+            r.unit.push(unit);
+            r.value.push(v.value);
+            p.bytes += ROW_BYTES;
+        }
+        self.os.settle(&key, iv.values.len())
     }
 }
 

@@ -14,8 +14,8 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use culprit_analysis::data::{
-    Dataset, DirSource, EventInterval, LoadOptions, Names, SampleFile, SampleInterval, TraceFile,
-    TraceInterval,
+    Dataset, DirSource, EventInterval, LoadOptions, Names, OsInterval, SampleFile, SampleInterval,
+    TraceFile, TraceInterval,
 };
 
 use crate::error::Result;
@@ -74,6 +74,8 @@ pub(crate) trait Sink {
     fn samples(&mut self, cx: &Cx<'_>, iv: &SampleInterval) -> Result<()>;
     /// One interval of kernel event counts.
     fn events(&mut self, cx: &Cx<'_>, iv: &EventInterval) -> Result<()>;
+    /// One interval of OS metrics (a metric without a value in it is absent, not zero).
+    fn os(&mut self, cx: &Cx<'_>, iv: &OsInterval) -> Result<()>;
 }
 
 /// Reads the requested data in steps.
@@ -158,10 +160,11 @@ impl Reader {
                         names,
                         &node.name,
                         File::Samples(s),
-                        Settled::Samples(&s.intervals[..n], &s.events),
+                        Settled::Samples(&s.intervals[..n], &s.events, &s.os),
                     )?;
                     s.intervals.drain(..n);
                     s.events.clear();
+                    s.os.clear();
                 }
             }
             if last {
@@ -185,9 +188,10 @@ impl Reader {
         self.steps(|_, _, _, settled| {
             match settled {
                 Settled::Trace(ivs) => ivs.iter().for_each(|iv| see(iv.start_ns, iv.dur_ns)),
-                Settled::Samples(ivs, evs) => {
+                Settled::Samples(ivs, evs, os) => {
                     ivs.iter().for_each(|iv| see(iv.start_ns, iv.dur_ns));
                     evs.iter().for_each(|iv| see(iv.start_ns, iv.dur_ns));
+                    os.iter().for_each(|iv| see(iv.start_ns, iv.dur_ns));
                 }
             }
             Ok(())
@@ -229,18 +233,16 @@ impl Reader {
                         sink.trace(&cx, iv)?;
                     }
                 }
-                Settled::Samples(ivs, evs) => {
-                    for iv in ivs
-                        .iter()
-                        .filter(|iv| !iv.missed() && range.contains(iv.start_ns))
-                    {
+                Settled::Samples(ivs, evs, os) => {
+                    let kept = |start: u64, missed: bool| !missed && range.contains(start);
+                    for iv in ivs.iter().filter(|iv| kept(iv.start_ns, iv.missed())) {
                         sink.samples(&cx, iv)?;
                     }
-                    for iv in evs
-                        .iter()
-                        .filter(|iv| !iv.missed() && range.contains(iv.start_ns))
-                    {
+                    for iv in evs.iter().filter(|iv| kept(iv.start_ns, iv.missed())) {
                         sink.events(&cx, iv)?;
+                    }
+                    for iv in os.iter().filter(|iv| kept(iv.start_ns, iv.missed())) {
+                        sink.os(&cx, iv)?;
                     }
                 }
             }
@@ -252,7 +254,7 @@ impl Reader {
 /// The intervals of one file a step hands out.
 enum Settled<'a> {
     Trace(&'a [TraceInterval]),
-    Samples(&'a [SampleInterval], &'a [EventInterval]),
+    Samples(&'a [SampleInterval], &'a [EventInterval], &'a [OsInterval]),
 }
 
 /// How many of a stream's `len` intervals are settled: all at the end, else all but the last.

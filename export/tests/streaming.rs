@@ -112,8 +112,24 @@ fn small_steps_give_the_same_output() {
     }
     let (one, many) = (dir.0.join("one-Csv.os.csv"), dir.0.join("many-Csv.os.csv"));
     assert_eq!(lines(&one), lines(&many));
-    // 3 nodes × 30 sampler intervals × 2 events, and the header.
-    assert_eq!(lines(&one).len(), 3 * 30 * 2 + 1);
+    // 3 nodes × (30 sampler intervals × 2 events + 300 s × the OS metrics, less the 60 seconds
+    // where the first is absent), and the header.
+    let os = synth::OS_METRICS.len();
+    assert_eq!(lines(&one).len(), 3 * (30 * 2 + 300 * os - 60) + 1);
+    let absent = format!(
+        "n00,{},{},1000000000,os,disk.await,sda,ms,",
+        "2026-09-21T14:13:20.000Z",
+        T0_S * 1_000_000_000
+    );
+    assert!(
+        !lines(&one).iter().any(|l| l.starts_with(&absent)),
+        "disk.await at a 5th second"
+    );
+    assert!(
+        lines(&one).iter().any(|l| l.contains(",os,cpu.user,,%,")),
+        "{:?}",
+        &lines(&one)[..5]
+    );
 
     let (one, many) = (dir.0.join("pq-one"), dir.0.join("pq-many"));
     run(&data, Format::Parquet, &one, u64::MAX, &all);

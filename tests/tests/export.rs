@@ -10,11 +10,13 @@
 //!   report's calls, the diagnosis' slices and markers;
 //! * csv: golden file (per node, source, program, image, function: calls and samples);
 //! * parquet: DuckDB (Python package, installed by scripts/install-deps) sums equal
-//!   `culprit report --json` exactly.
+//!   `culprit report --json` exactly; so do the OS metrics of a real `culprit sample` run
+//!   (count, mean, min, max per metric; needs root for system-wide sampling).
 //!
 //! Golden files: tests/golden/export-*.txt; after an intended change, regenerate with
 //! `CULPRIT_BLESS=1 cargo test -p culprit-tests --test export` and review the diff.
 
+mod sampler_util;
 mod tracer_util;
 
 use std::collections::{BTreeMap, HashMap};
@@ -634,4 +636,100 @@ fn parquet_totals_equal_the_report_in_duckdb() {
     assert_eq!(rows[0][1], "n2", "{rows:?}");
     let ratio: f64 = rows[0][5].as_str().unwrap().parse().unwrap();
     assert!(ratio > 3.0, "{rows:?}");
+}
+
+#[test]
+fn os_metrics_of_a_real_sampler_in_duckdb_and_csv() {
+    if !require(
+        sampler_util::can_sample(),
+        "root (or perf_event_paranoid -1) to run culprit sample",
+    ) {
+        return;
+    }
+    let Some(python) = duckdb_python() else {
+        require(false, "Python's duckdb package (scripts/install-deps)");
+        return;
+    };
+    let dir = TempDir::new("export-os");
+    let data = dir.join("data");
+    let sampler = sampler_util::SamplerProc::start(
+        &data,
+        &["--node", "n1", "--interval", "1s", "--tracepoints", "none"],
+        "n1",
+    );
+    std::thread::sleep(std::time::Duration::from_millis(3500));
+    let (code, err) = sampler.stop();
+    assert_eq!(code, 0, "{err}");
+    let report = stdout_json(&run_ok(
+        culprit()
+            .args(["report", "--json", "--only", "os"])
+            .arg(&data),
+    ));
+    let rows = report["nodes"][0]["os"]["metrics"]
+        .as_array()
+        .expect("an os section")
+        .clone();
+    assert!(rows.len() >= 5, "{rows:?}");
+    let out = dir.join("pq");
+    export(&data, &["--format", "parquet", "-o", out.to_str().unwrap()]);
+    let got = duckdb_json(
+        &python,
+        &format!(
+            "SELECT metric, coalesce(instance, ''), unit, count(*), avg(value), min(value), \
+             max(value) FROM read_parquet('{}/os/*/*/*.parquet', hive_partitioning = true) \
+             WHERE source = 'os' AND node = 'n1' GROUP BY ALL",
+            out.display()
+        ),
+    );
+    let got: HashMap<String, Vec<String>> = got
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let r: Vec<String> = r
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_str().unwrap().to_string())
+                .collect();
+            (format!("{} {} {}", r[0], r[1], r[2]), r[3..].to_vec())
+        })
+        .collect();
+    assert_eq!(got.len(), rows.len());
+    let mut values = 0;
+    for r in &rows {
+        let key = format!(
+            "{} {} {}",
+            r["metric"].as_str().unwrap(),
+            r["instance"].as_str().unwrap_or(""),
+            r["unit"].as_str().unwrap()
+        );
+        let g = got
+            .get(&key)
+            .unwrap_or_else(|| panic!("{key} not in Parquet"));
+        assert_eq!(g[0], r["present"].to_string(), "{key}: values");
+        values += r["present"].as_u64().unwrap();
+        let close = |a: &str, b: f64| {
+            let a: f64 = a.parse().unwrap();
+            (a - b).abs() <= 1e-9 * b.abs().max(1.0)
+        };
+        assert!(
+            close(&g[1], r["mean"].as_f64().unwrap()),
+            "{key}: mean {g:?} {r}"
+        );
+        assert!(
+            close(&g[2], r["min"].as_f64().unwrap()),
+            "{key}: min {g:?} {r}"
+        );
+        assert!(
+            close(&g[3], r["max"].as_f64().unwrap()),
+            "{key}: max {g:?} {r}"
+        );
+    }
+    // CSV: the same values in FILE.os.csv, none in the profiles.
+    let file = dir.join("p.csv");
+    export(&data, &["--format", "csv", "-o", file.to_str().unwrap()]);
+    let os = std::fs::read_to_string(dir.join("p.os.csv")).unwrap();
+    let os_rows = os.lines().filter(|l| l.contains(",os,")).count() as u64;
+    assert_eq!(os_rows, values);
 }

@@ -1,8 +1,9 @@
 //! Synthetic data directories for the export benchmark and the streaming tests: each node has
 //! one traced server process (1 s intervals, `funcs` functions called in each) and one
-//! sampler run (10 s intervals, `sample_funcs` sampled functions, two kernel events), with the
-//! values of `culprit_analysis::synth::Scenario` (a shared Zipf-like profile, per-node
-//! differences, noise).
+//! sampler run (10 s intervals, `sample_funcs` sampled functions, two kernel events; 1 s
+//! intervals of [`OS_METRICS`] OS metric values, `disk.await` absent every 5th second as
+//! without requests), with the values of `culprit_analysis::synth::Scenario` (a shared
+//! Zipf-like profile, per-node differences, noise).
 //!
 //! Trace files record their binary at a path that does not exist, so functions are named
 //! `synth-server+0x…` (the loader warns once per node); sample files carry names (`f000`, …).
@@ -17,7 +18,7 @@ use culprit_format::names::{samples_file_name, trace_file_name};
 use culprit_format::writer::FileWriter;
 use culprit_format::{
     end_reason, info_keys, object_flags, EventEntry, FileKind, IntervalEntry, IntervalHead,
-    ObjectDesc, RecordBuf, SampleEntry, SamplesHead,
+    ObjectDesc, OsMetricEntry, OsMetricsHead, RecordBuf, SampleEntry, SamplesHead,
 };
 
 const NS: u64 = 1_000_000_000;
@@ -36,6 +37,45 @@ pub struct Spec {
     pub sample_funcs: usize,
     /// Start, seconds since the epoch.
     pub t0_s: u64,
+}
+
+/// OS metrics per node and second: (name, instance, unit); the first is absent every 5th
+/// second.
+pub const OS_METRICS: &[(&str, Option<&str>, &str)] = &[
+    ("disk.await", Some("sda"), "ms"),
+    ("disk.await", Some("sdb"), "ms"),
+    ("disk.util", Some("sda"), "%"),
+    ("disk.util", Some("sdb"), "%"),
+    ("disk.tps", Some("sda"), "1/s"),
+    ("disk.tps", Some("sdb"), "1/s"),
+    ("disk.rd_sec", Some("sda"), "sectors/s"),
+    ("disk.wr_sec", Some("sda"), "sectors/s"),
+    ("net.rxbyt", Some("eth0"), "B/s"),
+    ("net.txbyt", Some("eth0"), "B/s"),
+    ("net.rxpck", Some("eth0"), "packets/s"),
+    ("net.txpck", Some("eth0"), "packets/s"),
+    ("tcp.retrans_segs", None, "segments/s"),
+    ("tcp.conns", None, "count"),
+    ("tcp.rtt_med", None, "ms"),
+    ("cpu.user", None, "%"),
+    ("cpu.system", None, "%"),
+    ("cpu.iowait", None, "%"),
+];
+
+/// String id of OS metric string `s` in the sampler files.
+fn os_sid(s: &str) -> u32 {
+    let mut all: Vec<&str> = Vec::new();
+    for (n, i, u) in OS_METRICS {
+        for x in [Some(*n), *i, Some(*u)].into_iter().flatten() {
+            if !all.contains(&x) {
+                all.push(x);
+            }
+        }
+    }
+    1000 + all
+        .iter()
+        .position(|x| *x == s)
+        .expect("an OS metric string") as u32
 }
 
 /// The address of traced function `i`.
@@ -105,6 +145,13 @@ pub fn write(root: &Path, spec: Spec) -> io::Result<()> {
                     .iter()
                     .enumerate()
                     .map(|(i, s)| (10 + i as u32, s.as_str())),
+            )
+            .chain(
+                OS_METRICS
+                    .iter()
+                    .flat_map(|(n, i, u)| [Some(*n), *i, Some(*u)])
+                    .flatten()
+                    .map(|x| (os_sid(x), x)),
             ),
         );
         s.append(&buf)?;
@@ -185,6 +232,38 @@ pub fn write(root: &Path, spec: Spec) -> io::Result<()> {
                     count: v[0] as u64,
                 },
             ],
+        );
+        if let Err(e) = samples[n].append(&buf) {
+            err.get_or_insert(e);
+        }
+    });
+    let os_run = Scenario {
+        funcs: OS_METRICS.len(),
+        interval_s: 1,
+        seed: 11,
+        ..trace_run.clone()
+    };
+    os_run.generate(|n, start, v| {
+        buf.clear();
+        let absent = (start / NS) % 5 == 0;
+        buf.os_metrics(
+            &OsMetricsHead {
+                start_ns: start,
+                dur_ns: NS,
+                span_ns: NS,
+                flags: 0,
+            },
+            OS_METRICS
+                .iter()
+                .zip(v)
+                .enumerate()
+                .filter(|(i, _)| !(absent && *i == 0))
+                .map(|(_, ((name, inst, unit), x))| OsMetricEntry {
+                    metric: os_sid(name),
+                    instance: inst.map(os_sid),
+                    unit: os_sid(unit),
+                    value: (x / 100.0 * 8.0).round() / 8.0,
+                }),
         );
         if let Err(e) = samples[n].append(&buf) {
             err.get_or_insert(e);

@@ -17,7 +17,9 @@ mod proto;
 use std::collections::HashMap;
 use std::io::Write as _;
 
-use culprit_analysis::data::{EventInterval, FuncId, Names, SampleInterval, TraceInterval};
+use culprit_analysis::data::{
+    EventInterval, FuncId, Names, OsInterval, SampleInterval, TraceInterval,
+};
 use prost::Message as _;
 
 use crate::error::Result;
@@ -153,6 +155,10 @@ impl Sink for Builder {
     }
 
     fn events(&mut self, _: &Cx<'_>, _: &EventInterval) -> Result<()> {
+        Ok(())
+    }
+
+    fn os(&mut self, _: &Cx<'_>, _: &OsInterval) -> Result<()> {
         Ok(())
     }
 }
