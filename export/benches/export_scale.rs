@@ -119,7 +119,7 @@ fn main() {
     std::fs::create_dir_all(&tmp).unwrap();
     let keep = data.is_some();
     let data = data.unwrap_or_else(|| tmp.join("data"));
-    let marker = data.join(format!(".synth-{nodes}x{hours}h"));
+    let marker = data.join(format!(".synth-os-{nodes}x{hours}h"));
     if !marker.exists() {
         let _ = std::fs::remove_dir_all(&data);
         let t = Instant::now();

@@ -6,8 +6,8 @@
 //! function, the values of each interval at the interval's start: `calls` and `self_ms` for
 //! the tracer, `samples` for the sampler (track `program: function (image)`), `count` for
 //! kernel events, `value` for OS metrics (track `metric instance (unit)`). A function absent
-//! from an interval drops to 0 there, and every track drops to 0 where its file's data ends or
-//! pauses, so a value never extends past its interval.
+//! from an interval drops to 0 there (an absent OS metric is unknown, not 0: its track keeps
+//! its value), and every track drops to 0 where its file's data ends or pauses.
 //!
 //! With a diagnosis (`culprit diagnose --json`), each node gets a `node · diagnosis` process:
 //! per metric, its anomalous windows as slices (`"ph": "X"`, score and threshold in `args`;
@@ -65,8 +65,13 @@ type GroupId = (usize, Kind);
 /// What a group's tracks are of.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum Kind {
+    /// Functions: absent from an interval means none (0).
     Functions,
+    /// Kernel events: absent means none (0).
     Events,
+    /// OS metrics: absent means unknown (the node could not provide it). The trace-event
+    /// format has no gaps and a 0 would read as a measurement, so the track keeps its last
+    /// value until the next one, or until the file's data ends or pauses.
     Os,
 }
 
@@ -138,7 +143,7 @@ impl Writer<'_> {
         values: Vec<Counter>,
     ) -> io::Result<()> {
         let mut g = self.groups.remove(&id).unwrap_or_default();
-        let result = self.interval_of(&mut g, pid, start, dur, values);
+        let result = self.interval_of(&mut g, id.1, pid, start, dur, values);
         self.groups.insert(id, g);
         result
     }
@@ -146,6 +151,7 @@ impl Writer<'_> {
     fn interval_of(
         &mut self,
         g: &mut Group,
+        kind: Kind,
         pid: u64,
         start: u64,
         dur: u64,
@@ -170,10 +176,17 @@ impl Writer<'_> {
             now.push(k);
         }
         now.sort_unstable();
-        for k in &g.live {
-            if now.binary_search(k).is_err() {
-                let t = &g.tracks[k];
-                self.counter(pid, &t.name, start, &zeros(t.series))?;
+        if kind == Kind::Os {
+            // Absent values keep their tracks (see Kind::Os).
+            now.extend(g.live.iter().copied());
+            now.sort_unstable();
+            now.dedup();
+        } else {
+            for k in &g.live {
+                if now.binary_search(k).is_err() {
+                    let t = &g.tracks[k];
+                    self.counter(pid, &t.name, start, &zeros(t.series))?;
+                }
             }
         }
         g.live = now;
@@ -212,112 +225,95 @@ const SAMPLE_SERIES: &[&str] = &["samples"];
 const EVENT_SERIES: &[&str] = &["count"];
 const OS_SERIES: &[&str] = &["value"];
 
-impl Sink for Writer<'_> {
-    fn trace(&mut self, cx: &Cx<'_>, iv: &TraceInterval) -> Result<()> {
-        let mut run = || -> io::Result<()> {
+impl Writer<'_> {
+    /// Draws one interval's counters of `cx`'s file.
+    fn draw(
+        &mut self,
+        cx: &Cx<'_>,
+        kind: Kind,
+        start: u64,
+        dur: u64,
+        values: Vec<Counter>,
+    ) -> Result<()> {
+        let run = || -> io::Result<()> {
             let pid = self.process(cx)?;
-            let values = iv
-                .entries
-                .iter()
-                .filter(|e| e.calls > 0 || e.excl_ns > 0)
-                .map(|e| {
-                    let k = cx.names.funcs.get(e.func);
-                    (
-                        u64::from(e.func),
-                        format!("{} ({})", k.function, k.image),
-                        TRACE_SERIES,
-                        vec![e.calls.to_string(), ms(e.excl_ns)],
-                    )
-                })
-                .collect();
-            self.interval(
-                pid,
-                (cx.stream, Kind::Functions),
-                iv.start_ns,
-                iv.dur_ns,
-                values,
-            )
+            self.interval(pid, (cx.stream, kind), start, dur, values)
         };
         run().map_err(|e| self.out.error(e))
+    }
+}
+
+impl Sink for Writer<'_> {
+    fn trace(&mut self, cx: &Cx<'_>, iv: &TraceInterval) -> Result<()> {
+        let values = iv
+            .entries
+            .iter()
+            .filter(|e| e.calls > 0 || e.excl_ns > 0)
+            .map(|e| {
+                let k = cx.names.funcs.get(e.func);
+                (
+                    u64::from(e.func),
+                    format!("{} ({})", k.function, k.image),
+                    TRACE_SERIES,
+                    vec![e.calls.to_string(), ms(e.excl_ns)],
+                )
+            })
+            .collect();
+        self.draw(cx, Kind::Functions, iv.start_ns, iv.dur_ns, values)
     }
 
     fn samples(&mut self, cx: &Cx<'_>, iv: &SampleInterval) -> Result<()> {
-        let mut run = || -> io::Result<()> {
-            let pid = self.process(cx)?;
-            // Key: (program, function) pairs, numbered per stream.
-            let mut values: Vec<Counter> = Vec::new();
-            for e in &iv.entries {
-                if e.count == 0 || !cx.selection.program(cx.names, e.program) {
-                    continue;
-                }
+        let values = iv
+            .entries
+            .iter()
+            .filter(|e| e.count > 0 && cx.selection.program(cx.names, e.program))
+            .map(|e| {
                 let k = cx.names.funcs.get(e.func);
                 let program = cx.names.programs.get(e.program);
-                let key = (u64::from(e.program) << 32) | u64::from(e.func);
-                values.push((
-                    key,
+                (
+                    (u64::from(e.program) << 32) | u64::from(e.func),
                     format!("{program}: {} ({})", k.function, k.image),
                     SAMPLE_SERIES,
                     vec![e.count.to_string()],
-                ));
-            }
-            self.interval(
-                pid,
-                (cx.stream, Kind::Functions),
-                iv.start_ns,
-                iv.dur_ns,
-                values,
-            )
-        };
-        run().map_err(|e| self.out.error(e))
+                )
+            })
+            .collect();
+        self.draw(cx, Kind::Functions, iv.start_ns, iv.dur_ns, values)
     }
 
     fn events(&mut self, cx: &Cx<'_>, iv: &EventInterval) -> Result<()> {
-        let mut run = || -> io::Result<()> {
-            let pid = self.process(cx)?;
-            let values = iv
-                .counts
-                .iter()
-                .filter(|c| c.count > 0)
-                .map(|c| {
-                    (
-                        u64::from(c.event),
-                        cx.names.events.get(c.event).to_string(),
-                        EVENT_SERIES,
-                        vec![c.count.to_string()],
-                    )
-                })
-                .collect();
-            self.interval(
-                pid,
-                (cx.stream, Kind::Events),
-                iv.start_ns,
-                iv.dur_ns,
-                values,
-            )
-        };
-        run().map_err(|e| self.out.error(e))
+        let values = iv
+            .counts
+            .iter()
+            .filter(|c| c.count > 0)
+            .map(|c| {
+                (
+                    u64::from(c.event),
+                    cx.names.events.get(c.event).to_string(),
+                    EVENT_SERIES,
+                    vec![c.count.to_string()],
+                )
+            })
+            .collect();
+        self.draw(cx, Kind::Events, iv.start_ns, iv.dur_ns, values)
     }
 
     fn os(&mut self, cx: &Cx<'_>, iv: &OsInterval) -> Result<()> {
-        let mut run = || -> io::Result<()> {
-            let pid = self.process(cx)?;
-            // Zero is a value here: every present value is drawn; an absent one ends its
-            // track's value (drawn as 0: the trace-event format has no gaps).
-            let values = iv
-                .values
-                .iter()
-                .map(|v| {
-                    let k = cx.names.os_metrics.get(v.metric);
-                    let name = match &k.instance {
-                        Some(i) => format!("{} {i} ({})", k.name, k.unit),
-                        None => format!("{} ({})", k.name, k.unit),
-                    };
-                    (u64::from(v.metric), name, OS_SERIES, vec![num(v.value)])
-                })
-                .collect();
-            self.interval(pid, (cx.stream, Kind::Os), iv.start_ns, iv.dur_ns, values)
-        };
-        run().map_err(|e| self.out.error(e))
+        // Zero is a value here: every present value is drawn, and an absent one leaves its
+        // track as it was (see Kind::Os).
+        let values = iv
+            .values
+            .iter()
+            .map(|v| {
+                let k = cx.names.os_metrics.get(v.metric);
+                let name = match &k.instance {
+                    Some(i) => format!("{} {i} ({})", k.name, k.unit),
+                    None => format!("{} ({})", k.name, k.unit),
+                };
+                (u64::from(v.metric), name, OS_SERIES, vec![num(v.value)])
+            })
+            .collect();
+        self.draw(cx, Kind::Os, iv.start_ns, iv.dur_ns, values)
     }
 }
 

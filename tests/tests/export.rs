@@ -472,12 +472,23 @@ fn duckdb_python() -> Option<PathBuf> {
     })
 }
 
-fn duckdb_json(python: &Path, sql: &str) -> Json {
+/// The rows of a DuckDB query, every value as text.
+fn duckdb_rows(python: &Path, sql: &str) -> Vec<Vec<String>> {
     let script = format!(
         "import duckdb, json\nrows = duckdb.sql({sql:?}).fetchall()\nprint(json.dumps([[str(x) for x in r] for r in rows]))\n"
     );
     let o = run_ok(Command::new(python).args(["-c", &script]));
-    stdout_json(&o)
+    serde_json::from_value(stdout_json(&o)).expect("rows of strings")
+}
+
+/// The rows of a DuckDB query, each as one line (values separated by spaces), sorted.
+fn duckdb_lines(python: &Path, sql: &str) -> Vec<String> {
+    let mut v: Vec<String> = duckdb_rows(python, sql)
+        .into_iter()
+        .map(|r| r.join(" "))
+        .collect();
+    v.sort();
+    v
 }
 
 #[test]
@@ -497,29 +508,15 @@ fn parquet_totals_equal_the_report_in_duckdb() {
     export(&data, &["--format", "parquet", "-o", out.to_str().unwrap()]);
     let glob = |t: &str| format!("{}/{t}/*/*/*.parquet", out.display());
     // The tracer's totals per node, process and function.
-    let rows = duckdb_json(
+    let from_duckdb = duckdb_lines(
         &python,
         &format!(
             "SELECT node, pid, image, function, sum(calls), sum(self_ns), sum(total_ns) \
              FROM read_parquet('{}', hive_partitioning = true) WHERE source = 'trace' \
-             GROUP BY ALL ORDER BY ALL",
+             GROUP BY ALL",
             glob("profiles")
         ),
     );
-    let mut from_duckdb: Vec<String> = rows
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            let r: Vec<&str> = r
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_str().unwrap())
-                .collect();
-            r.join(" ")
-        })
-        .collect();
     let report = stdout_json(&run_ok(culprit().args(["report", "--json"]).arg(&data)));
     let mut from_report = Vec::new();
     let mut sampled = Vec::new();
@@ -559,59 +556,28 @@ fn parquet_totals_equal_the_report_in_duckdb() {
         }
     }
     from_report.sort();
-    from_duckdb.sort();
     assert_eq!(from_report.len(), 3 * 6, "{from_report:?}");
     assert_eq!(from_duckdb, from_report);
     // The sampler's, and the kernel events in the os table.
-    let rows = duckdb_json(
+    let got = duckdb_lines(
         &python,
         &format!(
             "SELECT node, program, image, function, sum(samples) FROM read_parquet('{}', \
-             hive_partitioning = true) WHERE source = 'samples' GROUP BY ALL ORDER BY ALL",
+             hive_partitioning = true) WHERE source = 'samples' GROUP BY ALL",
             glob("profiles")
         ),
     );
-    let mut got: Vec<String> = rows
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            let r: Vec<&str> = r
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_str().unwrap())
-                .collect();
-            r.join(" ")
-        })
-        .collect();
-    got.sort();
     sampled.sort();
     assert_eq!(sampled.len(), 4 * 3);
     assert_eq!(got, sampled);
-    let rows = duckdb_json(
+    let got = duckdb_lines(
         &python,
         &format!(
             "SELECT node, metric, CAST(sum(value) AS BIGINT) FROM read_parquet('{}', \
-             hive_partitioning = true) WHERE source = 'events' GROUP BY ALL ORDER BY ALL",
+             hive_partitioning = true) WHERE source = 'events' GROUP BY ALL",
             glob("os")
         ),
     );
-    let mut got: Vec<String> = rows
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            let r: Vec<&str> = r
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_str().unwrap())
-                .collect();
-            r.join(" ")
-        })
-        .collect();
-    got.sort();
     events.sort();
     assert_eq!(got, events);
     // The query of docs/export.md, as written there: which node was slow in a function.
@@ -629,12 +595,11 @@ fn parquet_totals_equal_the_report_in_duckdb() {
         )
         .replace("'compress_block'", "'disk_wait'")
         .replace(';', "");
-    let rows = duckdb_json(&python, &sql);
-    let rows = rows.as_array().unwrap();
+    let rows = duckdb_rows(&python, &sql);
     assert_eq!(rows.len(), 3, "{rows:?}");
     // n2 waited 600 ms, its peers 100 ms: six times the median node's time per call.
     assert_eq!(rows[0][1], "n2", "{rows:?}");
-    let ratio: f64 = rows[0][5].as_str().unwrap().parse().unwrap();
+    let ratio: f64 = rows[0][5].parse().unwrap();
     assert!(ratio > 3.0, "{rows:?}");
 }
 
@@ -672,7 +637,7 @@ fn os_metrics_of_a_real_sampler_in_duckdb_and_csv() {
     assert!(rows.len() >= 5, "{rows:?}");
     let out = dir.join("pq");
     export(&data, &["--format", "parquet", "-o", out.to_str().unwrap()]);
-    let got = duckdb_json(
+    let got: HashMap<String, Vec<String>> = duckdb_rows(
         &python,
         &format!(
             "SELECT metric, coalesce(instance, ''), unit, count(*), avg(value), min(value), \
@@ -680,21 +645,10 @@ fn os_metrics_of_a_real_sampler_in_duckdb_and_csv() {
              WHERE source = 'os' AND node = 'n1' GROUP BY ALL",
             out.display()
         ),
-    );
-    let got: HashMap<String, Vec<String>> = got
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            let r: Vec<String> = r
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_str().unwrap().to_string())
-                .collect();
-            (format!("{} {} {}", r[0], r[1], r[2]), r[3..].to_vec())
-        })
-        .collect();
+    )
+    .into_iter()
+    .map(|r| (format!("{} {} {}", r[0], r[1], r[2]), r[3..].to_vec()))
+    .collect();
     assert_eq!(got.len(), rows.len());
     let mut values = 0;
     for r in &rows {
