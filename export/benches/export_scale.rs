@@ -11,13 +11,16 @@
 //! ```
 //!
 //! Each export runs in a child process (this binary again), which reports its peak resident
-//! set (`VmHWM`); outputs go to a temporary directory and are removed.
+//! set (`VmHWM`); chrome and csv write to a pipe (counted, not stored: gigabytes a day; csv's
+//! second file, the OS metrics, is then not written), the others to a temporary directory,
+//! removed after each run.
 
 #[path = "synth/mod.rs"]
 mod synth;
 
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use culprit_export::{export, Format, Request, DEFAULT_READ_LIMIT};
@@ -44,13 +47,14 @@ fn format_of(name: &str) -> Format {
     }
 }
 
-/// The child: one export, then its peak RSS on stdout.
+/// The child: one export (to `out`, or to standard output when `out` is `-`), then its peak
+/// RSS on stderr.
 fn child(format: &str, limit: u64, data: &Path, out: &Path) {
     let mut req = Request::new(vec![data.to_path_buf()], format_of(format));
-    req.output = Some(out.to_path_buf());
+    req.output = (out != Path::new("-")).then(|| out.to_path_buf());
     req.read_limit = limit;
     let s = export(&req).expect("export");
-    println!("{} {}", peak_rss_kib(), s.items);
+    eprintln!("peak-rss-kib {} {}", peak_rss_kib(), s.items);
 }
 
 fn du(path: &Path) -> u64 {
@@ -155,26 +159,43 @@ fn main() {
         if !only.is_empty() && !only.iter().any(|f| f == format) {
             continue;
         }
-        let out = tmp.join(format!("out-{format}"));
+        // The large text outputs (GBs a day) are counted on a pipe, not stored.
+        let piped = matches!(format, "chrome" | "csv");
+        let out = if piped {
+            PathBuf::from("-")
+        } else {
+            tmp.join(format!("out-{format}"))
+        };
         let t = Instant::now();
-        let o = Command::new(&exe)
+        let mut c = Command::new(&exe)
             .args(["--child", format, &limit.to_string()])
             .arg(&data)
             .arg(&out)
-            .output()
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
             .unwrap();
-        let secs = t.elapsed().as_secs_f64();
-        assert!(
-            o.status.success(),
-            "{format}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        let text = String::from_utf8_lossy(&o.stdout);
-        let rss: u64 = text.split_whitespace().next().unwrap().parse().unwrap();
-        let mut size = du(&out);
-        if format == "csv" {
-            size += du(&tmp.join("out-csv.os.csv"));
+        let mut piped_bytes = 0u64;
+        let mut stdout = c.stdout.take().unwrap();
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            match stdout.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => piped_bytes += n as u64,
+                Err(e) => panic!("{format}: {e}"),
+            }
         }
+        let o = c.wait_with_output().unwrap();
+        let secs = t.elapsed().as_secs_f64();
+        let text = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{format}: {text}");
+        let rss: u64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("peak-rss-kib "))
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{format}: no peak RSS in {text}"));
+        let size = if piped { piped_bytes } else { du(&out) };
         let step = if limit == u64::MAX {
             "whole".to_string()
         } else {
@@ -185,9 +206,10 @@ fn main() {
             rss as f64 / 1024.0,
             size as f64 / (1 << 20) as f64
         );
-        let _ = std::fs::remove_dir_all(&out);
-        let _ = std::fs::remove_file(&out);
-        let _ = std::fs::remove_file(tmp.join("out-csv.os.csv"));
+        if !piped {
+            let _ = std::fs::remove_dir_all(&out);
+            let _ = std::fs::remove_file(&out);
+        }
     }
     if !keep {
         let _ = std::fs::remove_dir_all(&tmp);

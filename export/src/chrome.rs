@@ -28,8 +28,8 @@ use culprit_analysis::time;
 
 use crate::error::{Error, Result};
 use crate::out::Out;
+use crate::request::{Request, Summary};
 use crate::scan::{Cx, Reader, Sink};
-use crate::{Request, Summary};
 
 /// Trace pids of the diagnosis processes start here (data files count from 1).
 const DIAGNOSIS_PID: u64 = 1_000_000;

@@ -35,8 +35,8 @@ use culprit_analysis::time::rfc3339;
 
 use crate::error::Result;
 use crate::out::Out;
+use crate::request::{Request, Summary};
 use crate::scan::{Cx, Reader, Sink};
-use crate::{Request, Summary};
 
 /// Header of the profiles file.
 pub(crate) const PROFILE_HEADER: &str =

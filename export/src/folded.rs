@@ -17,9 +17,9 @@ use culprit_analysis::data::{
 
 use crate::error::Result;
 use crate::out::Out;
+use crate::request::{Request, Summary, Value};
 use crate::scan::{Cx, Reader, Sink};
 use crate::stacks::{sample_stacks, trace_stacks, Depth, TraceValues};
-use crate::{Request, Summary, Value};
 
 /// Aggregated stacks.
 #[derive(Debug, Default)]
@@ -125,7 +125,13 @@ pub(crate) fn export(req: &Request, reader: &Reader) -> Result<Summary> {
                 .to_string(),
         );
     }
-    notes.extend(stacks.depth.note());
+    // Only what is written: the tracer's stacks or the sampler's.
+    let mut depth = stacks.depth;
+    match value {
+        Value::Samples => depth.trace_flat = false,
+        Value::SelfTime | Value::Calls => depth.samples_flat = false,
+    }
+    notes.extend(depth.note());
     let lines = lines(&stacks, &pass.names, value);
     if lines.is_empty() {
         notes.push(format!(

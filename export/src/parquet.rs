@@ -36,8 +36,8 @@ use culprit_analysis::data::{
 use culprit_analysis::time::rfc3339;
 
 use crate::error::{Error, Result};
+use crate::request::{Request, Summary};
 use crate::scan::{Cx, Reader, Sink};
-use crate::{Request, Summary};
 
 /// Schema of `profiles/`: one row per node (partition), interval and function.
 pub const PROFILE_SCHEMA: &str = "message profile {

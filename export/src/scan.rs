@@ -1,7 +1,7 @@
 //! Reading the data in bounded steps and handing every selected interval to a format's writer
 //! once.
 //!
-//! Each step reads at most [`crate::Request::read_limit`] bytes of every data file
+//! Each step reads at most [`crate::request::Request::read_limit`] bytes of every data file
 //! (`Dataset::set_read_limit`); what it read is handed out, then forgotten. A stream's last
 //! interval is kept back until the stream is read to the end, because the next step may still
 //! change it (a dead writer's checkpoint is re-read each step; records that complete an
@@ -19,8 +19,8 @@ use culprit_analysis::data::{
 };
 
 use crate::error::Result;
+use crate::request::Request;
 use crate::select::{Range, Selection};
-use crate::Request;
 
 /// The file an interval comes from.
 #[derive(Clone, Copy, Debug)]

@@ -24,9 +24,9 @@ use prost::Message as _;
 
 use crate::error::Result;
 use crate::out::Out;
+use crate::request::{Request, Summary, Value};
 use crate::scan::{Cx, Reader, Sink};
 use crate::stacks::{sample_stacks, trace_stacks, Depth};
-use crate::{Request, Summary, Value};
 
 use proto::{Function, Label, Line, Location, Mapping, Profile, Sample, ValueType};
 
