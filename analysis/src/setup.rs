@@ -8,7 +8,7 @@ use crate::analyzer::MIN_NODES;
 use crate::data::LoadOptions;
 use crate::distance::Distance;
 use crate::error::{Error, Result};
-use crate::family::{self, Metric, MetricFamily};
+use crate::family::{self, Features, Metric, MetricFamily};
 use crate::score::{Peers, ScoreKind, DEFAULT_DOMAIN, PAIRWISE_EXACT_MAX};
 use crate::thresholds::{Settings, ThresholdsFile, Weighting};
 use crate::time::{fmt_dur, NS_PER_S};
@@ -50,6 +50,8 @@ pub struct Overrides {
     pub by_program: bool,
     /// Variance weighting.
     pub weighting: Option<Weighting>,
+    /// What the tracer's metrics compare: functions or caller → callee edges.
+    pub features: Option<Features>,
     /// Metrics to analyse, by name (empty: all with data).
     pub metrics: Vec<String>,
     /// Only these nodes (empty: all).
@@ -191,6 +193,14 @@ impl Setup {
                 |v| v.name().to_string(),
                 f,
             )?,
+            features: pick(
+                o.features,
+                t.map(|t| t.features),
+                Features::Functions,
+                "--features",
+                |v| v.name().to_string(),
+                f,
+            )?,
         };
         let s = &settings;
         let bad = |m: String| Err(Error::Settings(m));
@@ -220,7 +230,7 @@ impl Setup {
             }
             Some(n) => Peers::Domain(n),
         };
-        let families = family::builtin::all();
+        let families = family::builtin::for_features(s.features);
         let metrics = if o.metrics.is_empty() {
             None
         } else {
@@ -230,7 +240,8 @@ impl Setup {
                     Some(f) => v.push(f.metric()),
                     None => {
                         return bad(format!(
-                            "--metrics: unknown metric `{m}` (use samples, count, time, events)"
+                            "--metrics: unknown metric `{m}` (use samples, count, time, events, \
+                             latency)"
                         ))
                     }
                 }

@@ -178,7 +178,7 @@ pub fn train(
 /// The grid thresholds of `family` are rounded up on ("least integer threshold", seed 000).
 fn quantum(setup: &Setup, family: &dyn MetricFamily) -> f64 {
     match (family.comparison(), setup.settings.weighting) {
-        (Comparison::Cdf { .. }, _) => 1e-3,
+        (Comparison::Cdf { .. } | Comparison::Histograms, _) => 1e-3,
         (_, Weighting::Variance) => WEIGHTED_QUANTUM,
         (_, Weighting::None) => setup.settings.distance.threshold_quantum(),
     }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use culprit_analysis::diagnosis::ClosedWindow;
 use culprit_analysis::distance::Distance;
+use culprit_analysis::family::Features;
 use culprit_analysis::plan::{Progress, Quiet};
 use culprit_analysis::score::ScoreKind;
 use culprit_analysis::session::{self, DiagnoseRequest, Follow};
@@ -59,7 +60,12 @@ pub struct AnalysisArgs {
     /// [default: variance when training]
     #[arg(long, value_enum)]
     pub weighting: Option<Weighting>,
-    /// Metrics to analyse, comma-separated: samples,count,time,events [default: all with data]
+    /// What the tracer's count and time compare: functions, or caller → callee edges (traces
+    /// recorded with CULPRIT_GRAPH=1; root cause then names the edge) [default: functions]
+    #[arg(long, value_enum)]
+    pub features: Option<Features>,
+    /// Metrics to analyse, comma-separated: samples,count,time,events,latency [default: all
+    /// with data]
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub metrics: Vec<String>,
     /// Only these nodes, comma-separated
@@ -144,6 +150,7 @@ impl AnalysisArgs {
             min_time_ns: self.min_time,
             by_program: self.by_program,
             weighting: self.weighting,
+            features: self.features,
             metrics: self.metrics.clone(),
             nodes: self.nodes.clone(),
             symfs: self.symfs.clone(),
