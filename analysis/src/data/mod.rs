@@ -30,8 +30,8 @@ mod symbols;
 use files::{empty_samples, empty_trace, merge_edges, merge_hists, merge_trace_entries};
 pub use files::{
     process_alive, EventCount, EventInterval, FileStatus, NodeData, OsInterval, OsValue,
-    SampleCount, SampleFile, SampleInterval, TraceEdge, TraceEntry, TraceFile, TraceHist,
-    TraceInterval,
+    SampleCount, SampleFile, SampleInterval, SampleStack, TraceEdge, TraceEntry, TraceFile,
+    TraceHist, TraceInterval,
 };
 pub use names::{EventId, FuncId, FuncKey, Interner, Names, OsMetricId, OsMetricKey, ProgramId};
 pub use source::{DirSource, NodeListing, ReadAt, Source};
@@ -550,8 +550,40 @@ impl Dataset {
                         total: rec.total,
                         lost: rec.lost,
                         entries,
+                        stacks: None,
                     });
                     stats.new_intervals += 1;
+                }
+                Ok(Record::Stacks(rec)) => {
+                    // The sampler writes an interval's chains right after its Samples record.
+                    let mut stacks = Vec::with_capacity(rec.len());
+                    for e in rec.entries() {
+                        let program = self.string_or(&s.strings, e.program);
+                        let frames = e
+                            .frames
+                            .iter()
+                            .map(|&(image, function)| {
+                                let image = self.string_or(&s.strings, image);
+                                let function = self.string_or(&s.strings, function);
+                                self.names.funcs.intern(FuncKey { image, function })
+                            })
+                            .collect();
+                        stacks.push(SampleStack {
+                            program: self.names.programs.intern(program),
+                            frames,
+                            count: e.count,
+                        });
+                    }
+                    match s.intervals.last_mut() {
+                        Some(iv) if iv.start_ns == rec.interval.start_ns => {
+                            iv.stacks.get_or_insert_with(Vec::new).extend(stacks);
+                        }
+                        _ => self.warn(format!(
+                            "{}: call chains of an interval without samples (start {} ns) ignored",
+                            s.path.display(),
+                            rec.interval.start_ns
+                        )),
+                    }
                 }
                 Ok(Record::Events(rec)) => {
                     let mut counts = Vec::with_capacity(rec.len());
