@@ -1,10 +1,12 @@
 //! Folded stacks (Brendan Gregg's format, read by flamegraph.pl, inferno and speedscope): one
 //! line per distinct stack, frames root first separated by `;`, a space, and the stack's value.
 //!
-//! * tracer: `function` (deeper: `caller;…;function`), valued by exclusive time in ns
+//! * tracer: `root;…;function`, paths rebuilt from the call edges (`CULPRIT_GRAPH=1`; module
+//!   `stacks` says how), `function` alone where there are none; valued by exclusive time in ns
 //!   (`--value self`, the default for traced data) or calls (`--value calls`);
-//! * sampler: `program;image;function` (deeper: `program;frame;…;function`), valued by samples
-//!   (`--value samples`, the default when the selection has no traced calls).
+//! * sampler: `program;root;…;function`, the sampled call chains (`--call-graph fp`),
+//!   `program;image;function` where there are none; valued by samples (`--value samples`, the
+//!   default when the selection has no traced calls).
 //!
 //! Lines are sorted by stack, so equal data gives equal files. A `;` inside a name would split
 //! a frame and becomes `:`; frames never end a line, so names with spaces are fine.
@@ -19,25 +21,22 @@ use crate::error::Result;
 use crate::out::Out;
 use crate::request::{Request, Summary, Value};
 use crate::scan::{Cx, Reader, Sink};
-use crate::stacks::{sample_stacks, trace_stacks, Depth, TraceValues};
+use crate::stacks::{sample_stacks, Depth, TraceCalls, TraceValues};
 
 /// Aggregated stacks.
 #[derive(Debug, Default)]
 struct Stacks {
-    trace: HashMap<Vec<FuncId>, TraceValues>,
+    /// Each traced program's calls (its processes' edges summed).
+    trace: HashMap<ProgramId, TraceCalls>,
     samples: HashMap<(ProgramId, Vec<FuncId>), u64>,
     depth: Depth,
 }
 
 impl Sink for Stacks {
-    fn trace(&mut self, _: &Cx<'_>, iv: &TraceInterval) -> Result<()> {
-        let trace = &mut self.trace;
-        trace_stacks(iv, &mut self.depth, |stack, v| match trace.get_mut(stack) {
-            Some(x) => x.add(v),
-            None => {
-                trace.insert(stack.to_vec(), v);
-            }
-        });
+    fn trace(&mut self, cx: &Cx<'_>, iv: &TraceInterval) -> Result<()> {
+        if let Some(t) = cx.trace_file() {
+            self.trace.entry(t.program).or_default().add(iv);
+        }
         Ok(())
     }
 
@@ -64,12 +63,25 @@ fn frame(name: &str) -> String {
     name.replace(';', ":")
 }
 
+/// The traced programs' stacks, summed.
+fn trace_stacks(stacks: &Stacks) -> HashMap<Vec<FuncId>, TraceValues> {
+    let mut out: HashMap<Vec<FuncId>, TraceValues> = HashMap::new();
+    for calls in stacks.trace.values() {
+        calls.stacks(|stack, v| match out.get_mut(stack) {
+            Some(x) => x.add(v),
+            None => {
+                out.insert(stack.to_vec(), v);
+            }
+        });
+    }
+    out
+}
+
 /// The folded lines of `stacks` valued by `value`, sorted.
 fn lines(stacks: &Stacks, names: &Names, value: Value) -> Vec<(String, u64)> {
     let func = |f: FuncId| frame(&names.funcs.get(f).function);
     let mut out: Vec<(String, u64)> = match value {
-        Value::SelfTime | Value::Calls => stacks
-            .trace
+        Value::SelfTime | Value::Calls => trace_stacks(stacks)
             .iter()
             .map(|(stack, v)| {
                 let s: Vec<String> = stack.iter().map(|&f| func(f)).collect();
@@ -113,12 +125,13 @@ pub(crate) fn export(req: &Request, reader: &Reader) -> Result<Summary> {
     let mut stacks = Stacks::default();
     let pass = reader.run(&mut stacks)?;
     let mut notes = Vec::new();
-    let value = req.value.unwrap_or(if stacks.trace.is_empty() {
+    let traced = stacks.trace.values().any(|t| !t.is_empty());
+    let value = req.value.unwrap_or(if !traced {
         Value::Samples
     } else {
         Value::SelfTime
     });
-    if req.value.is_none() && !stacks.trace.is_empty() && !stacks.samples.is_empty() {
+    if req.value.is_none() && traced && !stacks.samples.is_empty() {
         notes.push(
             "the selection has traced calls and samples: folded stacks show the tracer's self \
              time (--value samples for the sampler's)"
@@ -128,10 +141,13 @@ pub(crate) fn export(req: &Request, reader: &Reader) -> Result<Summary> {
     // Only what is written: the tracer's stacks or the sampler's.
     let mut depth = stacks.depth;
     match value {
-        Value::Samples => depth.trace_flat = false,
-        Value::SelfTime | Value::Calls => depth.samples_flat = false,
+        Value::Samples => {}
+        Value::SelfTime | Value::Calls => {
+            depth = Depth::default();
+            stacks.trace.values().for_each(|t| depth.add(t.depth()));
+        }
     }
-    notes.extend(depth.note());
+    notes.extend(depth.notes());
     let lines = lines(&stacks, &pass.names, value);
     if lines.is_empty() {
         notes.push(format!(

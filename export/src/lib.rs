@@ -14,14 +14,15 @@
 //! * **Memory is bounded, whatever the data's size.** The dataset is read in steps
 //!   ([`culprit_analysis::data::Dataset::set_read_limit`]): each step's intervals go to the
 //!   format's writer, then are forgotten (module `scan`). Table formats (CSV, Parquet, Chrome) write
-//!   as they go; aggregate formats (folded, pprof) keep one value per distinct stack.
+//!   as they go; aggregate formats (folded, pprof) keep one value per distinct
+//!   stack, and per traced program (pprof: process) one per distinct call edge.
 //! * **Outputs never recompute the analysis**: they render the loaded data, and the
 //!   [`culprit_analysis::Diagnosis`] as given (`culprit diagnose --json`).
 //! * **Nothing is half-written**: a file output is written beside its target and renamed when
 //!   complete; a Parquet directory likewise.
-//! * **Stacks are as deep as the data**: the loader gives per-function totals (tracer) and
-//!   per-function sample counts (sampler), so stacks are one frame deep today; call paths
-//!   enter in one place (module `stacks`).
+//! * **Stacks are as deep as the data** (module `stacks`, the one place they are made): the
+//!   sampler's call chains as sampled (`--call-graph fp`), the tracer's paths rebuilt from its
+//!   caller → callee edges (`CULPRIT_GRAPH=1`), one frame where the data has neither.
 //!
 //! The selection (node, program, pid, time range) is `culprit report`'s ([`Selection`]).
 

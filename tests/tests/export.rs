@@ -33,6 +33,11 @@ use tracer_util::{build, traced, Link};
 /// Traced data: `export_srv 500 WAIT` on n1, n2, n3, with n2 waiting 600 ms and the others
 /// 100 ms.
 fn traced_data(dir: &TempDir) -> PathBuf {
+    traced_data_with(dir, false)
+}
+
+/// [`traced_data`], with the call graph (`CULPRIT_GRAPH=1`) when `graph`.
+fn traced_data_with(dir: &TempDir, graph: bool) -> PathBuf {
     let exe = build(
         dir.path(),
         "export_srv.c",
@@ -42,7 +47,13 @@ fn traced_data(dir: &TempDir) -> PathBuf {
     );
     let data = dir.join("data");
     for (node, wait) in [("n1", "100"), ("n2", "600"), ("n3", "100")] {
-        run_ok(traced(&exe, Link::Linked, &data, node).args(["500", wait]));
+        let mut cmd = traced(&exe, Link::Linked, &data, node);
+        if graph {
+            cmd.env("CULPRIT_GRAPH", "1");
+        } else {
+            cmd.env_remove("CULPRIT_GRAPH");
+        }
+        run_ok(cmd.args(["500", wait]));
     }
     data
 }
@@ -157,9 +168,9 @@ fn folded_golden_and_flame_graph() {
     let dir = TempDir::new("export-folded");
     let data = traced_data(&dir);
     let o = export(&data, &["--format", "folded", "--value", "calls"]);
-    let text = String::from_utf8(o.stdout.clone()).unwrap();
-    check_golden("export-folded-calls.txt", &text);
-    // No call paths in the data: stderr says the stacks are one frame deep.
+    let calls = String::from_utf8(o.stdout.clone()).unwrap();
+    check_golden("export-folded-calls.txt", &calls);
+    // No call edges in the data: stderr says the stacks are one frame deep.
     assert!(
         stderr_text(&o).contains("one frame deep"),
         "{}",
@@ -174,8 +185,18 @@ fn folded_golden_and_flame_graph() {
         .unwrap();
     assert!(top.starts_with("disk_wait "), "{text}");
     let ns: u64 = top.rsplit_once(' ').unwrap().1.parse().unwrap();
-    assert!(ns >= 600_000_000, "{top}");
-    // inferno draws it.
+    // disk_wait counts whole ms and may end up to 1 ms early.
+    assert!(ns >= 595_000_000, "{top}");
+    // inferno draws both (calls: every function wide enough to be drawn).
+    assert!(flame_graph(&text).contains("disk_wait"));
+    let svg = flame_graph(&calls);
+    for f in ["disk_wait", "checksum", "handle"] {
+        assert!(svg.contains(f), "{f} not in the flame graph");
+    }
+}
+
+/// Renders folded lines with inferno; returns the SVG.
+fn flame_graph(text: &str) -> String {
     let mut opts = inferno::flamegraph::Options::default();
     let mut svg = Vec::new();
     inferno::flamegraph::from_lines(&mut opts, text.lines(), &mut svg).unwrap();
@@ -184,9 +205,234 @@ fn folded_golden_and_flame_graph() {
         svg.starts_with("<?xml") && svg.contains("<svg"),
         "not an SVG"
     );
-    for f in ["disk_wait", "checksum", "handle"] {
+    svg
+}
+
+/// The value of each folded line.
+fn folded_values(text: &str) -> BTreeMap<String, u64> {
+    text.lines()
+        .map(|l| {
+            let (stack, n) = l.rsplit_once(' ').expect("stack and value");
+            (stack.to_string(), n.parse().expect("a number"))
+        })
+        .collect()
+}
+
+#[test]
+fn tracer_call_paths_in_folded_stacks_and_pprof() {
+    let dir = TempDir::new("export-graph");
+    let data = traced_data_with(&dir, true);
+    // Calls along each path: export_srv's calls form a tree, so its paths are exact.
+    let o = export(&data, &["--format", "folded", "--value", "calls"]);
+    let calls_text = String::from_utf8(o.stdout.clone()).unwrap();
+    check_golden("export-folded-graph-calls.txt", &calls_text);
+    assert!(
+        !stderr_text(&o).contains("one frame deep"),
+        "{}",
+        stderr_text(&o)
+    );
+    let calls = folded_values(&calls_text);
+    assert_eq!(
+        calls.get("main;handle;lookup;checksum"),
+        Some(&9000),
+        "{calls_text}"
+    );
+    // Self time: the slow node's disk_wait under main; every function's self time as the
+    // one-frame export (edges off) would count it: edges cover every call.
+    let o = export(&data, &["--format", "folded", "--node", "n2"]);
+    let text = String::from_utf8(o.stdout).unwrap();
+    let self_ns = folded_values(&text);
+    let (top, ns) = self_ns.iter().max_by_key(|(_, &n)| n).unwrap();
+    assert_eq!(top, "main;disk_wait", "{text}");
+    assert!(*ns >= 595_000_000, "{text}");
+    let csv = dir.join("n2.csv");
+    export(
+        &data,
+        &[
+            "--format",
+            "csv",
+            "--node",
+            "n2",
+            "-o",
+            csv.to_str().unwrap(),
+        ],
+    );
+    let csv = std::fs::read_to_string(&csv).unwrap();
+    let head: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let col = |name: &str| head.iter().position(|h| *h == name).unwrap();
+    let (func, self_col) = (col("function"), col("self_ns"));
+    let mut per_func: BTreeMap<String, u64> = BTreeMap::new();
+    for l in csv.lines().skip(1) {
+        let f: Vec<&str> = l.split(',').collect();
+        *per_func.entry(f[func].to_string()).or_default() += f[self_col].parse::<u64>().unwrap();
+    }
+    let mut leaves: BTreeMap<String, u64> = BTreeMap::new();
+    for (stack, n) in &self_ns {
+        *leaves
+            .entry(stack.rsplit(';').next().unwrap().to_string())
+            .or_default() += n;
+    }
+    assert_eq!(leaves, per_func, "{text}");
+    // inferno draws the paths (calls: every function wide enough to be drawn).
+    let svg = flame_graph(&calls_text);
+    for f in ["main", "handle", "lookup", "checksum", "disk_wait"] {
         assert!(svg.contains(f), "{f} not in the flame graph");
     }
+
+    // pprof: the same paths; main's cumulative calls are every call below it.
+    if !have_go() {
+        return;
+    }
+    let file = dir.join("p.pb.gz");
+    export(&data, &["--format", "pprof", "-o", file.to_str().unwrap()]);
+    let cum = pprof_cum(&file, &["-sample_index=calls"]);
+    assert_eq!(cum["main"], 3 + 1500 + 1500 + 3000 + 9000 + 3, "{cum:?}");
+    assert_eq!(cum["handle"], 1500 + 1500 + 3000 + 9000, "{cum:?}");
+    assert_eq!(cum["lookup"], 3000 + 9000, "{cum:?}");
+    let o = run_ok(
+        Command::new("go")
+            .args(["tool", "pprof", "-traces", "-sample_index=calls"])
+            .arg(&file),
+    );
+    let traces = String::from_utf8_lossy(&o.stdout);
+    // A trace lists its frames leaf first, one per line.
+    let frames: Vec<&str> = traces.split_whitespace().collect();
+    assert!(
+        frames
+            .windows(4)
+            .any(|w| w == ["checksum", "lookup", "handle", "main"]),
+        "{traces}"
+    );
+}
+
+#[test]
+fn sampler_call_chains_in_folded_stacks_and_pprof() {
+    if !require(
+        sampler_util::can_sample(),
+        "root (or perf_event_paranoid -1) to run culprit sample",
+    ) {
+        return;
+    }
+    let dir = TempDir::new("export-chains");
+    let data = dir.join("data");
+    sampler_util::sample_chain_fixture(dir.path(), &data, "c1", 300, &["--call-graph", "fp"]);
+    let o = export(
+        &data,
+        &[
+            "--format",
+            "folded",
+            "--program",
+            "smp_chain",
+            "--value",
+            "samples",
+        ],
+    );
+    let text = String::from_utf8(o.stdout.clone()).unwrap();
+    assert!(
+        !stderr_text(&o).contains("one frame deep"),
+        "{}",
+        stderr_text(&o)
+    );
+    let stacks = folded_values(&text);
+    // The known path: nearly every sample in inner has main → outer → middle → inner.
+    let in_inner: u64 = stacks
+        .iter()
+        .filter(|(s, _)| s.ends_with(";inner"))
+        .map(|(_, n)| n)
+        .sum();
+    let whole: u64 = stacks
+        .iter()
+        .filter(|(s, _)| s.starts_with("smp_chain;") && s.ends_with(";main;outer;middle;inner"))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(in_inner >= 100, "{text}");
+    assert!(
+        whole * 100 >= in_inner * 95,
+        "{whole} of {in_inner}: {text}"
+    );
+    // System calls: kernel frames on top of main → syscalls.
+    assert!(
+        stacks
+            .keys()
+            .any(|s| s.contains(";main;syscalls;") && s.contains("write")),
+        "{text}"
+    );
+    // Every sample once: the chains add up to the per-function counts (CSV, read from the
+    // Samples records, not the chains).
+    let csv = dir.join("c.csv");
+    export(
+        &data,
+        &[
+            "--format",
+            "csv",
+            "--program",
+            "smp_chain",
+            "-o",
+            csv.to_str().unwrap(),
+        ],
+    );
+    let csv = std::fs::read_to_string(&csv).unwrap();
+    let head: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let col = head.iter().position(|h| *h == "samples").unwrap();
+    let samples: u64 = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').nth(col).unwrap().parse::<u64>().unwrap_or(0))
+        .sum();
+    assert_eq!(stacks.values().sum::<u64>(), samples);
+    let svg = flame_graph(&text);
+    for f in ["outer", "middle", "inner", "syscalls"] {
+        assert!(svg.contains(f), "{f} not in the flame graph");
+    }
+
+    if !have_go() {
+        return;
+    }
+    let file = dir.join("c.pb.gz");
+    export(
+        &data,
+        &[
+            "--format",
+            "pprof",
+            "--program",
+            "smp_chain",
+            "-o",
+            file.to_str().unwrap(),
+        ],
+    );
+    let cum = pprof_cum(&file, &["-sample_index=samples"]);
+    assert!(cum["outer"] >= whole, "{cum:?}");
+    assert!(cum["main"] >= cum["outer"] + cum["syscalls"], "{cum:?}");
+}
+
+/// True when Go's pprof runs (else skipped, or failed under CI).
+fn have_go() -> bool {
+    require(
+        Command::new("go").arg("version").output().is_ok(),
+        "Go's pprof (Debian golang-go, installed by scripts/install-deps)",
+    )
+}
+
+/// `go tool pprof -top -cum`'s cumulative value per function (plain numbers: count types).
+fn pprof_cum(file: &Path, args: &[&str]) -> HashMap<String, u64> {
+    let o = run_ok(
+        Command::new("go")
+            .args(["tool", "pprof", "-top", "-cum", "-nodecount=1000"])
+            .args(args)
+            .arg(file),
+    );
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    text.lines()
+        .skip_while(|l| !l.trim_start().starts_with("flat"))
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if f.len() < 6 {
+                return None;
+            }
+            Some((f[5..].join(" "), f[3].parse().ok()?))
+        })
+        .collect()
 }
 
 /// `go tool pprof -top`'s rows: (flat, function), most first.
@@ -213,11 +459,7 @@ fn pprof_top(file: &Path, args: &[&str]) -> Vec<(String, String)> {
 
 #[test]
 fn pprof_opens_in_go_tool_pprof() {
-    let go = Command::new("go").arg("version").output().is_ok();
-    if !require(
-        go,
-        "Go's pprof (Debian golang-go, installed by scripts/install-deps)",
-    ) {
+    if !have_go() {
         return;
     }
     let dir = TempDir::new("export-pprof");

@@ -4,6 +4,8 @@
 //!   (count) — the sampler's; a stack from the tracer has samples 0 and the other way round;
 //! * labels `node` and `program` on every sample, `pid` (a number) on the tracer's: `go tool
 //!   pprof -tagfocus node=io2` shows one node, `-tags` lists them;
+//! * stacks as module `stacks` makes them: the sampler's call chains, the tracer's paths
+//!   rebuilt from its call edges (per process), one frame where the data has neither;
 //! * one function per (image, function) name and one location per function; one mapping per
 //!   image, marked as having function names, so pprof does not try to symbolize;
 //! * the default sample type is `self` when the selection has traced calls, else `samples`
@@ -26,7 +28,7 @@ use crate::error::Result;
 use crate::out::Out;
 use crate::request::{Request, Summary, Value};
 use crate::scan::{Cx, Reader, Sink};
-use crate::stacks::{sample_stacks, trace_stacks, Depth};
+use crate::stacks::{sample_stacks, Depth, TraceCalls};
 
 use proto::{Function, Label, Line, Location, Mapping, Profile, Sample, ValueType};
 
@@ -80,15 +82,40 @@ struct Key {
 struct Builder {
     strings: Strings,
     samples: HashMap<Key, [i64; 3]>,
+    /// Each traced process's calls, by (node, program, pid): stacks when the pass is done.
+    trace: HashMap<(i64, i64, u32), TraceCalls>,
     depth: Depth,
     first_ns: Option<u64>,
     end_ns: u64,
     /// (event, period) of fixed-period sampling, while all intervals agree.
     period: Option<Option<(String, u64)>>,
-    traced: bool,
 }
 
 impl Builder {
+    /// True when the selection has traced calls.
+    fn traced(&self) -> bool {
+        self.trace.values().any(|t| !t.is_empty())
+    }
+
+    /// The traced processes' stacks as samples; what was one frame deep.
+    fn trace_samples(&mut self) -> Depth {
+        let mut depth = self.depth;
+        for ((node, program, pid), calls) in std::mem::take(&mut self.trace) {
+            depth.add(calls.depth());
+            calls.stacks(|stack, v| {
+                let key = Key {
+                    node,
+                    program,
+                    pid: Some(pid),
+                    stack: stack.to_vec(),
+                };
+                self.add(key.clone(), CALLS, v.calls);
+                self.add(key, SELF, v.self_ns);
+            });
+        }
+        depth
+    }
+
     fn span(&mut self, start: u64, dur: u64) {
         self.first_ns = Some(self.first_ns.map_or(start, |f| f.min(start)));
         self.end_ns = self.end_ns.max(start + dur);
@@ -109,21 +136,10 @@ impl Sink for Builder {
         self.span(iv.start_ns, iv.dur_ns);
         let node = self.strings.id(cx.node);
         let program = self.strings.id(cx.names.programs.get(t.program));
-        let mut found = Vec::new();
-        trace_stacks(iv, &mut self.depth, |stack, v| {
-            found.push((stack.to_vec(), v))
-        });
-        for (stack, v) in found {
-            self.traced = true;
-            let key = Key {
-                node,
-                program,
-                pid: Some(t.pid),
-                stack,
-            };
-            self.add(key.clone(), CALLS, v.calls);
-            self.add(key, SELF, v.self_ns);
-        }
+        self.trace
+            .entry((node, program, t.pid))
+            .or_default()
+            .add(iv);
         Ok(())
     }
 
@@ -294,12 +310,12 @@ pub(crate) fn export(req: &Request, reader: &Reader) -> Result<Summary> {
     let mut out = Out::create(req.output.as_deref(), true)?;
     let mut b = Builder::default();
     let pass = reader.run(&mut b)?;
-    let value = req.value.unwrap_or(if b.traced {
+    let value = req.value.unwrap_or(if b.traced() {
         Value::SelfTime
     } else {
         Value::Samples
     });
-    let notes: Vec<String> = b.depth.note().into_iter().collect();
+    let notes = b.trace_samples().notes();
     let profile = b.build(&pass.names, value, &notes);
     let items = profile.sample.len() as u64;
     let bytes = profile.encode_to_vec();
