@@ -205,13 +205,34 @@ fn folded_and_pprof_values() {
     req.selection = sel;
     let summary = export(&req).unwrap();
     let text = std::fs::read_to_string(&out).unwrap();
-    // program;image;function, one frame deep, and the note says so.
+    // program;root;…;function, the call chains as written (function 0 alone: program;image;
+    // function), one line per sampled function.
     assert!(
-        text.starts_with("synth-server;synth-server;f000 "),
+        text.lines()
+            .any(|l| l.starts_with("synth-server;synth-server;f000 ")),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("synth-server;f000;f002;f006;f014 ")),
         "{text}"
     );
     assert_eq!(text.lines().count(), 15);
-    assert!(summary.notes.iter().any(|n| n.contains("one frame deep")));
+    assert!(
+        !summary.notes.iter().any(|n| n.contains("one frame deep")),
+        "{:?}",
+        summary.notes
+    );
+    // The tracer's paths, rebuilt from its edges: f000 (function 0) is the root of every one.
+    req.value = Some(Value::SelfTime);
+    export(&req).unwrap();
+    let traced = std::fs::read_to_string(&out).unwrap();
+    let deepest = traced.lines().map(|l| l.split(';').count()).max().unwrap();
+    assert!(deepest >= 4, "{traced}");
+    assert!(
+        traced.lines().all(|l| l.starts_with("synth-server+0x1000")),
+        "{traced}"
+    );
     // pprof: gzip of a protobuf message whose string table names the sample types.
     let out = dir.0.join("p.pb.gz");
     req.format = Format::Pprof;

@@ -5,6 +5,10 @@
 //! without requests), with the values of `culprit_analysis::synth::Scenario` (a shared
 //! Zipf-like profile, per-node differences, noise).
 //!
+//! Calls have paths: the traced server records call edges (`CULPRIT_GRAPH=1`) where function
+//! `i > 0` is called by [`callers`]`(i)` (two callers for most: a graph, not a tree, so paths are
+//! split), and the sampler records a call chain per sampled function (its first caller's path).
+//!
 //! Trace files record their binary at a path that does not exist, so functions are named
 //! `synth-server+0x…` (the loader warns once per node); sample files carry names (`f000`, …).
 
@@ -17,8 +21,9 @@ use culprit_analysis::synth::Scenario;
 use culprit_format::names::{samples_file_name, trace_file_name};
 use culprit_format::writer::FileWriter;
 use culprit_format::{
-    end_reason, info_keys, object_flags, EventEntry, FileKind, IntervalEntry, IntervalHead,
-    ObjectDesc, OsMetricEntry, OsMetricsHead, RecordBuf, SampleEntry, SamplesHead,
+    end_reason, info_keys, object_flags, EdgeEntry, EventEntry, FileKind, IntervalEntry,
+    IntervalHead, IntervalRef, ObjectDesc, OsMetricEntry, OsMetricsHead, RecordBuf, SampleEntry,
+    SamplesHead,
 };
 
 const NS: u64 = 1_000_000_000;
@@ -76,6 +81,26 @@ fn os_sid(s: &str) -> u32 {
         .iter()
         .position(|x| *x == s)
         .expect("an OS metric string") as u32
+}
+
+/// The callers of function `i > 0`: `(i - 1) / 2` and, when different, `(i - 1) / 3`; function
+/// 0 has none.
+pub fn callers(i: usize) -> Vec<usize> {
+    match i {
+        0 => Vec::new(),
+        _ if (i - 1) / 2 == (i - 1) / 3 => vec![(i - 1) / 2],
+        _ => vec![(i - 1) / 2, (i - 1) / 3],
+    }
+}
+
+/// Function `i`'s path from function 0 through its first callers, outermost first.
+pub fn first_path(i: usize) -> Vec<usize> {
+    let mut p = vec![i];
+    while let Some(&c) = callers(*p.last().expect("a frame")).first() {
+        p.push(c);
+    }
+    p.reverse();
+    p
 }
 
 /// The address of traced function `i`.
@@ -170,6 +195,12 @@ pub fn write(root: &Path, spec: Spec) -> io::Result<()> {
     let mut err = None;
     trace_run.generate(|n, start, v| {
         buf.clear();
+        let entry = |i: usize, x: f64| IntervalEntry {
+            addr: func_addr(i),
+            calls: x.round() as u64 + 1,
+            excl_ns: (x * 1000.0) as u64,
+            incl_ns: (x * 1500.0) as u64,
+        };
         buf.interval(
             &IntervalHead {
                 start_ns: start,
@@ -177,12 +208,38 @@ pub fn write(root: &Path, spec: Spec) -> io::Result<()> {
                 threads: 4,
                 ..Default::default()
             },
-            v.iter().enumerate().map(|(i, &x)| IntervalEntry {
-                addr: func_addr(i),
-                calls: x.round() as u64 + 1,
-                excl_ns: (x * 1000.0) as u64,
-                incl_ns: (x * 1500.0) as u64,
-            }),
+            v.iter().enumerate().map(|(i, &x)| entry(i, x)),
+        );
+        // Each function's calls and times over its callers (the first gets the remainder).
+        let mut edges = Vec::new();
+        for (i, &x) in v.iter().enumerate() {
+            let e = entry(i, x);
+            let from = callers(i);
+            let k = from.len().max(1) as u64;
+            let callers = if from.is_empty() {
+                vec![None]
+            } else {
+                from.into_iter().map(Some).collect()
+            };
+            for (j, c) in callers.into_iter().enumerate() {
+                let part = |v: u64| if j == 0 { v - v / k * (k - 1) } else { v / k };
+                edges.push(EdgeEntry {
+                    caller: c.map_or(0, func_addr),
+                    callee: e.addr,
+                    calls: part(e.calls),
+                    excl_ns: part(e.excl_ns),
+                    incl_ns: part(e.incl_ns),
+                });
+            }
+        }
+        buf.edges(
+            &IntervalRef {
+                start_ns: start,
+                dur_ns: NS,
+                flags: 0,
+            },
+            0,
+            edges,
         );
         if let Err(e) = traces[n].append(&buf) {
             err.get_or_insert(e);
@@ -204,6 +261,18 @@ pub fn write(root: &Path, spec: Spec) -> io::Result<()> {
                 image: 2,
                 function: 10 + i as u32,
                 count: x.round() as u64 / 10 + 1,
+            })
+            .collect();
+        // One chain per sampled function: its first callers' path.
+        let chains: Vec<(u64, Vec<(u32, u32)>)> = entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                let frames = first_path(i)
+                    .into_iter()
+                    .map(|f| (2, 10 + f as u32))
+                    .collect();
+                (e.count, frames)
             })
             .collect();
         let total = entries.iter().map(|e| e.count).sum();
@@ -232,6 +301,14 @@ pub fn write(root: &Path, spec: Spec) -> io::Result<()> {
                     count: v[0] as u64,
                 },
             ],
+        );
+        buf.stacks(
+            &IntervalRef {
+                start_ns: start,
+                dur_ns: 10 * NS,
+                flags: 0,
+            },
+            chains.iter().map(|(n, f)| (2, *n, f.as_slice())),
         );
         if let Err(e) = samples[n].append(&buf) {
             err.get_or_insert(e);
