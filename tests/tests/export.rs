@@ -306,9 +306,10 @@ fn tracer_call_paths_in_folded_stacks_and_pprof() {
 }
 
 #[test]
+#[ignore = "needs privileges (root or perf access): scripts/test runs it with --include-ignored"]
 fn sampler_call_chains_in_folded_stacks_and_pprof() {
     if !require(
-        sampler_util::can_sample(),
+        can_sample(),
         "root (or perf_event_paranoid -1) to run culprit sample",
     ) {
         return;
@@ -846,9 +847,10 @@ fn parquet_totals_equal_the_report_in_duckdb() {
 }
 
 #[test]
+#[ignore = "needs privileges (root or perf access): scripts/test runs it with --include-ignored"]
 fn os_metrics_of_a_real_sampler_in_duckdb_and_csv() {
     if !require(
-        sampler_util::can_sample(),
+        can_sample(),
         "root (or perf_event_paranoid -1) to run culprit sample",
     ) {
         return;
