@@ -42,6 +42,7 @@ pub mod family;
 pub mod feed;
 pub mod filter;
 pub mod latency;
+pub mod layers;
 pub mod missing;
 pub mod model;
 pub mod plan;

@@ -207,7 +207,7 @@ pub fn diagnose(
     let mut findings = missing::findings(&outcome, &plan.reported, grace, |n| ending_of(&ds, n));
     findings.extend(damage_findings(&ds));
     let peers = setup.peers_text(outcome.names.len());
-    Ok(Diagnosis::build(
+    let mut diagnosis = Diagnosis::build(
         &outcome,
         ReportInput {
             data: req.data,
@@ -220,7 +220,17 @@ pub fn diagnose(
             peers,
             by_program: setup.settings.by_program,
         },
-    ))
+    );
+    // Seed 003: the I/O layers' characteristics, compared bottom-up across the peers.
+    if let Some(t) = crate::layers::table(&ds.nodes) {
+        let layers = diagnosis.metric(Metric::LAYERS);
+        let since = |node: &str| {
+            let n = layers?.nodes.iter().find(|n| n.node == node)?;
+            n.anomalous_windows.first().map(|w| w.start_ns)
+        };
+        diagnosis.layers = crate::layers::bottom_up(&t, &since);
+    }
+    Ok(diagnosis)
 }
 
 /// First start and last end of the data (for progress).

@@ -9,6 +9,7 @@
 //! plus the writer's own state, whatever the data's size.
 //!
 //! Intervals a writer could not observe (missed) carry no values and are not handed out.
+//! Layer-boundary I/O events (record kind 14) are not exported; they are dropped each step.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -153,6 +154,9 @@ impl Reader {
                         Settled::Trace(&t.intervals[..n]),
                     )?;
                     t.intervals.drain(..n);
+                    // Layer-boundary I/O events (record kind 14) are not exported: forgotten
+                    // like what was handed out, so memory stays bounded.
+                    t.layers.clear();
                 }
                 for s in &mut node.samples {
                     let n = settled(s.intervals.len(), last);
@@ -165,6 +169,7 @@ impl Reader {
                     s.intervals.drain(..n);
                     s.events.clear();
                     s.os.clear();
+                    s.layers.clear();
                 }
             }
             if last {

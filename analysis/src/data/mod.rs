@@ -27,8 +27,9 @@ mod symbols;
 
 use files::{empty_samples, empty_trace, merge_edges, merge_hists, merge_trace_entries};
 pub use files::{
-    EventCount, EventInterval, FileStatus, NodeData, OsInterval, OsValue, SampleCount, SampleFile,
-    SampleInterval, SampleStack, TraceEdge, TraceEntry, TraceFile, TraceHist, TraceInterval,
+    EventCount, EventInterval, FileStatus, LayerStretch, NodeData, OsInterval, OsValue,
+    SampleCount, SampleFile, SampleInterval, SampleStack, TraceEdge, TraceEntry, TraceFile,
+    TraceHist, TraceInterval,
 };
 pub use names::{EventId, FuncId, FuncKey, Interner, Names, OsMetricId, OsMetricKey, ProgramId};
 pub use source::{DirSource, NodeListing, ReadAt, Source};
@@ -559,6 +560,7 @@ impl Dataset {
             Record::End(e) => {
                 t.end_ns = Some(e.end_ns);
             }
+            Record::Layers(l) => t.layers.push(LayerStretch::of(&l)),
             _ => {}
         }
     }
@@ -699,6 +701,7 @@ impl Dataset {
                 stats.new_intervals += 1;
             }
             Record::End(e) => s.end_ns = Some(e.end_ns),
+            Record::Layers(l) => s.layers.push(LayerStretch::of(&l)),
             _ => {}
         }
     }

@@ -64,7 +64,7 @@ pub struct AnalysisArgs {
     /// recorded with CULPRIT_GRAPH=1; root cause then names the edge) [default: functions]
     #[arg(long, value_enum)]
     pub features: Option<Features>,
-    /// Metrics to analyse, comma-separated: samples,count,time,events,latency [default: all
+    /// Metrics to analyse, comma-separated: samples,count,time,events,latency,layers [default: all
     /// with data]
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub metrics: Vec<String>,

@@ -130,6 +130,7 @@ pub fn print_human(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
             v.combined.reason
         )?;
     }
+    print_layers(r, out)?;
     writeln!(out)?;
     // Verdict table.
     let w = r.nodes.iter().map(|n| n.len()).max().unwrap_or(4).max(4);
@@ -334,6 +335,55 @@ pub fn print_window(ev: &ClosedWindow, k: usize, out: &mut impl Write) -> std::i
         )?;
     }
     Ok(())
+}
+
+/// The bottom-up I/O layer findings (seed 003), one line per node.
+fn print_layers(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
+    for f in &r.layers {
+        let Some(lowest) = f.layers.first() else {
+            continue;
+        };
+        let what: Vec<String> = lowest
+            .anomalies
+            .iter()
+            .map(|a| {
+                format!(
+                    "{} {} {} vs the peers' {} {} ({} of {} s)",
+                    a.characteristic.name(),
+                    num(a.node_value),
+                    a.unit,
+                    num(a.peers_value),
+                    a.unit,
+                    a.slots_anomalous,
+                    a.slots_compared
+                )
+            })
+            .collect();
+        write!(
+            out,
+            "I/O LAYERS: {} — lowest anomalous layer {}: {}",
+            f.node,
+            f.layer,
+            what.join(", ")
+        )?;
+        let above: Vec<&str> = f.layers[1..].iter().map(|l| l.layer.as_str()).collect();
+        if !above.is_empty() {
+            write!(out, "; also anomalous above it: {}", above.join(", "))?;
+        }
+        writeln!(out)?;
+    }
+    Ok(())
+}
+
+/// A value with three significant digits or so.
+fn num(v: f64) -> String {
+    if v.abs() >= 100.0 {
+        format!("{v:.0}")
+    } else if v.abs() >= 1.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.3}")
+    }
 }
 
 #[cfg(test)]
