@@ -9,6 +9,7 @@
 //! * `record` — run a program built with `-finstrument-functions` with the runtime injected;
 //! * `sample` — the system-wide perf_event sampler daemon;
 //! * `report` — per-node, per-process function profiles from a data directory;
+//! * `export` — the data as folded stacks, pprof, Chrome trace JSON, CSV or Parquet;
 //! * `train` / `diagnose` — peer-comparison diagnosis;
 //! * `doctor` — what this machine allows (perf access, events, tracefs, namespaces…);
 //! * `demo`, `experiment` — the live demo and the accuracy experiment on an emulated cluster
@@ -26,6 +27,7 @@ use clap::{CommandFactory as _, Parser, Subcommand};
 
 pub mod diagnose;
 pub mod doctor;
+pub mod export;
 pub mod lab;
 pub mod progress;
 pub mod record;
@@ -68,6 +70,8 @@ enum Verb {
     Sample(sample::Args),
     /// Show per-node, per-process function profiles from a data directory.
     Report(report::Args),
+    /// Export the data as folded stacks, pprof, Chrome trace JSON, CSV or Parquet.
+    Export(export::Args),
     /// Learn per-node anomaly thresholds from fault-free runs.
     Train(diagnose::TrainArgs),
     /// Find the faulty node among peers and the functions that show it.
@@ -112,6 +116,7 @@ where
         Verb::Record(a) => record::run(a),
         Verb::Sample(a) => sample::run(a),
         Verb::Report(a) => report::run(a),
+        Verb::Export(a) => export::run(a),
         Verb::Train(a) => diagnose::run_train(a),
         Verb::Diagnose(a) => diagnose::run_diagnose(a),
         Verb::Doctor(a) => doctor::run(a),

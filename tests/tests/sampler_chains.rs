@@ -15,27 +15,6 @@ use sampler_util::*;
 
 const NODE: &str = "chains";
 
-/// Starts `culprit sample --pid PID` at 1 kHz with `extra` flags.
-fn sample_pid(data: &std::path::Path, pid: u32, extra: &[&str]) -> SamplerProc {
-    let pid = pid.to_string();
-    let mut args = vec![
-        "--node",
-        NODE,
-        "--pid",
-        &pid,
-        "--interval",
-        "1s",
-        "--event",
-        "cpu-clock",
-        "--period",
-        "1000000",
-        "--tracepoints",
-        "none",
-    ];
-    args.extend_from_slice(extra);
-    SamplerProc::start(data, &args, NODE)
-}
-
 /// True when `frames` holds `path` as consecutive frames.
 fn has_path(frames: &[String], path: &[&str]) -> bool {
     frames
@@ -52,29 +31,8 @@ fn call_chains_follow_the_known_call_path_into_the_kernel() {
         return;
     }
     let bin = TempDir::new("chain-bin");
-    let exe = bin.join("smp_chain");
-    gcc(
-        &[&c_source("smp_chain.c")],
-        &exe,
-        &["-O0", "-g", "-fno-omit-frame-pointer"],
-    );
     let data = TempDir::new("chain-data");
-    let _lock = machine_lock();
-    let mut child = Command::new(&exe)
-        .arg("800")
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .expect("start");
-    let sampler = sample_pid(data.path(), child.id(), &["--call-graph", "fp"]);
-    // Go: the sampler runs.
-    {
-        use std::io::Write as _;
-        let mut stdin = child.stdin.take().expect("stdin");
-        stdin.write_all(b"go\n").expect("write");
-    }
-    assert!(child.wait().expect("wait").success());
-    let (code, err) = sampler.stop();
-    assert_eq!(code, 0, "{err}");
+    sample_chain_fixture(bin.path(), data.path(), NODE, 800, &["--call-graph", "fp"]);
     let run = read_node(data.path(), NODE);
     assert_eq!(run.info.get("call_graph").map(String::as_str), Some("fp"));
     assert_eq!(
@@ -165,7 +123,7 @@ fn samples_in_the_tracer_runtime_are_one_pseudo_function() {
         .stdout(std::process::Stdio::null())
         .spawn()
         .expect("start");
-    let sampler = sample_pid(data.path(), child.id(), &[]);
+    let sampler = sample_pid(data.path(), NODE, child.id(), &[]);
     assert!(child.wait().expect("wait").success());
     let (code, err) = sampler.stop();
     assert_eq!(code, 0, "{err}");

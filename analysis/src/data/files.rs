@@ -280,6 +280,18 @@ pub struct SampleCount {
     pub count: u64,
 }
 
+/// One sampled call chain's count in a sampler interval (`culprit sample --call-graph`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SampleStack {
+    /// Program the samples ran in.
+    pub program: ProgramId,
+    /// Frames (image + symbol), outermost first, the sampled function last; kernel frames
+    /// follow the user frames they interrupted.
+    pub frames: Vec<FuncId>,
+    /// Samples with this chain.
+    pub count: u64,
+}
+
 /// One interval of a sampler file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SampleInterval {
@@ -301,6 +313,9 @@ pub struct SampleInterval {
     pub lost: u64,
     /// Counts per (program, function).
     pub entries: Vec<SampleCount>,
+    /// The samples' call chains, when sampled with `--call-graph` (record kind 12; `None`
+    /// otherwise).
+    pub stacks: Option<Vec<SampleStack>>,
 }
 
 impl SampleInterval {

@@ -29,8 +29,8 @@ mod symbols;
 use files::{empty_samples, empty_trace, merge_edges, merge_hists, merge_trace_entries};
 pub use files::{
     EventCount, EventInterval, FileStatus, LayerStretch, NodeData, OpenFrame, OsInterval, OsValue,
-    SampleCount, SampleFile, SampleInterval, StackSnapshot, ThreadCalls, TraceEdge, TraceEntry,
-    TraceFile, TraceHist, TraceInterval,
+    SampleCount, SampleFile, SampleInterval, SampleStack, StackSnapshot, ThreadCalls, TraceEdge,
+    TraceEntry, TraceFile, TraceHist, TraceInterval,
 };
 pub use names::{EventId, FuncId, FuncKey, Interner, Names, OsMetricId, OsMetricKey, ProgramId};
 pub use source::{DirSource, NodeListing, ReadAt, Source};
@@ -77,6 +77,7 @@ pub struct Dataset {
     source: Box<dyn Source>,
     opts: LoadOptions,
     symbols: Symbols,
+    read_limit: Option<u64>,
 }
 
 impl std::fmt::Debug for Dataset {
@@ -95,6 +96,9 @@ pub struct RefreshStats {
     pub new_files: usize,
     /// New interval records read (trace + samples + events).
     pub new_intervals: usize,
+    /// Streams with committed records left unread because of the read limit
+    /// ([`Dataset::set_read_limit`]): refresh again to read on.
+    pub unread_streams: usize,
 }
 
 impl Dataset {
@@ -123,7 +127,21 @@ impl Dataset {
             symbols: Symbols::new(opts.symfs.clone()),
             source,
             opts,
+            read_limit: None,
         }
+    }
+
+    /// Reads at most about `bytes` of each stream per [`Dataset::refresh`] (whole records: the
+    /// record that crosses the limit is read whole), so a consumer can take the intervals read,
+    /// forget them and refresh again: memory stays bounded whatever the data's size (exports).
+    /// [`RefreshStats::unread_streams`] says whether more is left. `None` (the default) reads
+    /// everything committed.
+    ///
+    /// A stream's last interval read may still change at the next refresh (a dead writer's
+    /// checkpoint is re-read; records that complete an interval follow it): a consumer that
+    /// forgets intervals keeps each stream's last one until the stream is read to the end.
+    pub fn set_read_limit(&mut self, bytes: Option<u64>) {
+        self.read_limit = bytes.map(|b| b.max(1));
     }
 
     /// An error unless some node has data; when nodes were asked for by name, it names those
@@ -611,7 +629,15 @@ impl Dataset {
         }
         let path = path.to_path_buf();
         let mut r = self.reader(&path, *consumed, status)?;
+        let start = r.offset();
         loop {
+            // The read limit: whole records, then the rest at the next refresh.
+            if let Some(limit) = self.read_limit {
+                if r.offset() - start >= limit && r.offset() < r.header().committed_end {
+                    stats.unread_streams += 1;
+                    break;
+                }
+            }
             let rec = match r.next_record() {
                 Ok(Some(rec)) => rec,
                 Ok(None) => break,
@@ -664,8 +690,40 @@ impl Dataset {
                     total: rec.total,
                     lost: rec.lost,
                     entries,
+                    stacks: None,
                 });
                 stats.new_intervals += 1;
+            }
+            Record::Stacks(rec) => {
+                // The sampler writes an interval's chains right after its Samples record.
+                let mut stacks = Vec::with_capacity(rec.len());
+                for e in rec.entries() {
+                    let program = self.string_or(&s.strings, e.program);
+                    let frames = e
+                        .frames
+                        .iter()
+                        .map(|&(image, function)| {
+                            let image = self.string_or(&s.strings, image);
+                            let function = self.string_or(&s.strings, function);
+                            self.names.funcs.intern(FuncKey { image, function })
+                        })
+                        .collect();
+                    stacks.push(SampleStack {
+                        program: self.names.programs.intern(program),
+                        frames,
+                        count: e.count,
+                    });
+                }
+                match s.intervals.last_mut() {
+                    Some(iv) if iv.start_ns == rec.interval.start_ns => {
+                        iv.stacks.get_or_insert_with(Vec::new).extend(stacks);
+                    }
+                    _ => self.warn(format!(
+                        "{}: call chains of an interval without samples (start {} ns) ignored",
+                        s.path.display(),
+                        rec.interval.start_ns
+                    )),
+                }
             }
             Record::Events(rec) => {
                 let mut counts = Vec::with_capacity(rec.len());

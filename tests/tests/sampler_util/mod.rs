@@ -54,6 +54,57 @@ pub fn build_programs() -> Programs {
     Programs { dir }
 }
 
+/// Starts `culprit sample --pid PID` at 1 kHz (cpu-clock, 1 s intervals, no tracepoints) with
+/// `extra` flags, writing node `node` under `data`.
+pub fn sample_pid(data: &Path, node: &str, pid: u32, extra: &[&str]) -> SamplerProc {
+    let pid = pid.to_string();
+    let mut args = vec![
+        "--node",
+        node,
+        "--pid",
+        &pid,
+        "--interval",
+        "1s",
+        "--event",
+        "cpu-clock",
+        "--period",
+        "1000000",
+        "--tracepoints",
+        "none",
+    ];
+    args.extend_from_slice(extra);
+    SamplerProc::start(data, &args, node)
+}
+
+/// Builds tests/c/smp_chain.c (every function keeps a frame pointer) into `bin` and runs it
+/// for `ms` ms of its CPU time per phase under `culprit sample --pid PID` (1 kHz cpu-clock, 1 s
+/// intervals, no tracepoints, `extra` flags) writing node `node` under `data`. Returns when
+/// both ended well. Takes the machine lock while it runs.
+pub fn sample_chain_fixture(bin: &Path, data: &Path, node: &str, ms: u32, extra: &[&str]) {
+    let exe = bin.join("smp_chain");
+    gcc(
+        &[&c_source("smp_chain.c")],
+        &exe,
+        &["-O0", "-g", "-fno-omit-frame-pointer"],
+    );
+    let _lock = machine_lock();
+    let mut child = Command::new(&exe)
+        .arg(ms.to_string())
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("start smp_chain");
+    let sampler = sample_pid(data, node, child.id(), extra);
+    // Go: the sampler runs.
+    {
+        use std::io::Write as _;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(b"go\n").expect("write");
+    }
+    assert!(child.wait().expect("wait").success());
+    let (code, err) = sampler.stop();
+    assert_eq!(code, 0, "{err}");
+}
+
 /// A `culprit sample` running in the background.
 pub struct SamplerProc {
     pub child: Child,
