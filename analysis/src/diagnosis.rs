@@ -18,6 +18,7 @@ use crate::family::{Metric, Windows};
 use crate::missing::Finding;
 use crate::model::PeerIdx;
 use crate::policy::{Policy, Unsupervised};
+use crate::resource::{self, Levels, Resource};
 use crate::score::ScoreKind;
 use crate::time::rfc3339;
 
@@ -106,6 +107,12 @@ pub struct ReportedSettings {
     /// The unsupervised rule, for metrics without trained thresholds.
     #[serde(deserialize_with = "Option::deserialize")]
     pub unsupervised: Option<Unsupervised>,
+    /// The OS metrics' WinSize, seconds.
+    pub os_win_size_s: f64,
+    /// The OS metrics' WinShift, seconds.
+    pub os_win_shift_s: f64,
+    /// Moving-average width over per-second values before distributions are compared.
+    pub smoothing: usize,
 }
 
 /// Combined verdict on a node.
@@ -116,6 +123,9 @@ pub struct NodeVerdict {
     /// Verdict.
     #[serde(flatten)]
     pub combined: Combined,
+    /// The resource at fault, for faulty and suspect nodes (seed 001's checklist).
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub resource: Option<Resource>,
 }
 
 /// Whether a metric's thresholds were trained.
@@ -133,6 +143,8 @@ pub enum Thresholds {
 pub struct MetricReport {
     /// Metric.
     pub metric: Metric,
+    /// Its family for corroboration: itself, or `os` for every OS metric.
+    pub family: Metric,
     /// Unit of values.
     pub unit: String,
     /// Unit of scores and thresholds.
@@ -285,6 +297,19 @@ pub struct ReportInput<'a> {
     pub peers: String,
     /// Components keyed by program.
     pub by_program: bool,
+    /// The OS metrics' windows and moving-average width.
+    pub os: OsSettings,
+    /// Per-second levels of the OS metrics (directions for the resource checklist).
+    pub levels: Option<&'a dyn Levels>,
+}
+
+/// The OS metrics' settings as reported.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OsSettings {
+    /// WinSize and WinShift.
+    pub windows: Windows,
+    /// Moving-average width.
+    pub smoothing: usize,
 }
 
 impl Diagnosis {
@@ -314,7 +339,15 @@ impl Diagnosis {
             .iter()
             .filter(|m| input.reported.contains(&m.metric()))
             .collect();
-        let analysed = metrics.iter().filter(|m| m.windows > m.unscored).count();
+        // Families analysed (all OS metrics are one).
+        let mut analysed_families: Vec<Metric> = metrics
+            .iter()
+            .filter(|m| m.windows > m.unscored)
+            .map(|m| m.config.family.group())
+            .collect();
+        analysed_families.sort();
+        analysed_families.dedup();
+        let analysed = analysed_families.len();
         let mut unsupervised = None;
         let mut trained = !metrics.is_empty();
         for m in &metrics {
@@ -340,9 +373,12 @@ impl Diagnosis {
             if combined.verdict.is_culprit() {
                 culprits.push(names[n].clone());
             }
+            let resource = matches!(combined.verdict, Verdict::Faulty | Verdict::Suspect)
+                .then(|| resource::name(outcome, &metrics, n, input.levels));
             verdicts.push(NodeVerdict {
                 node: names[n].clone(),
                 combined,
+                resource,
             });
         }
         let suspects: Vec<&str> = verdicts
@@ -395,6 +431,9 @@ impl Diagnosis {
                 peers: input.peers,
                 by_program: input.by_program,
                 unsupervised,
+                os_win_size_s: input.os.windows.size_ns as f64 / 1e9,
+                os_win_shift_s: input.os.windows.shift_ns as f64 / 1e9,
+                smoothing: input.os.smoothing,
             },
             from: from.map(rfc3339),
             to: to.map(rfc3339),
@@ -486,6 +525,7 @@ fn metric_report(
     let weighted = m.config.weights.is_some();
     MetricReport {
         metric: m.metric(),
+        family: family.group(),
         unit: family.unit().to_string(),
         score_unit: family
             .score_unit(outcome.config.distance, weighted)

@@ -15,7 +15,8 @@
 //! * [`analyzer`] — the streaming analyzer and its per-window [pipeline](analyzer);
 //! * [`distance`], [`cdf`], [`score`] ([`score::Scorer`]), [`policy`], [`filter`] — the pieces
 //!   the pipeline is made of;
-//! * [`combine`], [`missing`] — the combined verdict and missing-data findings;
+//! * [`combine`], [`missing`], [`resource`] — the combined verdict, missing-data findings, and
+//!   the resource at fault (seed 001's checklist);
 //! * [`diagnosis`] — the typed [`Diagnosis`], serialised as the JSON report;
 //! * [`setup`] — options resolved into settings; [`plan`] — what diagnosis and training share
 //!   (the metrics to run, the analyzer, [`plan::Progress`]); [`session`] and [`train`] — settings
@@ -44,6 +45,7 @@ pub mod missing;
 pub mod model;
 pub mod plan;
 pub mod policy;
+pub mod resource;
 pub mod score;
 pub mod session;
 pub mod setup;

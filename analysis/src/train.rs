@@ -26,6 +26,11 @@ use crate::time::fmt_dur;
 
 /// Grid of weighted thresholds (scores in typical deviations).
 const WEIGHTED_QUANTUM: f64 = 1e-3;
+/// Grid of CDF-distance thresholds: seed 001 §4.6.1 "start[s] with a minimum threshold value
+/// (currently 0.1) and increase[s] in increments (of 0.1)". It is also a floor: peers whose
+/// per-second values agreed exactly in training (the same rate every second) would otherwise get
+/// a threshold of 0.002, and one second off by one bin would flag them.
+const CDF_QUANTUM: f64 = 0.1;
 
 /// One fault-free run to train on.
 #[derive(Debug)]
@@ -58,6 +63,8 @@ pub struct Training {
 /// A loaded training run.
 struct Run {
     name: String,
+    /// The settings with this run's OS metrics.
+    setup: Setup,
     ds: Dataset,
     survey: Survey,
     plan: MetricPlan,
@@ -78,11 +85,13 @@ pub fn train(
         let what = format!("training run {}", r.name);
         let ds = Dataset::open_source(r.source, setup.load.clone()).map_err(|e| e.context(what))?;
         check_nodes(&ds, &r.name, &mut notes)?;
-        let survey = feed::survey(&ds, &setup.families)?;
-        loaded.push((r.name, ds, survey));
+        let run_setup = setup.for_data(&ds);
+        notes.extend(run_setup.notes.iter().cloned());
+        let survey = feed::survey(&ds, &run_setup.families)?;
+        loaded.push((r.name, run_setup, ds, survey));
     }
     // All runs must be recorded alike.
-    let sampling: HashSet<_> = loaded.iter().filter_map(|r| r.2.sampling.clone()).collect();
+    let sampling: HashSet<_> = loaded.iter().filter_map(|r| r.3.sampling.clone()).collect();
     if sampling.len() > 1 {
         let list: Vec<String> = sampling.iter().map(|s| s.to_string()).collect();
         return Err(Error::Data(format!(
@@ -93,17 +102,17 @@ pub fn train(
     // Pass 1: the kept function set over all runs.
     let mut kept: BTreeMap<Metric, Vec<CompLabel>> = BTreeMap::new();
     let mut runs = Vec::new();
-    for (name, ds, survey) in loaded {
-        let plan = plan_metrics(setup, &survey, &mut notes)?;
+    for (name, setup, ds, survey) in loaded {
+        let plan = plan_metrics(&setup, &survey, &mut notes)?;
         let mut a = build_analyzer(
-            setup,
+            &setup,
             &survey,
             &plan.run,
             false,
             |_| (Policy::Training, None),
             &mut notes,
         )?;
-        feed_all(setup, &ds, &mut a, progress)?;
+        feed_all(&setup, &ds, &mut a, progress)?;
         for m in a.results() {
             let set = kept.entry(m.metric()).or_default();
             for l in m.kept_labels() {
@@ -114,6 +123,7 @@ pub fn train(
         }
         runs.push(Run {
             name,
+            setup,
             ds,
             survey,
             plan,
@@ -121,8 +131,15 @@ pub fn train(
     }
     // Pass 2: scores with that set from the start, as diagnose will use it.
     let no_weights = BTreeMap::new();
-    let pass2 = score(setup, &runs, &kept, &no_weights, &mut notes, progress)?;
+    let pass2 = score(&runs, &kept, &no_weights, &mut notes, progress)?;
     let mut out = pass2.thresholds;
+    // A metric's family, from a run that has it (the OS metrics depend on the data).
+    let family_of = |m: Metric| {
+        runs.iter()
+            .find_map(|r| r.setup.families.iter().find(|f| f.metric() == m))
+            .cloned()
+            .expect("trained metrics have families")
+    };
     // Variance weighting: scales from pass 2, then a pass 3 scoring with them.
     if setup.settings.weighting == Weighting::Variance {
         let files: BTreeMap<Metric, WeightsFile> = pass2
@@ -130,22 +147,19 @@ pub fn train(
             .iter()
             .map(|(&m, sp)| {
                 let v: Vec<(CompLabel, Spread)> = sp.iter().map(|(l, s)| (l.clone(), *s)).collect();
-                (
-                    m,
-                    WeightsFile::from_spreads(&v, setup.family(m).resolution()),
-                )
+                (m, WeightsFile::from_spreads(&v, family_of(m).resolution()))
             })
             .collect();
         let weights: BTreeMap<Metric, Weights> =
             files.iter().map(|(&m, f)| (m, f.weights())).collect();
         let mut quiet = Vec::new();
-        out = score(setup, &runs, &kept, &weights, &mut quiet, progress)?.thresholds;
+        out = score(&runs, &kept, &weights, &mut quiet, progress)?.thresholds;
         for (m, t) in out.iter_mut() {
             t.weights = files.get(m).cloned();
         }
     }
     for (m, t) in out.iter_mut() {
-        let quantum = quantum(setup, setup.family(*m).as_ref());
+        let quantum = quantum(setup, family_of(*m).as_ref());
         let basis = match rule {
             ThresholdRule::Flagged => &t.flag_scores,
             ThresholdRule::Window => &t.max_scores,
@@ -178,7 +192,7 @@ pub fn train(
 /// The grid thresholds of `family` are rounded up on ("least integer threshold", seed 000).
 fn quantum(setup: &Setup, family: &dyn MetricFamily) -> f64 {
     match (family.comparison(), setup.settings.weighting) {
-        (Comparison::Cdf { .. }, _) => 1e-3,
+        (Comparison::Cdf { .. }, _) => CDF_QUANTUM,
         (_, Weighting::Variance) => WEIGHTED_QUANTUM,
         (_, Weighting::None) => setup.settings.distance.threshold_quantum(),
     }
@@ -210,7 +224,6 @@ struct Scored {
 
 /// Scores every window of every run with the kept set from the start and the given weights.
 fn score(
-    setup: &Setup,
     runs: &[Run],
     kept: &BTreeMap<Metric, Vec<CompLabel>>,
     weights: &BTreeMap<Metric, Weights>,
@@ -221,6 +234,7 @@ fn score(
     let mut spreads: BTreeMap<Metric, HashMap<CompLabel, Spread>> = BTreeMap::new();
     let weighted = !weights.is_empty();
     for run in runs {
+        let setup = &run.setup;
         let mut a = build_analyzer(
             setup,
             &run.survey,

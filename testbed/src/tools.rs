@@ -301,7 +301,8 @@ mod tests {
             r#"{{"schema": "culprit-diagnosis", "version": 1, "data": ["DATA"], "trained": false,
             "thresholds_file": null,
             "settings": {{"win_size_s": 10.0, "win_shift_s": 5.0, "k": 3, "score": "median-node",
-              "distance": "manhattan", "peers": "n/a", "by_program": false, "unsupervised": null}},
+              "distance": "manhattan", "peers": "n/a", "by_program": false, "unsupervised": null,
+              "os_win_size_s": 30.0, "os_win_shift_s": 5.0, "smoothing": 5}},
             "from": null, "to": null, "nodes": ["io0", "io1", "io2"], "culprits": ["io2"],
             "verdicts": [], "metrics": [{metrics}], "findings": [], "notes": [], "warnings": []}}"#
         )
@@ -318,7 +319,7 @@ mod tests {
 
     fn metric(name: &str, nodes: &[String]) -> String {
         format!(
-            r#"{{"metric": "{name}", "unit": "u", "score_unit": "u", "thresholds": "untrained",
+            r#"{{"metric": "{name}", "family": "{name}", "unit": "u", "score_unit": "u", "thresholds": "untrained",
             "windows": 9, "unscored_windows": 0, "kept": 3, "nodes": [{}]}}"#,
             nodes.join(",")
         )
