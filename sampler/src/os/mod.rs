@@ -590,6 +590,9 @@ struct ThreadEntry {
     blkio: u64,
     sched: (u64, u64, u64),
     seen: u64,
+    /// Boot-time clock ticks of the first of the consecutive reads that found the thread in
+    /// uninterruptible sleep (`D`), up to the last read; `None` when the last read did not.
+    blocked_since: Option<u64>,
 }
 
 /// Most per-task files kept open (the rest are opened and closed each tick).
@@ -651,6 +654,8 @@ struct TickCtx {
     delay_since: Option<u64>,
     /// The interval's span in clock ticks.
     span_ticks: f64,
+    /// Boot-time clock ticks now.
+    boot_ticks: u64,
 }
 
 /// True when a task that started at `start` (clock ticks after boot) began after the previous
@@ -791,6 +796,7 @@ impl Procs {
             _ => {}
         }
         let known = self.threads.get(&tid).filter(|t| t.start == st.starttime);
+        let blocked_since = known.and_then(|t| t.blocked_since);
         let base = match known {
             Some(t) => Some((t.blkio, t.sched)),
             None if born_since(st.starttime, prev_boot_ticks) => Some((0, (0, 0, 0))),
@@ -798,8 +804,18 @@ impl Procs {
         };
         let sched_now = sched.unwrap_or((0, 0, 0));
         if let Some((b, s)) = base {
+            // The kernel credits a block-I/O wait when it ends, whole: a wait that began before
+            // the previous read is credited now. It cannot have begun before the thread was
+            // last seen out of `D` state, so more than the span, plus the time the thread has
+            // been seen blocked and one more span before it, is not a wait of this thread (6.12+ kernels with EEVDF's
+            // delayed dequeue sometimes credit a task with seconds per second, even with hours
+            // at once — measured: +814,772 ticks in one second). Such a thread's interval is
+            // implausible: the node's value is then absent rather than wrong.
             let d = st.blkio_ticks.saturating_sub(b);
-            if d as f64 > span_ticks + 2.0 {
+            let carried = blocked_since.map_or(0.0, |since| {
+                prev_boot_ticks.unwrap_or(since).saturating_sub(since) as f64 + span_ticks
+            });
+            if d as f64 > span_ticks + carried + 2.0 {
                 sums.implausible += 1;
             } else {
                 sums.blkio_ticks += d;
@@ -811,6 +827,7 @@ impl Procs {
                 sums.sched.2 += sched_now.2.saturating_sub(s.2);
             }
         }
+        let blocked_since = (st.state == b'D').then(|| blocked_since.unwrap_or(cx.boot_ticks));
         self.threads.insert(
             tid,
             ThreadEntry {
@@ -818,6 +835,7 @@ impl Procs {
                 blkio: st.blkio_ticks,
                 sched: sched_now,
                 seen: tick,
+                blocked_since,
             },
         );
     }
@@ -1109,6 +1127,7 @@ impl Collector {
             prev_boot_ticks: self.prev_boot_ticks,
             delay_since: self.delay_since,
             span_ticks: span * 1000.0 / self.ms_per_tick,
+            boot_ticks,
         };
         // Processes first: they say which sockets and namespaces are the nodes'.
         let mut sums: Vec<ProcSums> = (0..self.views.len()).map(|_| ProcSums::default()).collect();
