@@ -40,6 +40,16 @@ use crate::score::median_in_place;
 /// direction is never read from a difference healthy peers also show.
 pub const MARGIN: f64 = 1.25;
 
+/// Retransmits are a sign of loss when at least this share of the node's segments are
+/// retransmitted. Retransmits grow with traffic (a node flooding a link retransmits what the
+/// queues drop), so their count alone cannot tell loss from a hog; their share can: TCP's
+/// throughput falls as 1/√loss (Mathis et al., 1997), so at 1 % a connection already runs at a
+/// fraction of a clean link's rate, and seed 001's packet-loss faults drop 5 %.
+pub const LOSS_SHARE: f64 = 0.01;
+
+/// Metrics counting retransmits, judged by their share of the node's segments.
+const RETRANSMITS: [&str; 3] = ["tcp.retrans", "tcp.retrans_segs", "tcp:tcp_retransmit_skb"];
+
 /// What a metric tells about a resource.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -101,23 +111,20 @@ use Class::*;
 use Direction::{Down, Up};
 
 /// The metrics the checklist reads. Anything else (thread and process counts, context
-/// switches, request sizes) is context, never a step's evidence.
+/// switches, request counts and sizes: [`crate::family::os::NOT_COMPARED`]) is context, never a
+/// step's evidence.
 pub const SIGNS: &[Sign] = &[
     // A whole machine's block devices (sysstat's names).
     sign("disk.rd_sec", StorageThroughput, Up, "read throughput"),
     sign("disk.wr_sec", StorageThroughput, Up, "write throughput"),
-    sign("disk.tps", StorageThroughput, Up, "I/O requests"),
     sign("disk.await", StorageLatency, Up, "await"),
     sign("disk.avgqu_sz", StorageLatency, Up, "I/O queue"),
     sign("disk.util", StorageLatency, Up, "disk busy time"),
-    sign("disk.svctm", StorageLatency, Up, "service time"),
     sign("cpu.iowait", StorageLatency, Up, "iowait"),
     sign("cpu.blocked", StorageLatency, Up, "threads blocked on I/O"),
     // A node's cgroup and processes on a shared host.
     sign("cg.rd_bytes", StorageThroughput, Up, "read throughput"),
     sign("cg.wr_bytes", StorageThroughput, Up, "write throughput"),
-    sign("cg.rd_ios", StorageThroughput, Up, "read requests"),
-    sign("cg.wr_ios", StorageThroughput, Up, "write requests"),
     sign("proc.rd_bytes", StorageThroughput, Up, "read throughput"),
     sign("proc.wr_bytes", StorageThroughput, Up, "write throughput"),
     sign("proc.blkio_delay", StorageLatency, Up, "I/O delay"),
@@ -135,7 +142,6 @@ pub const SIGNS: &[Sign] = &[
     sign("tcp.cwnd_med", Loss, Down, "cwnd"),
     sign("tcp.rtt_med", Loss, Up, "round trip"),
     sign("tcp.rtt_max", Loss, Up, "longest round trip"),
-    sign("tcp.unacked", Loss, Up, "unacknowledged segments"),
     sign("net.rxdrop", Loss, Up, "receive drops"),
     sign("net.txdrop", Loss, Up, "send drops"),
     sign("net.rxerr", Loss, Up, "receive errors"),
@@ -285,7 +291,12 @@ pub struct Observation {
     pub faulty: bool,
     /// Its anomalous windows on the metric.
     pub anomalous_windows: u64,
-    /// The direction points at the node and the node is faulty on the metric.
+    /// Retransmits: their share of the node's segments (sent, or sent and received for the
+    /// retransmit events, which count its peers' retransmits to it too), when known.
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub share: Option<f64>,
+    /// The direction points at the node and the node is faulty on the metric (retransmits:
+    /// and they are at least [`LOSS_SHARE`] of its segments).
     pub diverges: bool,
 }
 
@@ -529,9 +540,13 @@ fn facts(
             unit: m.config.family.unit().to_string(),
             faulty: nm.faulty(),
             anomalous_windows: nm.anomalous.len() as u64,
+            share: None,
             diverges: nm.faulty() && dir == sign.trouble,
         });
     }
+    let level =
+        |obs: &[Observation], metric: &str| obs.iter().find(|o| o.metric == metric).map(|o| o.node);
+    let (sent, received) = (level(&obs, "tcp.out_segs"), level(&obs, "tcp.in_segs"));
     // Kernel events: the root-cause sums over the events metric's anomalous windows.
     for m in metrics.iter().filter(|m| m.metric() == Metric::EVENTS) {
         let nm = &m.nodes[n];
@@ -544,6 +559,15 @@ fn facts(
                 continue;
             };
             let (dir, ratio) = direction(r.cause.node, r.cause.reference);
+            // Events per second over the anomalous windows, against the segments per second
+            // the node sent and received.
+            let seconds = nm.anomalous.len() as f64 * m.windows_ns.size_ns as f64 / 1e9;
+            let share = match (sent, received) {
+                (Some(out), Some(inn)) if out + inn > 0.0 && seconds > 0.0 => {
+                    Some(r.cause.node / seconds / (out + inn))
+                }
+                _ => None,
+            };
             obs.push(Observation {
                 metric: format!("events: {}", sign.metric),
                 instance: None,
@@ -555,8 +579,22 @@ fn facts(
                 unit: m.config.family.unit().to_string(),
                 faulty: nm.faulty(),
                 anomalous_windows: nm.anomalous.len() as u64,
+                share,
                 diverges: nm.faulty() && dir == sign.trouble,
             });
+        }
+    }
+    // Retransmits diverge only as a share of the traffic.
+    for o in obs.iter_mut() {
+        let base = o.metric.strip_prefix("events: ").unwrap_or(&o.metric);
+        if !RETRANSMITS.contains(&base) {
+            continue;
+        }
+        if o.share.is_none() && !o.metric.starts_with("events: ") {
+            o.share = sent.filter(|s| *s > 0.0).map(|s| o.node / s);
+        }
+        if o.share.is_some_and(|s| s < LOSS_SHARE) {
+            o.diverges = false;
         }
     }
     // White-box: what only this node runs, and the top functions.
@@ -745,6 +783,7 @@ mod tests {
             unit: "u".into(),
             faulty,
             anomalous_windows: u64::from(faulty) * 4,
+            share: None,
             diverges: faulty && dir == s.trouble,
         }
     }

@@ -346,10 +346,16 @@ impl Setup {
     /// know.
     pub fn for_data(&self, ds: &Dataset) -> Setup {
         let mut s = self.clone();
+        let named = |m: &str| {
+            self.metrics
+                .as_ref()
+                .is_some_and(|v| v.iter().any(|x| x.name() == m))
+        };
         let (os, unknown) = family::os::families(
             ds,
             Some(self.os_windows()),
             self.settings.smoothing.unwrap_or(DEFAULT_SMOOTHING),
+            named,
         );
         s.families.extend(os);
         if !unknown.is_empty() {

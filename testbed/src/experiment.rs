@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::fault::FaultKind;
 use crate::programs::Programs;
 use crate::run::{run_once, Instrument, Phases, RunPlan, RunRecord};
-use crate::tools::{Tools, Windows};
+use crate::tools::{Tools, Windows, WHITE_BOX};
 use crate::workload::{Bound, Workload, WorkloadSpec};
 
 /// The experiment's parameters.
@@ -180,6 +180,10 @@ pub enum ResultLine {
         metrics: BTreeSet<String>,
         /// `culprit diagnose` exit status.
         exit: i32,
+        /// The resource named for each culprit of the combined verdict (results written before
+        /// resources were named: none).
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        resources: BTreeMap<String, String>,
     },
     /// One overhead measurement.
     Overhead {
@@ -298,6 +302,7 @@ pub fn run_experiment(
                             flagged: BTreeMap::new(),
                             metrics: BTreeSet::new(),
                             exit: 0,
+                            resources: BTreeMap::new(),
                         },
                     )?;
                 }
@@ -344,12 +349,13 @@ pub fn run_experiment(
                 &dir,
                 say,
             )?;
-            let v = tools.diagnose(&rec.data_dir, Some(&thresholds), windows)?;
+            let v = diagnose_all(tools, &rec.data_dir, &thresholds, windows)?;
             say(&format!(
-                "  {id}: truth {} {}; flagged {:?}",
+                "  {id}: truth {} {}; flagged {:?} {:?}",
                 rec.fault,
                 rec.faulty_node,
-                v.flagged.get("combined").cloned().unwrap_or_default()
+                v.flagged.get("combined").cloned().unwrap_or_default(),
+                v.resources
             ));
             append(
                 &results,
@@ -359,6 +365,7 @@ pub fn run_experiment(
                     flagged: v.flagged,
                     metrics: v.metrics,
                     exit: v.exit,
+                    resources: v.resources,
                 },
             )?;
             // The traces of scored runs are kept (re-analysis needs only the JSON lines; the data
@@ -428,6 +435,52 @@ pub fn run_experiment(
         cl.teardown()?;
     }
     Ok(())
+}
+
+/// Diagnoses a run three times: with every metric (the combined verdict, each metric's, the
+/// resources), with the OS metrics alone (`black-box`, seed 001) and with the white-box metrics
+/// alone (`white-box`, seed 000) — each a verdict a user with only that data would get.
+fn diagnose_all(
+    tools: &Tools,
+    data: &Path,
+    thresholds: &Path,
+    windows: Windows,
+) -> Result<crate::tools::Verdicts> {
+    let mut v = tools.diagnose(data, Some(thresholds), windows)?;
+    let white: Vec<&str> = WHITE_BOX
+        .iter()
+        .copied()
+        .filter(|m| v.metrics.contains(*m))
+        .collect();
+    let parts: [(&str, Vec<&str>); 2] = [("black-box", vec!["os"]), ("white-box", white)];
+    for (column, metrics) in parts {
+        let has = match column {
+            "black-box" => v.metrics.contains("os"),
+            _ => !metrics.is_empty(),
+        };
+        if !has {
+            continue;
+        }
+        let part = tools.diagnose_metrics(data, Some(thresholds), windows, &metrics)?;
+        v.flagged.insert(
+            column.to_string(),
+            part.diagnosis.culprits.iter().cloned().collect(),
+        );
+    }
+    Ok(v)
+}
+
+/// The resource the checklist should name for each fault class.
+pub fn expected_resource(fault: &str) -> Option<&'static str> {
+    Some(match fault {
+        "disk-hog" => "disk-hog",
+        "slow-disk" => "slow-disk",
+        "write-network-hog" | "read-network-hog" => "network-hog",
+        "receive-pktloss" | "send-pktloss" => "packet-loss",
+        "cpu-hog" => "cpu-hog",
+        "cpu-quota" => "cpu-starvation",
+        _ => return None,
+    })
 }
 
 /// Instrumentation settings of the overhead measurement.
@@ -582,13 +635,14 @@ pub fn rediagnose(
             ResultLine::Run { role, record, .. }
                 if role != "train" && named(test, &record.workload) =>
             {
-                let v = tools.diagnose(&record.data_dir, Some(&thresholds), windows)?;
+                let v = diagnose_all(tools, &record.data_dir, &thresholds, windows)?;
                 say(&format!(
-                    "{}: truth {} {}; flagged {:?}",
+                    "{}: truth {} {}; flagged {:?} {:?}",
                     record.id,
                     record.fault,
                     record.faulty_node,
-                    v.flagged.get("combined").cloned().unwrap_or_default()
+                    v.flagged.get("combined").cloned().unwrap_or_default(),
+                    v.resources
                 ));
                 append(
                     &path,
@@ -598,6 +652,7 @@ pub fn rediagnose(
                         flagged: v.flagged,
                         metrics: v.metrics,
                         exit: v.exit,
+                        resources: v.resources,
                     },
                 )?;
             }
@@ -608,9 +663,20 @@ pub fn rediagnose(
     Ok(path)
 }
 
-/// Columns of Table 1: each metric, diagnose's combined verdict, and `any` (flagged by at least
-/// one metric).
-const COLUMNS: [&str; 6] = ["samples", "count", "time", "events", "combined", "any"];
+/// Columns of Table 1: each white-box metric, the OS metrics (`os`: faulty on any of them),
+/// the verdicts of the white-box metrics alone, of the OS metrics alone (`black-box`) and of all
+/// (`combined`), and `any` (flagged by at least one metric).
+const COLUMNS: [&str; 9] = [
+    "samples",
+    "count",
+    "time",
+    "events",
+    "os",
+    "white-box",
+    "black-box",
+    "combined",
+    "any",
+];
 
 /// Renders the tables from result lines.
 pub fn render(lines: &[ResultLine]) -> String {
@@ -653,6 +719,8 @@ pub fn render(lines: &[ResultLine]) -> String {
     }
     // rows: fault name → metric → (tp, fp)
     let mut rows: BTreeMap<String, BTreeMap<&str, (Rate, Rate)>> = BTreeMap::new();
+    // fault name → (resource right among combined TPs, resources named)
+    let mut named: BTreeMap<String, (Rate, BTreeMap<String, usize>)> = BTreeMap::new();
     let mut order: Vec<String> = FaultKind::ALL
         .iter()
         .map(|f| f.name().to_string())
@@ -664,6 +732,7 @@ pub fn render(lines: &[ResultLine]) -> String {
             record,
             flagged,
             metrics,
+            resources,
             ..
         } = l
         else {
@@ -677,11 +746,32 @@ pub fn render(lines: &[ResultLine]) -> String {
         // the false positives of OR-ing the detectors.
         let any: BTreeSet<String> = flagged
             .iter()
-            .filter(|(m, _)| m.as_str() != "combined")
+            .filter(|(m, _)| WHITE_BOX.contains(&m.as_str()) || m.as_str() == "os")
             .flat_map(|(_, nodes)| nodes.iter().cloned())
             .collect();
+        let combined_tp = !record.faulty_node.is_empty()
+            && flagged
+                .get("combined")
+                .is_some_and(|f| f.contains(&record.faulty_node));
+        if combined_tp && !resources.is_empty() {
+            let e = named
+                .entry(record.fault.clone())
+                .or_insert((Rate { x: 0, n: 0 }, BTreeMap::new()));
+            let got = resources
+                .get(&record.faulty_node)
+                .cloned()
+                .unwrap_or_else(|| "none".into());
+            e.0.n += 1;
+            e.0.x += usize::from(expected_resource(&record.fault) == Some(got.as_str()));
+            *e.1.entry(got).or_default() += 1;
+        }
         for m in COLUMNS {
-            if !matches!(m, "combined" | "any") && !metrics.contains(m) {
+            let present = match m {
+                "combined" | "any" => true,
+                "white-box" | "black-box" => flagged.contains_key(m),
+                _ => metrics.contains(m),
+            };
+            if !present {
                 continue;
             }
             let f = if m == "any" {
@@ -745,6 +835,7 @@ pub fn render(lines: &[ResultLine]) -> String {
     }
     let _ = writeln!(s);
 
+    render_resources(&order, &named, &mut s);
     render_effects(lines, &mut s);
 
     // Table 2.
@@ -799,6 +890,44 @@ pub fn render(lines: &[ResultLine]) -> String {
         }
     }
     s
+}
+
+/// The resource named in the runs where the combined verdict flagged the faulty node.
+fn render_resources(
+    order: &[String],
+    named: &BTreeMap<String, (Rate, BTreeMap<String, usize>)>,
+    s: &mut String,
+) {
+    if named.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "\nResource named — among the runs whose combined verdict flagged the faulty node, the"
+    );
+    let _ = writeln!(
+        s,
+        "runs where the checklist named the fault's resource; x/n (95 % Wilson interval, %).\n"
+    );
+    let _ = writeln!(s, "| fault | expected | resource correct | named |");
+    let _ = writeln!(s, "|---|---|---|---|");
+    let mut total = Rate { x: 0, n: 0 };
+    for f in order {
+        let Some((rate, kinds)) = named.get(f) else {
+            continue;
+        };
+        total.x += rate.x;
+        total.n += rate.n;
+        let list: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        let _ = writeln!(
+            s,
+            "| {f} | {} | {} | {} |",
+            expected_resource(f).unwrap_or("–"),
+            rate.cell(),
+            list.join(", ")
+        );
+    }
+    let _ = writeln!(s, "| all faults | | {} | |", total.cell());
 }
 
 /// Table 3: what each fault did to the cluster (the ground truth the metrics had to see):
@@ -1021,6 +1150,7 @@ mod tests {
             flagged,
             metrics: ["samples".to_string()].into_iter().collect(),
             exit: 1,
+            resources: BTreeMap::new(),
         }
     }
 
@@ -1046,12 +1176,52 @@ mod tests {
             "{disk}"
         );
         let none = t.lines().find(|l| l.starts_with("| none")).unwrap();
+        assert!(!t.contains("Resource named"), "no resources recorded: {t}");
         assert!(
             none.contains("| 1/2 ("),
             "training runs are not scored: {none}"
         );
         let cells: Vec<&str> = none.split('|').map(str::trim).collect();
         assert_eq!(cells[2], "–", "no TP without a fault: {none}");
+    }
+
+    /// Black-box and white-box verdicts are columns when recorded; the resource is scored among
+    /// the runs whose combined verdict flagged the faulty node.
+    #[test]
+    fn resource_correct_among_the_combined_true_positives() {
+        let mut lines = vec![
+            run_line("faulty", "slow-disk", "io1", &["io1"], &[]),
+            run_line("faulty", "slow-disk", "io2", &["io2"], &[]),
+            run_line("faulty", "slow-disk", "io3", &[], &[]),
+        ];
+        for (l, kind) in lines.iter_mut().zip(["slow-disk", "disk-hog", "slow-disk"]) {
+            if let ResultLine::Run {
+                flagged,
+                resources,
+                record,
+                ..
+            } = l
+            {
+                flagged.insert("black-box".into(), flagged["combined"].clone());
+                resources.insert(record.faulty_node.clone(), kind.into());
+            }
+        }
+        let t = render(&lines);
+        let header = t.lines().find(|l| l.starts_with("| fault |")).unwrap();
+        assert!(
+            header.contains("black-box TP") && header.contains("os TP"),
+            "{header}"
+        );
+        let row = t
+            .lines()
+            .find(|l| l.starts_with("| slow-disk | slow-disk |"))
+            .unwrap_or_else(|| panic!("{t}"));
+        assert!(
+            row.contains("| 1/2 (") && row.contains("disk-hog 1, slow-disk 1"),
+            "{row}"
+        );
+        assert_eq!(expected_resource("send-pktloss"), Some("packet-loss"));
+        assert_eq!(expected_resource("none"), None);
     }
 
     #[test]
@@ -1076,6 +1246,7 @@ mod tests {
             flagged: BTreeMap::new(),
             metrics: BTreeSet::new(),
             exit: 0,
+            resources: BTreeMap::new(),
         };
         let t = render(&[line]);
         assert!(t.contains("| cpu-hog | ddw | 0.50 | 3.00 | 3.00 |"), "{t}");

@@ -69,6 +69,7 @@ fn diagnosis_flags_the_faulty_node_and_nothing_without_a_fault() {
     let tools = Tools {
         culprit: culprit_bin(),
         runtime: runtime_lib(),
+        analysis_args: Vec::new(),
     };
     let dir = TempDir::new("e2e-diagnosis");
     let programs = Programs::build(&dir.join("bin")).expect("build C programs");
