@@ -35,9 +35,10 @@ use crate::model::PeerIdx;
 use crate::score::median_in_place;
 
 /// A level differs from the peers' when it is at least this factor above (or below) the median
-/// of theirs: above the ordinary imbalance of fault-free peers (docs/accuracy.md measured the
-/// CPU seconds of fault-free testbed nodes up to 17 % apart, their disk bytes up to 6 %), so a
-/// direction is never read from a difference healthy peers also show.
+/// of theirs: above the ordinary imbalance of fault-free peers (on the testbed their CPU seconds
+/// differ by up to 24 % over a run, their disk bytes by under 7 %: docs/accuracy.md, "Balance of
+/// the fault-free runs"), so a direction is never read from a difference healthy peers also
+/// show.
 pub const MARGIN: f64 = 1.25;
 
 /// Retransmits are a sign of loss when at least this share of the node's segments are
@@ -112,7 +113,9 @@ use Direction::{Down, Up};
 
 /// The metrics the checklist reads. Anything else (thread and process counts, context
 /// switches, request counts and sizes: [`crate::family::os::NOT_COMPARED`]) is context, never a
-/// step's evidence.
+/// step's evidence — so is the *smallest* congestion window, which also falls when the node
+/// opens a connection that has not sent yet (a new connection starts at 10 segments, and a
+/// network hog's sink never sends): the median window speaks for loss.
 pub const SIGNS: &[Sign] = &[
     // A whole machine's block devices (sysstat's names).
     sign("disk.rd_sec", StorageThroughput, Up, "read throughput"),
@@ -138,7 +141,6 @@ pub const SIGNS: &[Sign] = &[
     sign("tcp.out_segs", Sent, Up, "sent segments"),
     sign("tcp.retrans", Loss, Up, "retransmits"),
     sign("tcp.retrans_segs", Loss, Up, "retransmits"),
-    sign("tcp.cwnd_min", Loss, Down, "smallest cwnd"),
     sign("tcp.cwnd_med", Loss, Down, "cwnd"),
     sign("tcp.rtt_med", Loss, Up, "round trip"),
     sign("tcp.rtt_max", Loss, Up, "longest round trip"),
