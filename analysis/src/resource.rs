@@ -586,19 +586,7 @@ fn facts(
             });
         }
     }
-    // Retransmits diverge only as a share of the traffic.
-    for o in obs.iter_mut() {
-        let base = o.metric.strip_prefix("events: ").unwrap_or(&o.metric);
-        if !RETRANSMITS.contains(&base) {
-            continue;
-        }
-        if o.share.is_none() && !o.metric.starts_with("events: ") {
-            o.share = sent.filter(|s| *s > 0.0).map(|s| o.node / s);
-        }
-        if o.share.is_some_and(|s| s < LOSS_SHARE) {
-            o.diverges = false;
-        }
-    }
+    judge_retransmits(&mut obs, sent);
     // White-box: what only this node runs, and the top functions.
     let mut foreign = Vec::new();
     let mut functions = Vec::new();
@@ -640,6 +628,23 @@ fn facts(
         foreign,
         functions,
         has_os,
+    }
+}
+
+/// Retransmits diverge only as a share of the traffic: the node's own (`tcp.retrans*`) against
+/// the segments it sent (`sent`, per second); the events' share is computed where they are read.
+fn judge_retransmits(obs: &mut [Observation], sent: Option<f64>) {
+    for o in obs.iter_mut() {
+        let base = o.metric.strip_prefix("events: ").unwrap_or(&o.metric);
+        if !RETRANSMITS.contains(&base) {
+            continue;
+        }
+        if o.share.is_none() && !o.metric.starts_with("events: ") {
+            o.share = sent.filter(|s| *s > 0.0).map(|s| o.node / s);
+        }
+        if o.share.is_some_and(|s| s < LOSS_SHARE) {
+            o.diverges = false;
+        }
     }
 }
 
@@ -870,6 +875,25 @@ mod tests {
         f.foreign.push("spin [rogue]".into());
         assert_eq!(RULES[step(&f)].kind, Kind::CpuHog);
         assert_eq!(kind(vec![]), Kind::Software);
+    }
+
+    /// A node that sends 40× more retransmits a little too: 3 of 11,700 segments per second is
+    /// no loss, and the hog is a hog. At 5 % it is loss.
+    #[test]
+    fn retransmits_count_by_their_share() {
+        let mut retrans = o("tcp.retrans_segs", Up, true);
+        retrans.node = 3.0;
+        let mut obs = vec![o("net.txbyt", Up, true), retrans];
+        judge_retransmits(&mut obs, Some(11_700.0));
+        assert!(!obs[1].diverges);
+        assert!((obs[1].share.unwrap() - 3.0 / 11_700.0).abs() < 1e-12);
+        assert_eq!(RULES[step(&facts(obs.clone()))].kind, Kind::NetworkHog);
+        obs[1].diverges = true;
+        obs[1].share = None;
+        obs[1].node = 600.0;
+        judge_retransmits(&mut obs, Some(12_000.0));
+        assert!(obs[1].diverges);
+        assert_eq!(RULES[step(&facts(obs))].kind, Kind::PacketLoss);
     }
 
     #[test]
