@@ -64,8 +64,8 @@ int culprit_flush(void);
 
 /* Stops tracing calls in the calling thread until culprit_resume(). Nests: n pauses need n
  * resumes. Functions that are running when tracing pauses are accounted normally if they
- * return after it resumes; ones that return while paused are recovered as lost frames.
- * Returns 0 or -1. */
+ * return after it resumes; ones that return while paused are counted as unwound calls that
+ * end when the runtime notices (as calls left by longjmp are). Returns 0 or -1. */
 int culprit_pause(void);
 
 /* Undoes one culprit_pause() in the calling thread. Returns 0, -1 (not tracing) or -2 (this

@@ -14,7 +14,8 @@
 //! * [`family`] — [`family::MetricFamily`]: what is compared, in which unit, how;
 //! * [`analyzer`] — the streaming analyzer and its per-window [pipeline](analyzer);
 //! * [`distance`], [`cdf`], [`score`] ([`score::Scorer`]), [`policy`], [`filter`] — the pieces
-//!   the pipeline is made of;
+//!   the pipeline is made of; [`latency`] — quantiles and distances of call-duration
+//!   histograms;
 //! * [`combine`], [`missing`], [`resource`] — the combined verdict, missing-data findings, and
 //!   the resource at fault (seed 001's checklist);
 //! * [`diagnosis`] — the typed [`Diagnosis`], serialised as the JSON report;
@@ -41,6 +42,7 @@ pub mod error;
 pub mod family;
 pub mod feed;
 pub mod filter;
+pub mod latency;
 pub mod missing;
 pub mod model;
 pub mod plan;

@@ -29,6 +29,9 @@ pub struct CompLabel {
     pub image: Option<Arc<str>>,
     /// Function (demangled) or event name.
     pub name: Arc<str>,
+    /// For the parts of a histogram ([`crate::family::Comparison::Histograms`]): the bucket
+    /// this component counts; `None` for the component that stands for the whole.
+    pub bucket: Option<u8>,
 }
 
 /// [`CompLabel`] as stored in a thresholds file.
@@ -39,6 +42,8 @@ struct LabelRepr {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     image: Option<String>,
     name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    bucket: Option<u8>,
 }
 
 impl From<CompLabel> for LabelRepr {
@@ -47,6 +52,7 @@ impl From<CompLabel> for LabelRepr {
             program: l.program.map(|s| s.to_string()),
             image: l.image.map(|s| s.to_string()),
             name: l.name.to_string(),
+            bucket: l.bucket,
         }
     }
 }
@@ -57,6 +63,7 @@ impl From<LabelRepr> for CompLabel {
             program: l.program.map(Arc::from),
             image: l.image.map(Arc::from),
             name: Arc::from(l.name),
+            bucket: l.bucket,
         }
     }
 }
@@ -68,6 +75,7 @@ impl CompLabel {
             program: None,
             image: Some(Arc::from(image)),
             name: Arc::from(name),
+            bucket: None,
         }
     }
 }
@@ -80,6 +88,9 @@ impl fmt::Display for CompLabel {
         f.write_str(&self.name)?;
         if let Some(i) = &self.image {
             write!(f, " [{i}]")?;
+        }
+        if let Some(b) = self.bucket {
+            write!(f, " (bucket {b})")?;
         }
         Ok(())
     }

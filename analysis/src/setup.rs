@@ -10,7 +10,7 @@ use crate::data::LoadOptions;
 use crate::distance::Distance;
 use crate::error::{Error, Result};
 use crate::family::distributions::Distributions;
-use crate::family::{self, Metric, MetricFamily, Windows};
+use crate::family::{self, Comparison, Features, Metric, MetricFamily, Windows};
 use crate::score::{Peers, ScoreKind, DEFAULT_DOMAIN, PAIRWISE_EXACT_MAX};
 use crate::thresholds::{Settings, ThresholdsFile, Weighting};
 use crate::time::{fmt_dur, NS_PER_S};
@@ -67,6 +67,8 @@ pub struct Overrides {
     pub os_win_shift_ns: Option<u64>,
     /// Moving-average width before distributions are compared.
     pub smoothing: Option<usize>,
+    /// What the tracer's metrics compare: functions or caller → callee edges.
+    pub features: Option<Features>,
     /// Metrics to analyse, by name (empty: all with data; `os`: every OS metric).
     pub metrics: Vec<String>,
     /// Only these nodes (empty: all).
@@ -208,6 +210,14 @@ impl Setup {
                 |v| v.name().to_string(),
                 f,
             )?,
+            features: pick(
+                o.features,
+                t.map(|t| t.features),
+                Features::Functions,
+                "--features",
+                |v| v.name().to_string(),
+                f,
+            )?,
             os_windows_ns: None,
             smoothing: Some(pick(
                 o.smoothing,
@@ -284,12 +294,20 @@ impl Setup {
             }
             Some(n) => Peers::Domain(n),
         };
-        let mut families = family::builtin::all();
+        let mut families = family::builtin::for_features(s.features);
         if s.distance == Distance::Cdf {
+            // Window sums become distributions; families that already compare distributions
+            // (latency histograms) stay as they are.
             let smoothing = s.smoothing.unwrap_or(DEFAULT_SMOOTHING);
             families = families
                 .into_iter()
-                .map(|inner| Arc::new(Distributions { inner, smoothing }) as Arc<dyn MetricFamily>)
+                .map(|inner| {
+                    if inner.comparison() == Comparison::Sums {
+                        Arc::new(Distributions { inner, smoothing }) as Arc<dyn MetricFamily>
+                    } else {
+                        inner
+                    }
+                })
                 .collect();
         }
         let metrics = if o.metrics.is_empty() {
@@ -303,7 +321,7 @@ impl Setup {
                     None => {
                         return bad(format!(
                             "--metrics: unknown metric `{m}` (use samples, count, time, events, \
-                             os, or an OS metric such as disk.await)"
+                             latency, os, or an OS metric such as disk.await)"
                         ))
                     }
                 }

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::distance::Distance;
 use crate::error::{Error, Result};
-use crate::family::{Metric, Sampling};
+use crate::family::{Features, Metric, Sampling};
 use crate::model::CompLabel;
 use crate::policy::{Spread, Weights};
 use crate::score::{median_in_place, ScoreKind};
@@ -66,6 +66,13 @@ pub struct Settings {
     /// (OS metrics, `--distance cdf`); files written before: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub smoothing: Option<usize>,
+    /// What the tracer's metrics compare (files written before it existed: functions).
+    #[serde(default, skip_serializing_if = "is_functions")]
+    pub features: Features,
+}
+
+fn is_functions(f: &Features) -> bool {
+    *f == Features::Functions
 }
 
 /// Which training score a trained threshold doubles.

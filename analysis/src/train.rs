@@ -193,6 +193,7 @@ pub fn train(
 fn quantum(setup: &Setup, family: &dyn MetricFamily) -> f64 {
     match (family.comparison(), setup.settings.weighting) {
         (Comparison::Cdf { .. }, _) => CDF_QUANTUM,
+        (Comparison::Histograms, _) => 1e-3,
         (_, Weighting::Variance) => WEIGHTED_QUANTUM,
         (_, Weighting::None) => setup.settings.distance.threshold_quantum(),
     }

@@ -48,6 +48,12 @@ pub struct Args {
     /// Never trace functions matching these comma-separated globs (CULPRIT_EXCLUDE)
     #[arg(long, value_name = "PATTERNS")]
     pub exclude: Option<String>,
+    /// Also record caller → callee edges (CULPRIT_GRAPH=1; `culprit report --graph`)
+    #[arg(long)]
+    pub graph: bool,
+    /// Also record call-duration histograms (CULPRIT_HIST=1; p50/p90/p99/max in reports)
+    #[arg(long)]
+    pub hist: bool,
     /// Also sample the program's process tree with perf_event (user and kernel code), into the
     /// same node directory (needs perf access, like `culprit sample`)
     #[arg(long)]
@@ -212,6 +218,12 @@ impl Config {
         }
         if let Some(p) = a.exclude {
             env.push(("CULPRIT_EXCLUDE", p.into()));
+        }
+        if a.graph {
+            env.push(("CULPRIT_GRAPH", "1".into()));
+        }
+        if a.hist {
+            env.push(("CULPRIT_HIST", "1".into()));
         }
         let exe = std::env::current_exe().ok();
         let runtime = find_runtime(

@@ -13,7 +13,9 @@ use serde::Serialize;
 use culprit_analysis::data::{
     Dataset, FileStatus, FuncId, LoadOptions, NodeData, SampleFile, TraceFile,
 };
+use culprit_analysis::latency::{self, Buckets};
 use culprit_analysis::time;
+use culprit_format::HIST_BUCKETS;
 
 /// JSON schema identifier of `culprit report --json`.
 pub const SCHEMA: &str = "culprit-report/1";
@@ -24,7 +26,10 @@ pub const SCHEMA: &str = "culprit-report/1";
     culprit report                          # ./culprit-data, every node\n  \
     culprit report DATA --node io2 --sort calls\n  \
     culprit report DATA --from +60s --to +120s --program pvfs-server\n  \
-    culprit report DATA --json | jq '.nodes[0].processes[0].functions[0]'")]
+    culprit report DATA --graph                # traced with CULPRIT_GRAPH=1\n  \
+    culprit report DATA --callers io_pread --callees handle_request\n  \
+    culprit report DATA --json | jq '.nodes[0].processes[0].functions[0]'\n\n\
+    With CULPRIT_HIST=1 at record time the function tables show p50/p90/p99/max call durations.")]
 pub struct Args {
     /// Data directories (a root holding NODE/ directories, or node directories).
     #[arg(value_name = "DATA", default_value = "culprit-data")]
@@ -69,6 +74,16 @@ pub struct Args {
     /// Read binaries under this root instead of / (like perf report --symfs).
     #[arg(long, value_name = "DIR")]
     pub symfs: Option<PathBuf>,
+    /// Show the call graph (processes traced with CULPRIT_GRAPH=1): each caller's callees,
+    /// indented, with calls and time (like `uftrace graph`).
+    #[arg(long)]
+    pub graph: bool,
+    /// Show the callers of this function (name or glob; repeatable; needs CULPRIT_GRAPH=1).
+    #[arg(long, value_name = "FUNCTION")]
+    pub callers: Vec<String>,
+    /// Show the callees of this function (name or glob; repeatable; needs CULPRIT_GRAPH=1).
+    #[arg(long, value_name = "FUNCTION")]
+    pub callees: Vec<String>,
     /// Print JSON (schema culprit-report/1, see docs/report-json.md).
     #[arg(long)]
     pub json: bool,
@@ -218,6 +233,20 @@ pub struct ProcessReport {
     pub trouble: Vec<String>,
     /// Functions, sorted as asked.
     pub functions: Vec<FunctionRow>,
+    /// Caller → callee edges, when traced with `CULPRIT_GRAPH=1`: calls, the callee's self
+    /// and total time in those calls.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub edges: Option<Vec<EdgeRow>>,
+    /// Calls whose edge the runtime could not record (its edge table was full).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub edge_drops: u64,
+}
+
+/// (caller, callee) of an edge; no caller: a thread's first function.
+type EdgeKey = (Option<FuncId>, FuncId);
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// One function's totals in the range.
@@ -232,6 +261,70 @@ pub struct FunctionRow {
     /// Exclusive time, ns.
     pub self_ns: u64,
     /// Inclusive time, ns.
+    pub total_ns: u64,
+    /// Calls among `calls` that did not return (left by `longjmp`, an exception through code
+    /// without cleanups, thread cancellation): ended by the runtime when it noticed.
+    pub unwound: u64,
+    /// Call durations, when traced with `CULPRIT_HIST=1`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency: Option<Latency>,
+}
+
+/// Quantiles of a function's call durations (from log2 histograms: good to a factor of 2).
+#[derive(Debug, Serialize, Clone, PartialEq, Eq)]
+pub struct Latency {
+    /// Calls in the histograms.
+    pub calls: u64,
+    /// Median, ns.
+    pub p50_ns: u64,
+    /// 90th percentile, ns.
+    pub p90_ns: u64,
+    /// 99th percentile, ns.
+    pub p99_ns: u64,
+    /// 99.9th percentile, ns.
+    pub p999_ns: u64,
+    /// Upper bound of the longest call, ns.
+    pub max_ns: u64,
+    /// The histogram: `[k, calls]` for each non-empty bucket `k` (calls of `2^k` to
+    /// `2^(k+1) − 1` ns; bucket 0: 0–1 ns).
+    pub buckets: Vec<[u64; 2]>,
+}
+
+impl Latency {
+    fn of(h: &Buckets) -> Option<Latency> {
+        Some(Latency {
+            buckets: h
+                .iter()
+                .enumerate()
+                .filter(|(_, &c)| c > 0)
+                .map(|(k, &c)| [k as u64, c])
+                .collect(),
+            calls: latency::calls(h),
+            p50_ns: latency::quantile_ns(h, 0.5)?,
+            p90_ns: latency::quantile_ns(h, 0.9)?,
+            p99_ns: latency::quantile_ns(h, 0.99)?,
+            p999_ns: latency::quantile_ns(h, 0.999)?,
+            max_ns: latency::max_ns(h)?,
+        })
+    }
+}
+
+/// Calls of one function from another in the range.
+#[derive(Debug, Serialize, Clone, PartialEq, Eq)]
+pub struct EdgeRow {
+    /// The caller (`null`: no traced caller, a thread's first function).
+    pub caller: Option<String>,
+    /// The caller's image.
+    pub caller_image: Option<String>,
+    /// The callee.
+    pub callee: String,
+    /// The callee's image.
+    pub callee_image: String,
+    /// Calls.
+    pub calls: u64,
+    /// The callee's exclusive time in those calls, ns.
+    pub self_ns: u64,
+    /// Elapsed time of those calls, ns (each call, recursion included).
     pub total_ns: u64,
 }
 
@@ -440,7 +533,10 @@ fn trace_reports(
     let mut out = Vec::new();
     for (_, files) in groups {
         let first = files[0];
-        let mut acc: HashMap<FuncId, (u64, u64, u64)> = HashMap::new();
+        let mut acc: HashMap<FuncId, (u64, u64, u64, u64)> = HashMap::new();
+        let mut edges: Option<HashMap<EdgeKey, (u64, u64, u64)>> = None;
+        let mut edge_drops = 0u64;
+        let mut hists: HashMap<FuncId, Buckets> = HashMap::new();
         let (mut intervals, mut missed, mut threads) = (0usize, 0usize, 0u32);
         let (mut lost, mut overflows, mut dropped) = (0u64, 0u64, 0u64);
         let (mut first_ns, mut last_ns) = (None::<u64>, None::<u64>);
@@ -463,12 +559,29 @@ fn trace_reports(
                     a.0 += e.calls;
                     a.1 += e.excl_ns;
                     a.2 += e.incl_ns;
+                    a.3 += e.unwound;
+                }
+                if let Some(ivedges) = &iv.edges {
+                    let m = edges.get_or_insert_with(HashMap::new);
+                    for e in ivedges {
+                        let a = m.entry((e.caller, e.callee)).or_default();
+                        a.0 += e.calls;
+                        a.1 += e.excl_ns;
+                        a.2 += e.incl_ns;
+                    }
+                }
+                edge_drops += iv.edge_drops as u64;
+                for h in iv.hists.iter().flatten() {
+                    let a = hists.entry(h.func).or_insert([0; HIST_BUCKETS]);
+                    for (x, y) in a.iter_mut().zip(&h.counts) {
+                        *x += y;
+                    }
                 }
             }
         }
         let mut functions: Vec<FunctionRow> = acc
             .into_iter()
-            .map(|(f, (calls, s, t))| {
+            .map(|(f, (calls, s, t, unwound))| {
                 let k = ds.names.funcs.get(f);
                 FunctionRow {
                     function: k.function.to_string(),
@@ -476,9 +589,35 @@ fn trace_reports(
                     calls,
                     self_ns: s,
                     total_ns: t,
+                    unwound,
+                    latency: hists.get(&f).and_then(Latency::of),
                 }
             })
             .collect();
+        let edges = edges.map(|m| {
+            let mut rows: Vec<EdgeRow> = m
+                .into_iter()
+                .map(|((caller, callee), (calls, s, t))| {
+                    let caller = caller.map(|c| ds.names.funcs.get(c));
+                    let callee = ds.names.funcs.get(callee);
+                    EdgeRow {
+                        caller: caller.map(|c| c.function.to_string()),
+                        caller_image: caller.map(|c| c.image.to_string()),
+                        callee: callee.function.to_string(),
+                        callee_image: callee.image.to_string(),
+                        calls,
+                        self_ns: s,
+                        total_ns: t,
+                    }
+                })
+                .collect();
+            rows.sort_by(|a, b| {
+                b.total_ns
+                    .cmp(&a.total_ns)
+                    .then_with(|| (&a.caller, &a.callee).cmp(&(&b.caller, &b.callee)))
+            });
+            rows
+        });
         sort_functions(&mut functions, args.sort);
         if args.limit > 0 && !args.json {
             functions.truncate(args.limit);
@@ -534,6 +673,8 @@ fn trace_reports(
                 .map(|(_, v)| v.clone())
                 .collect(),
             functions,
+            edges,
+            edge_drops,
         });
     }
     out
@@ -850,8 +991,16 @@ fn print_human(out: &mut dyn std::io::Write, r: &Report, args: &Args) -> std::io
             }
             if p.lost_frames > 0 {
                 notes.push(format!(
-                    "{} frame(s) dropped (left by longjmp, an exception or cancellation)",
+                    "{} exit(s) matched no open call (the runtime lost track of them)",
                     p.lost_frames
+                ));
+            }
+            let unwound: u64 = p.functions.iter().map(|f| f.unwound).sum();
+            if unwound > 0 {
+                notes.push(format!(
+                    "{} call(s) did not return (left by longjmp, an exception or \
+                     cancellation): counted as ending when the runtime noticed (column unwound)",
+                    unwound
                 ));
             }
             if p.overflows > 0 {
@@ -883,23 +1032,15 @@ fn print_human(out: &mut dyn std::io::Write, r: &Report, args: &Args) -> std::io
                 writeln!(out, "  (no calls in range)")?;
                 continue;
             }
-            writeln!(
-                out,
-                "  {:>12}  {:>10}  {:>10}  {:>10}  function (image)",
-                "calls", "self", "total", "self/call"
-            )?;
-            for f in &p.functions {
-                let avg = f.self_ns.checked_div(f.calls).unwrap_or(0);
-                writeln!(
-                    out,
-                    "  {:>12}  {:>10}  {:>10}  {:>10}  {} ({})",
-                    group_digits(f.calls),
-                    time::duration(f.self_ns),
-                    time::duration(f.total_ns),
-                    time::duration(avg),
-                    f.function,
-                    f.image
-                )?;
+            print_functions(out, p)?;
+            if args.graph {
+                print_graph(out, p)?;
+            }
+            for f in &args.callers {
+                print_neighbours(out, p, f, Side::Callers)?;
+            }
+            for f in &args.callees {
+                print_neighbours(out, p, f, Side::Callees)?;
             }
         }
         for s in &n.samples {
@@ -955,6 +1096,218 @@ fn print_human(out: &mut dyn std::io::Write, r: &Report, args: &Args) -> std::io
     Ok(())
 }
 
+/// The function table: calls, self, total, self per call; the unwound calls when any; the
+/// call-duration quantiles when histograms were recorded.
+fn print_functions(out: &mut dyn std::io::Write, p: &ProcessReport) -> std::io::Result<()> {
+    let unwound = p.functions.iter().any(|f| f.unwound > 0);
+    let lat = p.functions.iter().any(|f| f.latency.is_some());
+    let mut head = format!(
+        "  {:>12}  {:>10}  {:>10}  {:>10}",
+        "calls", "self", "total", "self/call"
+    );
+    if unwound {
+        head += &format!("  {:>10}", "unwound");
+    }
+    if lat {
+        head += &format!("  {:>9}  {:>9}  {:>9}  {:>9}", "p50", "p90", "p99", "max");
+    }
+    writeln!(out, "{head}  function (image)")?;
+    for f in &p.functions {
+        let avg = f.self_ns.checked_div(f.calls).unwrap_or(0);
+        let mut row = format!(
+            "  {:>12}  {:>10}  {:>10}  {:>10}",
+            group_digits(f.calls),
+            time::duration(f.self_ns),
+            time::duration(f.total_ns),
+            time::duration(avg)
+        );
+        if unwound {
+            row += &format!("  {:>10}", group_digits(f.unwound));
+        }
+        if lat {
+            match &f.latency {
+                Some(l) => {
+                    row += &format!(
+                        "  {:>9}  {:>9}  {:>9}  {:>9}",
+                        time::duration(l.p50_ns),
+                        time::duration(l.p90_ns),
+                        time::duration(l.p99_ns),
+                        if l.max_ns == u64::MAX {
+                            "long".to_string()
+                        } else {
+                            time::duration(l.max_ns)
+                        }
+                    )
+                }
+                None => row += &format!("  {:>9}  {:>9}  {:>9}  {:>9}", "", "", "", ""),
+            }
+        }
+        writeln!(out, "{row}  {} ({})", f.function, f.image)?;
+    }
+    Ok(())
+}
+
+fn no_graph(out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "  (no call graph: trace with CULPRIT_GRAPH=1, or `culprit record --graph`)"
+    )
+}
+
+/// The call graph: from each function without a traced caller, its callees, indented. Edges
+/// are caller → callee pairs (as gprof's), so a function's subtree is the same under every
+/// caller: it is expanded once, later occurrences end in `…`; recursion ends in `(recursive)`.
+fn print_graph(out: &mut dyn std::io::Write, p: &ProcessReport) -> std::io::Result<()> {
+    let Some(edges) = &p.edges else {
+        return no_graph(out);
+    };
+    writeln!(
+        out,
+        "\n  call graph (calls and time of each callee when called by the function above it)"
+    )?;
+    writeln!(
+        out,
+        "  {:>12}  {:>10}  {:>10}  function",
+        "calls", "total", "self"
+    )?;
+    let mut expanded: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    let mut roots: Vec<&EdgeRow> = edges.iter().filter(|e| e.caller.is_none()).collect();
+    roots.sort_by_key(|e| std::cmp::Reverse(e.total_ns));
+    let mut path: Vec<&str> = Vec::new();
+    for r in roots {
+        graph_node(out, edges, r, 0, &mut path, &mut expanded)?;
+    }
+    if p.edge_drops > 0 {
+        writeln!(
+            out,
+            "  note: {} call(s) have no edge (the runtime's edge table was full)",
+            group_digits(p.edge_drops)
+        )?;
+    }
+    Ok(())
+}
+
+fn graph_node<'a>(
+    out: &mut dyn std::io::Write,
+    edges: &'a [EdgeRow],
+    e: &'a EdgeRow,
+    depth: usize,
+    path: &mut Vec<&'a str>,
+    expanded: &mut std::collections::HashSet<&'a str>,
+) -> std::io::Result<()> {
+    let name = e.callee.as_str();
+    let recursive = path.contains(&name);
+    let again = !recursive && expanded.contains(name);
+    let has_children = edges
+        .iter()
+        .any(|x| x.caller.as_deref() == Some(name) && x.callee != name);
+    let mark = if recursive {
+        " (recursive)"
+    } else if again && has_children {
+        " …"
+    } else {
+        ""
+    };
+    writeln!(
+        out,
+        "  {:>12}  {:>10}  {:>10}  {}{}{}",
+        group_digits(e.calls),
+        time::duration(e.total_ns),
+        time::duration(e.self_ns),
+        "  ".repeat(depth),
+        name,
+        mark
+    )?;
+    if recursive || again || depth >= 64 {
+        return Ok(());
+    }
+    expanded.insert(name);
+    path.push(name);
+    let mut children: Vec<&EdgeRow> = edges
+        .iter()
+        .filter(|x| x.caller.as_deref() == Some(name))
+        .collect();
+    children.sort_by_key(|e| std::cmp::Reverse(e.total_ns));
+    for c in children {
+        graph_node(out, edges, c, depth + 1, path, expanded)?;
+    }
+    path.pop();
+    Ok(())
+}
+
+/// Which neighbours `print_neighbours` lists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Side {
+    Callers,
+    Callees,
+}
+
+/// The callers (or callees) of the functions matching `pattern` (a name or a glob).
+fn print_neighbours(
+    out: &mut dyn std::io::Write,
+    p: &ProcessReport,
+    pattern: &str,
+    side: Side,
+) -> std::io::Result<()> {
+    let Some(edges) = &p.edges else {
+        return no_graph(out);
+    };
+    let matches = |f: &str| glob(pattern, f);
+    let rows: Vec<&EdgeRow> = edges
+        .iter()
+        .filter(|e| match side {
+            Side::Callers => matches(&e.callee),
+            Side::Callees => e.caller.as_deref().is_some_and(matches),
+        })
+        .collect();
+    let what = match side {
+        Side::Callers => "callers",
+        Side::Callees => "callees",
+    };
+    writeln!(out, "\n  {what} of {pattern}")?;
+    if rows.is_empty() {
+        writeln!(out, "  (none in range)")?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "  {:>12}  {:>10}  {:>10}  {}",
+        "calls",
+        "total",
+        "self",
+        match side {
+            Side::Callers => "caller → function",
+            Side::Callees => "function → callee",
+        }
+    )?;
+    for e in rows {
+        writeln!(
+            out,
+            "  {:>12}  {:>10}  {:>10}  {} → {}",
+            group_digits(e.calls),
+            time::duration(e.total_ns),
+            time::duration(e.self_ns),
+            e.caller.as_deref().unwrap_or("(no traced caller)"),
+            e.callee
+        )?;
+    }
+    Ok(())
+}
+
+/// `*` and `?` globs (a name without them matches itself).
+fn glob(pattern: &str, name: &str) -> bool {
+    fn go(p: &[u8], n: &[u8]) -> bool {
+        match (p.first(), n.first()) {
+            (None, None) => true,
+            (Some(b'*'), _) => go(&p[1..], n) || (!n.is_empty() && go(p, &n[1..])),
+            (Some(b'?'), Some(_)) => go(&p[1..], &n[1..]),
+            (Some(a), Some(b)) if a == b => go(&p[1..], &n[1..]),
+            _ => false,
+        }
+    }
+    go(pattern.as_bytes(), name.as_bytes())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -975,6 +1328,8 @@ mod tests {
             calls,
             self_ns: s,
             total_ns: t,
+            unwound: 0,
+            latency: None,
         };
         let mut rows = vec![
             row("a", 1, 10, 100),

@@ -79,9 +79,14 @@ pub struct Args {
     /// block:block_rq_complete, sched:sched_switch).
     #[arg(long, value_name = "LIST")]
     pub tracepoints: Option<String>,
-    /// Ring buffer data pages per CPU (a power of two).
-    #[arg(long, value_name = "N", default_value_t = culprit_sampler::DEFAULT_RING_PAGES)]
-    pub ring_pages: usize,
+    /// Ring buffer data pages per CPU (a power of two; default: 2 s of records at the rate,
+    /// 64 to 4096 pages).
+    #[arg(long, value_name = "N")]
+    pub ring_pages: Option<usize>,
+    /// Record call chains: `fp` (kernel and user, walked through frame pointers; user code
+    /// needs -fno-omit-frame-pointer for whole chains).
+    #[arg(short = 'g', long, value_name = "MODE", value_parser = parse_call_graph)]
+    pub call_graph: Option<culprit_sampler::CallGraph>,
     /// Do not mount tracefs when it is not mounted (kernel events are then not counted).
     #[arg(long)]
     pub no_mount: bool,
@@ -118,6 +123,20 @@ pub struct Args {
 /// Parses `10s`, `500ms`, `2m`, `1h`, `1.5s`, or a plain number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     culprit_analysis::time::parse_duration_ns(s).map(Duration::from_nanos)
+}
+
+/// `--call-graph`: `fp`. DWARF unwinding (copying user stacks into the ring and unwinding
+/// them with CFI, as `perf record --call-graph dwarf` does) is not offered: it multiplies the
+/// ring traffic by the stack copy (8 KiB per sample by default).
+fn parse_call_graph(s: &str) -> Result<culprit_sampler::CallGraph, String> {
+    match s {
+        "fp" => Ok(culprit_sampler::CallGraph::Fp),
+        "none" => Ok(culprit_sampler::CallGraph::None),
+        "dwarf" | "lbr" => Err(format!(
+            "{s} call graphs are not supported; use fp (build with -fno-omit-frame-pointer)"
+        )),
+        _ => Err(format!("unknown call graph mode {s:?}; use fp")),
+    }
 }
 
 fn split_rule<'a>(flag: &str, v: &'a str) -> anyhow::Result<(&'a str, &'a str)> {
@@ -212,7 +231,8 @@ pub fn config(a: &Args) -> anyhow::Result<Config> {
                 .collect()
         }
     });
-    c.ring_pages = a.ring_pages;
+    c.ring_pages = a.ring_pages.unwrap_or(0);
+    c.call_graph = a.call_graph.unwrap_or_default();
     c.mount_tracefs = !a.no_mount;
     c.os_metrics = (!a.no_os_metrics).then(|| OsConfig {
         interval: a

@@ -219,7 +219,8 @@ pub fn open_system(
         return Ok(None);
     }
     let specs = parse_specs(values)?;
-    let probes = SystemProbes::open(&specs, cfg.ring_pages).context("cannot place the uprobes")?;
+    let probes = SystemProbes::open(&specs, ring_pages(cfg.ring_pages))
+        .context("cannot place the uprobes")?;
     if !quiet {
         print_plan(probes.plan(), probes.events(), "uprobes, every process");
         print_cost(probes.cost(), probes.cost_note());
@@ -267,5 +268,15 @@ pub fn join_system(h: std::thread::JoinHandle<anyhow::Result<SystemSummary>>, qu
         Ok(Ok(_)) => {}
         Ok(Err(e)) => eprintln!("culprit: warning: uprobe counting stopped: {e:#}"),
         Err(_) => eprintln!("culprit: warning: the uprobe thread panicked"),
+    }
+}
+
+/// The uprobe rings' pages: as configured, or the sampler's smallest default (0 = sized by the
+/// sampler from its own rate, which says nothing about uprobe hits).
+fn ring_pages(configured: usize) -> usize {
+    if configured == 0 {
+        culprit_sampler::DEFAULT_RING_PAGES
+    } else {
+        configured
     }
 }

@@ -10,8 +10,11 @@
  *   - a pool of I/O threads does the blocking storage work with O_DIRECT on the server's own
  *     storage directory (io_pwrite, io_pread, meta_create, meta_remove, meta_stat), like PVFS's
  *     trove/dbpf threads with the Direct I/O method, and signals completions through an eventfd.
+ *     With --thread-per-request a new thread does each request's storage work instead (as
+ *     file-system servers that start a thread per I/O do: thread churn is the cost measured by
+ *     benches/tracer/churn).
  *
- * Usage: pvfs_server --dir DIR [--port N] [--bind ADDR] [--threads N]
+ * Usage: pvfs_server --dir DIR [--port N] [--bind ADDR] [--threads N] [--thread-per-request]
  * Stops on SIGTERM/SIGINT and prints its counters on stderr.
  */
 #define _GNU_SOURCE
@@ -66,6 +69,8 @@ static int meta_fd = -1;
 static int epfd = -1;
 static int completion_efd = -1;
 static volatile sig_atomic_t stopping;
+static int thread_per_request;
+static atomic_int requests_in_threads;
 
 static pthread_mutex_t queue_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t queue_cv = PTHREAD_COND_INITIALIZER;
@@ -302,6 +307,33 @@ static void io_queue_push(struct io_job *job)
     pthread_mutex_unlock(&queue_mu);
 }
 
+/* --thread-per-request: one detached thread per request. */
+static void *io_request_thread(void *arg)
+{
+    struct io_job *job = arg;
+    io_execute(job->conn);
+    io_complete_push(job);
+    atomic_fetch_sub(&requests_in_threads, 1);
+    return NULL;
+}
+
+static void io_submit(struct io_job *job)
+{
+    if (thread_per_request) {
+        pthread_attr_t attr;
+        pthread_t t;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        atomic_fetch_add(&requests_in_threads, 1);
+        int rc = pthread_create(&t, &attr, io_request_thread, job);
+        pthread_attr_destroy(&attr);
+        if (rc == 0)
+            return;
+        atomic_fetch_sub(&requests_in_threads, 1);
+    }
+    io_queue_push(job);
+}
+
 static void *io_worker(void *arg)
 {
     (void)arg;
@@ -377,7 +409,7 @@ static void sm_dispatch(struct conn *c)
     c->state = ST_WAIT_IO;
     net_watch(c, 0); /* the client sends nothing more until it has our answer */
     atomic_fetch_add(&stat_requests, 1);
-    io_queue_push(job);
+    io_submit(job);
 }
 
 /* Returns 0 to keep the connection, -1 to close it. */
@@ -567,7 +599,8 @@ static int net_listen(const char *addr, int port)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: pvfs_server --dir DIR [--port N] [--bind ADDR] [--threads N]\n");
+    fprintf(stderr, "usage: pvfs_server --dir DIR [--port N] [--bind ADDR] [--threads N] "
+                    "[--thread-per-request]\n");
     exit(2);
 }
 
@@ -576,6 +609,10 @@ int main(int argc, char **argv)
     const char *bind_addr = "0.0.0.0";
     int port = 3334, nthreads = 4;
     for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--thread-per-request")) {
+            thread_per_request = 1;
+            continue;
+        }
         if (i + 1 >= argc)
             usage();
         if (!strcmp(argv[i], "--dir"))
@@ -617,8 +654,8 @@ int main(int argc, char **argv)
     for (int i = 0; i < nthreads; i++)
         if (pthread_create(&threads[i], NULL, io_worker, NULL) != 0)
             die("pthread_create");
-    fprintf(stderr, "pvfs_server: listening on %s:%d, storage %s, %d I/O threads\n", bind_addr, port,
-            storage_dir, nthreads);
+    fprintf(stderr, "pvfs_server: listening on %s:%d, storage %s, %s\n", bind_addr, port,
+            storage_dir, thread_per_request ? "a thread per request" : "a pool of I/O threads");
 
     net_poll_loop(lfd);
 
@@ -628,6 +665,8 @@ int main(int argc, char **argv)
     pthread_mutex_unlock(&queue_mu);
     for (int i = 0; i < nthreads; i++)
         pthread_join(threads[i], NULL);
+    while (atomic_load(&requests_in_threads) > 0)
+        usleep(1000);
     fprintf(stderr,
             "pvfs_server: requests=%llu bytes_written=%llu bytes_read=%llu meta_ops=%llu "
             "recv_calls=%llu send_calls=%llu\n",

@@ -138,6 +138,15 @@ impl<'a> ParsedFile<'a> {
         pending_interval(&self.bytes[c as usize..p as usize])
     }
 
+    /// The checkpoint with the records that go with its interval (see [`Self::pending`]).
+    pub fn pending_records(&self) -> Option<Pending<'a>> {
+        let (c, p) = (self.header.committed_end, self.header.pending_end);
+        if p <= c || p > self.bytes.len() as u64 || self.header.state == file_state::ENDED {
+            return None;
+        }
+        pending_records(&self.bytes[c as usize..p as usize])
+    }
+
     /// The committed records, in file order.
     pub fn records(&self) -> Records<'a> {
         let start = (self.header.data_offset as usize).min(self.end);
@@ -153,19 +162,53 @@ impl<'a> ParsedFile<'a> {
 }
 
 /// Decodes `bytes` (the range `committed_end..pending_end` of a file) as a pending
-/// checkpoint: exactly one intact [`RecordKind::Interval`] record flagged
-/// [`interval_flags::PARTIAL`]. `None` for anything else (a reader may catch the writer
-/// rewriting it: the checksum then fails).
+/// checkpoint and returns its Interval record (see [`pending_records`]).
 pub fn pending_interval(bytes: &[u8]) -> Option<IntervalRec<'_>> {
+    pending_records(bytes).map(|p| p.interval)
+}
+
+/// A checkpoint of the interval in progress: its Interval record and the records of that
+/// interval that go with it.
+#[derive(Clone, Debug)]
+pub struct Pending<'a> {
+    /// The Interval record (flagged [`interval_flags::PARTIAL`]).
+    pub interval: IntervalRec<'a>,
+    /// [`Record::Unwound`], [`Record::Edges`] and [`Record::Histograms`] of the same interval
+    /// (format version 3).
+    pub extras: Vec<Record<'a>>,
+}
+
+/// Decodes `bytes` (the range `committed_end..pending_end` of a file) as a pending
+/// checkpoint: one intact [`RecordKind::Interval`] record flagged
+/// [`interval_flags::PARTIAL`], followed by nothing but intact Unwound, Edges or Histograms
+/// records of the same interval. `None` for anything else (a reader may catch the writer
+/// rewriting it: a checksum then fails).
+pub fn pending_records(bytes: &[u8]) -> Option<Pending<'_>> {
     let mut recs = records_at(bytes, 0);
-    let rec = recs.next()?.ok()?;
+    let Record::Interval(interval) = recs.next()?.ok()? else {
+        return None;
+    };
+    if interval.flags & interval_flags::PARTIAL == 0 {
+        return None;
+    }
+    let mut extras = Vec::new();
+    for rec in recs.by_ref() {
+        let rec = rec.ok()?;
+        let key = match &rec {
+            Record::Unwound(r) => r.interval,
+            Record::Edges(r) => r.interval,
+            Record::Histograms(r) => r.interval,
+            _ => return None,
+        };
+        if key.start_ns != interval.start_ns {
+            return None;
+        }
+        extras.push(rec);
+    }
     if recs.offset() != bytes.len() as u64 {
         return None;
     }
-    match rec {
-        Record::Interval(iv) if iv.flags & interval_flags::PARTIAL != 0 => Some(iv),
-        _ => None,
-    }
+    Some(Pending { interval, extras })
 }
 
 /// Iterates the records in `bytes`, whose first byte is at file offset `base_offset`. Used to
@@ -285,6 +328,14 @@ pub enum Record<'a> {
     Samples(SamplesRec<'a>),
     /// Kernel event counts for an interval.
     Events(EventsRec<'a>),
+    /// Calls of an interval left without returning (tracer).
+    Unwound(UnwoundRec<'a>),
+    /// Caller → callee edges of an interval (tracer).
+    Edges(EdgesRec<'a>),
+    /// Call-duration histograms of an interval (tracer).
+    Histograms(HistogramsRec<'a>),
+    /// Sampled call chains of an interval (sampler).
+    Stacks(StacksRec<'a>),
     /// Black-box OS metrics of a node for an interval.
     OsMetrics(OsMetricsRec<'a>),
     /// A record kind this reader does not know (written by a newer compatible writer).
@@ -530,6 +581,282 @@ impl<'a> EventsRec<'a> {
     }
 }
 
+/// The interval an [`UnwoundRec`], [`EdgesRec`] or [`HistogramsRec`] belongs to: the
+/// Interval record of the same file with the same `start_ns` (written just before it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IntervalKey {
+    /// Interval start, wall-clock ns.
+    pub start_ns: u64,
+    /// Interval length, ns.
+    pub dur_ns: u64,
+    /// [`interval_flags`] bits.
+    pub flags: u32,
+}
+
+/// One function's calls that the runtime ended itself when it recovered its stack: left by
+/// `longjmp`, an exception through code without cleanups, thread cancellation or exit. They are
+/// included in the Interval entry's `calls`, ended at the recovery point.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UnwoundEntry {
+    /// Function address.
+    pub addr: u64,
+    /// Unwound calls in the interval.
+    pub calls: u64,
+}
+
+/// A decoded [`RecordKind::Unwound`] record.
+#[derive(Clone, Debug)]
+pub struct UnwoundRec<'a> {
+    /// The interval.
+    pub interval: IntervalKey,
+    n: u32,
+    entries: &'a [u8],
+}
+
+impl<'a> UnwoundRec<'a> {
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.n as usize
+    }
+
+    /// True without entries.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// The entries.
+    pub fn entries(&self) -> impl ExactSizeIterator<Item = UnwoundEntry> + 'a {
+        let b = self.entries;
+        (0..self.n as usize).map(move |i| {
+            let o = i * UNWOUND_ENTRY_SIZE;
+            UnwoundEntry {
+                addr: le64(b, o),
+                calls: le64(b, o + 8),
+            }
+        })
+    }
+}
+
+/// Calls from one function (the caller) to another (the callee) in an interval.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EdgeEntry {
+    /// Caller's address; 0 when the callee had no traced caller (a thread's first function,
+    /// or one called from untraced code only).
+    pub caller: u64,
+    /// Callee's address.
+    pub callee: u64,
+    /// Calls of the callee from the caller that returned in the interval.
+    pub calls: u64,
+    /// The callee's exclusive ns in those calls: over a callee's edges they add up to its
+    /// Interval entry's `excl_ns`.
+    pub excl_ns: u64,
+    /// Elapsed ns of those calls (each call counted, recursion included).
+    pub incl_ns: u64,
+}
+
+/// A decoded [`RecordKind::Edges`] record.
+#[derive(Clone, Debug)]
+pub struct EdgesRec<'a> {
+    /// The interval.
+    pub interval: IntervalKey,
+    /// Calls whose edge could not be recorded (a thread's edge table was full); they are in
+    /// the Interval entries.
+    pub dropped: u32,
+    n: u32,
+    entries: &'a [u8],
+}
+
+impl<'a> EdgesRec<'a> {
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.n as usize
+    }
+
+    /// True without entries.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// The entries.
+    pub fn entries(&self) -> impl ExactSizeIterator<Item = EdgeEntry> + 'a {
+        let b = self.entries;
+        (0..self.n as usize).map(move |i| {
+            let o = i * EDGES_ENTRY_SIZE;
+            EdgeEntry {
+                caller: le64(b, o),
+                callee: le64(b, o + 8),
+                calls: le64(b, o + 16),
+                excl_ns: le64(b, o + 24),
+                incl_ns: le64(b, o + 32),
+            }
+        })
+    }
+}
+
+/// One function's call-duration histogram in an interval (buckets: see
+/// [`HIST_BUCKETS`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Histogram {
+    /// Function address.
+    pub addr: u64,
+    /// Calls per bucket.
+    pub counts: [u64; HIST_BUCKETS],
+}
+
+impl Histogram {
+    /// An empty histogram of `addr`.
+    pub fn new(addr: u64) -> Self {
+        Histogram {
+            addr,
+            counts: [0; HIST_BUCKETS],
+        }
+    }
+}
+
+/// A decoded [`RecordKind::Histograms`] record.
+#[derive(Clone, Debug)]
+pub struct HistogramsRec<'a> {
+    /// The interval.
+    pub interval: IntervalKey,
+    n: u32,
+    entries: &'a [u8],
+}
+
+impl<'a> HistogramsRec<'a> {
+    /// Number of functions.
+    pub fn len(&self) -> usize {
+        self.n as usize
+    }
+
+    /// True without functions.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// The histograms (validated when the record was decoded).
+    pub fn entries(&self) -> impl Iterator<Item = Histogram> + 'a {
+        let b = self.entries;
+        let mut pos = 0usize;
+        std::iter::from_fn(move || {
+            if pos + 16 > b.len() {
+                return None;
+            }
+            let mut h = Histogram::new(le64(b, pos));
+            let mask = le64(b, pos + 8);
+            let mut at = pos + 16;
+            for (k, c) in h.counts.iter_mut().enumerate() {
+                if mask & 1 << k != 0 {
+                    *c = le32(b, at) as u64;
+                    at += 4;
+                }
+            }
+            pos = pos + 16 + pad8(4 * mask.count_ones() as usize);
+            Some(h)
+        })
+    }
+}
+
+/// One distinct call chain of a program in a sampler interval.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StackEntry {
+    /// String id of the program name.
+    pub program: u32,
+    /// Samples with this chain.
+    pub count: u64,
+    /// `(image, function)` string ids, outermost first (the sampled function last); kernel
+    /// frames (image `[kernel.kallsyms]` or a module) come after the user frames they
+    /// interrupted.
+    pub frames: Vec<(u32, u32)>,
+}
+
+/// A decoded [`RecordKind::Stacks`] record.
+#[derive(Clone, Debug)]
+pub struct StacksRec<'a> {
+    /// The interval (the Samples record's).
+    pub interval: IntervalKey,
+    n: u32,
+    entries: &'a [u8],
+}
+
+impl<'a> StacksRec<'a> {
+    /// Number of chains.
+    pub fn len(&self) -> usize {
+        self.n as usize
+    }
+
+    /// True without chains.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// The chains (validated when the record was decoded).
+    pub fn entries(&self) -> impl Iterator<Item = StackEntry> + 'a {
+        let b = self.entries;
+        let mut pos = 0usize;
+        std::iter::from_fn(move || {
+            if pos + 16 > b.len() {
+                return None;
+            }
+            let depth = le32(b, pos + 4) as usize;
+            let frames = (0..depth)
+                .map(|i| (le32(b, pos + 16 + 8 * i), le32(b, pos + 20 + 8 * i)))
+                .collect();
+            let e = StackEntry {
+                program: le32(b, pos),
+                count: le64(b, pos + 8),
+                frames,
+            };
+            pos += 16 + 8 * depth;
+            Some(e)
+        })
+    }
+}
+
+fn stack_entries(p: &[u8], n: u32) -> Result<&[u8], &'static str> {
+    let mut pos = STACKS_FIXED_SIZE;
+    for _ in 0..n {
+        if pos + 16 > p.len() {
+            return Err("stack entry exceeds record");
+        }
+        let depth = le32(p, pos + 4) as usize;
+        pos = depth
+            .checked_mul(8)
+            .and_then(|d| d.checked_add(pos + 16))
+            .ok_or("stack depth overflows")?;
+        if pos > p.len() {
+            return Err("stack entry exceeds record");
+        }
+    }
+    Ok(&p[STACKS_FIXED_SIZE..pos])
+}
+
+/// Checks the variable-length entries of a Histograms record; returns their bytes.
+fn histogram_entries(p: &[u8], n: u32) -> Result<&[u8], &'static str> {
+    let mut pos = HISTOGRAMS_FIXED_SIZE;
+    for _ in 0..n {
+        if pos + 16 > p.len() {
+            return Err("histogram entry exceeds record");
+        }
+        let mask = le64(p, pos + 8);
+        if mask >> HIST_BUCKETS != 0 {
+            return Err("histogram bucket out of range");
+        }
+        pos += 16 + pad8(4 * mask.count_ones() as usize);
+        if pos > p.len() {
+            return Err("histogram entry exceeds record");
+        }
+    }
+    Ok(&p[HISTOGRAMS_FIXED_SIZE..pos])
+}
+
+fn interval_key(p: &[u8]) -> IntervalKey {
+    IntervalKey {
+        start_ns: le64(p, 0),
+        dur_ns: le64(p, 8),
+        flags: le32(p, 16),
+    }
+}
+
 /// One OS metric value; `metric`, `instance` and `unit` are string ids (names in
 /// [`crate::os_metrics`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -693,6 +1020,51 @@ fn decode_payload(kind: RecordKind, p: &[u8]) -> Result<Record<'_>, &'static str
                 lost: le64(p, 40),
                 n,
                 entries: entries_slice(p, SAMPLES_FIXED_SIZE, n, SAMPLES_ENTRY_SIZE)?,
+            })
+        }
+        RecordKind::Unwound => {
+            if p.len() < UNWOUND_FIXED_SIZE {
+                return Err("unwound record too short");
+            }
+            let n = le32(p, 20);
+            Record::Unwound(UnwoundRec {
+                interval: interval_key(p),
+                n,
+                entries: entries_slice(p, UNWOUND_FIXED_SIZE, n, UNWOUND_ENTRY_SIZE)?,
+            })
+        }
+        RecordKind::Edges => {
+            if p.len() < EDGES_FIXED_SIZE {
+                return Err("edges record too short");
+            }
+            let n = le32(p, 20);
+            Record::Edges(EdgesRec {
+                interval: interval_key(p),
+                dropped: le32(p, 24),
+                n,
+                entries: entries_slice(p, EDGES_FIXED_SIZE, n, EDGES_ENTRY_SIZE)?,
+            })
+        }
+        RecordKind::Histograms => {
+            if p.len() < HISTOGRAMS_FIXED_SIZE {
+                return Err("histograms record too short");
+            }
+            let n = le32(p, 20);
+            Record::Histograms(HistogramsRec {
+                interval: interval_key(p),
+                n,
+                entries: histogram_entries(p, n)?,
+            })
+        }
+        RecordKind::Stacks => {
+            if p.len() < STACKS_FIXED_SIZE {
+                return Err("stacks record too short");
+            }
+            let n = le32(p, 20);
+            Record::Stacks(StacksRec {
+                interval: interval_key(p),
+                n,
+                entries: stack_entries(p, n)?,
             })
         }
         RecordKind::Events => {

@@ -2,7 +2,9 @@
 //! past `committed_end`, then advance `committed_end`.
 
 use crate::crc::crc32;
-use crate::decode::{EventEntry, IntervalEntry, OsMetricEntry, SampleEntry};
+use crate::decode::{
+    EdgeEntry, EventEntry, Histogram, IntervalEntry, OsMetricEntry, SampleEntry, UnwoundEntry,
+};
 use crate::layout::*;
 
 /// Description of a loaded object for an [`RecordKind::Object`] record.
@@ -64,6 +66,18 @@ pub struct SamplesHead {
     pub total: u64,
     /// Samples the kernel reported lost in the interval.
     pub lost: u64,
+}
+
+/// Fixed fields of the records that go with an Interval record ([`RecordKind::Unwound`],
+/// [`RecordKind::Edges`], [`RecordKind::Histograms`]): the interval they belong to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IntervalRef {
+    /// Interval start, wall-clock ns since the epoch (the Interval record's `start_ns`).
+    pub start_ns: u64,
+    /// Interval length in ns.
+    pub dur_ns: u64,
+    /// [`interval_flags`] bits (the Interval record's).
+    pub flags: u32,
 }
 
 /// Fixed fields of a [`RecordKind::OsMetrics`] record.
@@ -291,6 +305,128 @@ impl RecordBuf {
 }
 
 impl RecordBuf {
+    fn interval_ref(&mut self, r: &IntervalRef) {
+        self.u64(r.start_ns);
+        self.u64(r.dur_ns);
+        self.u32(r.flags);
+    }
+
+    /// Appends a [`RecordKind::Unwound`] record. Returns the number of entries written.
+    pub fn unwound(
+        &mut self,
+        r: &IntervalRef,
+        entries: impl IntoIterator<Item = UnwoundEntry>,
+    ) -> u32 {
+        let start = self.begin(RecordKind::Unwound, 0);
+        self.interval_ref(r);
+        let n_at = self.buf.len();
+        self.u32(0);
+        let mut n = 0u32;
+        for e in entries {
+            self.u64(e.addr);
+            self.u64(e.calls);
+            n += 1;
+        }
+        self.patch_u32(n_at, n);
+        self.finish(start);
+        n
+    }
+
+    /// Appends a [`RecordKind::Edges`] record; `dropped` counts calls whose edge could not be
+    /// recorded. Returns the number of entries written.
+    pub fn edges(
+        &mut self,
+        r: &IntervalRef,
+        dropped: u32,
+        entries: impl IntoIterator<Item = EdgeEntry>,
+    ) -> u32 {
+        let start = self.begin(RecordKind::Edges, 0);
+        self.interval_ref(r);
+        let n_at = self.buf.len();
+        self.u32(0);
+        self.u32(dropped);
+        self.u32(0);
+        let mut n = 0u32;
+        for e in entries {
+            self.u64(e.caller);
+            self.u64(e.callee);
+            self.u64(e.calls);
+            self.u64(e.excl_ns);
+            self.u64(e.incl_ns);
+            n += 1;
+        }
+        self.patch_u32(n_at, n);
+        self.finish(start);
+        n
+    }
+
+    /// Appends a [`RecordKind::Stacks`] record: per distinct call chain of a program, the
+    /// samples that had it; frames are `(image, function)` string ids, outermost first.
+    /// Returns the number of entries written.
+    pub fn stacks<'f>(
+        &mut self,
+        r: &IntervalRef,
+        entries: impl IntoIterator<Item = (u32, u64, &'f [(u32, u32)])>,
+    ) -> u32 {
+        let start = self.begin(RecordKind::Stacks, 0);
+        self.interval_ref(r);
+        let n_at = self.buf.len();
+        self.u32(0);
+        let mut n = 0u32;
+        for (program, count, frames) in entries {
+            let frames = &frames[..frames.len().min(u16::MAX as usize)];
+            self.u32(program);
+            self.u32(frames.len() as u32);
+            self.u64(count);
+            for &(image, function) in frames {
+                self.u32(image);
+                self.u32(function);
+            }
+            n += 1;
+        }
+        self.patch_u32(n_at, n);
+        self.finish(start);
+        n
+    }
+
+    /// Appends a [`RecordKind::Histograms`] record: per function, its address, a 64-bit mask
+    /// of the non-empty buckets and their counts (u32 each, saturated), padded to 8 bytes.
+    /// Functions without a call are left out. Returns the number of functions written.
+    pub fn histograms<'h>(
+        &mut self,
+        r: &IntervalRef,
+        entries: impl IntoIterator<Item = &'h Histogram>,
+    ) -> u32 {
+        let start = self.begin(RecordKind::Histograms, 0);
+        self.interval_ref(r);
+        let n_at = self.buf.len();
+        self.u32(0);
+        let mut n = 0u32;
+        for h in entries {
+            let mask = h
+                .counts
+                .iter()
+                .enumerate()
+                .filter(|(_, &c)| c > 0)
+                .fold(0u64, |m, (k, _)| m | 1 << k);
+            if mask == 0 {
+                continue;
+            }
+            self.u64(h.addr);
+            self.u64(mask);
+            for &c in h.counts.iter().filter(|&&c| c > 0) {
+                self.u32(c.min(u32::MAX as u64) as u32);
+            }
+            if mask.count_ones() % 2 == 1 {
+                self.u32(0);
+            }
+            n += 1;
+        }
+        self.patch_u32(n_at, n);
+        self.finish(start);
+        n
+    }
+
     /// Appends a [`RecordKind::OsMetrics`] record. Entries whose value is not finite are left
     /// out (absent). Returns the number of entries written.
     pub fn os_metrics(

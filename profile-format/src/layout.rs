@@ -11,8 +11,13 @@ pub const MAGIC: [u8; 8] = *b"CULPRIT\0";
 /// Format version this crate writes. Version 2 added the header's `pending_end` (the interval
 /// in progress, for readers of a file whose writer died) and the Interval record's `dropped`
 /// field (both invisible to version-1 readers, which read version-2 files unchanged), and
-/// [`RecordKind::OsMetrics`] (version-1 readers skip it).
-pub const FORMAT_VERSION: u16 = 2;
+/// [`RecordKind::OsMetrics`] (version-1 readers skip it). Version 3 added the tracer's
+/// [`RecordKind::Unwound`], [`RecordKind::Edges`] and [`RecordKind::Histograms`] records and
+/// the sampler's [`RecordKind::Stacks`] (an interval's checkpoint may carry the tracer's after
+/// its Interval record: a version-2 reader then ignores that checkpoint), and calls left by
+/// `longjmp`, exceptions or cancellation count in the Interval entries (they were dropped and
+/// counted in `lost_frames` before). Older readers skip the new kinds.
+pub const FORMAT_VERSION: u16 = 3;
 /// Oldest reader version able to read what this crate writes.
 pub const MIN_READER_VERSION: u16 = 1;
 /// Reader version this crate implements: it reads files whose `min_reader_version` is at most this.
@@ -171,6 +176,15 @@ pub enum RecordKind {
     /// One interval's black-box OS metrics of a node (sampler): disk, network, TCP, CPU,
     /// cgroup and process-tree values ([`crate::os_metrics`]).
     OsMetrics = 8,
+    /// One interval's calls left without returning (tracer): per function, how many of the
+    /// interval's calls were ended by the runtime when it recovered its stack.
+    Unwound = 9,
+    /// One interval's caller → callee edges (tracer, `CULPRIT_GRAPH=1`).
+    Edges = 10,
+    /// One interval's call-duration histograms (tracer, `CULPRIT_HIST=1`).
+    Histograms = 11,
+    /// One interval's sampled call chains (sampler, `--call-graph fp`).
+    Stacks = 12,
 }
 
 impl RecordKind {
@@ -185,6 +199,10 @@ impl RecordKind {
             6 => Self::Samples,
             7 => Self::Events,
             8 => Self::OsMetrics,
+            9 => Self::Unwound,
+            10 => Self::Edges,
+            11 => Self::Histograms,
+            12 => Self::Stacks,
             _ => return None,
         })
     }
@@ -269,6 +287,41 @@ pub const OS_METRICS_ENTRY_SIZE: usize = 24;
 pub const NO_INSTANCE: u32 = u32::MAX;
 /// Size of an [`RecordKind::End`] payload.
 pub const END_SIZE: usize = 16;
+/// Fixed part of a [`RecordKind::Unwound`] payload, in bytes.
+pub const UNWOUND_FIXED_SIZE: usize = 24;
+/// Size of one [`RecordKind::Unwound`] entry: function address, unwound calls.
+pub const UNWOUND_ENTRY_SIZE: usize = 16;
+/// Fixed part of an [`RecordKind::Edges`] payload, in bytes.
+pub const EDGES_FIXED_SIZE: usize = 32;
+/// Size of one [`RecordKind::Edges`] entry: caller, callee, calls, exclusive ns, inclusive ns.
+pub const EDGES_ENTRY_SIZE: usize = 40;
+/// Fixed part of a [`RecordKind::Histograms`] payload, in bytes.
+pub const HISTOGRAMS_FIXED_SIZE: usize = 24;
+/// Fixed part of a [`RecordKind::Stacks`] payload, in bytes.
+pub const STACKS_FIXED_SIZE: usize = 24;
+/// Buckets of a call-duration histogram: bucket 0 holds calls of 0–1 ns, bucket `k ≥ 1` calls
+/// of `2^k ..= 2^(k+1) − 1` ns, and the last one everything longer (≥ 2^47 ns, 39 hours).
+pub const HIST_BUCKETS: usize = 48;
+
+/// The histogram bucket of a call of `ns` nanoseconds (see [`HIST_BUCKETS`]).
+#[inline(always)]
+pub const fn hist_bucket(ns: u64) -> usize {
+    let b = (63 - (ns | 1).leading_zeros()) as usize;
+    if b < HIST_BUCKETS {
+        b
+    } else {
+        HIST_BUCKETS - 1
+    }
+}
+
+/// The shortest duration (ns) bucket `k` holds.
+pub const fn hist_bucket_low_ns(k: usize) -> u64 {
+    if k == 0 {
+        0
+    } else {
+        1 << k
+    }
+}
 
 /// Keys used in [`RecordKind::Info`] records. Writers may add others; readers ignore unknown keys.
 pub mod info_keys {

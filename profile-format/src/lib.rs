@@ -60,7 +60,15 @@
 //! | [`RecordKind::Samples`] | sampler | one interval's IP samples per (program, image, function) |
 //! | [`RecordKind::Events`] | sampler | one interval's kernel event counts (tracepoints) |
 //! | [`RecordKind::OsMetrics`] | sampler | one interval's OS metrics of a node: (metric, instance, unit, value) per entry, names in [`os_metrics`]; a metric without an entry is absent |
+//! | [`RecordKind::Unwound`] | tracer | one interval's calls left by `longjmp`, exceptions or cancellation, per function |
+//! | [`RecordKind::Edges`] | tracer | one interval's caller → callee edges: calls, exclusive and inclusive ns |
+//! | [`RecordKind::Histograms`] | tracer | one interval's call-duration histograms (log2 buckets of ns), per function |
+//! | [`RecordKind::Stacks`] | sampler | one interval's sampled call chains per program (`--call-graph fp`) |
 //! | [`RecordKind::End`] | both | clean end: nothing follows |
+//!
+//! The tracer writes an interval's Unwound, Edges and Histograms records (kinds 9–11; the
+//! latter two only when asked for at record time) right after its Interval record, with the
+//! same `start_ns`; records with the same start add up, like Interval records.
 //!
 //! Every interval gets a record, even an empty one; an interval the writer could not observe is
 //! written with [`interval_flags::MISSED`]. A file without an `End` record belongs to a process
@@ -78,9 +86,10 @@ pub mod writer;
 
 pub use crc::crc32;
 pub use decode::{
-    pending_interval, records_at, EndRec, EventEntry, EventsRec, FormatError, Info, IntervalEntry,
-    IntervalRec, ObjectRec, OsMetricEntry, OsMetricsRec, ParsedFile, Record, Records, SampleEntry,
-    SamplesRec, StringsRec,
+    pending_interval, pending_records, records_at, EdgeEntry, EdgesRec, EndRec, EventEntry,
+    EventsRec, FormatError, Histogram, HistogramsRec, Info, IntervalEntry, IntervalKey,
+    IntervalRec, ObjectRec, OsMetricEntry, OsMetricsRec, ParsedFile, Pending, Record, Records,
+    SampleEntry, SamplesRec, StackEntry, StacksRec, StringsRec, UnwoundEntry, UnwoundRec,
 };
-pub use encode::{IntervalHead, ObjectDesc, OsMetricsHead, RecordBuf, SamplesHead};
+pub use encode::{IntervalHead, IntervalRef, ObjectDesc, OsMetricsHead, RecordBuf, SamplesHead};
 pub use layout::*;

@@ -261,6 +261,191 @@ fn file_writer_commits_and_ends() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// The tracer's records of one interval: Unwound, Edges, Histograms.
+fn tracer_extras(buf: &mut RecordBuf, start_ns: u64) {
+    let r = IntervalRef {
+        start_ns,
+        dur_ns: 1_000_000_000,
+        flags: interval_flags::PARTIAL,
+    };
+    buf.unwound(
+        &r,
+        [UnwoundEntry {
+            addr: 0x10,
+            calls: 3,
+        }],
+    );
+    buf.edges(
+        &r,
+        2,
+        [
+            EdgeEntry {
+                caller: 0,
+                callee: 0x10,
+                calls: 1,
+                excl_ns: 5,
+                incl_ns: 9,
+            },
+            EdgeEntry {
+                caller: 0x10,
+                callee: 0x20,
+                calls: 4,
+                excl_ns: 4,
+                incl_ns: 4,
+            },
+        ],
+    );
+    let mut a = Histogram::new(0x10);
+    a.counts[0] = 1;
+    a.counts[3] = 7;
+    a.counts[HIST_BUCKETS - 1] = u64::MAX; // saturates to u32::MAX
+    let mut b = Histogram::new(0x20);
+    b.counts[10] = 2;
+    let empty = Histogram::new(0x30);
+    buf.histograms(&r, [&a, &empty, &b]);
+}
+
+#[test]
+fn tracer_extras_round_trip() {
+    let mut buf = RecordBuf::new();
+    tracer_extras(&mut buf, 5_000);
+    let recs: Vec<Record<'_>> = records_at(buf.as_bytes(), 0).map(|r| r.unwrap()).collect();
+    assert_eq!(recs.len(), 3);
+    let Record::Unwound(u) = &recs[0] else {
+        panic!("{:?}", recs[0])
+    };
+    assert_eq!(u.interval.start_ns, 5_000);
+    assert_eq!(
+        u.entries().collect::<Vec<_>>(),
+        [UnwoundEntry {
+            addr: 0x10,
+            calls: 3
+        }]
+    );
+    let Record::Edges(e) = &recs[1] else {
+        panic!("{:?}", recs[1])
+    };
+    assert_eq!(e.dropped, 2);
+    let edges: Vec<_> = e.entries().collect();
+    assert_eq!(edges.len(), 2);
+    assert_eq!(
+        (edges[1].caller, edges[1].callee, edges[1].calls),
+        (0x10, 0x20, 4)
+    );
+    let Record::Histograms(h) = &recs[2] else {
+        panic!("{:?}", recs[2])
+    };
+    assert_eq!(h.len(), 2, "functions without calls are left out");
+    let hs: Vec<Histogram> = h.entries().collect();
+    assert_eq!(hs[0].addr, 0x10);
+    assert_eq!(hs[0].counts[0], 1);
+    assert_eq!(hs[0].counts[3], 7);
+    assert_eq!(hs[0].counts[HIST_BUCKETS - 1], u32::MAX as u64);
+    assert_eq!(hs[0].counts.iter().filter(|&&c| c > 0).count(), 3);
+    assert_eq!(hs[1].addr, 0x20);
+    assert_eq!(hs[1].counts[10], 2);
+    assert_eq!(hist_bucket(0), 0);
+    assert_eq!(hist_bucket(1), 0);
+    assert_eq!(hist_bucket(2), 1);
+    assert_eq!(hist_bucket(1023), 9);
+    assert_eq!(hist_bucket(1024), 10);
+    assert_eq!(hist_bucket(u64::MAX), HIST_BUCKETS - 1);
+    assert_eq!(hist_bucket_low_ns(10), 1024);
+}
+
+#[test]
+fn stacks_round_trip() {
+    let mut buf = RecordBuf::new();
+    let r = IntervalRef {
+        start_ns: 10,
+        dur_ns: 10,
+        flags: 0,
+    };
+    let a: &[(u32, u32)] = &[(1, 2), (1, 3), (4, 5)];
+    buf.stacks(&r, [(7, 9, a), (8, 1, &[][..])]);
+    let rec = records_at(buf.as_bytes(), 0).next().unwrap().unwrap();
+    let Record::Stacks(st) = rec else {
+        panic!("{rec:?}")
+    };
+    let e: Vec<StackEntry> = st.entries().collect();
+    assert_eq!(e.len(), 2);
+    assert_eq!(
+        e[0],
+        StackEntry {
+            program: 7,
+            count: 9,
+            frames: a.to_vec()
+        }
+    );
+    assert!(e[1].frames.is_empty());
+    // A depth past the record is an error, not a panic.
+    let mut bytes = buf.as_bytes().to_vec();
+    bytes[16 + 24 + 4] = 200;
+    let crc = crc32(&bytes[16..]);
+    bytes[8..12].copy_from_slice(&crc.to_le_bytes());
+    assert!(records_at(&bytes, 0).next().unwrap().is_err());
+}
+
+#[test]
+fn a_checkpoint_carries_its_interval_records() {
+    let mut buf = RecordBuf::new();
+    buf.interval(
+        &IntervalHead {
+            start_ns: 5_000,
+            dur_ns: 1_000_000_000,
+            flags: interval_flags::PARTIAL,
+            ..Default::default()
+        },
+        [],
+    );
+    tracer_extras(&mut buf, 5_000);
+    let p = pending_records(buf.as_bytes()).expect("checkpoint");
+    assert_eq!(p.interval.start_ns, 5_000);
+    assert_eq!(p.extras.len(), 3);
+    assert!(pending_interval(buf.as_bytes()).is_some());
+    // Records of another interval, or of another kind, make it no checkpoint.
+    let mut other = RecordBuf::new();
+    other.interval(
+        &IntervalHead {
+            start_ns: 5_000,
+            dur_ns: 1_000_000_000,
+            flags: interval_flags::PARTIAL,
+            ..Default::default()
+        },
+        [],
+    );
+    tracer_extras(&mut other, 6_000);
+    assert!(pending_records(other.as_bytes()).is_none());
+    let mut info = RecordBuf::new();
+    info.interval(
+        &IntervalHead {
+            flags: interval_flags::PARTIAL,
+            ..Default::default()
+        },
+        [],
+    );
+    info.info([("a", "b")]);
+    assert!(pending_records(info.as_bytes()).is_none());
+}
+
+#[test]
+fn damaged_histograms_are_errors() {
+    let mut buf = RecordBuf::new();
+    tracer_extras(&mut buf, 1);
+    let mut bytes = buf.as_bytes().to_vec();
+    // The Histograms record is the last; claim more functions than it holds.
+    let at = bytes.len() - buf.as_bytes().len();
+    let mut recs = records_at(&bytes, 0);
+    recs.next();
+    recs.next();
+    let h_at = recs.offset() as usize + at;
+    bytes[h_at + 16 + 20] = 9;
+    let crc = crc32(&bytes[h_at + 16..]);
+    bytes[h_at + 8..h_at + 12].copy_from_slice(&crc.to_le_bytes());
+    let last = records_at(&bytes, 0).last().unwrap();
+    assert!(matches!(last, Err(FormatError::Corrupt { .. })), "{last:?}");
+}
+
 fn os_file(values: &[(u32, Option<u32>, f64)]) -> Vec<u8> {
     let mut header = FileHeader::new(FileKind::Samples, 1_000, 77);
     let mut buf = RecordBuf::new();
@@ -381,5 +566,26 @@ proptest! {
                 }
             }
         }
+    }
+
+    /// The same for the tracer's variable-length Histograms records and the other extras.
+    #[test]
+    fn damaged_extras_never_panic(flips in proptest::collection::vec((0usize..600, any::<u8>()), 1..6)) {
+        let mut buf = RecordBuf::new();
+        tracer_extras(&mut buf, 7);
+        let mut bytes = buf.as_bytes().to_vec();
+        for (at, v) in flips {
+            let i = at % bytes.len();
+            bytes[i] = v;
+        }
+        for r in records_at(&bytes, 0).take(10).flatten() {
+            match r {
+                Record::Histograms(h) => { let _ = h.entries().count(); }
+                Record::Edges(e) => { let _ = e.entries().count(); }
+                Record::Unwound(u) => { let _ = u.entries().count(); }
+                _ => {}
+            }
+        }
+        let _ = pending_records(&bytes);
     }
 }

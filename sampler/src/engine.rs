@@ -10,7 +10,7 @@ use std::net::IpAddr;
 
 use crate::fxhash::FxHashMap;
 use crate::nodes::{NodeIdx, ProcFacts};
-use crate::procs::{ProcInfo, Tracker};
+use crate::procs::{Loc, ProcInfo, Tracker};
 use crate::profile::Intervals;
 use crate::record::{self, Layout, Rec, MISC_CPUMODE_MASK, MISC_KERNEL};
 use crate::tracefs::{self, Decoder};
@@ -81,6 +81,8 @@ enum Ev {
         pid: u32,
         ip: u64,
         kernel: bool,
+        /// The call chain's entries (`--call-graph`), context markers included.
+        chain: Option<Box<[u64]>>,
     },
     Tp {
         tp: u16,
@@ -273,6 +275,7 @@ impl Engine {
                     pid: s.pid,
                     ip: s.ip,
                     kernel: s.misc & MISC_CPUMODE_MASK == MISC_KERNEL,
+                    chain: (!s.callchain.is_empty()).then(|| s.chain().collect()),
                 },
                 Some((_, Stream::Tracepoint(tp))) => Ev::Tp {
                     tp,
@@ -426,10 +429,19 @@ impl Engine {
     fn handle(&mut self, t: Timed) -> bool {
         let wall = self.clock.wall(t.time);
         match t.ev {
-            Ev::Sample { pid, ip, kernel } => match self.tracker.attribute(pid, ip, kernel) {
+            Ev::Sample {
+                pid,
+                ip,
+                kernel,
+                chain,
+            } => match self.tracker.attribute(pid, ip, kernel) {
                 Some((node, prog, loc)) => {
                     self.stats.samples += 1;
                     self.intervals.sample(wall, node, prog, loc);
+                    if let Some(chain) = chain {
+                        let frames = self.chain_locs(pid, &chain);
+                        self.intervals.stack(wall, node, prog, frames);
+                    }
                 }
                 None => self.stats.out_of_scope += 1,
             },
@@ -466,6 +478,39 @@ impl Engine {
             Ev::Throttle => self.stats.throttles += 1,
         }
         false
+    }
+
+    /// The locations of a call chain, outermost first. The kernel writes the sampled address
+    /// first, then return addresses, each context (kernel, user) after its marker; a return
+    /// address is named by the byte before it (the call instruction), as perf does, so that a
+    /// call at the very end of a function is not charged to the next one.
+    fn chain_locs(&mut self, pid: u32, chain: &[u64]) -> Box<[Loc]> {
+        use perf_event_open_sys::bindings as b;
+        let mut locs = Vec::with_capacity(chain.len());
+        let (mut kernel, mut first) = (true, true);
+        for &e in chain {
+            if e >= b::PERF_CONTEXT_MAX {
+                kernel = e == b::PERF_CONTEXT_KERNEL;
+                first = true;
+                if e != b::PERF_CONTEXT_KERNEL && e != b::PERF_CONTEXT_USER {
+                    break; // guest or hypervisor frames: not ours to name
+                }
+                continue;
+            }
+            let ip = if first { e } else { e.saturating_sub(1) };
+            first = false;
+            let loc = if kernel {
+                Loc::Kernel(ip)
+            } else {
+                match self.tracker.attribute(pid, ip, false) {
+                    Some((_, _, loc)) => loc,
+                    None => Loc::Unknown,
+                }
+            };
+            locs.push(loc);
+        }
+        locs.reverse();
+        locs.into_boxed_slice()
     }
 
     /// The node a tracepoint hit belongs to (see [`crate::nodes`] and [`Decoder`]).

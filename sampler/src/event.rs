@@ -237,6 +237,29 @@ pub fn sampling_attr(
     a
 }
 
+/// How call chains are sampled.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CallGraph {
+    /// Only the sampled address.
+    #[default]
+    None,
+    /// Kernel and user call chains walked by the kernel through frame pointers
+    /// (`PERF_SAMPLE_CALLCHAIN`): complete for code built with `-fno-omit-frame-pointer` (and
+    /// the kernel), cut short or wrong above a function that does not keep one.
+    Fp,
+}
+
+/// Deepest call chain asked for (the kernel's default `kernel.perf_event_max_stack`).
+pub const MAX_STACK: u16 = 127;
+
+/// Asks `a` for call chains as `g` says.
+pub fn set_call_graph(a: &mut perf_event_attr, g: CallGraph) {
+    if g == CallGraph::Fp {
+        a.sample_type |= b::PERF_SAMPLE_CALLCHAIN as u64;
+        a.sample_max_stack = MAX_STACK;
+    }
+}
+
 /// The attr of a tracepoint event sampled on every occurrence; `raw` adds the tracepoint's
 /// fields to each sample.
 pub fn tracepoint_attr(id: u64, raw: bool, wakeup_bytes: u32) -> perf_event_attr {

@@ -112,11 +112,11 @@ mod sys;
 pub mod tracefs;
 pub mod uprobe;
 
-pub use event::{Rate, Sampling};
+pub use event::{CallGraph, Rate, Sampling};
 pub use nodes::{NodeRule, Scope};
 pub use sampler::{
-    host_name, online_cpus, perf_event_paranoid, Config, Error, Sampler, Summary, DEFAULT_INTERVAL,
-    DEFAULT_RING_PAGES,
+    host_name, online_cpus, perf_event_paranoid, ring_pages_for, Config, Error, Sampler, Summary,
+    DEFAULT_INTERVAL, DEFAULT_RING_PAGES,
 };
 
 /// Installs SIGINT and SIGTERM handlers (once per process) that set the returned flag; pass it

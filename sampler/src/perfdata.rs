@@ -152,6 +152,9 @@ pub fn replay(
         period: first.4,
         freq: first.5,
         tracepoints: Vec::new(),
+        call_graph: first.0.sample_type
+            & perf_event_open_sys::bindings::PERF_SAMPLE_CALLCHAIN as u64
+            != 0,
     };
     let start_wall = clock.wall(first_time);
     let mut output =

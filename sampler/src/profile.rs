@@ -18,8 +18,8 @@ use culprit_datadir::Dir;
 use culprit_format::names::{self, NodeInfo};
 use culprit_format::writer::FileWriter;
 use culprit_format::{
-    end_reason, interval_flags, samples_flags, EventEntry, FileKind, OsMetricEntry, RecordBuf,
-    SampleEntry, SamplesHead,
+    end_reason, interval_flags, samples_flags, EventEntry, FileKind, IntervalRef, OsMetricEntry,
+    RecordBuf, SampleEntry, SamplesHead,
 };
 
 use crate::fxhash::FxHashMap;
@@ -31,12 +31,27 @@ use crate::symbolize::{unresolved_name, ImageAddr, Symbolizer};
 pub const KERNEL_IMAGE: &str = "[kernel.kallsyms]";
 /// Function (and image) name of samples that cannot be placed at all.
 pub const UNKNOWN: &str = "[unknown]";
+/// Function name of every sample in the tracer's runtime (`libculprit_rt.so`): its hooks and
+/// flusher are one cost of tracing, never a root cause to rank among the program's functions.
+pub const CULPRIT_RUNTIME: &str = "culprit runtime";
+
+/// True for the image names of the tracer's runtime (`libculprit_rt.so`, `libculprit_rt.so.0`).
+pub fn is_culprit_runtime(image: &str) -> bool {
+    image
+        .strip_prefix("libculprit_rt.so")
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+}
 /// Events entry counting tracepoint occurrences the kernel dropped (ring full), when nonzero.
 pub const LOST_EVENTS: &str = "culprit:lost_events";
+
+/// A call chain as written: program string id, `(image, function)` string ids outermost first.
+type NamedStack = (u32, Vec<(u32, u32)>);
 
 #[derive(Debug, Default)]
 struct NodeAcc {
     samples: FxHashMap<(ProgId, Loc), u64>,
+    /// Samples per (program, call chain outermost first), with `--call-graph`.
+    stacks: FxHashMap<(ProgId, Box<[Loc]>), u64>,
     total: u64,
     events: Vec<u64>,
 }
@@ -124,6 +139,12 @@ impl Intervals {
         let n = &mut self.acc(wall_ns).nodes[node as usize];
         n.total += 1;
         *n.samples.entry((prog, loc)).or_insert(0) += 1;
+    }
+
+    /// Counts a sample's call chain (outermost frame first).
+    pub fn stack(&mut self, wall_ns: u64, node: NodeIdx, prog: ProgId, frames: Box<[Loc]>) {
+        let n = &mut self.acc(wall_ns).nodes[node as usize];
+        *n.stacks.entry((prog, frames)).or_insert(0) += 1;
     }
 
     /// Counts one occurrence of tracepoint `event` on `node`.
@@ -271,8 +292,10 @@ impl Namer {
             let img = tracker.image(image);
             let addrs: Vec<ImageAddr> = offsets.iter().map(|&o| ImageAddr::FileOffset(o)).collect();
             let names = self.symbolizer.resolve_many(&img.path, &addrs);
+            let runtime = is_culprit_runtime(&img.name);
             for (offset, name) in offsets.into_iter().zip(names) {
                 let func = match name {
+                    _ if runtime => Arc::from(CULPRIT_RUNTIME),
                     Some(f) => f,
                     None => self.unresolved(&img.path, offset),
                 };
@@ -300,6 +323,9 @@ impl Namer {
                         (img.name.clone(), f)
                     }
                     ImageKind::Anon => (img.name.clone(), img.name.clone()),
+                    ImageKind::File if is_culprit_runtime(&img.name) => {
+                        (img.name.clone(), Arc::from(CULPRIT_RUNTIME))
+                    }
                     ImageKind::File => {
                         let f = match self
                             .symbolizer
@@ -348,6 +374,8 @@ pub struct RunInfo {
     pub freq: bool,
     /// Tracepoints counted, in entry order.
     pub tracepoints: Vec<String>,
+    /// Call chains are sampled: every interval gets a Stacks record.
+    pub call_graph: bool,
 }
 
 #[derive(Debug)]
@@ -506,10 +534,12 @@ impl Output {
         if !missed {
             namer.prepare(
                 tracker,
-                c.acc
-                    .nodes
-                    .iter()
-                    .flat_map(|n| n.samples.keys().map(|(_, loc)| loc)),
+                c.acc.nodes.iter().flat_map(|n| {
+                    n.samples
+                        .keys()
+                        .map(|(_, loc)| loc)
+                        .chain(n.stacks.keys().flat_map(|(_, frames)| frames.iter()))
+                }),
             );
         }
         let mut flags = c.flags;
@@ -525,6 +555,17 @@ impl Output {
                     let (image, func) = f.loc_sids(loc, namer);
                     let key = (f.prog_sid(prog, tracker), image, func);
                     *counts.entry(key).or_insert(0) += count;
+                }
+            }
+            // Call chains, named before the new strings are written.
+            let mut stacks: FxHashMap<NamedStack, u64> = FxHashMap::default();
+            if !missed && self.info.call_graph {
+                for ((prog, frames), &count) in &n.stacks {
+                    let named: Vec<(u32, u32)> =
+                        frames.iter().map(|&loc| f.loc_sids(loc, namer)).collect();
+                    *stacks
+                        .entry((f.prog_sid(*prog, tracker), named))
+                        .or_insert(0) += count;
                 }
             }
             let lost_sid =
@@ -578,6 +619,20 @@ impl Output {
                 }
             }
             self.buf.events(c.start_ns, c.dur_ns, c.flags, events);
+            if self.info.call_graph {
+                let mut stacks: Vec<(NamedStack, u64)> = stacks.into_iter().collect();
+                stacks.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+                self.buf.stacks(
+                    &IntervalRef {
+                        start_ns: c.start_ns,
+                        dur_ns: c.dur_ns,
+                        flags: c.flags,
+                    },
+                    stacks
+                        .iter()
+                        .map(|((prog, frames), count)| (*prog, *count, frames.as_slice())),
+                );
+            }
             f.writer.append(&self.buf)?;
             f.bytes += self.buf.len() as u64;
             f.samples += total;

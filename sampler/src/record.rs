@@ -95,6 +95,18 @@ pub struct Sample<'a> {
     pub misc: u16,
     /// Raw tracepoint data (without the size prefix), with RAW in the sample type.
     pub raw: Option<&'a [u8]>,
+    /// The call chain's entries as the kernel wrote them (`u64`s, little-endian, context
+    /// markers included), with CALLCHAIN in the sample type; empty otherwise.
+    pub callchain: &'a [u8],
+}
+
+impl Sample<'_> {
+    /// The call chain's entries (see [`Sample::callchain`]).
+    pub fn chain(&self) -> impl Iterator<Item = u64> + '_ {
+        self.callchain
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+    }
 }
 
 /// Fields of the sample-id trailer of non-sample records.
@@ -354,12 +366,17 @@ fn sample<'a>(rec: &'a [u8], misc: u16, layout: &Layout) -> Option<Sample<'a>> {
     if st & SAMPLE_PERIOD != 0 {
         at += 8;
     }
+    if st & SAMPLE_READ != 0 {
+        // Variable layout the sampler never asks for: nothing after it is decoded.
+        return Some(s);
+    }
+    if st & SAMPLE_CALLCHAIN != 0 {
+        let nr = u64_at(rec, at)? as usize;
+        let end = nr.checked_mul(8)?.checked_add(at + 8)?;
+        s.callchain = rec.get(at + 8..end)?;
+        at = end;
+    }
     if st & SAMPLE_RAW != 0 {
-        // READ and CALLCHAIN come before RAW; the sampler never asks for them, and a perf.data
-        // stream that has them does not ask for RAW.
-        if st & (SAMPLE_READ | SAMPLE_CALLCHAIN) != 0 {
-            return Some(s);
-        }
         let size = u32_at(rec, at)? as usize;
         s.raw = Some(rec.get(at + 4..at + 4 + size)?);
     }
@@ -526,6 +543,38 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn sample_call_chain() {
+        let layout = Layout {
+            sample_type: LAYOUT.sample_type | SAMPLE_CALLCHAIN,
+            sample_id_all: true,
+        };
+        let mut body = Vec::new();
+        body.extend_from_slice(&7u64.to_le_bytes()); // identifier
+        body.extend_from_slice(&0x4010u64.to_le_bytes()); // ip
+        body.extend_from_slice(&100u32.to_le_bytes());
+        body.extend_from_slice(&101u32.to_le_bytes());
+        body.extend_from_slice(&555u64.to_le_bytes());
+        let chain = [b::PERF_CONTEXT_USER, 0x4010, 0x5020];
+        body.extend_from_slice(&(chain.len() as u64).to_le_bytes());
+        for c in chain {
+            body.extend_from_slice(&c.to_le_bytes());
+        }
+        let rec = header(b::PERF_RECORD_SAMPLE, MISC_USER, &body);
+        match decode(b::PERF_RECORD_SAMPLE, MISC_USER, &rec, &layout) {
+            Rec::Sample(s) => assert_eq!(s.chain().collect::<Vec<_>>(), chain),
+            other => panic!("{other:?}"),
+        }
+        // A chain longer than the record: malformed, not a panic.
+        let mut short = rec.clone();
+        short.truncate(rec.len() - 8);
+        short[6] = short.len() as u8;
+        assert!(matches!(
+            decode(b::PERF_RECORD_SAMPLE, MISC_USER, &short, &layout),
+            Rec::Malformed { .. }
+        ));
     }
 
     #[test]

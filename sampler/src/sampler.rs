@@ -12,7 +12,7 @@ use std::time::Duration;
 use culprit_format::info_keys;
 
 use crate::engine::{ClockMap, Engine, Stream, Streams, TpSpec};
-use crate::event::{self, sampling_attr, tracepoint_attr, Rate, Sampling, SAMPLE_ID_TYPE};
+use crate::event::{self, sampling_attr, tracepoint_attr, CallGraph, Rate, Sampling};
 use crate::nodes::{NodeRule, Nodes, ProcFacts, Scope};
 use crate::os::{self, Collector, NodePids, OsConfig, OsInterval, OsStats};
 use crate::procs::{self, Tracker, TrackerStats};
@@ -84,8 +84,10 @@ pub struct Config {
     pub node_rules: Vec<NodeRule>,
     /// Tracepoints to count (`system:name`); `None` for [`tracefs::DEFAULT_TRACEPOINTS`].
     pub tracepoints: Option<Vec<String>>,
-    /// Data pages per CPU ring (a power of two).
+    /// Data pages per CPU ring (a power of two); 0 sizes them from the rate ([`ring_pages_for`]).
     pub ring_pages: usize,
+    /// Call chains (`--call-graph`).
+    pub call_graph: CallGraph,
     /// Mount tracefs when it is not mounted (root only).
     pub mount_tracefs: bool,
     /// Black-box OS metrics per node ([`crate::os`]); `None` turns them off.
@@ -94,8 +96,13 @@ pub struct Config {
 
 /// Default profile interval (seed 000: 10 s).
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
-/// Default ring size per CPU: 64 pages (256 KiB), several seconds of samples at 1 kHz.
+/// Smallest ring per CPU when sized from the rate: 64 pages (256 KiB).
 pub const DEFAULT_RING_PAGES: usize = 64;
+/// Largest ring per CPU when sized from the rate: 4096 pages (16 MiB).
+const MAX_AUTO_RING_PAGES: usize = 4096;
+/// Seconds of records a ring sized from the rate holds: the reader drains every 50 ms (or at a
+/// quarter full), so this is what a starved reader can fall behind before samples are lost.
+const RING_SLACK_S: u64 = 2;
 /// How often the rings are drained when no watermark wakes the sampler earlier.
 const TICK: Duration = Duration::from_millis(50);
 
@@ -112,7 +119,8 @@ impl Config {
             scope: Scope::System,
             node_rules: Vec::new(),
             tracepoints: None,
-            ring_pages: DEFAULT_RING_PAGES,
+            ring_pages: 0,
+            call_graph: CallGraph::None,
             mount_tracefs: true,
             os_metrics: Some(OsConfig::default()),
         }
@@ -153,6 +161,48 @@ pub fn online_cpus() -> Vec<u32> {
         out.extend(0..n);
     }
     out
+}
+
+/// Pages per CPU ring for `sampling`: what 2 s of records at the rate
+/// take — samples of a busy CPU (call chains of 32 frames on average) and, for tracepoints, 64
+/// KiB/s each and 256 KiB/s for `sched:sched_switch` (≈2,000 switches/s per CPU) — as a power
+/// of two between [`DEFAULT_RING_PAGES`] and 4096 pages (16 MiB). Without root the kernel
+/// charges rings beyond `kernel.perf_event_mlock_kb` (516 KiB) to the locked-memory limit, so
+/// they stay at 128 pages.
+pub fn ring_pages_for(sampling: &Sampling, call_graph: CallGraph, tracepoints: &[String]) -> usize {
+    // Samples per second of a busy CPU: from the rate; hardware events at a 4 GHz clock.
+    let hz = match sampling.rate {
+        Rate::Freq(f) => f,
+        Rate::Period(p) if sampling.event.is_clock() => 1_000_000_000 / p.max(1),
+        Rate::Period(p) => 4_000_000_000 / p.max(1),
+    };
+    // header + identifier, ip, tid, time; a chain adds its length and the entries.
+    let sample_bytes = 40
+        + if call_graph == CallGraph::Fp {
+            8 + 8 * 32
+        } else {
+            0
+        };
+    let tp_bytes: u64 = tracepoints
+        .iter()
+        .map(|t| {
+            if t == "sched:sched_switch" {
+                256 << 10
+            } else {
+                64 << 10
+            }
+        })
+        .sum();
+    let bytes = (hz * sample_bytes + tp_bytes) * RING_SLACK_S;
+    let max = if sys::euid() == 0 {
+        MAX_AUTO_RING_PAGES
+    } else {
+        128
+    };
+    (bytes as usize)
+        .div_ceil(sys::page_size())
+        .next_power_of_two()
+        .clamp(DEFAULT_RING_PAGES, max)
 }
 
 fn is_permission(e: &io::Error) -> bool {
@@ -237,7 +287,9 @@ impl Sampler {
         if config.interval < Duration::from_millis(10) {
             return Err(Error::Config("the interval must be at least 10 ms".into()));
         }
-        if !config.ring_pages.is_power_of_two() || config.ring_pages > 1 << 16 {
+        if config.ring_pages != 0
+            && (!config.ring_pages.is_power_of_two() || config.ring_pages > 1 << 16)
+        {
             return Err(Error::Config(format!(
                 "ring pages must be a power of two up to 65536 (got {})",
                 config.ring_pages
@@ -251,17 +303,29 @@ impl Sampler {
         let nodes = Nodes::new(&config.node, &config.node_rules, config.scope.clone())
             .map_err(Error::Config)?;
         let cpus = online_cpus();
-        let wakeup = (config.ring_pages * sys::page_size() / 2) as u32;
         let mut warnings = Vec::new();
+        let wanted: Vec<String> = config.tracepoints.clone().unwrap_or_else(|| {
+            tracefs::DEFAULT_TRACEPOINTS
+                .iter()
+                .map(|s| s.to_string())
+                .collect()
+        });
 
-        let sampling = choose_event(&config, cpus[0], wakeup)?;
+        let sampling = choose_event(&config, cpus[0], 1)?;
+        let mut config = config;
+        if config.ring_pages == 0 {
+            config.ring_pages = ring_pages_for(&sampling, config.call_graph, &wanted);
+        }
+        // Wake the reader when a quarter of a ring is filled (besides its 50 ms tick).
+        let wakeup = (config.ring_pages * sys::page_size() / 4) as u32;
         let mut rings = Vec::with_capacity(cpus.len());
         let mut streams = Streams::new();
+        let mut attr = sampling_attr(&sampling, true, nodes.needs_netns(), wakeup);
+        event::set_call_graph(&mut attr, config.call_graph);
         let sample_layout = Layout {
-            sample_type: SAMPLE_ID_TYPE | perf_event_open_sys::bindings::PERF_SAMPLE_IP as u64,
+            sample_type: attr.sample_type,
             sample_id_all: true,
         };
-        let attr = sampling_attr(&sampling, true, nodes.needs_netns(), wakeup);
         for &cpu in &cpus {
             let fd = PerfFd::open(&attr, -1, cpu as i32, 0).map_err(|e| {
                 if is_permission(&e) {
@@ -287,12 +351,6 @@ impl Sampler {
         }
 
         // Tracepoints: their records go to the sampling ring of the same CPU.
-        let wanted: Vec<String> = config.tracepoints.clone().unwrap_or_else(|| {
-            tracefs::DEFAULT_TRACEPOINTS
-                .iter()
-                .map(|s| s.to_string())
-                .collect()
-        });
         let mut tps = Vec::new();
         let mut tp_fds = Vec::new();
         if !wanted.is_empty() {
@@ -446,6 +504,15 @@ impl Sampler {
             ),
             ("sampling".into(), self.sampling.to_string()),
             (
+                "call_graph".into(),
+                match self.config.call_graph {
+                    CallGraph::None => "none",
+                    CallGraph::Fp => "fp",
+                }
+                .into(),
+            ),
+            ("ring_pages".into(), self.config.ring_pages.to_string()),
+            (
                 "tracepoints".into(),
                 self.tracepoints().collect::<Vec<_>>().join(","),
             ),
@@ -474,6 +541,7 @@ impl Sampler {
             period: self.sampling.rate.value(),
             freq: self.sampling.rate.is_freq(),
             tracepoints: self.tps.iter().map(|t| t.name.clone()).collect(),
+            call_graph: self.config.call_graph != CallGraph::None,
         }
     }
 
@@ -742,6 +810,10 @@ fn read_rings(
     abort: &AtomicBool,
     facts_needed: Option<(bool, bool)>,
 ) {
+    // Draining must not wait behind the work it samples: on a machine whose CPUs are all
+    // busy, a reader at the default priority can be kept off a CPU long enough for the rings
+    // to fill. It does little work, so it runs at a higher priority when allowed (root).
+    sys::raise_thread_priority();
     let enabled = rings
         .iter()
         .map(|r| r.fd())

@@ -470,6 +470,16 @@ pub fn stop_on_signals() -> &'static AtomicBool {
     &STOP
 }
 
+/// Raises the calling thread's scheduling priority (nice −10), when allowed; otherwise
+/// nothing changes.
+pub fn raise_thread_priority() {
+    // SAFETY: gettid and setpriority take plain integers; failure (no privilege) is ignored.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, -10);
+    }
+}
+
 /// CLOCK_BOOTTIME in ns: the clock `/proc/PID/stat`'s start times count from.
 pub fn boottime_ns() -> u64 {
     clock_ns(libc::CLOCK_BOOTTIME)

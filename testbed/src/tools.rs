@@ -73,8 +73,8 @@ pub struct Tools {
     pub analysis_args: Vec<String>,
 }
 
-/// The white-box metrics (seed 000), in table order.
-pub const WHITE_BOX: [&str; 4] = ["samples", "count", "time", "events"];
+/// The white-box metrics (seed 000, and the tracer's latency histograms), in table order.
+pub const WHITE_BOX: [&str; 5] = ["samples", "count", "time", "events", "latency"];
 /// The metrics diagnosis reports on, in table order, the OS metrics as one family (`os`: a
 /// node faulty on any of them), and the combined verdict.
 pub const METRICS: [&str; 6] = ["samples", "count", "time", "events", "os", "combined"];

@@ -1,4 +1,4 @@
-//! Per-thread profile tables and the hot path of the hooks.
+//! Per-thread profile tables, and the general path of the hooks.
 //!
 //! Each thread that calls an instrumented function gets one [`ThreadBlock`]: a shadow stack of
 //! open calls and an open-addressing hash table from function address to [`Slot`]. Blocks live
@@ -6,57 +6,83 @@
 //! thread hands its counts over and frees its block for the next new thread at once, and the
 //! flusher gives the memory of blocks that stay free back to the kernel (see `pool`).
 //!
+//! # Two paths
+//!
+//! The common case — a traced function already at its home slot, room on the stack, the TSC,
+//! no graph or histogram — is handled by the *fast path*, a few instructions of assembly in
+//! `sys::hooks` that read and write this layout ([`hot`] gives it the offsets). Everything
+//! else (a thread's first call, a new function, mismatched exits, abandoned frames, a full
+//! stack, excluded functions, the monotonic clock, `CULPRIT_GRAPH`, `CULPRIT_HIST`, pauses)
+//! goes to the *general path* here ([`ThreadBlock::enter_general`],
+//! [`ThreadBlock::exit_general`]). Both keep the same invariants, so a call may enter on one
+//! path and return on the other.
+//!
+//! The fast path knows no state word: the thread-local pointer it reads is either this
+//! thread's block or one of the [`hot`] stand-ins, 64-byte dummies laid out so that the fast
+//! path's checks fail on them and send the hook to the general path, which then knows from the
+//! pointer why (no block yet, hooks off, paused, a general-path hook running, a mode that
+//! always takes the general path). A function whose key carries [`SLOW_KEY`] (excluded, or not
+//! decided yet) fails the fast path's key check likewise.
+//!
 //! # Who writes what
 //!
 //! Every field is an atomic, so sharing a block between its thread and the flusher is sound
-//! without `unsafe`. The counters of a slot (`calls`, `excl`, `incl`) are *cumulative* and
-//! written only by the owning thread with plain relaxed load + store (a `mov`, no locked
-//! instruction). The flusher reads them with relaxed loads and keeps its own baselines
-//! (`base_*`, written only by the flusher) to compute per-interval deltas. The stack, the
-//! nesting counters and `active` are touched by the owning thread only.
+//! without `unsafe`. The counters of a slot (`calls`, `excl`, `incl`, `unwound`) are
+//! *cumulative* and written only by the owning thread, each with one read-modify-write
+//! instruction on the fast path (`inc`/`add` to memory, not locked). The flusher reads them with
+//! relaxed loads and keeps its baselines (`bases`, written only by the taker) to compute
+//! per-interval deltas. The stack and `active` are touched by the owning thread only.
 //!
 //! # Semantics (seed 000, §"Function-call tracing")
 //!
-//! On entry the function and its entry time are pushed. On exit: `calls += 1`; exclusive time
-//! = elapsed − time of called functions (wall clock, so time blocked in system calls counts);
-//! the elapsed time is added to the parent frame's child time. Inclusive time is added only when
+//! On entry the function's slot, its entry time `t`, a second copy `tx` and the stack pointer
+//! are pushed. A returning child adds its elapsed time to its parent's `tx`, so on exit
+//! `now − t` is the call's elapsed (inclusive) time and `now − tx` its exclusive time (wall
+//! clock, so time blocked in system calls counts). Inclusive time is added to the slot only when
 //! the outermost activation of a function returns (`active` counts activations), so recursion
 //! is counted once. A call is accounted when it returns: a function still running at the end of
 //! an interval shows up in the interval in which it returns.
 //!
+//! # Calls that do not return
+//!
+//! A call left by `longjmp`, by an exception through code without cleanups, or by thread
+//! cancellation never calls its exit hook. When the runtime notices — an exit that matches a
+//! frame further down, an entry at or above the top frame's stack pointer (the top frame cannot
+//! be its caller), the stack filling up, the thread exiting — it *unwinds* the frames left
+//! behind: each is accounted as a call that ended then (its count, its time up to then), like
+//! a return, and counted in the slot's `unwound` as well. Exits that match no frame are
+//! counted as lost (`lost_frames`).
+//!
 //! # Signals and re-entrancy
 //!
-//! `flags` holds, while a hook runs, that hook's stack pointer (the busy mark), and a pause
-//! bit. A hook that finds it non-zero returns at once: this covers a signal handler
-//! interrupting a hook (the handler's calls are not traced, and counted as `dropped`, so none
-//! is lost silently), a hook firing inside the runtime itself, and `culprit_pause()`. A signal handler that runs while the thread is in
-//! instrumented code (not inside a hook) is traced normally: its calls nest on top of the
-//! interrupted frame.
+//! A signal handler that interrupts instrumented code, or the fast path itself, is traced
+//! normally: its calls nest on the top frame. The fast path is written so that this is safe:
+//! every counter update is one instruction (a signal lands between instructions), an entry
+//! records its stack pointer before it commits the new top and fills the frame after (a
+//! handler's calls then nest on the new frame), an exit commits the pop last. An interrupted
+//! fast path can at worst misplace some of a handler's time.
 //!
-//! A handler may leave with `siglongjmp` (a timeout) and abandon the hook it interrupted. The
-//! busy mark would then stay forever and the thread go untraced; the stack pointer in it tells
-//! a stale mark from a live one: a handler nested in a live hook runs below it on the stack,
-//! code that runs at or above the abandoned hook's stack pointer cannot be inside it (unless
-//! it runs on an alternate signal stack, which is checked).
-//!
-//! # Abandoned frames
-//!
-//! Every frame also keeps the stack pointer of its entry. A function entered at or above the
-//! stack pointer of the top frame cannot be called by it: the top frame was left by `longjmp`
-//! (a server loop that longjmps back on errors never returns to its caller, so nothing else
-//! would ever remove those frames, and the shadow stack would fill up). Such frames are
-//! dropped on entry, as a mismatched exit drops them, and counted as lost.
+//! The general path is not interruptible that way: while it runs, the thread-local pointer is
+//! the `BUSY` stand-in and the hook's stack pointer is kept aside. A hook that finds `BUSY`
+//! runs in a signal handler that interrupted the general path: it does nothing, and its call is
+//! counted as `dropped`. A handler may leave with `siglongjmp` (a timeout) and abandon the
+//! general path it interrupted; the stack pointer kept aside tells a stale mark from a live
+//! one: a handler nested in a live hook runs below it on the stack, code that runs at or above
+//! the abandoned hook's stack pointer cannot be inside it (unless it runs on an alternate signal
+//! stack, which is checked).
 
-use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
-use std::sync::atomic::{compiler_fence, AtomicU16, AtomicU32, AtomicU64, AtomicUsize};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicUsize};
 
-use crate::clock::{self, Monotonic, Ticks, Tsc};
+use culprit_format::{hist_bucket, HIST_BUCKETS};
+
+use crate::clock;
 use crate::decide::{self, decision};
+use crate::sys::{self, OnceRef, Zeroable};
 
-/// Deepest shadow stack; deeper calls are counted as overflows and not traced. A power of two
-/// (the fast path masks indices with it).
+/// Deepest shadow stack, counting the sentinel frame; deeper calls are counted as overflows and
+/// not traced.
 pub const STACK_DEPTH: usize = 1024;
-const _: () = assert!(STACK_DEPTH.is_power_of_two());
 /// Most frames sharing one stack pointer that can be live (see [`ThreadBlock::compact`]).
 const MAX_RUN: usize = 128;
 /// Compactions skipped after one that freed nothing.
@@ -67,6 +93,18 @@ pub const TABLE_CAP: usize = 1 << TABLE_BITS;
 const TABLE_MASK: usize = TABLE_CAP - 1;
 /// Slots a thread may fill before new functions count as overflows (keeps probe chains short).
 pub const TABLE_MAX_USED: u32 = (TABLE_CAP * 7 / 8) as u32;
+/// Index of the slot that is never filled (its key stays 0): the slot of frames that count
+/// nothing (excluded functions, a full table) and of the sentinel, so that the fast path's exit
+/// never matches them.
+pub const NO_SLOT: usize = TABLE_CAP;
+/// Key bit of a function the fast path must leave to the general path: excluded, or decided
+/// provisionally. Addresses of user space never have it.
+pub const SLOW_KEY: usize = 1 << 63;
+
+/// Caller → callee edges per thread (`CULPRIT_GRAPH`).
+const EDGE_BITS: u32 = 13;
+const EDGE_CAP: usize = 1 << EDGE_BITS;
+const EDGE_MAX_USED: u32 = (EDGE_CAP * 7 / 8) as u32;
 
 /// Lifecycle of a block (`ThreadBlock::state`).
 pub mod state {
@@ -81,92 +119,245 @@ pub mod state {
     pub const RELEASING: u32 = 3;
 }
 
-/// `flags`: this thread's hooks read `CLOCK_MONOTONIC` instead of the TSC. Folded into `flags`
-/// so that the TSC fast path tests one word.
-const MONO: usize = 1;
-/// `flags`: `culprit_pause()` is in effect (`pauses` counts the nesting).
-const PAUSED: usize = 2;
-/// `flags` bits that are not the busy mark. The busy mark is the running hook's stack pointer
-/// (8-aligned, so these bits are free; non-zero, so it marks busy by itself).
-const LOW_BITS: usize = 7;
+/// Process-wide modes that take every call through the general path.
+pub mod mode {
+    use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
-/// One function's counters in one thread (one cache line).
+    /// Caller → callee edges (`CULPRIT_GRAPH=1`).
+    pub const GRAPH: u32 = 1;
+    /// Call-duration histograms (`CULPRIT_HIST=1`).
+    pub const HIST: u32 = 2;
+    /// The hooks read `CLOCK_MONOTONIC` instead of the TSC.
+    pub const MONO: u32 = 4;
+
+    static MODES: AtomicU32 = AtomicU32::new(0);
+
+    /// Sets the modes (at start-up, before any block exists).
+    pub fn set(bits: u32) {
+        MODES.store(bits, Relaxed);
+    }
+
+    /// The modes in effect.
+    #[inline(always)]
+    pub fn get() -> u32 {
+        MODES.load(Relaxed)
+    }
+
+    /// True when `bit` is on.
+    #[inline(always)]
+    pub fn on(bit: u32) -> bool {
+        get() & bit != 0
+    }
+}
+
+/// One function's counters in one thread (one cache line). The fast path addresses it by its
+/// byte offset in the table, `(addr >> 4 & TABLE_MASK) * 64`.
 #[derive(Debug)]
 #[repr(C, align(64))]
 pub struct Slot {
-    /// Function address; 0 = empty. Written once by the owner (release).
+    /// Function address, with [`SLOW_KEY`] when the fast path must not take it; 0 = empty.
+    /// Written once by the owner (release).
     pub addr: AtomicUsize,
+    calls: AtomicU64,
+    excl: AtomicU64,
+    incl: AtomicU64,
+    /// Calls among `calls` that the runtime ended itself (see the module docs).
+    unwound: AtomicU64,
+    active: AtomicU32,
+    decision: AtomicU32,
+}
+
+/// The taker's baselines of a slot (written only by the taker).
+#[derive(Debug)]
+#[repr(C)]
+struct SlotBase {
+    calls: AtomicU64,
+    excl: AtomicU64,
+    incl: AtomicU64,
+    unwound: AtomicU64,
+}
+
+/// One open call.
+#[derive(Debug)]
+#[repr(C)]
+struct Frame {
+    /// Function address (written by the general path; the fast path leaves it stale, the
+    /// slot's key names its function).
+    addr: AtomicUsize,
+    /// Byte offset of the function's slot in the table; `NO_SLOT * 64` for a frame that counts
+    /// nothing.
+    slot: AtomicUsize,
+    /// Entry timestamp (ticks).
+    t: AtomicU64,
+    /// Entry timestamp plus the elapsed ticks of completed children.
+    tx: AtomicU64,
+    /// Stack pointer of the entry hook (`usize::MAX` for the sentinel).
+    sp: AtomicUsize,
+}
+
+/// One thread's profile table and shadow stack. All-zero bytes are a valid empty block, so a
+/// fresh anonymous mapping is one (it gets its sentinel frame when claimed).
+#[derive(Debug)]
+#[repr(C, align(4096))]
+pub struct ThreadBlock {
+    /// Byte offset of the top frame from the start of the block (the sentinel's when no call is
+    /// open). First field: the fast path reads it at offset 0.
+    top: AtomicUsize,
+    /// [`state`] value.
+    pub state: AtomicU32,
+    /// Times the block was claimed by a thread (the flusher tells idle free blocks by it).
+    pub claims: AtomicU32,
+    /// Calls not pushed because the stack was full, still running (their exits are skipped).
+    over: AtomicU32,
+    /// Nesting of `culprit_pause()`.
+    pauses: AtomicU32,
+    /// Stack pointer of the first call not pushed because the stack was full.
+    overflow_sp: AtomicUsize,
+    /// Compactions to skip (see [`ThreadBlock::compact`]).
+    compact_skip: AtomicU32,
+    nused: AtomicU32,
+    lost: AtomicU64,
+    overflows: AtomicU64,
+    /// Calls of a signal handler that interrupted the general path (see the module docs).
+    dropped: AtomicU64,
+    base_lost: AtomicU64,
+    base_overflows: AtomicU64,
+    base_dropped: AtomicU64,
+    /// Edge and histogram tables, mapped at the first claim when a mode needs them.
+    extras: OnceRef<Extras>,
+    stack: [Frame; STACK_DEPTH],
+    table: [Slot; TABLE_CAP + 1],
+    bases: [SlotBase; TABLE_CAP],
+    used: [AtomicU16; TABLE_CAP],
+}
+
+/// What the fast path (`sys::hooks`) needs to know of the layout, and the stand-ins it may
+/// find instead of a block.
+pub mod hot {
+    use std::mem::{offset_of, size_of};
+    use std::sync::atomic::AtomicUsize;
+
+    use super::{Frame, Slot, ThreadBlock, NO_SLOT, STACK_DEPTH, TABLE_MASK};
+
+    /// Offset of `ThreadBlock::top`.
+    pub const TOP: usize = offset_of!(ThreadBlock, top);
+    /// Offset of the table.
+    pub const TABLE: usize = offset_of!(ThreadBlock, table);
+    /// Size of a frame.
+    pub const FRAME: usize = size_of::<Frame>();
+    /// Offsets of a frame's fields.
+    pub const F_SLOT: usize = offset_of!(Frame, slot);
+    /// See [`F_SLOT`].
+    pub const F_T: usize = offset_of!(Frame, t);
+    /// See [`F_SLOT`].
+    pub const F_TX: usize = offset_of!(Frame, tx);
+    /// See [`F_SLOT`].
+    pub const F_SP: usize = offset_of!(Frame, sp);
+    /// Offsets of a slot's fields.
+    pub const S_CALLS: usize = offset_of!(Slot, calls);
+    /// See [`S_CALLS`].
+    pub const S_EXCL: usize = offset_of!(Slot, excl);
+    /// See [`S_CALLS`].
+    pub const S_INCL: usize = offset_of!(Slot, incl);
+    /// See [`S_CALLS`].
+    pub const S_ACTIVE: usize = offset_of!(Slot, active);
+    /// Offset of the first frame (the sentinel).
+    pub const STACK: usize = offset_of!(ThreadBlock, stack);
+    /// Highest `top` from which the fast path may push (the next frame is the last one).
+    pub const LAST_PUSH: usize = STACK + (STACK_DEPTH - 2) * FRAME;
+    /// `addr * 4 & HOME_MASK` is the byte offset of `addr`'s home slot: slots are 64 bytes and
+    /// the home index is `addr >> 4` (functions are mostly 16-byte aligned), masked.
+    pub const HOME_MASK: usize = TABLE_MASK << 6;
+
+    const _: () = assert!(size_of::<Slot>() == 64);
+    const _: () = assert!(TOP == 0);
+    const _: () = assert!(NO_SLOT * 64 == size_of::<[Slot; NO_SLOT]>());
+
+    /// A stand-in for a block: `top` is 0, so the fast path reads the "frame" at offset 0, whose
+    /// stack pointer (word 4) is 0 — every entry fails the caller check — and whose slot offset
+    /// (word 1) points back at word 6 of the stand-in, a zero key no exit matches.
+    #[derive(Debug)]
+    #[repr(C, align(64))]
+    pub struct StandIn([AtomicUsize; 8]);
+
+    const FAKE_SLOT: usize = 0usize.wrapping_sub(TABLE).wrapping_add(48);
+    const _: () = assert!(F_SLOT == 8 && F_SP == 32);
+
+    impl StandIn {
+        const fn new() -> Self {
+            StandIn([
+                AtomicUsize::new(0),
+                AtomicUsize::new(FAKE_SLOT),
+                AtomicUsize::new(0),
+                AtomicUsize::new(0),
+                AtomicUsize::new(0),
+                AtomicUsize::new(0),
+                AtomicUsize::new(0),
+                AtomicUsize::new(0),
+            ])
+        }
+
+        /// Its address, as the thread-local word holds it.
+        pub fn word(&'static self) -> usize {
+            self as *const StandIn as usize
+        }
+    }
+
+    /// A thread that has no block yet (the thread-local word's initial value).
+    pub static NO_BLOCK: StandIn = StandIn::new();
+    /// A thread whose hooks do nothing (the flusher; a thread being set up or exiting).
+    pub static IGNORE: StandIn = StandIn::new();
+    /// A general-path hook runs in this thread.
+    pub static BUSY: StandIn = StandIn::new();
+    /// `culprit_pause()` is in effect in this thread.
+    pub static PAUSED: StandIn = StandIn::new();
+    /// Every call of this thread takes the general path (a mode, or calls beyond the stack).
+    pub static GENERAL: StandIn = StandIn::new();
+}
+
+/// Edge and histogram tables of a block (only with `CULPRIT_GRAPH` / `CULPRIT_HIST`).
+#[derive(Debug)]
+#[repr(C, align(4096))]
+pub struct Extras {
+    /// Per slot, calls per duration bucket (cumulative, wrapping).
+    hist: [[AtomicU32; HIST_BUCKETS]; TABLE_CAP],
+    hist_base: [[AtomicU32; HIST_BUCKETS]; TABLE_CAP],
+    edges: [Edge; EDGE_CAP],
+    edge_used: [AtomicU16; EDGE_CAP],
+    nedges: AtomicU32,
+    /// Calls whose edge found no room.
+    edge_drops: AtomicU64,
+    base_edge_drops: AtomicU64,
+}
+
+// SAFETY: made only of atomics (and arrays of them), all-zero is its valid empty state, no drop
+// glue.
+#[allow(unsafe_code)]
+unsafe impl Zeroable for Extras {}
+
+/// Calls of one callee from one caller in one thread.
+#[derive(Debug)]
+#[repr(C, align(64))]
+struct Edge {
+    /// `(caller slot << 13 | callee slot) + 1`; 0 = empty. The caller slot is [`NO_SLOT`] for
+    /// calls without a traced caller.
+    key: AtomicU32,
     calls: AtomicU64,
     excl: AtomicU64,
     incl: AtomicU64,
     base_calls: AtomicU64,
     base_excl: AtomicU64,
     base_incl: AtomicU64,
-    active: AtomicU32,
-    decision: AtomicU32,
-}
-
-#[derive(Debug)]
-#[repr(C)]
-struct Frame {
-    addr: AtomicUsize,
-    /// Entry timestamp (ticks); 0 for a frame that is not counted (excluded function, or
-    /// the function table was full).
-    t: AtomicU64,
-    /// Elapsed ticks of completed children.
-    child: AtomicU64,
-    /// Stack pointer of the entry hook (`usize::MAX` for the sentinel).
-    sp: AtomicUsize,
-    /// Slot index of a counted frame.
-    slot: AtomicU32,
-    _pad: u32,
-}
-
-/// One thread's profile table and shadow stack. All-zero bytes are a valid empty block, so a
-/// fresh anonymous mapping is one.
-#[derive(Debug)]
-#[repr(C, align(4096))]
-pub struct ThreadBlock {
-    /// [`state`] value.
-    pub state: AtomicU32,
-    /// Frames on the stack, counting the sentinel at index 0; above [`STACK_DEPTH`], the calls
-    /// not pushed because the stack was full (their exits are skipped likewise).
-    depth: AtomicU32,
-    /// `MONO` | `PAUSED` | the busy mark (see the module docs).
-    flags: AtomicUsize,
-    /// Nesting of `culprit_pause()`.
-    pauses: AtomicU32,
-    _pad0: u32,
-    /// Stack pointer of the first call not pushed because the stack was full.
-    overflow_sp: AtomicUsize,
-    /// Compactions to skip (see [`ThreadBlock::compact`]).
-    compact_skip: AtomicU32,
-    _pad2: u32,
-    /// Times the block was claimed by a thread (the flusher tells idle free blocks by it).
-    pub claims: AtomicU32,
-    _pad3: u32,
-    lost: AtomicU64,
-    overflows: AtomicU64,
-    /// Calls of a signal handler that interrupted a hook (see the module docs).
-    dropped: AtomicU64,
-    base_lost: AtomicU64,
-    base_overflows: AtomicU64,
-    base_dropped: AtomicU64,
-    nused: AtomicU32,
-    _pad1: u32,
-    used: [AtomicU16; TABLE_CAP],
-    stack: [Frame; STACK_DEPTH],
-    table: [Slot; TABLE_CAP],
 }
 
 /// A block's per-interval counters of calls it could not account.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Unaccounted {
-    /// Frames dropped recovering from mismatched exits, abandoned frames.
+    /// Exits that matched no open call, and abandoned general-path hooks.
     pub lost: u64,
     /// Calls refused for lack of room (stack or table full).
     pub overflows: u64,
-    /// Calls not traced: a signal handler's, made while a hook ran.
+    /// Calls not traced: a signal handler's, made while a general-path hook ran.
     pub dropped: u64,
 }
 
@@ -181,17 +372,48 @@ impl std::ops::AddAssign for Unaccounted {
 /// Per-interval counters of one function, in ticks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Delta {
-    /// Calls that returned.
+    /// Calls that returned, or were unwound.
     pub calls: u64,
     /// Exclusive ticks.
     pub excl: u64,
     /// Inclusive ticks.
     pub incl: u64,
+    /// Calls among `calls` the runtime ended itself.
+    pub unwound: u64,
 }
 
+impl std::ops::AddAssign for Delta {
+    fn add_assign(&mut self, o: Delta) {
+        self.calls += o.calls;
+        self.excl += o.excl;
+        self.incl += o.incl;
+        self.unwound += o.unwound;
+    }
+}
+
+/// Per-interval counters of one caller → callee edge, in ticks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EdgeDelta {
+    /// Calls.
+    pub calls: u64,
+    /// The callee's exclusive ticks.
+    pub excl: u64,
+    /// Elapsed ticks.
+    pub incl: u64,
+}
+
+impl std::ops::AddAssign for EdgeDelta {
+    fn add_assign(&mut self, o: EdgeDelta) {
+        self.calls += o.calls;
+        self.excl += o.excl;
+        self.incl += o.incl;
+    }
+}
+
+/// The home slot of `addr` (see [`hot::HOME_MASK`]).
 #[inline(always)]
-fn hash(addr: usize) -> usize {
-    ((addr as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - TABLE_BITS)) as usize
+fn home(addr: usize) -> usize {
+    (addr >> 4) & TABLE_MASK
 }
 
 #[inline(always)]
@@ -199,80 +421,207 @@ fn bump(a: &AtomicU64, by: u64) {
     a.store(a.load(Relaxed).wrapping_add(by), Relaxed);
 }
 
+/// The current timestamp of the hooks (ticks).
+#[inline(always)]
+fn now() -> u64 {
+    if mode::on(mode::MONO) {
+        clock::Monotonic::now()
+    } else {
+        clock::Tsc::now()
+    }
+}
+
+use clock::Ticks as _;
+
 impl ThreadBlock {
-    /// Hook on function entry (owner thread only).
-    ///
-    /// The fast path is a traced function already in the table at its home slot, with room
-    /// on the stack, using the TSC; everything else is a tail call to a cold function.
-    /// `sp` is the hook's stack pointer ([`crate::sys::stack_pointer`]).
     #[inline(always)]
-    pub fn enter(&self, addr: usize, sp: usize) {
-        if self.flags.load(Relaxed) != 0 {
-            return self.enter_flagged(addr, sp);
-        }
-        self.flags.store(sp, Relaxed);
-        compiler_fence(SeqCst);
-        let d = self.depth.load(Relaxed) as usize;
-        let i = hash(addr);
-        let s = &self.table[i];
-        // 1 ≤ d < STACK_DEPTH, and the top frame can be our caller (it runs at or above us;
-        // at the same stack pointer when we are inlined into it).
-        if d.wrapping_sub(1) < STACK_DEPTH - 1
-            && self.stack[d - 1].sp.load(Relaxed) >= sp
-            && s.addr.load(Relaxed) == addr
-            && s.decision.load(Relaxed) & decision::MASK == decision::INCLUDE
-        {
-            // (The mask is a no-op here, d < STACK_DEPTH; it spares a bounds check.)
-            let f = &self.stack[d & (STACK_DEPTH - 1)];
-            f.addr.store(addr, Relaxed);
-            f.child.store(0, Relaxed);
-            f.sp.store(sp, Relaxed);
-            f.slot.store(i as u32, Relaxed);
-            s.active
-                .store(s.active.load(Relaxed).wrapping_add(1), Relaxed);
-            f.t.store(Tsc::now(), Relaxed);
-            self.depth.store(d as u32 + 1, Relaxed);
-            compiler_fence(SeqCst);
-            self.flags.store(0, Relaxed);
-            return;
-        }
-        self.enter_general::<Tsc>(addr, 0, sp)
+    fn top_index(&self) -> usize {
+        (self.top.load(Relaxed).wrapping_sub(hot::STACK) / hot::FRAME).min(STACK_DEPTH - 1)
     }
 
-    /// Hook on function exit (owner thread only). Fast path: the top frame is this function's
-    /// and counted, with the TSC.
     #[inline(always)]
-    pub fn exit(&self, addr: usize, sp: usize) {
-        if self.flags.load(Relaxed) != 0 {
-            return self.exit_flagged(addr, sp);
+    fn set_top_index(&self, i: usize) {
+        self.top.store(hot::STACK + i * hot::FRAME, Relaxed);
+    }
+
+    /// The slot index of frame `i` ([`NO_SLOT`] when it counts nothing).
+    #[inline(always)]
+    fn slot_of(&self, f: &Frame) -> usize {
+        (f.slot.load(Relaxed) / 64).min(NO_SLOT)
+    }
+
+    /// The function of an open frame.
+    fn frame_fn(&self, f: &Frame) -> usize {
+        match self.slot_of(f) {
+            NO_SLOT => f.addr.load(Relaxed),
+            s => self.table[s].addr.load(Relaxed) & !SLOW_KEY,
         }
-        self.flags.store(sp, Relaxed);
-        compiler_fence(SeqCst);
-        let d = self.depth.load(Relaxed) as usize;
-        if d.wrapping_sub(2) < STACK_DEPTH - 1 {
-            let f = &self.stack[d - 1];
-            let t = f.t.load(Relaxed);
-            if f.addr.load(Relaxed) == addr && t != 0 {
-                let elapsed = Tsc::now().wrapping_sub(t);
-                self.account(f, elapsed);
-                self.depth.store(d as u32 - 1, Relaxed);
-                bump(&self.stack[d - 2].child, elapsed);
-                compiler_fence(SeqCst);
-                self.flags.store(0, Relaxed);
-                return;
+    }
+
+    /// True when the thread-local word `w` is this block.
+    #[inline(always)]
+    pub fn is(&self, w: usize) -> bool {
+        w == self as *const ThreadBlock as usize
+    }
+
+    /// What the thread-local word should hold for this block's owner when no hook runs: the
+    /// block itself, unless its calls must take the general path.
+    pub fn idle_word(&'static self) -> usize {
+        if self.pauses.load(Relaxed) > 0 {
+            hot::PAUSED.word()
+        } else if mode::get() != 0 || self.over.load(Relaxed) > 0 {
+            hot::GENERAL.word()
+        } else {
+            self as *const ThreadBlock as usize
+        }
+    }
+
+    /// Every entry the fast path does not handle, with this block's owner idle (the caller
+    /// marks it busy). `sp` is the hook's stack pointer at its entry. The fast path's case
+    /// comes first (in the modes, every call comes here).
+    #[inline(always)]
+    pub fn enter_general(&self, addr: usize, sp: usize) {
+        let top = self.top.load(Relaxed);
+        if (hot::STACK..=hot::LAST_PUSH).contains(&top) && self.over.load(Relaxed) == 0 {
+            let i = (top - hot::STACK) / hot::FRAME;
+            let h = home(addr);
+            if self.stack[i].sp.load(Relaxed) >= sp && self.table[h].addr.load(Relaxed) == addr {
+                return self.push(i + 1, addr, h, sp);
             }
         }
-        self.exit_general::<Tsc>(addr, 0, sp)
+        self.enter_rare(addr, sp)
     }
 
-    /// Adds a returning counted frame's call to its slot.
+    /// Pushes a frame of `addr` at index `i`, counted in `slot` (or [`NO_SLOT`]).
     #[inline(always)]
-    fn account(&self, f: &Frame, elapsed: u64) {
-        let s = &self.table[f.slot.load(Relaxed) as usize & TABLE_MASK];
-        bump(&s.excl, elapsed.saturating_sub(f.child.load(Relaxed)));
-        // After the exclusive time, with release (a plain store on x86): a taker that sees
-        // neither the call count nor the inclusive time move may skip the slot
-        // (`take_deltas`).
+    fn push(&self, i: usize, addr: usize, slot: usize, sp: usize) {
+        let f = &self.stack[i];
+        f.addr.store(addr, Relaxed);
+        f.sp.store(sp, Relaxed);
+        if slot != NO_SLOT {
+            let s = &self.table[slot];
+            s.active
+                .store(s.active.load(Relaxed).wrapping_add(1), Relaxed);
+        }
+        f.slot.store(slot * 64, Relaxed);
+        let t = now();
+        f.t.store(t, Relaxed);
+        f.tx.store(t, Relaxed);
+        self.set_top_index(i);
+    }
+
+    #[inline(never)]
+    fn enter_rare(&self, addr: usize, sp: usize) {
+        let over = self.over.load(Relaxed);
+        if over > 0 {
+            if sp <= self.overflow_sp.load(Relaxed) {
+                // Inside the calls not pushed: one more.
+                self.over.store(over + 1, Relaxed);
+                bump(&self.overflows, 1);
+                return;
+            }
+            // We run above the first call not pushed: all of them were abandoned.
+            bump(&self.lost, over as u64);
+            self.over.store(0, Relaxed);
+        }
+        let mut i = self.drop_abandoned(self.top_index(), sp);
+        if i == STACK_DEPTH - 1 {
+            i = self.compact();
+        }
+        if i == STACK_DEPTH - 1 {
+            self.over.store(1, Relaxed);
+            self.overflow_sp.store(sp, Relaxed);
+            bump(&self.overflows, 1);
+            return;
+        }
+        let slot = self.slot_for(addr).unwrap_or(NO_SLOT);
+        self.push(i + 1, addr, slot, sp);
+    }
+
+    /// Every exit the fast path does not handle: calls that were not pushed (stack full),
+    /// frames that count nothing (excluded), exits that do not match the top of the stack, and
+    /// every exit in a mode. The fast path's case comes first.
+    #[inline(always)]
+    pub fn exit_general(&self, addr: usize) {
+        let top = self.top.load(Relaxed);
+        if top > hot::STACK && top <= hot::LAST_PUSH + hot::FRAME && self.over.load(Relaxed) == 0 {
+            let i = (top - hot::STACK) / hot::FRAME;
+            let slot = self.slot_of(&self.stack[i]);
+            if slot != NO_SLOT && self.table[slot].addr.load(Relaxed) == addr {
+                return self.pop(i, now(), false);
+            }
+        }
+        self.exit_rare(addr)
+    }
+
+    #[inline(never)]
+    fn exit_rare(&self, addr: usize) {
+        let over = self.over.load(Relaxed);
+        if over > 0 {
+            self.over.store(over - 1, Relaxed);
+            return;
+        }
+        let i = self.top_index();
+        if i >= 1 && self.frame_fn(&self.stack[i]) == addr {
+            self.pop(i, now(), false);
+        } else {
+            self.exit_mismatch(addr, i);
+        }
+    }
+
+    /// Drops the frames a call entered at `sp` cannot be called by, those that ran below it
+    /// on the stack: `i` is the top frame. Returns the new top.
+    ///
+    /// A frame at the same stack pointer is kept: inlined functions call the hooks from their
+    /// caller's stack frame, so the frames of one stack frame share a stack pointer, and a
+    /// sibling of an abandoned frame cannot be told from a function inlined into it. Such
+    /// leftovers are unwound when the stack fills up ([`Self::compact`]).
+    fn drop_abandoned(&self, i: usize, sp: usize) -> usize {
+        let mut keep = i;
+        while keep >= 1 && self.stack[keep].sp.load(Relaxed) < sp {
+            keep -= 1;
+        }
+        if keep == i || sys::on_alt_stack() {
+            // Nothing to drop, or a handler on an alternate stack: its stack pointer says
+            // nothing about the interrupted frames.
+            return i;
+        }
+        self.unwind(keep, i, now());
+        keep
+    }
+
+    /// Pops frame `i` (≥ 1, the top) as ending at `now`; `unwound`: it did not return, the
+    /// runtime ends it (see the module docs).
+    #[inline(always)]
+    fn pop(&self, i: usize, now: u64, unwound: bool) {
+        let f = &self.stack[i];
+        let parent = &self.stack[i - 1];
+        let slot = self.slot_of(f);
+        if slot == NO_SLOT {
+            // Counts nothing (excluded): behaves as if not instrumented, so its counted
+            // children's time passes to the parent and its own time stays in the parent's
+            // exclusive time.
+            let children = f.tx.load(Relaxed).wrapping_sub(f.t.load(Relaxed));
+            bump(&parent.tx, children);
+        } else {
+            let elapsed = now.wrapping_sub(f.t.load(Relaxed));
+            let excl = now.wrapping_sub(f.tx.load(Relaxed));
+            self.account(slot, elapsed, excl, i, unwound);
+            bump(&parent.tx, elapsed);
+        }
+        self.set_top_index(i - 1);
+    }
+
+    /// Adds a call of `slot` that ended (frame `i`) to its counters.
+    #[inline(always)]
+    fn account(&self, slot: usize, elapsed: u64, excl: u64, i: usize, unwound: bool) {
+        let s = &self.table[slot];
+        bump(&s.excl, excl);
+        if unwound {
+            bump(&s.unwound, 1);
+        }
+        // After the exclusive time, with release: a taker that sees neither the call count
+        // nor the inclusive time move may skip the slot (`take_deltas`).
         s.calls
             .store(s.calls.load(Relaxed).wrapping_add(1), Release);
         let a = s.active.load(Relaxed).wrapping_sub(1);
@@ -280,187 +629,111 @@ impl ThreadBlock {
         if a == 0 {
             bump(&s.incl, elapsed);
         }
+        let m = mode::get();
+        if m & (mode::GRAPH | mode::HIST) == 0 {
+            return;
+        }
+        let Some(x) = self.extras.get() else { return };
+        if m & mode::HIST != 0 {
+            let b = &x.hist[slot][hist_bucket(clock::ticks_to_ns_fast(elapsed))];
+            b.store(b.load(Relaxed).wrapping_add(1), Relaxed);
+        }
+        if m & mode::GRAPH != 0 {
+            // The caller is the nearest frame below that counts (excluded functions are
+            // transparent); none: the root.
+            let caller = (1..i)
+                .rev()
+                .map(|j| self.slot_of(&self.stack[j]))
+                .find(|&s| s != NO_SLOT)
+                .unwrap_or(NO_SLOT);
+            self.add_edge(x, caller, slot, excl, elapsed);
+        }
     }
 
-    /// Entry with `flags` set: busy or paused (nothing to do), or the monotonic clock.
-    #[cold]
-    #[inline(never)]
-    fn enter_flagged(&self, addr: usize, sp: usize) {
-        match self.idle_flags(sp) {
-            Some(0) => self.enter_general::<Tsc>(addr, 0, sp),
-            Some(MONO) => self.enter_general::<Monotonic>(addr, MONO, sp),
-            // Paused: not traced on purpose.
-            Some(_) => {}
-            // A signal handler's call while a hook runs. One locked add: a handler nested in
-            // this one cannot tear it.
-            None => {
-                self.dropped.fetch_add(1, Relaxed);
+    #[inline(always)]
+    fn add_edge(&self, x: &Extras, caller: usize, callee: usize, excl: u64, elapsed: u64) {
+        let key = ((caller << TABLE_BITS | callee) + 1) as u32;
+        let mut i = (key.wrapping_mul(0x9E37_79B1) >> (32 - EDGE_BITS)) as usize;
+        loop {
+            let e = &x.edges[i];
+            let k = e.key.load(Relaxed);
+            if k == key {
+                bump(&e.excl, excl);
+                bump(&e.incl, elapsed);
+                e.calls
+                    .store(e.calls.load(Relaxed).wrapping_add(1), Release);
+                return;
             }
-        }
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn exit_flagged(&self, addr: usize, sp: usize) {
-        match self.idle_flags(sp) {
-            Some(0) => self.exit_general::<Tsc>(addr, 0, sp),
-            Some(MONO) => self.exit_general::<Monotonic>(addr, MONO, sp),
-            _ => {}
-        }
-    }
-
-    /// The thread's idle `flags`, or `None` when a hook is running in this thread (this hook
-    /// is then inside a signal handler that interrupted it, and must do nothing). A busy mark
-    /// left by a hook that a handler abandoned with `siglongjmp` is cleared (see the module
-    /// docs) and counted as a lost frame.
-    fn idle_flags(&self, sp: usize) -> Option<usize> {
-        let f = self.flags.load(Relaxed);
-        let busy = f & !LOW_BITS;
-        if busy == 0 {
-            return Some(f);
-        }
-        // Live: we run below it on the same stack, or on an alternate signal stack.
-        if sp < busy || crate::sys::on_alt_stack() {
-            return None;
-        }
-        self.flags.store(f & LOW_BITS, Relaxed);
-        bump(&self.lost, 1);
-        Some(f & LOW_BITS)
-    }
-
-    /// Drops the frames a call entered at `sp` cannot be called by, those that ran below it
-    /// on the stack: `d` frames are open. Returns the new depth.
-    ///
-    /// A frame at the same stack pointer is kept: inlined functions call the hooks from their
-    /// caller's stack frame, so the frames of one stack frame share a stack pointer, and a
-    /// sibling of an abandoned frame cannot be told from a function inlined into it. Such
-    /// leftovers are trimmed when the stack fills up ([`Self::compact`]).
-    fn drop_abandoned(&self, d: usize, sp: usize) -> usize {
-        let mut keep = d;
-        if d > STACK_DEPTH {
-            // Calls not pushed (the stack was full). All are abandoned when we run above the
-            // first of them; otherwise we may be inside them.
-            if sp <= self.overflow_sp.load(Relaxed) {
-                return d;
-            }
-            keep = STACK_DEPTH;
-        }
-        while keep > 1 && self.stack[keep - 1].sp.load(Relaxed) < sp {
-            keep -= 1;
-        }
-        if keep == d || crate::sys::on_alt_stack() {
-            // Nothing to drop, or a handler on an alternate stack: its stack pointer says
-            // nothing about the interrupted frames.
-            return d;
-        }
-        if d > STACK_DEPTH {
-            bump(&self.lost, (d - STACK_DEPTH) as u64);
-        }
-        self.abandon(keep, d.min(STACK_DEPTH));
-        keep
-    }
-
-    /// Every entry off the fast path. `base` is the thread's idle `flags` value.
-    #[inline(never)]
-    fn enter_general<C: Ticks>(&self, addr: usize, base: usize, sp: usize) {
-        self.flags.store(base | (sp & !LOW_BITS), Relaxed);
-        compiler_fence(SeqCst);
-        let mut d = self.drop_abandoned(self.depth.load(Relaxed) as usize, sp);
-        if d == STACK_DEPTH {
-            d = self.compact();
-        }
-        if d < STACK_DEPTH {
-            let f = &self.stack[d];
-            f.addr.store(addr, Relaxed);
-            f.child.store(0, Relaxed);
-            f.sp.store(sp, Relaxed);
-            match self.slot_for(addr) {
-                Some(i) => {
-                    let s = &self.table[i];
-                    f.slot.store(i as u32, Relaxed);
-                    s.active
-                        .store(s.active.load(Relaxed).wrapping_add(1), Relaxed);
-                    f.t.store(C::now().max(1), Relaxed);
+            if k == 0 {
+                let n = x.nedges.load(Relaxed);
+                if n >= EDGE_MAX_USED {
+                    bump(&x.edge_drops, 1);
+                    return;
                 }
-                None => f.t.store(0, Relaxed),
+                bump(&e.excl, excl);
+                bump(&e.incl, elapsed);
+                e.calls
+                    .store(e.calls.load(Relaxed).wrapping_add(1), Relaxed);
+                e.key.store(key, Release);
+                x.edge_used[n as usize].store(i as u16, Relaxed);
+                x.nedges.store(n + 1, Release);
+                return;
             }
-        } else {
-            if d == STACK_DEPTH {
-                self.overflow_sp.store(sp, Relaxed);
-            }
-            bump(&self.overflows, 1);
+            i = (i + 1) & (EDGE_CAP - 1);
         }
-        self.depth.store(d as u32 + 1, Relaxed);
-        compiler_fence(SeqCst);
-        self.flags.store(base, Relaxed);
-    }
-
-    /// Every exit off the fast path: calls that were not pushed (stack full), frames that are
-    /// not counted (excluded), exits that do not match the top of the stack.
-    #[inline(never)]
-    fn exit_general<C: Ticks>(&self, addr: usize, base: usize, sp: usize) {
-        self.flags.store(base | (sp & !LOW_BITS), Relaxed);
-        compiler_fence(SeqCst);
-        let d = self.depth.load(Relaxed) as usize;
-        if d > STACK_DEPTH {
-            self.depth.store(d as u32 - 1, Relaxed);
-        } else if d >= 2 && self.stack[d - 1].addr.load(Relaxed) == addr {
-            self.pop::<C>(d - 1);
-        } else {
-            self.exit_mismatch::<C>(addr, d);
-        }
-        compiler_fence(SeqCst);
-        self.flags.store(base, Relaxed);
-    }
-
-    /// Pops frame `top` (≥ 1) as returning now.
-    fn pop<C: Ticks>(&self, top: usize) {
-        let f = &self.stack[top];
-        let t = f.t.load(Relaxed);
-        let carry = if t != 0 {
-            let elapsed = C::now().wrapping_sub(t);
-            self.account(f, elapsed);
-            elapsed
-        } else {
-            // Not counted (excluded): behaves as if not instrumented, so its counted children's
-            // time passes to the parent and its own time stays in the parent's exclusive time.
-            f.child.load(Relaxed)
-        };
-        self.depth.store(top as u32, Relaxed);
-        bump(&self.stack[top - 1].child, carry);
     }
 
     /// An exit that does not match the top of the stack (longjmp, exceptions, cancellation,
     /// or a function entered before tracing started). If the function is open further down,
-    /// the frames above it are dropped — they record no call and no time; their completed
-    /// children's time passes down, so their own time ends up in the matching frame's
-    /// exclusive time — and counted as lost. Otherwise the exit is ignored and counted as lost.
-    fn exit_mismatch<C: Ticks>(&self, addr: usize, d: usize) {
-        let d = d.min(STACK_DEPTH);
-        let Some(i) = (1..d)
+    /// the frames above it are unwound (they end now) and it returns; otherwise the exit is
+    /// ignored and counted as lost.
+    fn exit_mismatch(&self, addr: usize, i: usize) {
+        let Some(j) = (1..=i)
             .rev()
-            .find(|&i| self.stack[i].addr.load(Relaxed) == addr)
+            .find(|&j| self.frame_fn(&self.stack[j]) == addr)
         else {
             bump(&self.lost, 1);
             return;
         };
-        self.abandon(i + 1, d);
-        self.pop::<C>(i);
+        let now = now();
+        self.unwind(j, i, now);
+        self.pop(j, now, false);
     }
 
-    /// The stack is full: trims runs of frames sharing one stack pointer to their newest
-    /// [`MAX_RUN`] (more cannot be live: they would be functions inlined into one another that
-    /// deep), dropping the older ones as abandoned (see [`Self::drop_abandoned`]). Returns the
-    /// new depth. A compaction that frees nothing makes the next [`COMPACT_BACKOFF`] ones
-    /// skipped, so a recursion that hovers at the limit does not scan the stack at every call.
+    /// Unwinds frames `keep + 1 ..= i` (their calls end at `now`), leaving `keep` on top.
+    fn unwind(&self, keep: usize, i: usize, now: u64) {
+        for j in (keep + 1..=i).rev() {
+            self.pop(j, now, true);
+        }
+    }
+
+    /// Unwinds every open frame: the thread exits (`pthread_exit`, cancellation), its open
+    /// calls end now.
+    pub fn unwind_all(&self) {
+        let i = self.top_index();
+        if i >= 1 {
+            self.unwind(0, i, now());
+        }
+        self.over.store(0, Relaxed);
+    }
+
+    /// The stack is full: unwinds the oldest frames of runs longer than [`MAX_RUN`] that
+    /// share one stack pointer (more cannot be live: they would be functions inlined into one
+    /// another that deep; see [`Self::drop_abandoned`]). Returns the new top. A compaction
+    /// that frees nothing makes the next [`COMPACT_BACKOFF`] ones skipped, so a recursion that
+    /// hovers at the limit does not scan the stack at every call.
     #[cold]
     fn compact(&self) -> usize {
         let skip = self.compact_skip.load(Relaxed);
         if skip > 0 {
             self.compact_skip.store(skip - 1, Relaxed);
-            return STACK_DEPTH;
+            return STACK_DEPTH - 1;
         }
-        let (mut w, mut r) = (1usize, 1usize);
+        let now = now();
+        // Runs are found from the top down; frames above a dropped one move down over it, so
+        // unwind the dropped frames (with their children's time) first, then close the gaps.
+        let mut keep = vec_free::Marks::default();
+        let mut r = 1usize;
         while r < STACK_DEPTH {
             let sp = self.stack[r].sp.load(Relaxed);
             let mut e = r + 1;
@@ -469,61 +742,59 @@ impl ThreadBlock {
             }
             let dropped = (e - r).saturating_sub(MAX_RUN);
             for j in r..r + dropped {
-                let f = &self.stack[j];
-                self.release_slot(f);
-                bump(&self.stack[w - 1].child, f.child.load(Relaxed));
-                bump(&self.lost, 1);
-            }
-            for j in r + dropped..e {
-                if j != w {
-                    let (from, to) = (&self.stack[j], &self.stack[w]);
-                    to.addr.store(from.addr.load(Relaxed), Relaxed);
-                    to.t.store(from.t.load(Relaxed), Relaxed);
-                    to.child.store(from.child.load(Relaxed), Relaxed);
-                    to.sp.store(from.sp.load(Relaxed), Relaxed);
-                    to.slot.store(from.slot.load(Relaxed), Relaxed);
-                }
-                w += 1;
+                keep.drop(j);
             }
             r = e;
         }
-        if w == STACK_DEPTH {
+        if keep.is_empty() {
             self.compact_skip.store(COMPACT_BACKOFF, Relaxed);
+            return STACK_DEPTH - 1;
         }
-        self.depth.store(w as u32, Relaxed);
-        w
-    }
-
-    /// A counted frame that will not return: one activation less of its function.
-    fn release_slot(&self, f: &Frame) {
-        if f.t.load(Relaxed) != 0 {
-            let s = &self.table[f.slot.load(Relaxed) as usize & TABLE_MASK];
-            s.active
-                .store(s.active.load(Relaxed).saturating_sub(1), Relaxed);
-        }
-    }
-
-    /// Drops frames `keep..d` (1 ≤ keep ≤ d ≤ STACK_DEPTH) as abandoned: they record no
-    /// call; their completed children's time passes down, so their own time ends up in the
-    /// exclusive time of the frame below. Counted as lost.
-    fn abandon(&self, keep: usize, d: usize) {
-        for j in (keep.max(1)..d.min(STACK_DEPTH)).rev() {
+        // Account the dropped frames as unwound calls ending now, each passing its time to the
+        // frame below it that stays.
+        for j in (1..STACK_DEPTH).rev() {
+            if !keep.dropped(j) {
+                continue;
+            }
             let f = &self.stack[j];
-            self.release_slot(f);
-            bump(&self.stack[j - 1].child, f.child.load(Relaxed));
-            bump(&self.lost, 1);
+            let below = (0..j).rev().find(|&k| !keep.dropped(k)).unwrap_or(0);
+            let slot = self.slot_of(f);
+            let carry = if slot == NO_SLOT {
+                f.tx.load(Relaxed).wrapping_sub(f.t.load(Relaxed))
+            } else {
+                let elapsed = now.wrapping_sub(f.t.load(Relaxed));
+                self.account(slot, elapsed, now.wrapping_sub(f.tx.load(Relaxed)), j, true);
+                elapsed
+            };
+            bump(&self.stack[below].tx, carry);
         }
-        self.depth.store(keep as u32, Relaxed);
+        let mut w = 1usize;
+        for j in 1..STACK_DEPTH {
+            if keep.dropped(j) {
+                continue;
+            }
+            if j != w {
+                let (from, to) = (&self.stack[j], &self.stack[w]);
+                to.addr.store(from.addr.load(Relaxed), Relaxed);
+                to.slot.store(from.slot.load(Relaxed), Relaxed);
+                to.t.store(from.t.load(Relaxed), Relaxed);
+                to.tx.store(from.tx.load(Relaxed), Relaxed);
+                to.sp.store(from.sp.load(Relaxed), Relaxed);
+            }
+            w += 1;
+        }
+        self.set_top_index(w - 1);
+        w - 1
     }
 
     /// The slot of `addr` for a traced call; `None` when the call is not counted (excluded,
     /// or the table is full).
     fn slot_for(&self, addr: usize) -> Option<usize> {
-        let mut i = hash(addr);
+        let mut i = home(addr);
         loop {
             let s = &self.table[i];
             let k = s.addr.load(Relaxed);
-            if k == addr {
+            if k & !SLOW_KEY == addr {
                 let d = s.decision.load(Relaxed);
                 if d & decision::MASK == decision::INCLUDE {
                     return Some(i);
@@ -540,8 +811,10 @@ impl ThreadBlock {
     fn redecide(&self, i: usize, d: u32) -> Option<usize> {
         let s = &self.table[i];
         let d = if d & decision::PROVISIONAL != 0 && d >> 2 != decide::generation() {
-            let nd = decide::decide(s.addr.load(Relaxed));
+            let nd = decide::decide(s.addr.load(Relaxed) & !SLOW_KEY);
             s.decision.store(nd, Relaxed);
+            s.addr
+                .store(key_of(s.addr.load(Relaxed) & !SLOW_KEY, nd), Relaxed);
             nd
         } else {
             d
@@ -559,17 +832,17 @@ impl ThreadBlock {
         let d = decide::decide(addr);
         s.decision.store(d, Relaxed);
         s.active.store(0, Relaxed);
-        s.addr.store(addr, Release);
+        s.addr.store(key_of(addr, d), Release);
         self.used[n as usize & TABLE_MASK].store(i as u16, Relaxed);
         self.nused.store(n + 1, Release);
         (d & decision::EXCLUDE == 0).then_some(i)
     }
 
-    /// `culprit_pause()`: stop tracing this thread (nests).
+    /// `culprit_pause()`: stop tracing this thread (nests). The caller then sets the
+    /// thread-local word to [`Self::idle_word`].
     pub fn pause(&self) {
         self.pauses
             .store(self.pauses.load(Relaxed).wrapping_add(1), Relaxed);
-        self.flags.store(self.flags.load(Relaxed) | PAUSED, Relaxed);
     }
 
     /// `culprit_resume()`: undo one [`pause`](Self::pause). Returns false when not paused.
@@ -579,34 +852,69 @@ impl ThreadBlock {
             return false;
         }
         self.pauses.store(n - 1, Relaxed);
-        if n == 1 {
-            self.flags
-                .store(self.flags.load(Relaxed) & !PAUSED, Relaxed);
+        true
+    }
+
+    /// A signal handler's call while a general-path hook ran (one locked add: a handler
+    /// nested in this one cannot tear it).
+    pub fn count_dropped(&self) {
+        self.dropped.fetch_add(1, Relaxed);
+    }
+
+    /// A general-path hook abandoned by a handler that left with `siglongjmp`.
+    pub fn count_lost(&self) {
+        bump(&self.lost, 1);
+    }
+
+    /// Prepares a claimed block for a new owner thread: empty stack, nothing paused, the edge
+    /// and histogram tables when a mode needs them (`false` when they cannot be had). Its table
+    /// keeps its functions and cumulative counters (the flusher's baselines match them), and
+    /// its slots' activation counts are all zero: the previous owner unwound its open frames
+    /// as it exited ([`Self::unwind_all`]; after a fork, [`Self::reset_active`]), so a new
+    /// thread touches no slot it does not call.
+    pub fn reset_for_owner(&self) -> bool {
+        self.pauses.store(0, Relaxed);
+        self.over.store(0, Relaxed);
+        // Index 0 is a sentinel root frame, so every real frame has a parent to pass time to;
+        // it is above every stack pointer, so never abandoned, and its slot is never matched.
+        let s = &self.stack[0];
+        s.sp.store(usize::MAX, Relaxed);
+        s.slot.store(NO_SLOT * 64, Relaxed);
+        self.set_top_index(0);
+        if mode::on(mode::GRAPH | mode::HIST) && self.extras.get().is_none() {
+            match sys::alloc_zeroed::<Extras>() {
+                Some(x) => self.extras.set(x),
+                None => return false,
+            }
         }
         true
     }
 
-    /// Prepares a claimed block for a new owner thread: empty stack, nothing paused. Its
-    /// table keeps its functions and cumulative counters (the flusher's baselines match them).
-    pub fn reset_for_owner(&self) {
-        let base = if clock::uses_tsc() { 0 } else { MONO };
-        self.flags.store(base, Relaxed);
-        self.pauses.store(0, Relaxed);
-        // Index 0 is a sentinel root frame, so every real frame has a parent to pass time to;
-        // it is above every stack pointer, so never abandoned.
-        self.stack[0].sp.store(usize::MAX, Relaxed);
-        self.depth.store(1, Relaxed);
+    /// Zeroes the activation counts of a block whose owner vanished without unwinding (the
+    /// other threads of a process that forked).
+    pub fn reset_active(&self) {
         for s in self.used_slots() {
             s.active.store(0, Relaxed);
         }
+        self.set_top_index(0);
+    }
+
+    /// True when the block has edge or histogram tables (its counts are taken by the flusher,
+    /// not handed over at thread exit).
+    pub fn has_extras(&self) -> bool {
+        self.extras.get().is_some()
     }
 
     fn used_slots(&self) -> impl Iterator<Item = &Slot> + '_ {
+        self.used_indices().map(|i| &self.table[i])
+    }
+
+    fn used_indices(&self) -> impl Iterator<Item = usize> + '_ {
         let n = self.nused.load(Acquire).min(TABLE_MAX_USED) as usize;
         self.used[..n]
             .iter()
-            .map(|u| &self.table[u.load(Relaxed) as usize & TABLE_MASK])
-            .filter(|s| s.addr.load(Acquire) != 0)
+            .map(|u| u.load(Relaxed) as usize & TABLE_MASK)
+            .filter(|&i| self.table[i].addr.load(Acquire) != 0)
     }
 
     /// Functions in the table.
@@ -620,22 +928,25 @@ impl ThreadBlock {
     /// when both take at once every delta goes to exactly one of them (the counters no longer
     /// move once the owner exits).
     pub fn take_deltas(&self, mut f: impl FnMut(usize, Delta)) -> Unaccounted {
-        for s in self.used_slots() {
+        for i in self.used_indices() {
+            let (s, b) = (&self.table[i], &self.bases[i]);
             // The exclusive time moves only before the call count (`account`): a slot whose
-            // count and inclusive time did not move costs four loads of one cache line.
+            // count and inclusive time did not move costs four loads of two cache lines.
             let c = s.calls.load(Acquire);
-            let i = s.incl.load(Relaxed);
-            if c == s.base_calls.load(Relaxed) && i == s.base_incl.load(Relaxed) {
+            let inc = s.incl.load(Relaxed);
+            if c == b.calls.load(Relaxed) && inc == b.incl.load(Relaxed) {
                 continue;
             }
             let e = s.excl.load(Relaxed);
+            let u = s.unwound.load(Relaxed);
             let d = Delta {
-                calls: c.wrapping_sub(s.base_calls.swap(c, Relaxed)),
-                excl: e.wrapping_sub(s.base_excl.swap(e, Relaxed)),
-                incl: i.wrapping_sub(s.base_incl.swap(i, Relaxed)),
+                calls: c.wrapping_sub(b.calls.swap(c, Relaxed)),
+                excl: e.wrapping_sub(b.excl.swap(e, Relaxed)),
+                incl: inc.wrapping_sub(b.incl.swap(inc, Relaxed)),
+                unwound: u.wrapping_sub(b.unwound.swap(u, Relaxed)),
             };
             if d != Delta::default() {
-                f(s.addr.load(Relaxed), d);
+                f(s.addr.load(Relaxed) & !SLOW_KEY, d);
             }
         }
         let take = |c: &AtomicU64, base: &AtomicU64| {
@@ -649,15 +960,69 @@ impl ThreadBlock {
         }
     }
 
+    /// Takes the edges and histograms counted since the last call (flusher only):
+    /// `edge(caller, callee, delta)` (caller 0: none traced), `hist(addr, counts)`. Returns the
+    /// calls whose edge found no room.
+    pub fn take_extras(
+        &self,
+        mut edge: impl FnMut(usize, usize, EdgeDelta),
+        mut hist: impl FnMut(usize, &[u64; HIST_BUCKETS]),
+    ) -> u64 {
+        let Some(x) = self.extras.get() else { return 0 };
+        let name = |slot: usize| {
+            if slot >= NO_SLOT {
+                0
+            } else {
+                self.table[slot].addr.load(Relaxed) & !SLOW_KEY
+            }
+        };
+        let n = x.nedges.load(Acquire).min(EDGE_MAX_USED) as usize;
+        for u in &x.edge_used[..n] {
+            let e = &x.edges[u.load(Relaxed) as usize & (EDGE_CAP - 1)];
+            let k = e.key.load(Acquire);
+            if k == 0 {
+                continue;
+            }
+            let c = e.calls.load(Acquire);
+            if c == e.base_calls.load(Relaxed) {
+                continue;
+            }
+            let (ex, inc) = (e.excl.load(Relaxed), e.incl.load(Relaxed));
+            let d = EdgeDelta {
+                calls: c.wrapping_sub(e.base_calls.swap(c, Relaxed)),
+                excl: ex.wrapping_sub(e.base_excl.swap(ex, Relaxed)),
+                incl: inc.wrapping_sub(e.base_incl.swap(inc, Relaxed)),
+            };
+            let k = (k - 1) as usize;
+            edge(name(k >> TABLE_BITS), name(k & TABLE_MASK), d);
+        }
+        for i in self.used_indices() {
+            let mut counts = [0u64; HIST_BUCKETS];
+            let mut any = false;
+            for (k, (c, b)) in x.hist[i].iter().zip(&x.hist_base[i]).enumerate() {
+                let v = c.load(Relaxed);
+                let d = v.wrapping_sub(b.swap(v, Relaxed));
+                counts[k] = d as u64;
+                any |= d != 0;
+            }
+            if any {
+                hist(name(i), &counts);
+            }
+        }
+        let v = x.edge_drops.load(Relaxed);
+        v.wrapping_sub(x.base_edge_drops.swap(v, Relaxed))
+    }
+
     /// Forgets counts not yet taken (a forked child must not report its parent's counts).
     pub fn drop_deltas(&self) {
         self.take_deltas(|_, _| {});
+        self.take_extras(|_, _, _| {}, |_, _| {});
     }
 
     /// Empties a block no thread owns and whose counts are taken (state
     /// [`state::RELEASING`]), as a fresh one: the fields in its first page are reset here; the
-    /// caller gives the other pages back to the kernel (they read as zeros). Returns the offset
-    /// from which the pages may be discarded.
+    /// caller gives the other pages back to the kernel (they read as zeros), and those of its
+    /// extras. Returns the offset from which the pages may be discarded.
     pub fn forget_all(&self) -> usize {
         self.nused.store(0, Relaxed);
         for a in [
@@ -670,11 +1035,50 @@ impl ThreadBlock {
         ] {
             a.store(0, Relaxed);
         }
-        self.depth.store(0, Relaxed);
-        self.flags.store(0, Relaxed);
+        self.top.store(0, Relaxed);
+        self.over.store(0, Relaxed);
         self.pauses.store(0, Relaxed);
         self.overflow_sp.store(0, Relaxed);
         self.compact_skip.store(0, Relaxed);
-        std::mem::offset_of!(ThreadBlock, used)
+        if let Some(x) = self.extras.get() {
+            sys::discard_tail(x, 0);
+        }
+        std::mem::offset_of!(ThreadBlock, stack)
+    }
+}
+
+/// The key of `addr` in a slot, given its decision (see [`SLOW_KEY`]).
+fn key_of(addr: usize, d: u32) -> usize {
+    if d & decision::MASK == decision::INCLUDE {
+        addr
+    } else {
+        addr | SLOW_KEY
+    }
+}
+
+/// A small set of stack indices without allocating (the general path never allocates).
+mod vec_free {
+    use super::STACK_DEPTH;
+
+    /// Marks of dropped frames, one bit per stack index.
+    #[derive(Default)]
+    pub struct Marks {
+        bits: [u64; STACK_DEPTH / 64],
+        any: bool,
+    }
+
+    impl Marks {
+        pub fn drop(&mut self, i: usize) {
+            self.bits[i / 64] |= 1 << (i % 64);
+            self.any = true;
+        }
+
+        pub fn dropped(&self, i: usize) -> bool {
+            self.bits[i / 64] & (1 << (i % 64)) != 0
+        }
+
+        pub fn is_empty(&self) -> bool {
+            !self.any
+        }
     }
 }

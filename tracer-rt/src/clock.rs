@@ -7,11 +7,19 @@
 //! the flusher, never in the hooks, with a ratio measured against `CLOCK_MONOTONIC` since the
 //! runtime started and refined at every flush (the longer the span, the better the ratio).
 
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 use crate::sys;
 
 static USE_TSC: AtomicBool = AtomicBool::new(false);
+/// ns per tick in 32.32 fixed point, for the hooks' histograms (refined at every flush).
+static NS_PER_TICK_Q32: AtomicU64 = AtomicU64::new(1 << 32);
+
+/// `ticks` in ns with the latest ratio (the hooks' histograms: one multiplication).
+#[inline(always)]
+pub fn ticks_to_ns_fast(ticks: u64) -> u64 {
+    ((ticks as u128 * NS_PER_TICK_Q32.load(Relaxed) as u128) >> 32) as u64
+}
 
 /// A timestamp source of the hot path.
 pub trait Ticks {
@@ -80,18 +88,24 @@ pub struct Calibration {
 }
 
 impl Calibration {
-    /// Chooses the timestamp source (once per process) and starts calibrating.
-    pub fn start() -> Self {
+    /// Chooses the timestamp source (once per process) and starts calibrating. With `early`
+    /// (histograms: the hooks convert ticks to ns from the first call) it first measures the
+    /// ratio over 2 ms.
+    pub fn start(early: bool) -> Self {
         let tsc = cfg!(target_arch = "x86_64")
             && std::env::var_os("CULPRIT_CLOCK").is_none_or(|v| v != "monotonic")
             && std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|s| tsc_is_invariant(&s));
         USE_TSC.store(tsc, Relaxed);
         let (tsc0, mono0) = Self::pair();
-        Calibration {
+        let mut c = Calibration {
             tsc0,
             mono0,
             ns_per_tick: 1.0,
+        };
+        if early && tsc {
+            c.refine_over(2_000_000);
         }
+        c
     }
 
     fn pair() -> (u64, u64) {
@@ -105,14 +119,19 @@ impl Calibration {
     /// Refines the ratio with the span since the start. Needs at least 1 ms of span for a
     /// ratio good to 1e-4; a shorter one (a program that exits at once) waits out the rest.
     pub fn refine(&mut self) {
+        self.refine_over(1_000_000);
+    }
+
+    fn refine_over(&mut self, min_ns: u64) {
         if !USE_TSC.load(Relaxed) {
             return;
         }
         loop {
             let (t, m) = Self::pair();
             let (dt, dm) = (t.saturating_sub(self.tsc0), m.saturating_sub(self.mono0));
-            if dm >= 1_000_000 && dt > 0 {
+            if dm >= min_ns && dt > 0 {
                 self.ns_per_tick = dm as f64 / dt as f64;
+                NS_PER_TICK_Q32.store((self.ns_per_tick * (1u64 << 32) as f64) as u64, Relaxed);
                 return;
             }
             std::hint::spin_loop();

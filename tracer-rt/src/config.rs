@@ -28,6 +28,10 @@ pub struct Config {
     pub include_raw: String,
     /// `CULPRIT_EXCLUDE` as given.
     pub exclude_raw: String,
+    /// `CULPRIT_GRAPH=1`: record caller → callee edges.
+    pub graph: bool,
+    /// `CULPRIT_HIST=1`: record call-duration histograms.
+    pub hist: bool,
 }
 
 fn var(name: &str) -> Option<String> {
@@ -73,6 +77,8 @@ impl Config {
                 }
             },
         };
+        let graph = flag("CULPRIT_GRAPH", warnings);
+        let hist = flag("CULPRIT_HIST", warnings);
         let include_raw = var("CULPRIT_INCLUDE").unwrap_or_default();
         let exclude_raw = var("CULPRIT_EXCLUDE").unwrap_or_default();
         Config {
@@ -85,12 +91,26 @@ impl Config {
             },
             include_raw,
             exclude_raw,
+            graph,
+            hist,
         }
     }
 
     /// `root/<node>`.
     pub fn node_dir(&self, node: &str) -> PathBuf {
         self.root.join(node)
+    }
+}
+
+/// A boolean variable: unset, empty or `0` is off, `1` on; anything else is off with a warning.
+fn flag(name: &str, warnings: &mut Vec<String>) -> bool {
+    match var(name).as_deref().map(str::trim) {
+        None | Some("") | Some("0") => false,
+        Some("1") => true,
+        Some(v) => {
+            warnings.push(format!("{name}={v:?} is neither 0 nor 1; using 0"));
+            false
+        }
     }
 }
 

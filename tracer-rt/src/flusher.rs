@@ -44,11 +44,12 @@
 use std::collections::HashMap;
 
 use culprit_format::{
-    end_reason, info_keys, interval_flags, names, object_flags, records_at, IntervalEntry,
-    IntervalHead, ObjectDesc, Record, RecordBuf,
+    end_reason, info_keys, interval_flags, names, object_flags, records_at, EdgeEntry, Histogram,
+    IntervalEntry, IntervalHead, IntervalRef, ObjectDesc, Record, RecordBuf, UnwoundEntry,
+    HIST_BUCKETS,
 };
 
-use crate::block::{state, Delta, Unaccounted};
+use crate::block::{mode, state, Delta, EdgeDelta, Unaccounted};
 use crate::clock::{self, Calibration};
 use crate::config::{host_name, Config};
 use crate::control::{req, CURRENT_FILE, CURRENT_NODE, DONE, NODE_REQUEST, PENDING, REQ};
@@ -102,6 +103,12 @@ pub struct Flusher {
     /// Time since which that interval is observed (after its start: partial).
     observed_from: u64,
     agg: HashMap<usize, Delta>,
+    /// Caller → callee edges (`CULPRIT_GRAPH`); caller 0: none traced.
+    edges: HashMap<(usize, usize), EdgeDelta>,
+    /// Calls whose edge found no room.
+    edge_drops: u64,
+    /// Call-duration histograms (`CULPRIT_HIST`).
+    hists: HashMap<usize, [u64; HIST_BUCKETS]>,
     unaccounted: Unaccounted,
     /// Threads that exited during the interval.
     exited: u64,
@@ -139,6 +146,9 @@ impl Flusher {
             open_start: start_ns / i * i,
             observed_from: start_ns,
             agg: HashMap::new(),
+            edges: HashMap::new(),
+            edge_drops: 0,
+            hists: HashMap::new(),
             unaccounted: Unaccounted::default(),
             exited: 0,
             live: 0,
@@ -341,11 +351,18 @@ impl Flusher {
         let agg = &mut self.agg;
         let mut moved = false;
         let mut add = |addr: usize, d: Delta| {
-            let e = agg.entry(addr).or_default();
-            e.calls += d.calls;
-            e.excl += d.excl;
-            e.incl += d.incl;
+            *agg.entry(addr).or_default() += d;
             moved = true;
+        };
+        let (edges, hists) = (&mut self.edges, &mut self.hists);
+        let mut edge = |caller: usize, callee: usize, d: EdgeDelta| {
+            *edges.entry((caller, callee)).or_default() += d;
+        };
+        let mut hist = |addr: usize, counts: &[u64; HIST_BUCKETS]| {
+            let h = hists.entry(addr).or_insert([0; HIST_BUCKETS]);
+            for (a, c) in h.iter_mut().zip(counts) {
+                *a += c;
+            }
         };
         let mut un = Unaccounted::default();
         let mut live = 0;
@@ -355,6 +372,7 @@ impl Flusher {
                 continue;
             }
             un += b.take_deltas(&mut add);
+            self.edge_drops += b.take_extras(&mut edge, &mut hist);
             if st == state::DEAD {
                 self.exited += 1;
                 let _ = b
@@ -375,21 +393,27 @@ impl Flusher {
 
     fn clear_counts(&mut self) {
         self.agg.clear();
+        self.edges.clear();
+        self.edge_drops = 0;
+        self.hists.clear();
         self.unaccounted = Unaccounted::default();
         self.exited = 0;
         self.dirty = false;
     }
 
-    /// The interval record for `start` from what `collect` gathered.
+    /// The interval's records for `start` from what `collect` gathered: its Interval record,
+    /// then its Unwound record (when calls were unwound) and, in those modes, its Edges and
+    /// Histograms records.
     fn encode_interval(&mut self, buf_is_self: bool, start: u64, flags: u32) -> RecordBuf {
+        let cal = self.cal;
         let mut entries: Vec<IntervalEntry> = self
             .agg
             .iter()
             .map(|(&addr, d)| IntervalEntry {
                 addr: addr as u64,
                 calls: d.calls,
-                excl_ns: self.cal.to_ns(d.excl),
-                incl_ns: self.cal.to_ns(d.incl),
+                excl_ns: cal.to_ns(d.excl),
+                incl_ns: cal.to_ns(d.incl),
             })
             .collect();
         entries.sort_unstable_by_key(|e| e.addr);
@@ -409,6 +433,51 @@ impl Flusher {
             RecordBuf::new()
         };
         out.interval(&head, entries);
+        let r = IntervalRef {
+            start_ns: start,
+            dur_ns: self.cfg.interval_ns,
+            flags,
+        };
+        let mut unwound: Vec<UnwoundEntry> = self
+            .agg
+            .iter()
+            .filter(|(_, d)| d.unwound > 0)
+            .map(|(&addr, d)| UnwoundEntry {
+                addr: addr as u64,
+                calls: d.unwound,
+            })
+            .collect();
+        if !unwound.is_empty() {
+            unwound.sort_unstable_by_key(|e| e.addr);
+            out.unwound(&r, unwound);
+        }
+        if mode::on(mode::GRAPH) {
+            let mut edges: Vec<EdgeEntry> = self
+                .edges
+                .iter()
+                .map(|(&(caller, callee), d)| EdgeEntry {
+                    caller: caller as u64,
+                    callee: callee as u64,
+                    calls: d.calls,
+                    excl_ns: cal.to_ns(d.excl),
+                    incl_ns: cal.to_ns(d.incl),
+                })
+                .collect();
+            edges.sort_unstable_by_key(|e| (e.callee, e.caller));
+            out.edges(&r, sat(self.edge_drops), edges);
+        }
+        if mode::on(mode::HIST) {
+            let mut hists: Vec<Histogram> = self
+                .hists
+                .iter()
+                .map(|(&addr, counts)| Histogram {
+                    addr: addr as u64,
+                    counts: *counts,
+                })
+                .collect();
+            hists.sort_unstable_by_key(|h| h.addr);
+            out.histograms(&r, &hists);
+        }
         out
     }
 
@@ -464,10 +533,7 @@ impl Flusher {
             self.observed_from = end;
             let mut add_late = HashMap::new();
             let un = pool::release_idle(&mut self.idle, |addr, d: Delta| {
-                let e: &mut Delta = add_late.entry(addr).or_default();
-                e.calls += d.calls;
-                e.excl += d.excl;
-                e.incl += d.incl;
+                *add_late.entry(addr).or_default() += d;
             });
             // Counts found in released blocks (none unless a fork left some): this interval.
             self.agg = add_late;
@@ -685,12 +751,30 @@ fn carry_over(queue: &[u8]) -> Vec<u8> {
                     iv.entries(),
                 );
             }
+            Ok(Record::Unwound(u)) => {
+                buf.unwound(&extra_ref(u.interval), u.entries());
+            }
+            Ok(Record::Edges(e)) => {
+                buf.edges(&extra_ref(e.interval), e.dropped, e.entries());
+            }
+            Ok(Record::Histograms(h)) => {
+                let hs: Vec<Histogram> = h.entries().collect();
+                buf.histograms(&extra_ref(h.interval), &hs);
+            }
             Ok(Record::End(e)) => buf.end(e.end_ns, e.reason),
             Ok(_) => {}
             Err(_) => break,
         }
     }
     buf.as_bytes().to_vec()
+}
+
+fn extra_ref(k: culprit_format::IntervalKey) -> IntervalRef {
+    IntervalRef {
+        start_ns: k.start_ns,
+        dur_ns: k.dur_ns,
+        flags: k.flags,
+    }
 }
 
 fn object_record(buf: &mut RecordBuf, o: &Obj, extra_flags: u32) {

@@ -4,9 +4,11 @@
 //! `__cyg_profile_func_exit` around every function. This library provides them — linked at
 //! build time (`-lculprit_rt`) or injected with `LD_PRELOAD` (it interposes glibc's no-op
 //! hooks) — and turns the calls into per-interval profiles (per function: calls, exclusive and
-//! inclusive wall-clock ns) in a file of the node's data directory, in the format of the
-//! `culprit-format` crate. The semantics are seed 000's (§"Function-call tracing"); see
-//! [`block`] for the hot path and [`flusher`] for intervals and files.
+//! inclusive wall-clock ns, calls that did not return) in a file of the node's data
+//! directory, in the format of the `culprit-format` crate; on request also caller → callee
+//! edges and call-duration histograms. The semantics are seed 000's (§"Function-call
+//! tracing"); see [`block`] for the per-thread data and the two paths of the hooks,
+//! [`sys::hooks`] for the fast path, and [`flusher`] for intervals and files.
 //!
 //! # Environment
 //!
@@ -18,6 +20,8 @@
 //! | `CULPRIT_INCLUDE` | comma-separated globs: trace only these functions | all |
 //! | `CULPRIT_EXCLUDE` | comma-separated globs: never trace these | none |
 //! | `CULPRIT_CLOCK` | `monotonic` forces `clock_gettime` instead of the TSC | TSC if invariant |
+//! | `CULPRIT_GRAPH` | `1`: record caller → callee edges | `0` |
+//! | `CULPRIT_HIST` | `1`: record call-duration histograms (log2 buckets of ns) | `0` |
 //!
 //! # Design constraints
 //!
@@ -28,16 +32,19 @@
 //!   A program that calls no hook (not instrumented) is left alone entirely: no file, no
 //!   thread. Under secure execution (set-user-id programs) the runtime does nothing, silently.
 //! * **Hooks are cheap and async-signal-safe**: no allocation, lock, system call or unwinding;
-//!   thread-local state reached with one `%fs:` load; TSC timestamps (see [`clock`]). They
+//!   ~20 instructions of assembly each in the common case, thread-local state reached with one
+//!   `%fs:` load, TSC timestamps (see [`clock`]); the modes cost the default path nothing. They
 //!   write only memory the runtime owns; the flusher copies it into the file with `pwrite`
 //!   ([`output`]), so truncating or removing the file cannot fault the program.
 //! * **Crash-safe output**: every 100 ms the interval in progress is checkpointed into the
 //!   file; a crash, `abort` or `kill -9` loses at most the calls of the last 100 ms. `exit`
 //!   and `_exit` (interposed) write everything.
-//! * **Nothing lost silently**: calls that cannot be accounted are counted (`lost_frames`,
-//!   `overflows`, `dropped` in every interval).
-//! * **`unsafe` lives in [`sys`] only** (and one `unsafe impl` marker in [`pool`]); `sys`
-//!   knows no domain type.
+//! * **Nothing lost silently**: calls left by `longjmp`, exceptions or cancellation are counted
+//!   (unwound when the runtime notices); calls that cannot be accounted are counted too
+//!   (`lost_frames`, `overflows`, `dropped` in every interval).
+//! * **`unsafe` lives in [`sys`] only** (and the `unsafe impl` markers of the zeroable types in
+//!   [`pool`] and [`block`]); `sys` knows no domain type, except [`sys::hooks`], the fast path
+//!   in assembly, which reads and writes the block through the offsets [`block::hot`] gives.
 //! * **Accounting is at exit**: a call counts in the interval in which it returns; calls still
 //!   running when the process ends (e.g. `main` when the program calls `exit()`) are not
 //!   counted.

@@ -17,9 +17,9 @@
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize};
 
-use crate::block::{state, Delta, ThreadBlock, Unaccounted};
+use crate::block::{hot, state, Delta, ThreadBlock, Unaccounted};
 use crate::control;
-use crate::sys::{self, Registry, ThreadData};
+use crate::sys::{self, Registry, ThreadData, Zeroable};
 
 /// Most blocks (threads alive at once); a thread beyond it runs untraced, its calls counted
 /// as dropped.
@@ -31,10 +31,17 @@ static BLOCKS: Registry<ThreadBlock, MAX_BLOCKS> = Registry::new();
 static IGNORED: AtomicU64 = AtomicU64::new(0);
 
 // SAFETY: ThreadBlock is made only of atomics (and arrays of `repr(C)` structs of atomics),
-// the all-zero value is its valid empty state, it has no drop glue, and it is the crate's only
-// ThreadData type.
+// the all-zero value is its valid empty state, and it has no drop glue.
+#[allow(unsafe_code)]
+unsafe impl Zeroable for ThreadBlock {}
+
+// SAFETY: as above, and it is the crate's only ThreadData type.
 #[allow(unsafe_code)]
 unsafe impl ThreadData for ThreadBlock {
+    fn ignore_word() -> usize {
+        hot::IGNORE.word()
+    }
+
     fn on_thread_exit(&'static self) {
         thread_exited(self);
     }
@@ -43,37 +50,94 @@ unsafe impl ThreadData for ThreadBlock {
 /// This thread's block, if it has one.
 #[inline(always)]
 pub fn current() -> Option<&'static ThreadBlock> {
-    sys::thread_data()
+    sys::own_data()
 }
 
-/// `__cyg_profile_func_enter`.
+/// The general path of `__cyg_profile_func_enter` (see `block`, "Two paths"): the fast-path
+/// word says why the fast path did not take the call.
 #[inline(always)]
-pub fn enter_hook(addr: usize, sp: usize) {
-    match current() {
-        Some(b) => b.enter(addr, sp),
-        None => enter_without_block(addr, sp),
-    }
-}
-
-/// `__cyg_profile_func_exit`.
-#[inline(always)]
-pub fn exit_hook(addr: usize, sp: usize) {
-    if let Some(b) = current() {
-        b.exit(addr, sp);
-    }
-}
-
-/// An entry in a thread without a block: its first call (claims one), or a call in a thread
-/// whose hooks are off (counted).
-#[cold]
-#[inline(never)]
-fn enter_without_block(addr: usize, sp: usize) {
-    if sys::tls_word() == sys::TLS_NONE {
-        if let Some(b) = ensure_block() {
-            return b.enter(addr, sp);
+pub fn enter_slow(addr: usize, sp: usize) {
+    let cur = sys::tls_cur();
+    if cur == hot::GENERAL.word() || current().is_some_and(|b| b.is(cur)) {
+        // A mode, or a case the fast path leaves to the general path.
+    } else if cur == hot::BUSY.word() {
+        if nested_in_busy(sp, true) {
+            return;
         }
+    } else if cur == hot::NO_BLOCK.word() || cur == 0 {
+        // (0: where the word has no initial value, see `sys`.)
+        if ensure_block().is_none() {
+            // Set-up failed: the thread stays untraced (its hooks are off).
+            return count_ignored();
+        }
+    } else if cur == hot::IGNORE.word() {
+        return count_ignored();
+    } else if cur == hot::PAUSED.word() {
+        return;
     }
-    if sys::tls_word() == sys::TLS_IGNORE && control::is_active() {
+    if let Some(b) = current() {
+        general(b, sp, |b| b.enter_general(addr, sp));
+    }
+}
+
+/// The general path of `__cyg_profile_func_exit`.
+#[inline(always)]
+pub fn exit_slow(addr: usize, sp: usize) {
+    let cur = sys::tls_cur();
+    if cur == hot::GENERAL.word() || current().is_some_and(|b| b.is(cur)) {
+    } else if cur == hot::BUSY.word() {
+        // A dropped call was counted at its entry.
+        if nested_in_busy(sp, false) {
+            return;
+        }
+    } else if cur == hot::NO_BLOCK.word()
+        || cur == 0
+        || cur == hot::IGNORE.word()
+        || cur == hot::PAUSED.word()
+    {
+        return;
+    }
+    if let Some(b) = current() {
+        general(b, sp, |b| b.exit_general(addr));
+    }
+}
+
+/// Runs a general-path hook on `b`: the thread is marked busy meanwhile (see `block`,
+/// "Signals and re-entrancy").
+#[inline(always)]
+fn general(b: &'static ThreadBlock, sp: usize, f: impl FnOnce(&ThreadBlock)) {
+    sys::set_busy_sp(sp);
+    sys::set_tls_cur(hot::BUSY.word());
+    f(b);
+    sys::set_tls_cur(b.idle_word());
+}
+
+/// A hook that found the thread busy: true when it runs in a signal handler nested in the
+/// running general-path hook (its call is dropped, and counted when `entry`); false when that
+/// hook was abandoned (a handler left it with `siglongjmp`: the mark is cleared, counted as
+/// lost, and this hook goes on).
+#[cold]
+fn nested_in_busy(sp: usize, entry: bool) -> bool {
+    let b = current();
+    // Live: we run below it on the same stack, or on an alternate signal stack.
+    if sp < sys::busy_sp() || sys::on_alt_stack() {
+        if let (Some(b), true) = (b, entry) {
+            b.count_dropped();
+        }
+        return true;
+    }
+    match b {
+        Some(b) => {
+            b.count_lost();
+            sys::set_tls_cur(b.idle_word());
+            false
+        }
+        None => true,
+    }
+}
+
+fn count_ignored() {
+    if control::is_active() {
         IGNORED.fetch_add(1, Relaxed);
     }
 }
@@ -84,14 +148,16 @@ pub fn ensure_block() -> Option<&'static ThreadBlock> {
     if let Some(b) = current() {
         return Some(b);
     }
-    if sys::tls_word() != sys::TLS_NONE || !control::is_active() {
+    let cur = sys::tls_cur();
+    if (cur != hot::NO_BLOCK.word() && cur != 0) || !control::is_active() {
         return None;
     }
     // Hooks firing while the block is set up (inside mmap, pthread_setspecific) do nothing;
     // if no block can be had, the thread stays so.
-    sys::tls_ignore();
+    sys::set_tls_cur(hot::IGNORE.word());
     let b = claim()?;
-    sys::set_thread_data(b);
+    sys::set_own_data(b);
+    sys::set_tls_cur(b.idle_word());
     Some(b)
 }
 
@@ -103,16 +169,26 @@ fn claim() -> Option<&'static ThreadBlock> {
             .is_ok()
         {
             b.claims.fetch_add(1, Release);
-            b.reset_for_owner();
+            if !b.reset_for_owner() {
+                b.state.store(state::FREE, Release);
+                return None;
+            }
             return Some(b);
         }
     }
     let b = sys::alloc_zeroed::<ThreadBlock>()?;
     b.state.store(state::LIVE, Relaxed);
     b.claims.store(1, Relaxed);
-    b.reset_for_owner();
+    let ok = b.reset_for_owner();
     // Full registry: the mapping is leaked (16k threads alive at once).
-    BLOCKS.push(b).then_some(b)
+    if !BLOCKS.push(b) {
+        return None;
+    }
+    if !ok {
+        b.state.store(state::FREE, Release);
+        return None;
+    }
+    Some(b)
 }
 
 /// Every block.
@@ -120,9 +196,12 @@ pub fn blocks() -> impl Iterator<Item = &'static ThreadBlock> {
     BLOCKS.iter()
 }
 
-/// The owner of `b` exits (its hooks are already off): hand its counts over and free it.
+/// The owner of `b` exits (its hooks are already off): its open calls end now (`pthread_exit`,
+/// cancellation), its counts are handed over and it is freed. A block with edge or histogram
+/// tables is left for the flusher to take (the retired table holds function counts only).
 fn thread_exited(b: &'static ThreadBlock) {
-    let st = if RETIRED.retire(b) {
+    b.unwind_all();
+    let st = if !b.has_extras() && RETIRED.retire(b) {
         state::FREE
     } else {
         state::DEAD
@@ -136,6 +215,7 @@ pub fn after_fork(me: Option<&'static ThreadBlock>) {
     for b in BLOCKS.iter() {
         b.drop_deltas();
         if !me.is_some_and(|m| std::ptr::eq(m, b)) {
+            b.reset_active();
             b.state.store(state::FREE, Release);
         }
     }
@@ -149,7 +229,7 @@ pub fn take_ignored() -> u64 {
 }
 
 /// Counts of threads that exited since the last call: `f(addr, delta)` per function, and
-/// (unaccounted calls, threads).
+/// (unaccounted calls, threads handed over).
 pub fn take_retired(f: impl FnMut(usize, Delta)) -> (Unaccounted, u64) {
     RETIRED.take(f)
 }
@@ -220,6 +300,7 @@ struct RetiredSlot {
     calls: AtomicU64,
     excl: AtomicU64,
     incl: AtomicU64,
+    unwound: AtomicU64,
 }
 
 impl RetiredSlot {
@@ -229,6 +310,7 @@ impl RetiredSlot {
             calls: AtomicU64::new(0),
             excl: AtomicU64::new(0),
             incl: AtomicU64::new(0),
+            unwound: AtomicU64::new(0),
         }
     }
 }
@@ -307,9 +389,17 @@ impl Retired {
                         Err(other) => other == addr,
                     });
             if mine {
-                s.calls.fetch_add(d.calls, Relaxed);
-                s.excl.fetch_add(d.excl, Relaxed);
-                s.incl.fetch_add(d.incl, Relaxed);
+                // Locked adds on lines other exiting threads share: only those that add.
+                for (a, v) in [
+                    (&s.calls, d.calls),
+                    (&s.excl, d.excl),
+                    (&s.incl, d.incl),
+                    (&s.unwound, d.unwound),
+                ] {
+                    if v != 0 {
+                        a.fetch_add(v, Relaxed);
+                    }
+                }
                 return new;
             }
             i = (i + 1) & RETIRED_MASK;
@@ -330,6 +420,7 @@ impl Retired {
                 calls: s.calls.swap(0, AcqRel),
                 excl: s.excl.swap(0, AcqRel),
                 incl: s.incl.swap(0, AcqRel),
+                unwound: s.unwound.swap(0, AcqRel),
             };
             if d != Delta::default() {
                 f(s.addr.load(Relaxed), d);

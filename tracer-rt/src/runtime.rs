@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
-use crate::clock::Calibration;
+use crate::clock::{self, Calibration};
 use crate::config::Config;
 use crate::control::{
     self, req, state, CURRENT_FILE, CURRENT_NODE, DONE, NODE_REQUEST, PENDING, REQ, STATE,
@@ -12,7 +12,7 @@ use crate::control::{
 use crate::flusher::{Flusher, Origin};
 use crate::output::WriteError;
 use crate::sys::{self, Publish};
-use crate::{decide, elf, objects, pool};
+use crate::{block, decide, elf, objects, pool};
 
 static CONFIG: Publish<Config> = Publish::new();
 
@@ -76,8 +76,19 @@ pub fn start() {
     let start_ns = sys::realtime_ns();
     START_NS.store(start_ns, Relaxed);
     OWNER_PID.store(std::process::id(), Relaxed);
-    let cal = Calibration::start();
+    let cal = Calibration::start(cfg.hist);
     CALIBRATION.set(cal);
+    let mut modes = 0;
+    if cfg.graph {
+        modes |= block::mode::GRAPH;
+    }
+    if cfg.hist {
+        modes |= block::mode::HIST;
+    }
+    if !clock::uses_tsc() {
+        modes |= block::mode::MONO;
+    }
+    block::mode::set(modes);
     decide::rebuild(&cfg.filters, &objs);
     let origin = chain_origin();
     CONFIG.set(cfg);
@@ -99,7 +110,7 @@ pub fn start() {
         // Constructors run before `main`, normally single-threaded: setenv is safe here.
         std::env::set_var(CHAIN_VAR, format!("{}:{name}", std::process::id()));
     }
-    if !(sys::create_exit_key::<crate::block::ThreadBlock>()
+    if !(sys::create_exit_key::<block::ThreadBlock>()
         && sys::at_fork_child(after_fork_child)
         && sys::at_exit(at_exit))
     {
@@ -108,7 +119,7 @@ pub fn start() {
         return;
     }
     STATE.store(state::ACTIVE, Release);
-    if !sys::spawn_detached(Box::new(move || flusher.run())) {
+    if !sys::spawn_detached::<block::ThreadBlock>(Box::new(move || flusher.run())) {
         say("cannot start the flusher thread; running untraced");
         STATE.store(state::OFF, Release);
     }
@@ -189,6 +200,7 @@ pub fn pause() -> i32 {
     match pool::ensure_block() {
         Some(b) => {
             b.pause();
+            sys::set_tls_cur(b.idle_word());
             0
         }
         None => -1,
@@ -198,7 +210,10 @@ pub fn pause() -> i32 {
 /// `culprit_resume()`.
 pub fn resume() -> i32 {
     match pool::current() {
-        Some(b) if b.resume() => 0,
+        Some(b) if b.resume() => {
+            sys::set_tls_cur(b.idle_word());
+            0
+        }
         Some(_) => -2,
         None => -1,
     }
@@ -247,7 +262,7 @@ extern "C" fn after_fork_child() {
     START_NS.store(start_ns, Relaxed);
     OWNER_PID.store(std::process::id(), Relaxed);
     let flusher = Flusher::new(cfg, node, *cal, start_ns, origin);
-    if !sys::spawn_detached(Box::new(move || flusher.run())) {
+    if !sys::spawn_detached::<block::ThreadBlock>(Box::new(move || flusher.run())) {
         STATE.store(state::OFF, Release);
     }
 }

@@ -13,6 +13,9 @@
 //! 8. `root_cause` — for anomalous nodes, each kept component's distance to the node's
 //!    reference (the median node) is added up.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use crate::cdf;
 use crate::distance::Distance;
 use crate::family::{Comparison, KeepRule};
@@ -113,9 +116,15 @@ fn analyse(
     let scores = ctx.scorer.score(distance, x, start);
     let cutoff = match &ms.result.config.policy {
         Policy::Untrained(rule) => {
-            let mut zero = vec![0.0; x.cols];
-            distance.prepare(&mut zero);
-            let size = distance.dist(&scores.median, &zero);
+            let size = if ms.comparison == Comparison::Histograms {
+                // Distributions have no size; ρ of it is then ρ of each kept component's calls
+                // moved one bucket.
+                ms.result.kept_list.len() as f64
+            } else {
+                let mut zero = vec![0.0; x.cols];
+                distance.prepare(&mut zero);
+                distance.dist(&scores.median, &zero)
+            };
             Some(rule.cutoff(&scores.scores, size))
         }
         _ => None,
@@ -222,14 +231,17 @@ fn keep_rule(ms: &mut MetricState, rows: &Rows<'_>, complete: &[PeerIdx]) {
         KeepRule::AtLeast(min) => {
             let col_max = window_maxima(ms, rows, complete);
             for (c, &v) in col_max.iter().enumerate() {
-                if v >= min {
+                // The parts of a histogram follow their whole.
+                if v >= min && ms.result.comps[c].bucket.is_none() {
                     ms.keep(c as CompIdx);
                 }
             }
         }
         KeepRule::All => {
             for c in 0..ms.result.comps.len() {
-                ms.keep(c as CompIdx);
+                if ms.result.comps[c].bucket.is_none() {
+                    ms.keep(c as CompIdx);
+                }
             }
         }
         KeepRule::SameAs(_) => {}
@@ -285,6 +297,7 @@ fn feature_matrix(
     let cdf = match ms.comparison {
         Comparison::Sums => None,
         Comparison::Cdf { max_bins } => Some(cdf_features(ms, slots, complete, max_bins)),
+        Comparison::Histograms => Some(histogram_features(ms, rows, complete)),
     };
     Features { sums, cdf }
 }
@@ -384,6 +397,81 @@ fn cdf_features(
             }
         }
         at += n;
+    }
+    (x, comp_of)
+}
+
+/// Stage 3 for histogram families ([`Comparison::Histograms`]): each kept component's parts
+/// summed over the window, as the cumulative fractions of its calls per bucket on each complete
+/// node (a node without calls: all 1); returns the matrix and the kept component of each
+/// column.
+fn histogram_features(
+    ms: &MetricState,
+    rows: &Rows<'_>,
+    complete: &[PeerIdx],
+) -> (Matrix, Vec<u32>) {
+    let comps = &ms.result.comps;
+    let kept = &ms.result.kept_list;
+    // The parts of each kept component, in bucket order.
+    type Whole<'a> = (&'a Option<Arc<str>>, &'a Option<Arc<str>>, &'a Arc<str>);
+    let mut by_whole: HashMap<Whole<'_>, Vec<(u8, CompIdx)>> = HashMap::new();
+    for (i, l) in comps.iter().enumerate() {
+        if let Some(b) = l.bucket {
+            by_whole
+                .entry((&l.program, &l.image, &l.name))
+                .or_default()
+                .push((b, i as CompIdx));
+        }
+    }
+    // Every bucket from the whole's lowest part to its highest is a column (a bucket no node
+    // has seen counts nothing, but the cumulative fractions are compared there too).
+    let parts: Vec<Vec<Option<CompIdx>>> = kept
+        .iter()
+        .map(|&c| {
+            let w = &comps[c as usize];
+            let p = by_whole
+                .get(&(&w.program, &w.image, &w.name))
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            let (Some(lo), Some(hi)) = (p.iter().map(|x| x.0).min(), p.iter().map(|x| x.0).max())
+            else {
+                return Vec::new();
+            };
+            (lo..=hi)
+                .map(|k| p.iter().find(|x| x.0 == k).map(|x| x.1))
+                .collect()
+        })
+        .collect();
+    let cols: usize = parts.iter().map(Vec::len).sum();
+    let mut comp_of = Vec::with_capacity(cols);
+    for (ci, p) in parts.iter().enumerate() {
+        comp_of.extend(std::iter::repeat_n(ci as u32, p.len()));
+    }
+    let mut x = Matrix::default();
+    x.reset(complete.len(), cols);
+    for (ri, &node) in complete.iter().enumerate() {
+        let row = x.row_mut(ri);
+        let mut at = 0;
+        for p in &parts {
+            let sums: Vec<f64> = p
+                .iter()
+                .map(|c| match c {
+                    Some(c) => rows
+                        .iter()
+                        .flatten()
+                        .map(|r| r[node].vals.get(*c as usize).copied().unwrap_or(0.0))
+                        .sum(),
+                    None => 0.0,
+                })
+                .collect();
+            let total: f64 = sums.iter().sum();
+            let mut acc = 0.0;
+            for (o, s) in row[at..at + p.len()].iter_mut().zip(&sums) {
+                acc += s;
+                *o = if total > 0.0 { acc / total } else { 1.0 };
+            }
+            at += p.len();
+        }
     }
     (x, comp_of)
 }

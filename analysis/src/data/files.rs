@@ -74,6 +74,34 @@ pub struct TraceEntry {
     pub excl_ns: u64,
     /// Inclusive (total) wall-clock ns.
     pub incl_ns: u64,
+    /// Calls among `calls` that did not return (left by `longjmp`, an exception through code
+    /// without cleanups, thread cancellation or exit): the runtime ended them when it noticed.
+    pub unwound: u64,
+}
+
+/// Calls from one function to another in one interval (`CULPRIT_GRAPH=1`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TraceEdge {
+    /// The caller; `None` when the callee had no traced caller (a thread's first function).
+    pub caller: Option<FuncId>,
+    /// The callee.
+    pub callee: FuncId,
+    /// Calls.
+    pub calls: u64,
+    /// The callee's exclusive ns in those calls.
+    pub excl_ns: u64,
+    /// Elapsed ns of those calls (each call, recursion included).
+    pub incl_ns: u64,
+}
+
+/// One function's call durations in one interval (`CULPRIT_HIST=1`): calls per log2 bucket of
+/// ns (bucket `k` ≥ 1 holds `2^k ..= 2^(k+1) − 1` ns; see `culprit_format::HIST_BUCKETS`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceHist {
+    /// The function.
+    pub func: FuncId,
+    /// Calls per bucket.
+    pub counts: [u64; culprit_format::HIST_BUCKETS],
 }
 
 /// One interval of a traced process.
@@ -96,6 +124,13 @@ pub struct TraceInterval {
     pub dropped: u32,
     /// Per-function counters (functions with the same name are merged).
     pub entries: Vec<TraceEntry>,
+    /// Caller → callee edges, when the process was traced with `CULPRIT_GRAPH=1` (`None`
+    /// otherwise).
+    pub edges: Option<Vec<TraceEdge>>,
+    /// Calls whose edge the runtime could not record (its edge table was full).
+    pub edge_drops: u32,
+    /// Call-duration histograms, when traced with `CULPRIT_HIST=1` (`None` otherwise).
+    pub hists: Option<Vec<TraceHist>>,
 }
 
 impl TraceInterval {
@@ -330,11 +365,46 @@ pub(super) fn merge_trace_entries(entries: &mut Vec<TraceEntry>) {
                 last.calls += e.calls;
                 last.excl_ns += e.excl_ns;
                 last.incl_ns += e.incl_ns;
+                last.unwound += e.unwound;
             }
             _ => out.push(e),
         }
     }
     *entries = out;
+}
+
+/// Merges edges with the same (caller, callee) names.
+pub(super) fn merge_edges(edges: &mut Vec<TraceEdge>) {
+    edges.sort_by_key(|e| (e.callee, e.caller));
+    let mut out: Vec<TraceEdge> = Vec::with_capacity(edges.len());
+    for e in edges.drain(..) {
+        match out.last_mut() {
+            Some(last) if (last.callee, last.caller) == (e.callee, e.caller) => {
+                last.calls += e.calls;
+                last.excl_ns += e.excl_ns;
+                last.incl_ns += e.incl_ns;
+            }
+            _ => out.push(e),
+        }
+    }
+    *edges = out;
+}
+
+/// Merges histograms of the same function name.
+pub(super) fn merge_hists(hists: &mut Vec<TraceHist>) {
+    hists.sort_by_key(|h| h.func);
+    let mut out: Vec<TraceHist> = Vec::with_capacity(hists.len());
+    for h in hists.drain(..) {
+        match out.last_mut() {
+            Some(last) if last.func == h.func => {
+                for (a, b) in last.counts.iter_mut().zip(&h.counts) {
+                    *a += b;
+                }
+            }
+            _ => out.push(h),
+        }
+    }
+    *hists = out;
 }
 
 /// True when `pid` is a live process on this boot that started at `start_ns` (±2 s).

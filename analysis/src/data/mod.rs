@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use culprit_format::{
-    file_state, info_keys, object_flags, pending_interval, records_at, samples_flags, FileKind,
+    file_state, info_keys, object_flags, pending_records, records_at, samples_flags, FileKind,
     IntervalRec, ParsedFile, Record, MAX_RECORD_LEN,
 };
 
@@ -27,10 +27,11 @@ pub mod names;
 pub mod source;
 mod symbols;
 
-use files::{empty_samples, empty_trace, merge_trace_entries};
+use files::{empty_samples, empty_trace, merge_edges, merge_hists, merge_trace_entries};
 pub use files::{
     process_alive, EventCount, EventInterval, FileStatus, NodeData, OsInterval, OsValue,
-    SampleCount, SampleFile, SampleInterval, TraceEntry, TraceFile, TraceInterval,
+    SampleCount, SampleFile, SampleInterval, TraceEdge, TraceEntry, TraceFile, TraceHist,
+    TraceInterval,
 };
 pub use names::{EventId, FuncId, FuncKey, Interner, Names, OsMetricId, OsMetricKey, ProgramId};
 pub use source::{DirSource, NodeListing, ReadAt, Source};
@@ -302,8 +303,58 @@ impl Dataset {
         if read_fully(&*f, &mut bytes, h.committed_end).ok()? != bytes.len() {
             return None;
         }
-        let iv = pending_interval(&bytes)?;
-        Some(self.trace_interval(t, &iv))
+        let p = pending_records(&bytes)?;
+        let mut ti = self.trace_interval(t, &p.interval);
+        for rec in &p.extras {
+            self.add_extra(t, &mut ti, rec);
+        }
+        Some(ti)
+    }
+
+    /// Adds an Unwound, Edges or Histograms record to its interval `ti` (same start).
+    fn add_extra(&mut self, t: &mut TraceFile, ti: &mut TraceInterval, rec: &Record<'_>) {
+        match rec {
+            Record::Unwound(u) => {
+                for e in u.entries() {
+                    let func = self.trace_func(t, e.addr);
+                    match ti.entries.iter_mut().find(|x| x.func == func) {
+                        Some(x) => x.unwound += e.calls,
+                        None => self.warn(format!(
+                            "{}: unwound calls of a function without calls; ignored",
+                            t.path.display()
+                        )),
+                    }
+                }
+            }
+            Record::Edges(e) => {
+                let edges = ti.edges.get_or_insert_with(Vec::new);
+                ti.edge_drops = ti.edge_drops.saturating_add(e.dropped);
+                for x in e.entries() {
+                    let caller = (x.caller != 0).then(|| self.trace_func(t, x.caller));
+                    let callee = self.trace_func(t, x.callee);
+                    edges.push(TraceEdge {
+                        caller,
+                        callee,
+                        calls: x.calls,
+                        excl_ns: x.excl_ns,
+                        incl_ns: x.incl_ns,
+                    });
+                }
+                merge_edges(edges);
+            }
+            Record::Histograms(h) => {
+                let hists = ti.hists.get_or_insert_with(Vec::new);
+                for x in h.entries() {
+                    let func = self.trace_func(t, x.addr);
+                    hists.push(TraceHist {
+                        func,
+                        counts: x.counts,
+                    });
+                }
+                merge_hists(hists);
+            }
+            _ => {}
+        }
     }
 
     fn trace_interval(&mut self, t: &mut TraceFile, iv: &IntervalRec<'_>) -> TraceInterval {
@@ -318,6 +369,7 @@ impl Dataset {
                 calls: e.calls,
                 excl_ns: e.excl_ns,
                 incl_ns: e.incl_ns,
+                unwound: 0,
             });
         }
         merge_trace_entries(&mut entries);
@@ -330,6 +382,9 @@ impl Dataset {
             overflows: iv.overflows,
             dropped: iv.dropped,
             entries,
+            edges: None,
+            edge_drops: 0,
+            hists: None,
         }
     }
 
@@ -394,6 +449,25 @@ impl Dataset {
                     let ti = self.trace_interval(t, &iv);
                     t.intervals.push(ti);
                     stats.new_intervals += 1;
+                }
+                Ok(rec @ (Record::Unwound(_) | Record::Edges(_) | Record::Histograms(_))) => {
+                    let start = extra_interval_start(&rec);
+                    // It follows its Interval record.
+                    match t.intervals.pop() {
+                        Some(mut ti) if Some(ti.start_ns) == start => {
+                            self.add_extra(t, &mut ti, &rec);
+                            t.intervals.push(ti);
+                        }
+                        last => {
+                            t.intervals.extend(last);
+                            self.warn(format!(
+                                "{}: a record of interval {} without its Interval record; \
+                                 ignored",
+                                t.path.display(),
+                                start.unwrap_or(0)
+                            ));
+                        }
+                    }
                 }
                 Ok(Record::End(e)) => {
                     t.end_ns = Some(e.end_ns);
@@ -611,6 +685,16 @@ enum Opened {
 }
 
 /// Adds a warning unless it was given already.
+/// The interval start of an Unwound, Edges or Histograms record.
+fn extra_interval_start(rec: &Record<'_>) -> Option<u64> {
+    match rec {
+        Record::Unwound(r) => Some(r.interval.start_ns),
+        Record::Edges(r) => Some(r.interval.start_ns),
+        Record::Histograms(r) => Some(r.interval.start_ns),
+        _ => None,
+    }
+}
+
 fn push_warning(list: &mut Vec<String>, w: String) {
     if !list.contains(&w) {
         list.push(w);

@@ -3,16 +3,27 @@
 use std::sync::Arc;
 
 use super::sampler::{Events, Samples};
-use super::tracer::{Count, Time};
-use super::{Metric, MetricFamily};
+use super::tracer::{Count, EdgeCount, EdgeTime, Latency, Time};
+use super::{Features, Metric, MetricFamily};
 
 /// The built-in families, in report order.
 pub fn all() -> Vec<Arc<dyn MetricFamily>> {
+    for_features(Features::Functions)
+}
+
+/// The built-in families with the tracer's components as `features` says (functions, or
+/// caller → callee edges), in report order.
+pub fn for_features(features: Features) -> Vec<Arc<dyn MetricFamily>> {
+    let (count, time): (Arc<dyn MetricFamily>, Arc<dyn MetricFamily>) = match features {
+        Features::Functions => (Arc::new(Count), Arc::new(Time)),
+        Features::Edges => (Arc::new(EdgeCount), Arc::new(EdgeTime)),
+    };
     vec![
         Arc::new(Samples),
-        Arc::new(Count),
-        Arc::new(Time),
+        count,
+        time,
         Arc::new(Events),
+        Arc::new(Latency),
     ]
 }
 

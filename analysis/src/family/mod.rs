@@ -44,9 +44,18 @@ impl Metric {
     pub const TIME: Metric = Metric("time");
     /// Kernel event counts (tracepoints) per node, from the sampler.
     pub const EVENTS: Metric = Metric("events");
+    /// Call-duration distributions per function, from the tracer's histograms
+    /// (`CULPRIT_HIST=1`), compared with the CDF distance.
+    pub const LATENCY: Metric = Metric("latency");
 
     /// The built-in metrics, in report order.
-    pub const BUILTIN: [Metric; 4] = [Metric::SAMPLES, Metric::COUNT, Metric::TIME, Metric::EVENTS];
+    pub const BUILTIN: [Metric; 5] = [
+        Metric::SAMPLES,
+        Metric::COUNT,
+        Metric::TIME,
+        Metric::EVENTS,
+        Metric::LATENCY,
+    ];
     /// The black-box OS metrics as one family (seed 001): each OS metric (`disk.await`,
     /// `net.rxbyt`, … named as in `culprit_format::os_metrics`) is analysed on its own, and
     /// all of them count as this one metric when metrics corroborate each other.
@@ -115,10 +124,34 @@ impl<'de> Deserialize<'de> for Metric {
         let s = String::deserialize(d)?;
         Metric::from_name(&s).ok_or_else(|| {
             serde::de::Error::custom(format!(
-                "unknown metric {s:?} (this culprit knows samples, count, time, events and the \
-                 OS metrics of its catalogue)"
+                "unknown metric {s:?} (this culprit knows samples, count, time, events, latency and \
+                 the OS metrics of its catalogue)"
             ))
         })
+    }
+}
+
+/// What the tracer's `count` and `time` compare: functions, or caller → callee edges
+/// (`--features edges`; seed 002 §3 compares call paths as its functions).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "kebab-case")]
+pub enum Features {
+    /// Functions.
+    #[default]
+    Functions,
+    /// Caller → callee edges (traces recorded with `CULPRIT_GRAPH=1`); root cause names the
+    /// edge, `caller → callee`.
+    Edges,
+}
+
+impl Features {
+    /// The name users type.
+    pub fn name(self) -> &'static str {
+        match self {
+            Features::Functions => "functions",
+            Features::Edges => "edges",
+        }
     }
 }
 
@@ -184,6 +217,14 @@ pub enum Comparison {
         /// Most bins per component and window (seed 001 caps them at 1000).
         max_bins: usize,
     },
+    /// Each component is a histogram its family already counts: the components whose label
+    /// has a [`CompLabel::bucket`] are its parts (calls per bucket), the one without stands for
+    /// the whole (and is what the keep rule and root cause see). Each window's part sums become
+    /// the cumulative fractions of the component's calls per bucket, compared with the CDF
+    /// distance Σ|P(k) − Q(k)| (seed 001 §5) — the latency family's call durations.
+    ///
+    /// [`CompLabel::bucket`]: crate::model::CompLabel::bucket
+    Histograms,
 }
 
 /// A window size and shift, ns (the shift divides the size).
@@ -280,7 +321,7 @@ pub trait MetricFamily: fmt::Debug + Send + Sync {
     /// Unit of its scores and thresholds under `distance` (`weighted`: variance weighting).
     fn score_unit(&self, distance: Distance, weighted: bool) -> &'static str {
         match (self.comparison(), distance) {
-            (Comparison::Cdf { .. }, _) => CDF_UNIT,
+            (Comparison::Cdf { .. } | Comparison::Histograms, _) => CDF_UNIT,
             (_, Distance::Manhattan | Distance::Scaled) if weighted => WEIGHTED_UNIT,
             (_, d) => d.unit(self.unit()),
         }

@@ -105,6 +105,7 @@ pub fn families(
                         program: None,
                         image: key.instance.clone(),
                         name: Arc::from(def.name),
+                        bucket: None,
                     },
                 ));
             }

@@ -185,6 +185,7 @@ impl FamilyReader for EventsReader {
                     for c in &iv.counts {
                         let comp = *comps.entry(c.event).or_insert_with(|| {
                             sink.component(CompLabel {
+                                bucket: None,
                                 program: None,
                                 image: None,
                                 name: ds.names.events.get(c.event).clone(),

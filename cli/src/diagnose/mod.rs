@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use culprit_analysis::diagnosis::ClosedWindow;
 use culprit_analysis::distance::Distance;
+use culprit_analysis::family::Features;
 use culprit_analysis::plan::{Progress, Quiet};
 use culprit_analysis::score::ScoreKind;
 use culprit_analysis::session::{self, DiagnoseRequest, Follow};
@@ -70,8 +71,12 @@ pub struct AnalysisArgs {
     /// metrics, --distance cdf; 1: none) [default: 5]
     #[arg(long, value_name = "N")]
     pub smoothing: Option<usize>,
-    /// Metrics to analyse, comma-separated: samples, count, time, events, os (every OS metric)
-    /// or one OS metric such as disk.await [default: all with data]
+    /// What the tracer's count and time compare: functions, or caller → callee edges (traces
+    /// recorded with CULPRIT_GRAPH=1; root cause then names the edge) [default: functions]
+    #[arg(long, value_enum)]
+    pub features: Option<Features>,
+    /// Metrics to analyse, comma-separated: samples, count, time, events, latency, os (every OS
+    /// metric) or one OS metric such as disk.await [default: all with data]
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub metrics: Vec<String>,
     /// Only these nodes, comma-separated
@@ -159,6 +164,7 @@ impl AnalysisArgs {
             os_win_size_ns: self.os_win_size,
             os_win_shift_ns: self.os_win_shift,
             smoothing: self.smoothing,
+            features: self.features,
             metrics: self.metrics.clone(),
             nodes: self.nodes.clone(),
             symfs: self.symfs.clone(),

@@ -189,6 +189,11 @@ pub struct SampleRun {
     pub intervals: Vec<Interval>,
     pub end_reason: Option<u32>,
     pub ended: bool,
+    /// Call chains (`--call-graph`): (program, `image:function` outermost first) → samples,
+    /// over the run.
+    pub stacks: HashMap<(String, Vec<String>), u64>,
+    /// Stacks records read.
+    pub stack_records: usize,
 }
 
 impl SampleRun {
@@ -300,6 +305,19 @@ pub fn read_run(path: &Path) -> SampleRun {
                 iv.events_flags = rec.flags;
                 for e in rec.entries() {
                     iv.events.insert(s(&strings, e.event), e.count);
+                }
+            }
+            Record::Stacks(rec) => {
+                run.stack_records += 1;
+                for e in rec.entries() {
+                    let frames = e
+                        .frames
+                        .iter()
+                        .map(|&(i, f)| format!("{}:{}", s(&strings, i), s(&strings, f)))
+                        .collect();
+                    *run.stacks
+                        .entry((s(&strings, e.program), frames))
+                        .or_insert(0) += e.count;
                 }
             }
             Record::End(e) => run.end_reason = Some(e.reason),

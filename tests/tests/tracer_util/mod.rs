@@ -99,6 +99,8 @@ pub struct Func {
     pub calls: u64,
     pub self_ns: u64,
     pub total_ns: u64,
+    /// Calls among `calls` the runtime ended itself (longjmp, exceptions, cancellation).
+    pub unwound: u64,
 }
 
 /// One interval record, summarized.
@@ -179,6 +181,7 @@ pub fn load(node_dir: &Path) -> Vec<Proc> {
                 e.calls += f["calls"].as_u64().unwrap();
                 e.self_ns += f["self_ns"].as_u64().unwrap();
                 e.total_ns += f["total_ns"].as_u64().unwrap();
+                e.unwound += f["unwound"].as_u64().unwrap_or(0);
             }
             assert_eq!(pj["lost_frames"].as_u64().unwrap(), p.lost_frames(), "{pj}");
             assert_eq!(pj["pid"].as_u64().unwrap(), p.pid() as u64);

@@ -1,32 +1,10 @@
-//! The exported C functions: the two `-finstrument-functions` hooks, the C API of
-//! `include/culprit.h`, `_exit`/`_Exit`, and the constructor. Each is a thin shell over safe
+//! The exported C functions: the C API of `include/culprit.h`, `_exit`/`_Exit`, and the
+//! constructor (the two `-finstrument-functions` hooks are in [`super::hooks`]). Each is a thin shell over safe
 //! code; none lets a Rust panic or error cross the C boundary (the C API returns codes).
 
-use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::{c_char, c_int, CStr};
 
-use super::stack_pointer;
-use crate::{pool, runtime};
-
-/// Hook called by code compiled with `-finstrument-functions` on entry to every function.
-///
-/// The two hooks are `extern "C-unwind"` although they never unwind themselves: a plain
-/// `extern "C"` function gets an abort-on-unwind guard, whose exception table makes the
-/// unwinder give up on any instruction of the hook that is not a call. Asynchronous
-/// cancellation (`PTHREAD_CANCEL_ASYNCHRONOUS`) or an exception thrown from a signal handler
-/// can land anywhere in a hook, and glibc then `abort()`s the program. Without the guard the
-/// hooks have no exception table and are unwound through like C code (test
-/// `async_cancel_inside_hooks` in tests/tests/robust.rs). They do not panic; if one did, the
-/// panic would find no handler in C frames and end the process, as the guard would have.
-#[no_mangle]
-pub extern "C-unwind" fn __cyg_profile_func_enter(func: *mut c_void, _call_site: *mut c_void) {
-    pool::enter_hook(func as usize, stack_pointer());
-}
-
-/// Hook called on exit from every instrumented function.
-#[no_mangle]
-pub extern "C-unwind" fn __cyg_profile_func_exit(func: *mut c_void, _call_site: *mut c_void) {
-    pool::exit_hook(func as usize, stack_pointer());
-}
+use crate::runtime;
 
 /// `_exit(2)` as the program sees it when the runtime is linked or preloaded (it comes before
 /// glibc in the symbol lookup order): writes the interval in progress and the end marker

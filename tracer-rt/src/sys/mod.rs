@@ -4,149 +4,202 @@
 //!
 //! This layer knows no domain type: what the thread-local pointer points at is any
 //! [`ThreadData`] (the runtime has one, its per-thread block), and the registry of those is a
-//! generic [`Registry`].
+//! generic [`Registry`]. The one exception is [`hooks`], the fast path of the two hooks in
+//! assembly: it reads and writes the per-thread block through the offsets `block::hot` gives
+//! (nothing else here depends on it, or on the domain).
 
 use std::ffi::{c_int, c_void, CStr};
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize};
 
 pub mod ffi;
+pub mod hooks;
 
 // ---------------------------------------------------------------------------------------------
-// Thread-local pointer to the thread's block.
+// Thread-local words.
 //
 // Rust's `thread_local!` in a cdylib uses the general-dynamic TLS model: every access calls
-// `__tls_get_addr`. The hooks read the pointer twice per call, so the runtime declares its own
-// 8-byte TLS variable and reads it with the initial-exec model (`%fs:` plus an offset from the
-// GOT): one load. The trade-off: initial-exec TLS lives in the static TLS block, which is fine
-// when the library is linked or LD_PRELOADed (the supported ways); a `dlopen` of the runtime
-// works only while glibc's static-TLS surplus has 8 bytes left (it normally has ~1.6 KiB).
-// Build with `--features tls-dynamic` to use `thread_local!` instead (to compare).
+// `__tls_get_addr` (26 more instructions per call in callgrind). The runtime declares its own
+// 8-byte TLS variables and reads them with the initial-exec model (`%fs:` plus an offset from
+// the GOT): one load. The trade-off: initial-exec TLS lives in the static TLS block, which is
+// fine when the library is linked or LD_PRELOADed (the supported ways); a `dlopen` of the
+// runtime works only while glibc's static-TLS surplus has 24 bytes left (it normally has
+// ~1.6 KiB).
+//
+// * `culprit_rt_tls_cur` — what the fast path (`hooks`) reads: the thread's block, or a
+//   stand-in (`block::hot`). Its initial value, copied into every new thread, is the "no
+//   block" stand-in (the loader relocates the TLS image before any thread copies it).
+// * `culprit_rt_tls_own` — the thread's block, 0 until it has one.
+// * `culprit_rt_tls_busy` — stack pointer of the general-path hook running in this thread.
 
-/// TLS value of a thread with no block yet.
-pub const TLS_NONE: usize = 0;
-/// TLS value of a thread whose hooks must do nothing (the flusher, a thread being set up or
-/// exiting).
-pub const TLS_IGNORE: usize = 1;
-
-#[cfg(all(target_arch = "x86_64", not(feature = "tls-dynamic")))]
+#[cfg(target_arch = "x86_64")]
 mod tls {
+    // `culprit_rt_tls_cur` itself, with its initial value, is declared in `hooks`: the value is
+    // the address of a domain stand-in.
     std::arch::global_asm!(
         ".pushsection .tbss,\"awT\",@nobits",
         ".balign 8",
-        ".globl culprit_rt_tls_block",
-        ".hidden culprit_rt_tls_block",
-        ".type culprit_rt_tls_block,@object",
-        ".size culprit_rt_tls_block,8",
-        "culprit_rt_tls_block:",
+        ".globl culprit_rt_tls_own",
+        ".hidden culprit_rt_tls_own",
+        ".type culprit_rt_tls_own,@object",
+        ".size culprit_rt_tls_own,8",
+        "culprit_rt_tls_own:",
+        ".zero 8",
+        ".globl culprit_rt_tls_busy",
+        ".hidden culprit_rt_tls_busy",
+        ".type culprit_rt_tls_busy,@object",
+        ".size culprit_rt_tls_busy,8",
+        "culprit_rt_tls_busy:",
         ".zero 8",
         ".popsection",
     );
 
-    #[inline(always)]
-    pub fn get() -> usize {
-        let v: usize;
-        // SAFETY: reads this thread's copy of the 8-byte TLS variable declared above through
-        // its initial-exec GOT offset; touches no other memory.
-        unsafe {
-            std::arch::asm!(
-                "mov {off}, qword ptr [rip + culprit_rt_tls_block@GOTTPOFF]",
-                "mov {v}, qword ptr fs:[{off}]",
-                off = out(reg) _,
-                v = out(reg) v,
-                options(nostack, readonly, preserves_flags),
-            );
-        }
-        v
-    }
+    macro_rules! word {
+        ($get:ident, $set:ident, $sym:literal) => {
+            #[inline(always)]
+            pub fn $get() -> usize {
+                let v: usize;
+                // SAFETY: reads this thread's copy of an 8-byte TLS variable declared above
+                // through its initial-exec GOT offset; touches no other memory.
+                unsafe {
+                    std::arch::asm!(
+                        concat!("mov {off}, qword ptr [rip + ", $sym, "@GOTTPOFF]"),
+                        "mov {v}, qword ptr fs:[{off}]",
+                        off = out(reg) _,
+                        v = out(reg) v,
+                        options(nostack, readonly, preserves_flags),
+                    );
+                }
+                v
+            }
 
-    #[inline(always)]
-    pub fn set(v: usize) {
-        // SAFETY: writes this thread's copy of the TLS variable declared above.
-        unsafe {
-            std::arch::asm!(
-                "mov {off}, qword ptr [rip + culprit_rt_tls_block@GOTTPOFF]",
-                "mov qword ptr fs:[{off}], {v}",
-                off = out(reg) _,
-                v = in(reg) v,
-                options(nostack, preserves_flags),
-            );
-        }
+            #[inline(always)]
+            pub fn $set(v: usize) {
+                // SAFETY: writes this thread's copy of a TLS variable declared above.
+                unsafe {
+                    std::arch::asm!(
+                        concat!("mov {off}, qword ptr [rip + ", $sym, "@GOTTPOFF]"),
+                        "mov qword ptr fs:[{off}], {v}",
+                        off = out(reg) _,
+                        v = in(reg) v,
+                        options(nostack, preserves_flags),
+                    );
+                }
+            }
+        };
     }
+    word!(cur, set_cur, "culprit_rt_tls_cur");
+    word!(own, set_own, "culprit_rt_tls_own");
+    word!(busy, set_busy, "culprit_rt_tls_busy");
 }
 
-#[cfg(any(not(target_arch = "x86_64"), feature = "tls-dynamic"))]
+#[cfg(not(target_arch = "x86_64"))]
 mod tls {
     use std::cell::Cell;
     thread_local! {
-        static BLOCK: Cell<usize> = const { Cell::new(0) };
+        static CUR: Cell<usize> = const { Cell::new(0) };
+        static OWN: Cell<usize> = const { Cell::new(0) };
+        static BUSY: Cell<usize> = const { Cell::new(0) };
     }
-    #[inline(always)]
-    pub fn get() -> usize {
-        BLOCK.with(|b| b.get())
+    /// 0 until set: the hooks read it as "no block yet".
+    pub fn cur() -> usize {
+        CUR.with(|c| c.get())
     }
-    #[inline(always)]
-    pub fn set(v: usize) {
-        BLOCK.with(|b| b.set(v))
+    pub fn set_cur(v: usize) {
+        CUR.with(|c| c.set(v))
+    }
+    pub fn own() -> usize {
+        OWN.with(|c| c.get())
+    }
+    pub fn set_own(v: usize) {
+        OWN.with(|c| c.set(v))
+    }
+    pub fn busy() -> usize {
+        BUSY.with(|c| c.get())
+    }
+    pub fn set_busy(v: usize) {
+        BUSY.with(|c| c.set(v))
     }
 }
 
-/// This thread's TLS word ([`TLS_NONE`], [`TLS_IGNORE`] or a block address).
+/// The word the fast path reads: this thread's block or a stand-in (see `block::hot`).
 #[inline(always)]
-pub fn tls_word() -> usize {
-    tls::get()
+pub fn tls_cur() -> usize {
+    tls::cur()
 }
 
-/// Marks this thread as one whose hooks do nothing.
-pub fn tls_ignore() {
-    tls::set(TLS_IGNORE);
+/// Sets the word the fast path reads (a block of this thread, or a stand-in).
+#[inline(always)]
+pub fn set_tls_cur(v: usize) {
+    std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+    tls::set_cur(v);
+    std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
 }
+
+/// The stack pointer kept aside by the running general-path hook.
+#[inline(always)]
+pub fn busy_sp() -> usize {
+    tls::busy()
+}
+
+/// Keeps `sp` aside as the running general-path hook's stack pointer.
+#[inline(always)]
+pub fn set_busy_sp(sp: usize) {
+    tls::set_busy(sp);
+    std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Types whose all-zero bytes are a valid value, that are made only of atomics and have no drop
+/// glue, so that memory the runtime maps itself can hold them, and the kernel may zero their
+/// pages ([`discard_tail`]) while they are shared.
+///
+/// # Safety
+///
+/// Implementors guarantee exactly that: all-zero bytes are a valid value, every field is an
+/// atomic or made of atomics, and the type has no drop glue.
+pub unsafe trait Zeroable: Sync + 'static {}
 
 /// What the thread-local pointer points at: the runtime's per-thread data.
 ///
 /// # Safety
 ///
-/// Implementors guarantee that
-/// * all-zero bytes are a valid value of the type, and it has no drop glue (values are made
-///   by [`alloc_zeroed`] in fresh anonymous memory and never dropped);
-/// * every field is an atomic or made of atomics, so the kernel zeroing its pages
-///   ([`discard_tail`]) is no different from other threads storing zeros;
-/// * it is the only type implementing this trait in the crate: the thread-local pointer is
-///   one word, and [`thread_data`] reads back as `T` what [`set_thread_data`] stored.
-pub unsafe trait ThreadData: Sync + 'static {
+/// Implementors guarantee [`Zeroable`]'s conditions and that it is the only type implementing
+/// this trait in the crate: [`own_data`] reads back as `T` what [`set_own_data`] stored.
+pub unsafe trait ThreadData: Zeroable {
+    /// The fast-path word of a thread whose hooks must do nothing (set before
+    /// [`ThreadData::on_thread_exit`] runs, and in threads [`spawn_detached`] starts).
+    fn ignore_word() -> usize;
+
     /// Called in a thread that exits while it has data (from a pthread key destructor), after
-    /// the thread's hooks have been switched off ([`TLS_IGNORE`]).
+    /// the thread's hooks have been switched off (the fast-path word set to
+    /// [`ThreadData::ignore_word`]).
     fn on_thread_exit(&'static self);
 }
 
 /// This thread's data, if it has any.
 #[inline(always)]
-pub fn thread_data<T: ThreadData>() -> Option<&'static T> {
-    let w = tls::get();
-    if w > TLS_IGNORE {
-        // SAFETY: the only values above TLS_IGNORE ever stored are addresses of `&'static T`
-        // (set_thread_data), and T is the crate's only ThreadData type.
-        Some(unsafe { &*(w as *const T) })
-    } else {
-        None
-    }
+pub fn own_data<T: ThreadData>() -> Option<&'static T> {
+    let w = tls::own();
+    // SAFETY: the only non-zero values ever stored are addresses of `&'static T`
+    // (set_own_data), and T is the crate's only ThreadData type.
+    (w != 0).then(|| unsafe { &*(w as *const T) })
 }
 
 /// Makes `d` this thread's data, and arranges for [`ThreadData::on_thread_exit`] to run when
 /// the thread exits (see [`create_exit_key`]).
-pub fn set_thread_data<T: ThreadData>(d: &'static T) {
+pub fn set_own_data<T: ThreadData>(d: &'static T) {
     let key = KEY.load(Acquire);
     if key != u32::MAX {
         // SAFETY: the key was created by create_exit_key; any non-null value makes its
         // destructor run.
         unsafe { libc::pthread_setspecific(key, std::ptr::dangling::<c_void>()) };
     }
-    tls::set(d as *const T as usize);
+    tls::set_own(d as *const T as usize);
 }
 
 /// A fresh zeroed `T` in its own anonymous mapping, never unmapped; `None` when memory cannot
 /// be mapped.
-pub fn alloc_zeroed<T: ThreadData>() -> Option<&'static T> {
+pub fn alloc_zeroed<T: Zeroable>() -> Option<&'static T> {
     let size = size_of::<T>();
     // SAFETY: anonymous private mapping; the result is checked.
     let p = unsafe {
@@ -163,7 +216,7 @@ pub fn alloc_zeroed<T: ThreadData>() -> Option<&'static T> {
         return None;
     }
     const { assert!(align_of::<T>() <= 4096) };
-    // SAFETY: zeroed memory is a valid T (ThreadData), page alignment satisfies T's, and the
+    // SAFETY: zeroed memory is a valid T (Zeroable), page alignment satisfies T's, and the
     // mapping is never unmapped, so 'static holds.
     Some(unsafe { &*(p as *const T) })
 }
@@ -171,14 +224,40 @@ pub fn alloc_zeroed<T: ThreadData>() -> Option<&'static T> {
 /// Gives the pages of `d` from byte `from` (rounded up to a page) to its end back to the
 /// kernel: they read as zeros afterwards, and use no memory until written again. The caller
 /// makes sure no other thread uses `d` meanwhile.
-pub fn discard_tail<T: ThreadData>(d: &'static T, from: usize) {
+pub fn discard_tail<T: Zeroable>(d: &'static T, from: usize) {
     let start = (d as *const T as usize) + from.next_multiple_of(4096);
     let end = (d as *const T as usize) + size_of::<T>();
     if start < end {
         // SAFETY: the range is whole pages inside d's own mapping (alloc_zeroed maps every T
-        // on its own, page-aligned); zeroing them is valid for a ThreadData (all atomics,
+        // on its own, page-aligned); zeroing them is valid for a Zeroable (all atomics,
         // all-zero valid).
         unsafe { libc::madvise(start as *mut c_void, end - start, libc::MADV_DONTNEED) };
+    }
+}
+
+/// A reference set at most once (then never changed), read lock-free; all-zero is "unset".
+#[derive(Debug)]
+pub struct OnceRef<T: Zeroable> {
+    p: AtomicPtr<T>,
+}
+
+impl<T: Zeroable> OnceRef<T> {
+    /// The reference, once set.
+    #[inline(always)]
+    pub fn get(&self) -> Option<&'static T> {
+        let p = self.p.load(Acquire);
+        // SAFETY: non-null pointers stored here come from `&'static T` (set).
+        (!p.is_null()).then(|| unsafe { &*p })
+    }
+
+    /// Sets it, unless it is set already.
+    pub fn set(&self, v: &'static T) {
+        let _ = self.p.compare_exchange(
+            std::ptr::null_mut(),
+            v as *const T as *mut T,
+            AcqRel,
+            Acquire,
+        );
     }
 }
 
@@ -316,12 +395,8 @@ pub fn realtime_ns() -> u64 {
 static KEY: AtomicU32 = AtomicU32::new(u32::MAX);
 
 extern "C" fn exit_destructor<T: ThreadData>(_: *mut c_void) {
-    let w = tls::get();
-    tls::set(TLS_IGNORE);
-    if let Some(d) = (w > TLS_IGNORE).then(|| {
-        // SAFETY: as in thread_data: values above TLS_IGNORE are `&'static T`.
-        unsafe { &*(w as *const T) }
-    }) {
+    tls::set_cur(T::ignore_word());
+    if let Some(d) = own_data::<T>() {
         d.on_thread_exit();
     }
 }
@@ -358,9 +433,9 @@ pub fn at_exit(f: extern "C" fn()) -> bool {
 /// hooks do nothing, and it blocks every signal from its first instruction on: the program's
 /// handlers never run in it (a handler's calls would go untraced there, and one calling
 /// `_exit` would wait for the very thread it runs in).
-pub fn spawn_detached(f: Box<dyn FnOnce() + Send>) -> bool {
-    extern "C" fn start(arg: *mut c_void) -> *mut c_void {
-        tls::set(TLS_IGNORE);
+pub fn spawn_detached<T: ThreadData>(f: Box<dyn FnOnce() + Send>) -> bool {
+    extern "C" fn start<T: ThreadData>(arg: *mut c_void) -> *mut c_void {
+        tls::set_cur(T::ignore_word());
         // SAFETY: arg is the Box<Box<dyn FnOnce>> leaked by spawn_detached, taken once.
         let f = unsafe { Box::from_raw(arg as *mut Box<dyn FnOnce() + Send>) };
         // A panic must not unwind into pthread's frames.
@@ -380,7 +455,7 @@ pub fn spawn_detached(f: Box<dyn FnOnce() + Send>) -> bool {
     }
     // SAFETY: valid out-pointer, default attributes, an extern "C" start routine that takes
     // ownership of arg.
-    let rc = unsafe { libc::pthread_create(&mut tid, std::ptr::null(), start, arg) };
+    let rc = unsafe { libc::pthread_create(&mut tid, std::ptr::null(), start::<T>, arg) };
     // SAFETY: restores the mask saved above.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
     if rc != 0 {

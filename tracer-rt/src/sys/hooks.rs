@@ -1,0 +1,165 @@
+//! The two `-finstrument-functions` hooks. Their fast path is assembly: it handles a traced
+//! function already at its home slot, with room on the stack and the TSC, and jumps to the
+//! general path (`pool::enter_slow` / `pool::exit_slow`, safe Rust) for everything else. The
+//! layout it reads and writes, the invariants it keeps and why it is safe against signal
+//! handlers are described in `block` (module docs and [`crate::block::hot`]).
+//!
+//! Why assembly: each hook is ~20 instructions here against ~47 compiled from Rust with the
+//! same design (callgrind, `benches/tracer/run`), and the signal-safety argument needs every
+//! counter update to be one read-modify-write instruction, which only assembly guarantees.
+//!
+//! The hooks are `extern "C-unwind"` and carry call-frame information (`.cfi_startproc`):
+//! asynchronous cancellation (`PTHREAD_CANCEL_ASYNCHRONOUS`) or an exception thrown from a
+//! signal handler can land anywhere in a hook, and the unwinder must be able to step out of it
+//! as out of C code (test `async_cancel_inside_hooks` in tests/tests/robust.rs). The fast path
+//! never touches the stack pointer, so the default rule (the return address at the top of the
+//! stack) holds everywhere in it; the general path is a tail jump.
+
+#[cfg(target_arch = "x86_64")]
+use crate::block::hot;
+use crate::pool;
+
+// The fast path's thread-local word (read and written in `super::tls` by name too). Its initial
+// value, copied into every new thread, is the "no block" stand-in (the loader relocates the
+// TLS image before any thread copies it).
+#[cfg(target_arch = "x86_64")]
+std::arch::global_asm!(
+    ".pushsection .tdata,\"awT\",@progbits",
+    ".balign 8",
+    ".globl culprit_rt_tls_cur",
+    ".hidden culprit_rt_tls_cur",
+    ".type culprit_rt_tls_cur,@object",
+    ".size culprit_rt_tls_cur,8",
+    "culprit_rt_tls_cur:",
+    ".quad {no_block}",
+    ".popsection",
+    no_block = sym hot::NO_BLOCK,
+);
+
+/// The general path of the entry hook: `sp` is the hook's stack pointer at its entry.
+/// `C-unwind` like the hooks (no abort-on-unwind guard, see the module docs); it does not
+/// unwind itself.
+extern "C-unwind" fn enter_slow(func: usize, _call_site: usize, sp: usize) {
+    pool::enter_slow(func, sp);
+}
+
+/// The general path of the exit hook.
+extern "C-unwind" fn exit_slow(func: usize, _call_site: usize, sp: usize) {
+    pool::exit_slow(func, sp);
+}
+
+/// Hook called by code compiled with `-finstrument-functions` on entry to every function.
+///
+/// Fast path: the top frame can be the caller (its stack pointer is at or above ours), the
+/// function's home slot holds it (untagged), there is room for a frame: push it. The new top
+/// is committed right after the frame's stack pointer is written, before its slot and times
+/// (see `block`, "Signals and re-entrancy").
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[no_mangle]
+pub extern "C-unwind" fn __cyg_profile_func_enter(func: *mut u8, call_site: *mut u8) {
+    core::arch::naked_asm!(
+        ".cfi_startproc",
+        "mov rcx, qword ptr [rip + culprit_rt_tls_cur@GOTTPOFF]",
+        "mov rcx, qword ptr fs:[rcx]",
+        "mov r8, qword ptr [rcx + {top}]",
+        "cmp qword ptr [rcx + r8 + {f_sp}], rsp",
+        "jb 2f",
+        "cmp r8, {last_push}",
+        "ja 2f",
+        "lea r9, [4 * rdi]",
+        "and r9, {home_mask}",
+        "cmp qword ptr [rcx + r9 + {table}], rdi",
+        "jne 2f",
+        "lea r10, [rcx + r8 + {frame}]",
+        "mov qword ptr [r10 + {f_sp}], rsp",
+        "add qword ptr [rcx + {top}], {frame}",
+        "mov qword ptr [r10 + {f_slot}], r9",
+        "inc dword ptr [rcx + r9 + {table} + {s_active}]",
+        "rdtsc",
+        "shl rdx, 32",
+        "or rax, rdx",
+        "mov qword ptr [r10 + {f_t}], rax",
+        "mov qword ptr [r10 + {f_tx}], rax",
+        "ret",
+        "2:",
+        "mov rdx, rsp",
+        "jmp {slow}",
+        ".cfi_endproc",
+        top = const hot::TOP,
+        f_sp = const hot::F_SP,
+        f_slot = const hot::F_SLOT,
+        f_t = const hot::F_T,
+        f_tx = const hot::F_TX,
+        last_push = const hot::LAST_PUSH,
+        home_mask = const hot::HOME_MASK,
+        table = const hot::TABLE,
+        frame = const hot::FRAME,
+        s_active = const hot::S_ACTIVE,
+        slow = sym enter_slow,
+    )
+}
+
+/// Hook called on exit from every instrumented function.
+///
+/// Fast path: the top frame's slot holds this function (so the frame counts, and is not the
+/// sentinel): account the call, pass its elapsed time to the parent frame, commit the pop
+/// last.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[no_mangle]
+pub extern "C-unwind" fn __cyg_profile_func_exit(func: *mut u8, call_site: *mut u8) {
+    core::arch::naked_asm!(
+        ".cfi_startproc",
+        "mov rcx, qword ptr [rip + culprit_rt_tls_cur@GOTTPOFF]",
+        "mov rcx, qword ptr fs:[rcx]",
+        "mov r8, qword ptr [rcx + {top}]",
+        "mov r9, qword ptr [rcx + r8 + {f_slot}]",
+        "cmp qword ptr [rcx + r9 + {table}], rdi",
+        "jne 2f",
+        "rdtsc",
+        "shl rdx, 32",
+        "or rax, rdx",
+        "mov rdx, rax",
+        "sub rax, qword ptr [rcx + r8 + {f_t}]",
+        "sub rdx, qword ptr [rcx + r8 + {f_tx}]",
+        "add qword ptr [rcx + r9 + {table} + {s_excl}], rdx",
+        "inc qword ptr [rcx + r9 + {table} + {s_calls}]",
+        "add qword ptr [rcx + r8 + {f_tx} - {frame}], rax",
+        "dec dword ptr [rcx + r9 + {table} + {s_active}]",
+        "jne 1f",
+        "add qword ptr [rcx + r9 + {table} + {s_incl}], rax",
+        "1:",
+        "sub qword ptr [rcx + {top}], {frame}",
+        "ret",
+        "2:",
+        "mov rdx, rsp",
+        "jmp {slow}",
+        ".cfi_endproc",
+        top = const hot::TOP,
+        f_slot = const hot::F_SLOT,
+        f_t = const hot::F_T,
+        f_tx = const hot::F_TX,
+        table = const hot::TABLE,
+        frame = const hot::FRAME,
+        s_excl = const hot::S_EXCL,
+        s_calls = const hot::S_CALLS,
+        s_incl = const hot::S_INCL,
+        s_active = const hot::S_ACTIVE,
+        slow = sym exit_slow,
+    )
+}
+
+/// Entry hook where there is no fast path: always the general path.
+#[cfg(not(target_arch = "x86_64"))]
+#[no_mangle]
+pub extern "C-unwind" fn __cyg_profile_func_enter(func: *mut u8, _call_site: *mut u8) {
+    pool::enter_slow(func as usize, super::stack_pointer());
+}
+
+/// Exit hook where there is no fast path: always the general path.
+#[cfg(not(target_arch = "x86_64"))]
+#[no_mangle]
+pub extern "C-unwind" fn __cyg_profile_func_exit(func: *mut u8, _call_site: *mut u8) {
+    pool::exit_slow(func as usize, super::stack_pointer());
+}
