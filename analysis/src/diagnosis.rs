@@ -369,12 +369,15 @@ impl Diagnosis {
                 .iter()
                 .any(|f| f.is_stop() && f.node() == names[n]);
             let slack = (2 * cfg.k as u64 - 1) * cfg.windows.shift_ns;
-            let combined = combine(&per, analysed, stopped, slack);
+            let mut combined = combine(&per, analysed, stopped, slack);
+            let resource = matches!(combined.verdict, Verdict::Faulty | Verdict::Suspect)
+                .then(|| resource::name(outcome, &metrics, n, input.levels));
+            if let Some(r) = &resource {
+                resource::demote_shapeless(&mut combined, r);
+            }
             if combined.verdict.is_culprit() {
                 culprits.push(names[n].clone());
             }
-            let resource = matches!(combined.verdict, Verdict::Faulty | Verdict::Suspect)
-                .then(|| resource::name(outcome, &metrics, n, input.levels));
             verdicts.push(NodeVerdict {
                 node: names[n].clone(),
                 combined,

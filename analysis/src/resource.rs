@@ -29,6 +29,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::analyzer::{MetricResult, Outcome};
+use crate::combine::Combined;
 use crate::data::Dataset;
 use crate::family::Metric;
 use crate::model::PeerIdx;
@@ -768,6 +769,34 @@ pub fn name(
     }
 }
 
+/// Makes an OS-only finding without a direction a suspect. When the OS metrics are the only
+/// family that finds a node faulty (no other family faulty or corroborating) and none of them
+/// *diverges* — the node's distributions changed shape, but no level moved [`MARGIN`] from its
+/// peers' in the direction that points at the node — the checklist has nothing to name (step
+/// 7, "software"), yet the software's own metrics saw nothing either. Peers that wait on a
+/// faulty node show exactly this: their I/O delay or run-queue wait changes shape in step with
+/// the fault without differing in level (seed 001 §4.6.2 halts only "if we observe
+/// peer-divergence"). Such a node is reported as a suspect, with the reason, not as a culprit.
+/// Returns true when it demoted the verdict.
+pub fn demote_shapeless(combined: &mut Combined, resource: &Resource) -> bool {
+    use crate::combine::{Role, Verdict};
+    let os_only = combined.families.iter().all(|f| match f.role {
+        Role::Faulty => f.family == Metric::OS,
+        Role::Corroborates => false,
+        Role::Anomalous | Role::Ok => true,
+    });
+    if combined.verdict != Verdict::Faulty || resource.kind != Kind::Software || !os_only {
+        return false;
+    }
+    combined.verdict = Verdict::Suspect;
+    combined.reason = format!(
+        "{}, but no OS metric's level differs {MARGIN}× from its peers' (a change of shape only, \
+         as peers waiting on a faulty node show)",
+        combined.reason
+    );
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -903,6 +932,72 @@ mod tests {
         assert_eq!(direction(0.7, 1.0).0, Down);
         assert_eq!(direction(5.0, 0.0), (Up, None));
         assert_eq!(direction(0.0, 0.0).0, Direction::Level);
+    }
+
+    /// A combined verdict from (family, role) pairs.
+    fn combined(
+        verdict: crate::combine::Verdict,
+        roles: &[(Metric, crate::combine::Role)],
+    ) -> Combined {
+        Combined {
+            verdict,
+            metrics: Vec::new(),
+            reason: "decisive on os: 3.5× its threshold".into(),
+            families: roles
+                .iter()
+                .map(|&(family, role)| crate::combine::Contribution {
+                    family,
+                    role,
+                    faulty: Vec::new(),
+                    anomalous: Vec::new(),
+                    evidence: None,
+                })
+                .collect(),
+        }
+    }
+
+    fn resource(kind: Kind) -> Resource {
+        Resource {
+            kind,
+            name: kind.words().into(),
+            summary: String::new(),
+            step: 1,
+            rule: String::new(),
+            confidence: 1.0,
+            evidence: Vec::new(),
+            also: Vec::new(),
+            foreign: Vec::new(),
+            functions: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn an_os_only_finding_without_a_direction_is_a_suspect() {
+        use crate::combine::{Role, Verdict};
+        // OS faulty, nothing else: a change of shape only → suspect, with the reason.
+        let mut c = combined(
+            Verdict::Faulty,
+            &[(Metric::OS, Role::Faulty), (Metric::TIME, Role::Anomalous)],
+        );
+        assert!(demote_shapeless(&mut c, &resource(Kind::Software)));
+        assert_eq!(c.verdict, Verdict::Suspect);
+        assert!(c.reason.contains("change of shape only"), "{}", c.reason);
+        // A named resource keeps the verdict.
+        let mut c = combined(Verdict::Faulty, &[(Metric::OS, Role::Faulty)]);
+        assert!(!demote_shapeless(&mut c, &resource(Kind::SlowDisk)));
+        assert_eq!(c.verdict, Verdict::Faulty);
+        // Another family faulty or corroborating keeps it too: the software's own metrics saw it.
+        for other in [Role::Faulty, Role::Corroborates] {
+            let mut c = combined(
+                Verdict::Faulty,
+                &[(Metric::OS, Role::Faulty), (Metric::EVENTS, other)],
+            );
+            assert!(!demote_shapeless(&mut c, &resource(Kind::Software)));
+            assert_eq!(c.verdict, Verdict::Faulty);
+        }
+        // A white-box finding named software is what step 7 is for.
+        let mut c = combined(Verdict::Faulty, &[(Metric::SAMPLES, Role::Faulty)]);
+        assert!(!demote_shapeless(&mut c, &resource(Kind::Software)));
     }
 
     #[test]
