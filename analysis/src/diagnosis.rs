@@ -375,6 +375,23 @@ impl Diagnosis {
             if let Some(r) = &resource {
                 resource::demote_shapeless(&mut combined, r);
             }
+            let damage: Vec<String> = input
+                .findings
+                .iter()
+                .filter_map(|f| match f {
+                    Finding::Damaged { node, file, reason } if *node == names[n] => {
+                        Some(format!("{file}: {reason}"))
+                    }
+                    _ => None,
+                })
+                .collect();
+            if !damage.is_empty() && combined.verdict == Verdict::Ok {
+                combined.verdict = Verdict::Damaged;
+                combined.reason = format!(
+                    "its data is damaged ({}); the intact part was compared",
+                    damage.join("; ")
+                );
+            }
             if combined.verdict.is_culprit() {
                 culprits.push(names[n].clone());
             }
@@ -386,7 +403,7 @@ impl Diagnosis {
         }
         let suspects: Vec<&str> = verdicts
             .iter()
-            .filter(|v| v.combined.verdict != Verdict::Ok)
+            .filter(|v| !matches!(v.combined.verdict, Verdict::Ok | Verdict::Damaged))
             .map(|v| v.node.as_str())
             .collect();
         let metrics_out = metrics
