@@ -370,11 +370,12 @@ impl Diagnosis {
                 .any(|f| f.is_stop() && f.node() == names[n]);
             let slack = (2 * cfg.k as u64 - 1) * cfg.windows.shift_ns;
             let mut combined = combine(&per, analysed, stopped, slack);
-            let resource = matches!(combined.verdict, Verdict::Faulty | Verdict::Suspect)
-                .then(|| resource::name(outcome, &metrics, n, input.levels));
-            if let Some(r) = &resource {
-                resource::demote_shapeless(&mut combined, r);
+            let examined = matches!(combined.verdict, Verdict::Faulty | Verdict::Suspect)
+                .then(|| resource::examine(outcome, &metrics, n, input.levels));
+            if let Some((r, moved)) = &examined {
+                resource::demote_shapeless(&mut combined, r, *moved);
             }
+            let resource = examined.map(|(r, _)| r);
             let damage: Vec<String> = input
                 .findings
                 .iter()

@@ -721,7 +721,23 @@ pub fn name(
     n: PeerIdx,
     levels: Option<&dyn Levels>,
 ) -> Resource {
+    examine(outcome, metrics, n, levels).0
+}
+
+/// [`name`], and whether the level of any OS metric the node is faulty on moved at least
+/// [`MARGIN`] from its peers' in either direction (for [`demote_shapeless`]: a throughput that
+/// falls 8× is not a change of shape, though only a rise points at a disk hog).
+pub fn examine(
+    outcome: &Outcome,
+    metrics: &[&MetricResult],
+    n: PeerIdx,
+    levels: Option<&dyn Levels>,
+) -> (Resource, bool) {
     let f = facts(outcome, metrics, n, levels);
+    let moved = f
+        .obs
+        .iter()
+        .any(|o| o.faulty && o.direction != Direction::Level);
     let at = step(&f);
     let rule = &RULES[at];
     let (evidence, also): (Vec<Observation>, Vec<Observation>) = f
@@ -755,7 +771,7 @@ pub fn name(
         .into_iter()
         .filter(|o| o.diverges || o.faulty || o.anomalous_windows > 0 || o.ratio.is_some())
         .collect();
-    Resource {
+    let resource = Resource {
         kind: rule.kind,
         name: rule.kind.words().to_string(),
         summary: summary(rule.kind, &evidence, &f.functions, f.has_os),
@@ -766,26 +782,31 @@ pub fn name(
         also,
         foreign: f.foreign,
         functions: f.functions,
-    }
+    };
+    (resource, moved)
 }
 
-/// Makes an OS-only finding without a direction a suspect. When the OS metrics are the only
-/// family that finds a node faulty (no other family faulty or corroborating) and none of them
-/// *diverges* — the node's distributions changed shape, but no level moved [`MARGIN`] from its
-/// peers' in the direction that points at the node — the checklist has nothing to name (step
-/// 7, "software"), yet the software's own metrics saw nothing either. Peers that wait on a
+/// Makes an OS-only finding without a level a suspect. When the OS metrics are the only family
+/// that finds a node faulty (no other family faulty or corroborating), the checklist named no
+/// resource (step 7, "software") and `level_moved` is false — the node's distributions changed
+/// shape, but no faulty metric's level moved [`MARGIN`] from its peers' in either direction —
+/// the software's own metrics saw nothing and the OS metrics show no more than a shape. Peers that wait on a
 /// faulty node show exactly this: their I/O delay or run-queue wait changes shape in step with
 /// the fault without differing in level (seed 001 §4.6.2 halts only "if we observe
 /// peer-divergence"). Such a node is reported as a suspect, with the reason, not as a culprit.
 /// Returns true when it demoted the verdict.
-pub fn demote_shapeless(combined: &mut Combined, resource: &Resource) -> bool {
+pub fn demote_shapeless(combined: &mut Combined, resource: &Resource, level_moved: bool) -> bool {
     use crate::combine::{Role, Verdict};
     let os_only = combined.families.iter().all(|f| match f.role {
         Role::Faulty => f.family == Metric::OS,
         Role::Corroborates => false,
         Role::Anomalous | Role::Ok => true,
     });
-    if combined.verdict != Verdict::Faulty || resource.kind != Kind::Software || !os_only {
+    if combined.verdict != Verdict::Faulty
+        || resource.kind != Kind::Software
+        || level_moved
+        || !os_only
+    {
         return false;
     }
     combined.verdict = Verdict::Suspect;
@@ -979,12 +1000,12 @@ mod tests {
             Verdict::Faulty,
             &[(Metric::OS, Role::Faulty), (Metric::TIME, Role::Anomalous)],
         );
-        assert!(demote_shapeless(&mut c, &resource(Kind::Software)));
+        assert!(demote_shapeless(&mut c, &resource(Kind::Software), false));
         assert_eq!(c.verdict, Verdict::Suspect);
         assert!(c.reason.contains("change of shape only"), "{}", c.reason);
         // A named resource keeps the verdict.
         let mut c = combined(Verdict::Faulty, &[(Metric::OS, Role::Faulty)]);
-        assert!(!demote_shapeless(&mut c, &resource(Kind::SlowDisk)));
+        assert!(!demote_shapeless(&mut c, &resource(Kind::SlowDisk), false));
         assert_eq!(c.verdict, Verdict::Faulty);
         // Another family faulty or corroborating keeps it too: the software's own metrics saw it.
         for other in [Role::Faulty, Role::Corroborates] {
@@ -992,12 +1013,17 @@ mod tests {
                 Verdict::Faulty,
                 &[(Metric::OS, Role::Faulty), (Metric::EVENTS, other)],
             );
-            assert!(!demote_shapeless(&mut c, &resource(Kind::Software)));
+            assert!(!demote_shapeless(&mut c, &resource(Kind::Software), false));
             assert_eq!(c.verdict, Verdict::Faulty);
         }
+        // A level that moved the "wrong" way (a throttled disk's throughput 8× down, its delay
+        // absent) is more than a shape: the node stays faulty.
+        let mut c = combined(Verdict::Faulty, &[(Metric::OS, Role::Faulty)]);
+        assert!(!demote_shapeless(&mut c, &resource(Kind::Software), true));
+        assert_eq!(c.verdict, Verdict::Faulty);
         // A white-box finding named software is what step 7 is for.
         let mut c = combined(Verdict::Faulty, &[(Metric::SAMPLES, Role::Faulty)]);
-        assert!(!demote_shapeless(&mut c, &resource(Kind::Software)));
+        assert!(!demote_shapeless(&mut c, &resource(Kind::Software), false));
     }
 
     #[test]
