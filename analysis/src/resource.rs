@@ -724,9 +724,12 @@ pub fn name(
     examine(outcome, metrics, n, levels).0
 }
 
-/// [`name`], and whether the level of any OS metric the node is faulty on moved at least
-/// [`MARGIN`] from its peers' in either direction (for [`demote_shapeless`]: a throughput that
-/// falls 8× is not a change of shape, though only a rise points at a disk hog).
+/// [`name`], and whether the level of an OS metric the node is faulty on moved at least
+/// [`MARGIN`] from its peers' the way that points at the node: its trouble direction, or down
+/// for what measures work done (throughput, traffic, CPU use) — for [`demote_shapeless`]. A
+/// throughput that falls 8× is not a change of shape, though only a rise points at a disk hog;
+/// a delay or wait *below* its peers' never points at the node (a healthy peer of a slow disk
+/// waits less than the median that includes the slow one).
 pub fn examine(
     outcome: &Outcome,
     metrics: &[&MetricResult],
@@ -734,10 +737,12 @@ pub fn examine(
     levels: Option<&dyn Levels>,
 ) -> (Resource, bool) {
     let f = facts(outcome, metrics, n, levels);
-    let moved = f
-        .obs
-        .iter()
-        .any(|o| o.faulty && o.direction != Direction::Level);
+    let moved = f.obs.iter().any(|o| {
+        o.diverges
+            || (o.faulty
+                && o.direction == Down
+                && matches!(o.class, StorageThroughput | Received | Sent | CpuUse))
+    });
     let at = step(&f);
     let rule = &RULES[at];
     let (evidence, also): (Vec<Observation>, Vec<Observation>) = f
@@ -789,7 +794,8 @@ pub fn examine(
 /// Makes an OS-only finding without a level a suspect. When the OS metrics are the only family
 /// that finds a node faulty (no other family faulty or corroborating), the checklist named no
 /// resource (step 7, "software") and `level_moved` is false — the node's distributions changed
-/// shape, but no faulty metric's level moved [`MARGIN`] from its peers' in either direction —
+/// shape, but no faulty metric's level moved [`MARGIN`] from its peers' the way that points at
+/// the node ([`examine`]) —
 /// the software's own metrics saw nothing and the OS metrics show no more than a shape. Peers that wait on a
 /// faulty node show exactly this: their I/O delay or run-queue wait changes shape in step with
 /// the fault without differing in level (seed 001 §4.6.2 halts only "if we observe
