@@ -17,6 +17,12 @@
 //!   process was stopped by a signal is **paused** (`crate::paused`): both culprits, and they
 //!   take precedence (paused first), since they say what the metrics' deviations are about.
 //!
+//! Metrics corroborate each other by *family* ([`crate::family::MetricFamily::group`]): the OS
+//! metrics are many views of a few resources (`disk.rd_sec`, `disk.tps` and `proc.rd_bytes` all
+//! count the same reads), so all of them together are one family, `os`, and one OS metric
+//! cannot corroborate another. Every family's part in the verdict is reported
+//! ([`Contribution`]).
+//!
 //! docs/thresholds.md gives the measured false-positive rates of OR-ing and of this rule.
 
 use serde::{Deserialize, Serialize};
@@ -95,6 +101,8 @@ pub fn evidence(nm: &NodeResult) -> Option<f64> {
 pub struct MetricVerdict {
     /// The metric.
     pub metric: Metric,
+    /// Its family for corroboration (itself, or [`Metric::OS`]).
+    pub family: Metric,
     /// Faulty by the k-of-(2k − 1) filter.
     pub faulty: bool,
     /// [`evidence`].
@@ -111,6 +119,7 @@ impl MetricVerdict {
         let nm = &m.nodes[n];
         MetricVerdict {
             metric: m.metric(),
+            family: m.config.family.group(),
             faulty: nm.faulty(),
             evidence: evidence(nm),
             episodes: nm.episodes.clone(),
@@ -137,10 +146,103 @@ pub struct Combined {
     pub metrics: Vec<Metric>,
     /// One line: "corroborated by count and time", "decisive on samples: 6.1× its threshold"…
     pub reason: String,
+    /// Each family's part: whether it finds the node faulty, has anomalous windows, or neither.
+    pub families: Vec<Contribution>,
 }
 
-/// Combines the verdicts of the metrics analysed (`analysed` of them had enough data).
-/// `slack_ns` is how close another metric's anomaly must be to corroborate a faulty stretch:
+/// What one family contributes to a node's combined verdict.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Contribution {
+    /// The family (`samples`, `count`, `time`, `events`, `os`).
+    pub family: Metric,
+    /// What it says.
+    pub role: Role,
+    /// Its metrics that find the node faulty.
+    pub faulty: Vec<Metric>,
+    /// Its metrics with anomalous windows but no faulty stretch.
+    pub anomalous: Vec<Metric>,
+    /// Strength of its evidence: the largest [`evidence`] of its faulty metrics.
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub evidence: Option<f64>,
+}
+
+/// A family's part in a verdict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    /// One of its metrics finds the node faulty.
+    Faulty,
+    /// None does, but one has anomalous windows near the faulty stretch of another family
+    /// (it corroborates it).
+    Corroborates,
+    /// Anomalous windows, away from any faulty stretch.
+    Anomalous,
+    /// Nothing.
+    Ok,
+}
+
+/// The verdicts of one family's metrics, merged.
+#[derive(Clone, Debug)]
+struct FamilyVerdict {
+    family: Metric,
+    faulty: Vec<Metric>,
+    anomalous: Vec<Metric>,
+    merged: MetricVerdict,
+}
+
+/// Groups metric verdicts by family, in order of first appearance.
+fn families(per_metric: &[MetricVerdict]) -> Vec<FamilyVerdict> {
+    let mut out: Vec<FamilyVerdict> = Vec::new();
+    for v in per_metric {
+        let at = match out.iter().position(|f| f.family == v.family) {
+            Some(i) => i,
+            None => {
+                out.push(FamilyVerdict {
+                    family: v.family,
+                    faulty: Vec::new(),
+                    anomalous: Vec::new(),
+                    merged: MetricVerdict {
+                        metric: v.family,
+                        family: v.family,
+                        faulty: false,
+                        evidence: None,
+                        episodes: Vec::new(),
+                        anomalous: Vec::new(),
+                    },
+                });
+                out.len() - 1
+            }
+        };
+        let f = &mut out[at];
+        if v.faulty {
+            f.faulty.push(v.metric);
+            f.merged.faulty = true;
+            f.merged.episodes.extend(v.episodes.iter().cloned());
+            f.merged.evidence = match (f.merged.evidence, v.evidence) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            };
+        } else if !v.anomalous.is_empty() {
+            f.anomalous.push(v.metric);
+        }
+        f.merged.anomalous.extend(v.anomalous.iter().copied());
+    }
+    // A family of one metric is named after the metric (`samples`); a family of several after
+    // itself, with its faulty metrics in the reasons.
+    out
+}
+
+/// `os (disk.await, proc.blkio_delay)` for a family of several metrics, `time` for one.
+fn family_text(f: &FamilyVerdict) -> String {
+    if f.faulty.len() == 1 && f.faulty[0] == f.family || f.faulty.is_empty() {
+        return f.family.to_string();
+    }
+    let names: Vec<&str> = f.faulty.iter().map(|m| m.name()).collect();
+    format!("{} ({})", f.family, names.join(", "))
+}
+
+/// Combines the verdicts of the metrics analysed; `analysed` families had enough data.
+/// `slack_ns` is how close another family's anomaly must be to corroborate a faulty stretch:
 /// 2k − 1 window shifts.
 pub fn combine(
     per_metric: &[MetricVerdict],
@@ -159,62 +261,89 @@ pub fn combine_with(
     slack_ns: u64,
     decisive: f64,
 ) -> Combined {
-    let faulty: Vec<&MetricVerdict> = per_metric.iter().filter(|v| v.faulty).collect();
-    let metrics: Vec<Metric> = faulty.iter().map(|v| v.metric).collect();
-    let names: Vec<&str> = metrics.iter().map(|m| m.name()).collect();
+    let fams = families(per_metric);
+    let faulty: Vec<&FamilyVerdict> = fams.iter().filter(|f| f.merged.faulty).collect();
+    let metrics: Vec<Metric> = per_metric
+        .iter()
+        .filter(|v| v.faulty)
+        .map(|v| v.metric)
+        .collect();
+    let mut support: Vec<Metric> = Vec::new();
     let (verdict, reason) = if stopped {
         (
             Verdict::Stopped,
             "stopped producing data while its peers went on".to_string(),
         )
     } else if faulty.len() >= 2 {
+        let names: Vec<String> = faulty.iter().map(|f| family_text(f)).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
         (
             Verdict::Faulty,
             format!("corroborated by {}", join_and(&names)),
         )
-    } else if let Some(v) = faulty.first() {
+    } else if let Some(f) = faulty.first() {
+        let v = &f.merged;
         let e = v.evidence.unwrap_or(0.0);
-        let support: Vec<&str> = per_metric
+        support = fams
             .iter()
-            .filter(|o| o.metric != v.metric && o.supports(v, slack_ns))
-            .map(|o| o.metric.name())
+            .filter(|o| o.family != f.family && o.merged.supports(v, slack_ns))
+            .map(|o| o.family)
             .collect();
+        let what = family_text(f);
         if !support.is_empty() {
+            let names: Vec<&str> = support.iter().map(|m| m.name()).collect();
             (
                 Verdict::Faulty,
                 format!(
-                    "faulty on {}, corroborated by anomalies in {} at the same time",
-                    v.metric,
-                    join_and(&support)
+                    "faulty on {what}, corroborated by anomalies in {} at the same time",
+                    join_and(&names)
                 ),
             )
         } else if e >= decisive {
             (
                 Verdict::Faulty,
-                format!("decisive on {}: {e:.1}× its threshold", v.metric),
+                format!("decisive on {what}: {e:.1}× its threshold"),
             )
         } else if analysed <= 1 {
             (
                 Verdict::Faulty,
-                format!("{} is the only metric analysed", v.metric),
+                format!("{what} is the only metric analysed"),
             )
         } else {
             (
                 Verdict::Suspect,
                 format!(
                     // Two decimals: 1.47× must not read as the 1.5× it falls short of.
-                    "{} only, {e:.2}× its threshold (needs a second metric or {decisive}×)",
-                    v.metric
+                    "{what} only, {e:.2}× its threshold (needs a second metric or {decisive}×)"
                 ),
             )
         }
     } else {
         (Verdict::Ok, String::new())
     };
+    let families = fams
+        .iter()
+        .map(|f| Contribution {
+            family: f.family,
+            role: if f.merged.faulty {
+                Role::Faulty
+            } else if support.contains(&f.family) {
+                Role::Corroborates
+            } else if !f.merged.anomalous.is_empty() {
+                Role::Anomalous
+            } else {
+                Role::Ok
+            },
+            faulty: f.faulty.clone(),
+            anomalous: f.anomalous.clone(),
+            evidence: f.merged.evidence,
+        })
+        .collect();
     Combined {
         verdict,
         metrics,
         reason,
+        families,
     }
 }
 
@@ -237,6 +366,7 @@ mod tests {
         };
         MetricVerdict {
             metric,
+            family: if metric.is_os() { Metric::OS } else { metric },
             faulty,
             evidence: faulty.then_some(evidence),
             episodes: if faulty { vec![episode] } else { vec![] },
@@ -283,5 +413,51 @@ mod tests {
         let c = combine(&[mv(SAMPLES, false, 0.0)], 1, true, 50);
         assert_eq!(c.verdict, Verdict::Stopped);
         assert!(!combine(&[], 3, false, 50).verdict.is_culprit());
+    }
+
+    /// All OS metrics are one family: two of them never corroborate each other, and the
+    /// families analysed are counted, not the metrics.
+    #[test]
+    fn os_metrics_corroborate_as_one_family() {
+        let tps = Metric::from_name("disk.tps").unwrap();
+        let rd = Metric::from_name("disk.rd_sec").unwrap();
+        let c = combine(
+            &[
+                mv(tps, true, 1.2),
+                mv(rd, true, 1.3),
+                mv(Metric::TIME, false, 0.0),
+            ],
+            2,
+            false,
+            50,
+        );
+        assert_eq!(c.verdict, Verdict::Suspect, "{}", c.reason);
+        assert_eq!(
+            c.reason,
+            "os (disk.tps, disk.rd_sec) only, 1.30× its threshold (needs a second metric or 1.5×)"
+        );
+        assert_eq!(c.metrics, [tps, rd]);
+        let os = &c.families[0];
+        assert_eq!((os.family, os.role), (Metric::OS, Role::Faulty));
+        assert_eq!(os.evidence, Some(1.3));
+        assert_eq!(c.families[1].role, Role::Ok);
+        // With time faulty too: two families.
+        let c = combine(
+            &[mv(tps, true, 1.2), mv(Metric::TIME, true, 1.1)],
+            2,
+            false,
+            50,
+        );
+        assert_eq!(c.verdict, Verdict::Faulty);
+        assert_eq!(c.reason, "corroborated by os (disk.tps) and time");
+        // An anomalous window of time near the OS stretch corroborates it.
+        let mut time = mv(Metric::TIME, false, 0.0);
+        time.anomalous = vec![150];
+        let c = combine(&[mv(rd, true, 1.1), time], 2, false, 50);
+        assert_eq!(c.verdict, Verdict::Faulty, "{}", c.reason);
+        assert_eq!(c.families[1].role, Role::Corroborates);
+        // Only the OS family analysed: it is the only metric.
+        let c = combine(&[mv(rd, true, 1.1), mv(tps, false, 0.0)], 1, false, 50);
+        assert_eq!(c.verdict, Verdict::Faulty, "{}", c.reason);
     }
 }

@@ -21,6 +21,7 @@ use crate::missing::Finding;
 use crate::model::PeerIdx;
 use crate::persistence::Persistence;
 use crate::policy::{Policy, Unsupervised};
+use crate::resource::{self, Levels, Resource};
 use crate::score::{median_in_place, ScoreKind};
 use crate::time::rfc3339;
 
@@ -117,6 +118,12 @@ pub struct ReportedSettings {
     /// The unsupervised rule, for metrics without trained thresholds.
     #[serde(deserialize_with = "Option::deserialize")]
     pub unsupervised: Option<Unsupervised>,
+    /// The OS metrics' WinSize, seconds.
+    pub os_win_size_s: f64,
+    /// The OS metrics' WinShift, seconds.
+    pub os_win_shift_s: f64,
+    /// Moving-average width over per-second values before distributions are compared.
+    pub smoothing: usize,
 }
 
 /// Combined verdict on a node.
@@ -127,6 +134,9 @@ pub struct NodeVerdict {
     /// Verdict.
     #[serde(flatten)]
     pub combined: Combined,
+    /// The resource at fault, for faulty and suspect nodes (seed 001's checklist).
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub resource: Option<Resource>,
 }
 
 /// A node's place in the ranking of suspects: by verdict (stopped, faulty, suspect, ok), then
@@ -170,6 +180,8 @@ pub enum Thresholds {
 pub struct MetricReport {
     /// Metric.
     pub metric: Metric,
+    /// Its family for corroboration: itself, or `os` for every OS metric.
+    pub family: Metric,
     /// Unit of values.
     pub unit: String,
     /// Unit of scores and thresholds.
@@ -332,6 +344,19 @@ pub struct ReportInput<'a> {
     pub peers: String,
     /// Components keyed by program.
     pub by_program: bool,
+    /// The OS metrics' windows and moving-average width.
+    pub os: OsSettings,
+    /// Per-second levels of the OS metrics (directions for the resource checklist).
+    pub levels: Option<&'a dyn Levels>,
+}
+
+/// The OS metrics' settings as reported.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OsSettings {
+    /// WinSize and WinShift.
+    pub windows: Windows,
+    /// Moving-average width.
+    pub smoothing: usize,
 }
 
 impl Diagnosis {
@@ -361,7 +386,15 @@ impl Diagnosis {
             .iter()
             .filter(|m| input.reported.contains(&m.metric()))
             .collect();
-        let analysed = metrics.iter().filter(|m| m.windows > m.unscored).count();
+        // Families analysed (all OS metrics are one).
+        let mut analysed_families: Vec<Metric> = metrics
+            .iter()
+            .filter(|m| m.windows > m.unscored)
+            .map(|m| m.config.family.group())
+            .collect();
+        analysed_families.sort();
+        analysed_families.dedup();
+        let analysed = analysed_families.len();
         let mut unsupervised = None;
         let mut trained = !metrics.is_empty();
         for m in &metrics {
@@ -420,6 +453,12 @@ impl Diagnosis {
                     }
                 }
             }
+            let examined = matches!(combined.verdict, Verdict::Faulty | Verdict::Suspect)
+                .then(|| resource::examine(outcome, &metrics, n, input.levels));
+            if let Some((r, moved)) = &examined {
+                resource::demote_shapeless(&mut combined, r, *moved);
+            }
+            let resource = examined.map(|(r, _)| r);
             let damage: Vec<String> = input
                 .findings
                 .iter()
@@ -443,6 +482,7 @@ impl Diagnosis {
             verdicts.push(NodeVerdict {
                 node: names[n].clone(),
                 combined,
+                resource,
             });
         }
         let suspects: Vec<&str> = verdicts
@@ -495,6 +535,9 @@ impl Diagnosis {
                 peers: input.peers,
                 by_program: input.by_program,
                 unsupervised,
+                os_win_size_s: input.os.windows.size_ns as f64 / 1e9,
+                os_win_shift_s: input.os.windows.shift_ns as f64 / 1e9,
+                smoothing: input.os.smoothing,
             },
             from: from.map(rfc3339),
             to: to.map(rfc3339),
@@ -743,6 +786,7 @@ fn metric_report(
     let weighted = m.config.weights.is_some();
     MetricReport {
         metric: m.metric(),
+        family: family.group(),
         unit: family.unit().to_string(),
         score_unit: family
             .score_unit(
@@ -941,6 +985,14 @@ mod tests {
                 top: 5,
                 peers: "all".into(),
                 by_program: false,
+                os: OsSettings {
+                    windows: Windows {
+                        size_ns: 60 * NS_PER_S,
+                        shift_ns: 30 * NS_PER_S,
+                    },
+                    smoothing: 1,
+                },
+                levels: None,
             },
         )
     }

@@ -41,6 +41,18 @@ pub enum Distance {
     )]
     #[serde(rename = "kl")]
     SymKl,
+    /// Not a distance between window sums: every metric is compared as the distribution of its
+    /// per-slot values in the window, Σ|P(i) − Q(i)| over their cumulative histograms (seed
+    /// 001 §3.3, [`crate::cdf`]), as the OS metrics always are. On the histograms it is the
+    /// Manhattan distance.
+    #[cfg_attr(
+        feature = "clap",
+        value(
+            help = "compare each function's per-second distributions: Σ|P(i)−Q(i)| of \
+            cumulative histograms (seed 001)"
+        )
+    )]
+    Cdf,
 }
 
 impl Distance {
@@ -51,6 +63,7 @@ impl Distance {
             Distance::Relative => "relative",
             Distance::Scaled => "scaled",
             Distance::SymKl => "kl",
+            Distance::Cdf => "cdf",
         }
     }
 
@@ -60,6 +73,7 @@ impl Distance {
             Distance::Manhattan | Distance::Scaled => metric_unit,
             Distance::Relative => "relative",
             Distance::SymKl => "nats",
+            Distance::Cdf => crate::family::CDF_UNIT,
         }
     }
 
@@ -68,7 +82,7 @@ impl Distance {
     pub fn threshold_quantum(self) -> f64 {
         match self {
             Distance::Manhattan | Distance::Scaled => 1.0,
-            Distance::Relative | Distance::SymKl => 1e-3,
+            Distance::Relative | Distance::SymKl | Distance::Cdf => 1e-3,
         }
     }
 
@@ -94,7 +108,7 @@ impl Distance {
     #[inline]
     pub fn term(self, p: f64, q: f64) -> f64 {
         match self {
-            Distance::Manhattan => (p - q).abs(),
+            Distance::Manhattan | Distance::Cdf => (p - q).abs(),
             Distance::Relative => {
                 let m = p.max(q);
                 if m > 0.0 {
@@ -125,7 +139,7 @@ impl Distance {
     pub fn dist(self, p: &[f64], q: &[f64]) -> f64 {
         debug_assert_eq!(p.len(), q.len());
         match self {
-            Distance::Manhattan => manhattan(p, q),
+            Distance::Manhattan | Distance::Cdf => manhattan(p, q),
             _ => p.iter().zip(q).map(|(&a, &b)| self.term(a, b)).sum(),
         }
     }

@@ -16,9 +16,9 @@
 //! * [`distance`], [`cdf`], [`score`] ([`score::Scorer`]), [`policy`], [`filter`] — the pieces
 //!   the pipeline is made of; [`latency`] — quantiles and distances of call-duration
 //!   histograms;
-//! * [`combine`], [`missing`] — the combined verdict and missing-data findings; [`stacks`]
-//!   — where each thread is, stuck calls and a stopped node's last call; [`paused`] — nodes
-//!   stopped by a signal, not slow;
+//! * [`combine`], [`missing`], [`resource`] — the combined verdict, missing-data findings, and
+//!   the resource at fault (seed 001's checklist); [`stacks`] — where each thread is, stuck
+//!   calls and a stopped node's last call; [`paused`] — nodes stopped by a signal, not slow;
 //! * [`diagnosis`] — the typed [`Diagnosis`], serialised as the JSON report;
 //! * [`setup`] — options resolved into settings; [`plan`] — what diagnosis and training share
 //!   (the metrics to run, the analyzer, [`plan::Progress`]); [`session`] and [`train`] — settings
@@ -52,6 +52,7 @@ pub mod persistence;
 pub mod plan;
 pub mod policy;
 pub mod report;
+pub mod resource;
 pub mod score;
 pub mod session;
 pub mod setup;

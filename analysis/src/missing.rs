@@ -245,6 +245,11 @@ impl Finding {
                 "{node} has gaps in its {metric} data: {windows} window(s) left out of the \
                  comparison (missing data is never read as zeros)"
             ),
+            Finding::NoData { node, metric } if *metric == Metric::OS => format!(
+                "{node} has no OS metrics while its peers do (a sampler run with \
+                 --no-os-metrics, or one that does not record them): it is compared on the other \
+                 metrics only, and no resource can be named from its OS metrics"
+            ),
             Finding::NoData { node, metric } => {
                 format!("{node} has no {metric} data while its peers do")
             }
@@ -316,6 +321,26 @@ pub fn findings(
             });
         }
     }
+    // A node without any OS metric while its peers have them: one finding for the family, not
+    // one per metric.
+    let os: Vec<&crate::analyzer::MetricResult> = outcome
+        .metrics
+        .iter()
+        .filter(|m| reported.contains(&m.metric()) && m.config.family.group() == Metric::OS)
+        .collect();
+    let no_os: Vec<bool> = (0..names.len())
+        .map(|n| {
+            !os.is_empty() && spans[n].is_some() && os.iter().all(|m| m.nodes[n].first_ns.is_none())
+        })
+        .collect();
+    for (n, &none) in no_os.iter().enumerate() {
+        if none {
+            out.push(Finding::NoData {
+                node: names[n].clone(),
+                metric: Metric::OS,
+            });
+        }
+    }
     for m in &outcome.metrics {
         if !reported.contains(&m.metric()) {
             continue;
@@ -323,7 +348,8 @@ pub fn findings(
         let with_data = m.nodes.iter().filter(|n| n.first_ns.is_some()).count();
         for (n, nm) in m.nodes.iter().enumerate() {
             if nm.first_ns.is_none() {
-                if with_data > 0 && spans[n].is_some() {
+                let family_said = m.config.family.group() == Metric::OS && no_os[n];
+                if with_data > 0 && spans[n].is_some() && !family_said {
                     out.push(Finding::NoData {
                         node: names[n].clone(),
                         metric: m.metric(),

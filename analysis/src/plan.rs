@@ -34,21 +34,28 @@ pub(crate) fn plan_metrics(
 ) -> Result<MetricPlan> {
     let available = |m: Metric| survey.slots.contains_key(&m);
     let all: Vec<Metric> = setup.families.iter().map(|f| f.metric()).collect();
-    let reported: Vec<Metric> = match &setup.metrics {
-        Some(req) => {
-            for &m in req {
-                if !available(m) {
-                    let how = setup.family(m).how_to_record();
-                    notes.push(format!("no {m} data in the given directories ({how})"));
-                }
+    if let Some(req) = &setup.metrics {
+        for &m in req {
+            let found = if m == Metric::OS {
+                all.iter().any(|&x| x.is_os() && available(x))
+            } else {
+                available(m)
+            };
+            if !found {
+                let how = match setup.families.iter().find(|f| f.metric() == m) {
+                    Some(f) => f.how_to_record(),
+                    None if m == Metric::OS || m.is_os() => crate::family::os::HOW,
+                    None => "",
+                };
+                notes.push(format!("no {m} data in the given directories ({how})"));
             }
-            all.iter()
-                .copied()
-                .filter(|m| req.contains(m) && available(*m))
-                .collect()
         }
-        None => all.iter().copied().filter(|m| available(*m)).collect(),
-    };
+    }
+    let reported: Vec<Metric> = all
+        .iter()
+        .copied()
+        .filter(|&m| setup.wants(m) && available(m))
+        .collect();
     if reported.is_empty() {
         return Err(Error::Data(
             "no data to compare in the given directories for the metrics asked for".into(),

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::analyzer::{Analyzer, MIN_NODES};
 use crate::data::{Dataset, DirSource, FileStatus, NodeData, Source};
-use crate::diagnosis::{ClosedWindow, Diagnosis, ReportInput};
+use crate::diagnosis::{ClosedWindow, Diagnosis, OsSettings, ReportInput};
 use crate::error::{Error, Result};
 use crate::family::Metric;
 use crate::feed::{self, Feeder, Survey};
@@ -19,7 +19,8 @@ use crate::plan::{
     MetricSetup, Progress,
 };
 use crate::policy::{Policy, Pool, Unsupervised};
-use crate::setup::{Setup, TrainedThresholds};
+use crate::resource::DatasetLevels;
+use crate::setup::{Setup, TrainedThresholds, DEFAULT_SMOOTHING};
 use crate::time::{fmt_dur, now_ns, NS_PER_S};
 use crate::{paused, stacks};
 
@@ -156,6 +157,9 @@ pub fn diagnose(
         Some(f) => wait_for_nodes(req.source, setup, f)?,
     };
     check_nodes(&ds, "diagnose", &mut notes)?;
+    let setup = &setup.for_data(&ds);
+    // The OS metrics' notes (the others are in already; notes are deduplicated at the end).
+    notes.extend(setup.notes.iter().cloned());
     let survey = feed::survey(&ds, &setup.families)?;
     let plan = plan_metrics(setup, &survey, &mut notes)?;
     for &m in &plan.reported {
@@ -238,6 +242,7 @@ pub fn diagnose(
     );
     findings.extend(damage_findings(&ds));
     let peers = setup.peers_text(outcome.names.len());
+    let levels = DatasetLevels::new(&ds);
     let mut diagnosis = Diagnosis::build(
         &outcome,
         ReportInput {
@@ -250,6 +255,11 @@ pub fn diagnose(
             top: req.top,
             peers,
             by_program: setup.settings.by_program,
+            os: OsSettings {
+                windows: setup.os_windows(),
+                smoothing: setup.settings.smoothing.unwrap_or(DEFAULT_SMOOTHING),
+            },
+            levels: Some(&levels),
         },
     );
     // Seed 003: the I/O layers' characteristics, compared bottom-up across the peers.

@@ -58,6 +58,14 @@ pub struct Settings {
     /// Variance weighting of components (files written before it existed: none).
     #[serde(default)]
     pub weighting: Weighting,
+    /// The OS metrics' own WinSize and WinShift, ns (files written before OS metrics were
+    /// analysed: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub os_windows_ns: Option<(u64, u64)>,
+    /// Width of the moving average over per-second values before distributions are compared
+    /// (OS metrics, `--distance cdf`); files written before: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub smoothing: Option<usize>,
     /// What the tracer's metrics compare (files written before it existed: functions).
     #[serde(default, skip_serializing_if = "is_functions")]
     pub features: Features,

@@ -30,6 +30,11 @@ use crate::time::{fmt_dur, fmt_sig};
 
 /// Grid of weighted thresholds (scores in typical deviations).
 const WEIGHTED_QUANTUM: f64 = 1e-3;
+/// Grid of CDF-distance thresholds: seed 001 §4.6.1 "start[s] with a minimum threshold value
+/// (currently 0.1) and increase[s] in increments (of 0.1)". It is also a floor: peers whose
+/// per-second values agreed exactly in training (the same rate every second) would otherwise get
+/// a threshold of 0.002, and one second off by one bin would flag them.
+const CDF_QUANTUM: f64 = 0.1;
 
 /// One fault-free run to train on.
 #[derive(Debug)]
@@ -118,6 +123,8 @@ const ODD_FACTOR: f64 = 2.0;
 /// A loaded training run.
 struct Run {
     name: String,
+    /// The settings with this run's OS metrics.
+    setup: Setup,
     ds: Dataset,
     survey: Survey,
     plan: MetricPlan,
@@ -138,11 +145,13 @@ pub fn train(
         let what = format!("training run {}", r.name);
         let ds = Dataset::open_source(r.source, setup.load.clone()).map_err(|e| e.context(what))?;
         check_nodes(&ds, &r.name, &mut notes)?;
-        let survey = feed::survey(&ds, &setup.families)?;
-        loaded.push((r.name, ds, survey));
+        let run_setup = setup.for_data(&ds);
+        notes.extend(run_setup.notes.iter().cloned());
+        let survey = feed::survey(&ds, &run_setup.families)?;
+        loaded.push((r.name, run_setup, ds, survey));
     }
     // All runs must be recorded alike.
-    let sampling: HashSet<_> = loaded.iter().filter_map(|r| r.2.sampling.clone()).collect();
+    let sampling: HashSet<_> = loaded.iter().filter_map(|r| r.3.sampling.clone()).collect();
     if sampling.len() > 1 {
         let list: Vec<String> = sampling.iter().map(|s| s.to_string()).collect();
         return Err(Error::Data(format!(
@@ -153,17 +162,17 @@ pub fn train(
     // Pass 1: the kept function set over all runs.
     let mut kept: BTreeMap<Metric, Vec<CompLabel>> = BTreeMap::new();
     let mut runs = Vec::new();
-    for (name, ds, survey) in loaded {
-        let plan = plan_metrics(setup, &survey, &mut notes)?;
+    for (name, setup, ds, survey) in loaded {
+        let plan = plan_metrics(&setup, &survey, &mut notes)?;
         let mut a = build_analyzer(
-            setup,
+            &setup,
             &survey,
             &plan.run,
             false,
             |_| MetricSetup::policy(Policy::Training),
             &mut notes,
         )?;
-        feed_all(setup, &ds, &mut a, progress)?;
+        feed_all(&setup, &ds, &mut a, progress)?;
         for m in a.results() {
             let set = kept.entry(m.metric()).or_default();
             for l in m.kept_labels() {
@@ -174,6 +183,7 @@ pub fn train(
         }
         runs.push(Run {
             name,
+            setup,
             ds,
             survey,
             plan,
@@ -183,7 +193,6 @@ pub fn train(
     let no_weights = BTreeMap::new();
     let unsupervised = |_: &str, _: Metric| None;
     let pass2 = score(
-        setup,
         &runs,
         (&kept, &no_weights, &unsupervised),
         &mut notes,
@@ -193,6 +202,13 @@ pub fn train(
     let mut maxima = pass2.maxima;
     let mut profiles = pass2.profiles;
     let mut weights: BTreeMap<Metric, Weights> = BTreeMap::new();
+    // A metric's family, from a run that has it (the OS metrics depend on the data).
+    let family_of = |m: Metric| {
+        runs.iter()
+            .find_map(|r| r.setup.families.iter().find(|f| f.metric() == m))
+            .cloned()
+            .expect("trained metrics have families")
+    };
     // Variance weighting: scales from pass 2, then a pass 3 scoring with them.
     if setup.settings.weighting == Weighting::Variance {
         let files: BTreeMap<Metric, WeightsFile> = pass2
@@ -202,14 +218,13 @@ pub fn train(
                 let v: Vec<(CompLabel, Spread)> = sp.iter().map(|(l, s)| (l.clone(), *s)).collect();
                 (
                     m,
-                    WeightsFile::from_spreads(&v, setup.family(m).resolution(), unseen),
+                    WeightsFile::from_spreads(&v, family_of(m).resolution(), unseen),
                 )
             })
             .collect();
         weights = files.iter().map(|(&m, f)| (m, f.weights())).collect();
         let mut quiet = Vec::new();
         let pass3 = score(
-            setup,
             &runs,
             (&kept, &weights, &unsupervised),
             &mut quiet,
@@ -239,13 +254,7 @@ pub fn train(
             (!rows.is_empty()).then(|| Arc::new(NormalProfiles { profiles: rows }))
         };
         let mut quiet = Vec::new();
-        let pass4 = score(
-            setup,
-            &runs,
-            (&kept, &weights, &others),
-            &mut quiet,
-            progress,
-        )?;
+        let pass4 = score(&runs, (&kept, &weights, &others), &mut quiet, progress)?;
         let scales: BTreeMap<Metric, Option<WeightsFile>> =
             out.iter().map(|(m, t)| (*m, t.weights.clone())).collect();
         out = pass4.thresholds;
@@ -256,7 +265,7 @@ pub fn train(
         }
     }
     for (m, t) in out.iter_mut() {
-        let quantum = quantum(setup, setup.family(*m).as_ref());
+        let quantum = quantum(setup, family_of(*m).as_ref());
         let basis = match rule {
             ThresholdRule::Flagged => &t.flag_scores,
             ThresholdRule::Window => &t.max_scores,
@@ -311,7 +320,8 @@ pub fn train(
 /// The grid thresholds of `family` are rounded up on ("least integer threshold", seed 000).
 fn quantum(setup: &Setup, family: &dyn MetricFamily) -> f64 {
     match (family.comparison(), setup.settings.weighting) {
-        (Comparison::Cdf { .. } | Comparison::Histograms, _) => 1e-3,
+        (Comparison::Cdf { .. }, _) => CDF_QUANTUM,
+        (Comparison::Histograms, _) => 1e-3,
         // Profiles: shares of a node's total, between 0 and 2.
         _ if setup.settings.score.profiles() => 1e-3,
         (_, Weighting::Variance) => WEIGHTED_QUANTUM,
@@ -352,7 +362,6 @@ type NormalFor<'a> = &'a dyn Fn(&str, Metric) -> Option<Arc<NormalProfiles>>;
 
 /// Scores every window of every run with the kept set from the start and the given weights.
 fn score(
-    setup: &Setup,
     runs: &[Run],
     (kept, weights, normal): (
         &BTreeMap<Metric, Vec<CompLabel>>,
@@ -368,6 +377,7 @@ fn score(
     let mut profiles: BTreeMap<Metric, Vec<NormalProfileEntry>> = BTreeMap::new();
     let weighted = !weights.is_empty();
     for run in runs {
+        let setup = &run.setup;
         let mut a = build_analyzer(
             setup,
             &run.survey,

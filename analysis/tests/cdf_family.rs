@@ -9,9 +9,12 @@
 //! as distributions io3 is the culprit and `compress_block` its function. Everything from the
 //! files on is the library's real path: loader, family reader, analyzer, diagnosis.
 
+mod common;
+
 use std::path::Path;
 use std::sync::Arc;
 
+use common::{noise, samples_writer, temp_dir};
 use culprit_analysis::data::NodeData;
 use culprit_analysis::diagnosis::MetricStatus;
 use culprit_analysis::family::sampler::Samples;
@@ -19,14 +22,11 @@ use culprit_analysis::family::{
     Comparison, FamilyReader, KeepRule, KeepSettings, Metric, MetricFamily, Windows, Words,
 };
 use culprit_analysis::plan::Quiet;
-use culprit_analysis::score::SplitMix64;
 use culprit_analysis::session::{self, DiagnoseRequest};
 use culprit_analysis::setup::{Overrides, Setup};
 use culprit_analysis::time::NS_PER_S;
 use culprit_analysis::Diagnosis;
-use culprit_format::names::samples_file_name;
-use culprit_format::writer::FileWriter;
-use culprit_format::{end_reason, FileKind, RecordBuf, SampleEntry, SamplesHead};
+use culprit_format::{end_reason, RecordBuf, SampleEntry, SamplesHead};
 
 /// 2024-01-01T00:00:00Z.
 const T0: u64 = 1_704_067_200;
@@ -78,12 +78,6 @@ impl MetricFamily for SamplesPerSecond {
     }
 }
 
-/// Deterministic noise in [-1, 1).
-fn noise(a: u64, b: u64, c: u64) -> f64 {
-    let mut rng = SplitMix64(a * 1_000_003 + b * 1009 + c);
-    2.0 * rng.unit() - 1.0
-}
-
 /// Four nodes, 1 s intervals of cpu-clock samples; io3's `compress_block` alternates 1.9× and
 /// 0.1× from `FAULT_FROM` on.
 fn write(root: &Path) {
@@ -93,26 +87,19 @@ fn write(root: &Path) {
         ("memcpy", 80.0),
     ];
     for n in 0..4u64 {
-        let dir = root.join(format!("io{n}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut w = FileWriter::create_unique(
-            &dir,
-            |seq| samples_file_name(T0 * NS_PER_S, seq),
-            FileKind::Samples,
-            T0 * NS_PER_S,
-            100 + n as u32,
-        )
-        .unwrap();
+        let mut w = samples_writer(
+            root,
+            n,
+            T0,
+            &[
+                (1, "cpu-clock"),
+                (2, "server"),
+                (3, "handle_io"),
+                (4, "compress_block"),
+                (5, "memcpy"),
+            ],
+        );
         let mut buf = RecordBuf::new();
-        buf.info([("event", "cpu-clock"), ("period", "1000000")]);
-        buf.strings([
-            (1, "cpu-clock"),
-            (2, "server"),
-            (3, "handle_io"),
-            (4, "compress_block"),
-            (5, "memcpy"),
-        ]);
-        w.append(&buf).unwrap();
         for s in 0..SECS {
             buf.clear();
             let entries: Vec<SampleEntry> = funcs
@@ -154,21 +141,6 @@ fn write(root: &Path) {
 fn diagnose(root: &Path, setup: &Setup) -> Diagnosis {
     let req = DiagnoseRequest::dirs(&[root.to_path_buf()], 10);
     session::diagnose(setup, None, req, &mut Quiet).expect("diagnose")
-}
-
-struct TempDir(std::path::PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn temp_dir(tag: &str) -> TempDir {
-    let p = std::env::temp_dir().join(format!("culprit-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&p);
-    std::fs::create_dir_all(&p).unwrap();
-    TempDir(p)
 }
 
 #[test]

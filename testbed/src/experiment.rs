@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::fault::FaultKind;
 use crate::programs::Programs;
 use crate::run::{run_once, Instrument, Phases, RunPlan, RunRecord};
-use crate::tools::{Tools, Windows};
+use crate::tools::{Tools, Windows, WHITE_BOX};
 use crate::workload::{Bound, Workload, WorkloadSpec};
 
 /// The experiment's parameters.
@@ -184,6 +184,10 @@ pub enum ResultLine {
         /// from results recorded before it was measured.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         untrained: Option<BTreeSet<String>>,
+        /// The resource named for each culprit of the combined verdict (results written before
+        /// resources were named: none).
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        resources: BTreeMap<String, String>,
     },
     /// One overhead measurement.
     Overhead {
@@ -303,6 +307,7 @@ pub fn run_experiment(
                             metrics: BTreeSet::new(),
                             exit: 0,
                             untrained: None,
+                            resources: BTreeMap::new(),
                         },
                     )?;
                 }
@@ -349,13 +354,14 @@ pub fn run_experiment(
                 &dir,
                 say,
             )?;
-            let v = tools.diagnose(&rec.data_dir, Some(&thresholds), windows)?;
+            let v = diagnose_all(tools, &rec.data_dir, &thresholds, windows)?;
             let untrained = untrained_culprits(tools, &rec.data_dir, windows)?;
             say(&format!(
-                "  {id}: truth {} {}; flagged {:?}; untrained {:?}",
+                "  {id}: truth {} {}; flagged {:?} {:?}; untrained {:?}",
                 rec.fault,
                 rec.faulty_node,
                 v.flagged.get("combined").cloned().unwrap_or_default(),
+                v.resources,
                 untrained
             ));
             append(
@@ -367,6 +373,7 @@ pub fn run_experiment(
                     metrics: v.metrics,
                     exit: v.exit,
                     untrained: Some(untrained),
+                    resources: v.resources,
                 },
             )?;
             // The traces of scored runs are kept (re-analysis needs only the JSON lines; the data
@@ -436,6 +443,52 @@ pub fn run_experiment(
         cl.teardown()?;
     }
     Ok(())
+}
+
+/// Diagnoses a run three times: with every metric (the combined verdict, each metric's, the
+/// resources), with the OS metrics alone (`black-box`, seed 001) and with the white-box metrics
+/// alone (`white-box`, seed 000) — each a verdict a user with only that data would get.
+fn diagnose_all(
+    tools: &Tools,
+    data: &Path,
+    thresholds: &Path,
+    windows: Windows,
+) -> Result<crate::tools::Verdicts> {
+    let mut v = tools.diagnose(data, Some(thresholds), windows)?;
+    let white: Vec<&str> = WHITE_BOX
+        .iter()
+        .copied()
+        .filter(|m| v.metrics.contains(*m))
+        .collect();
+    let parts: [(&str, Vec<&str>); 2] = [("black-box", vec!["os"]), ("white-box", white)];
+    for (column, metrics) in parts {
+        let has = match column {
+            "black-box" => v.metrics.contains("os"),
+            _ => !metrics.is_empty(),
+        };
+        if !has {
+            continue;
+        }
+        let part = tools.diagnose_metrics(data, Some(thresholds), windows, &metrics)?;
+        v.flagged.insert(
+            column.to_string(),
+            part.diagnosis.culprits.iter().cloned().collect(),
+        );
+    }
+    Ok(v)
+}
+
+/// The resource the checklist should name for each fault class.
+pub fn expected_resource(fault: &str) -> Option<&'static str> {
+    Some(match fault {
+        "disk-hog" => "disk-hog",
+        "slow-disk" => "slow-disk",
+        "write-network-hog" | "read-network-hog" => "network-hog",
+        "receive-pktloss" | "send-pktloss" => "packet-loss",
+        "cpu-hog" => "cpu-hog",
+        "cpu-quota" => "cpu-starvation",
+        _ => return None,
+    })
 }
 
 /// Instrumentation settings of the overhead measurement.
@@ -594,14 +647,15 @@ pub fn rediagnose(
             ResultLine::Run { role, record, .. }
                 if role != "train" && named(test, &record.workload) =>
             {
-                let v = tools.diagnose(&record.data_dir, Some(&thresholds), windows)?;
+                let v = diagnose_all(tools, &record.data_dir, &thresholds, windows)?;
                 let untrained = untrained_culprits(tools, &record.data_dir, windows)?;
                 say(&format!(
-                    "{}: truth {} {}; flagged {:?}; untrained {:?}",
+                    "{}: truth {} {}; flagged {:?} {:?}; untrained {:?}",
                     record.id,
                     record.fault,
                     record.faulty_node,
                     v.flagged.get("combined").cloned().unwrap_or_default(),
+                    v.resources,
                     untrained
                 ));
                 append(
@@ -613,6 +667,7 @@ pub fn rediagnose(
                         metrics: v.metrics,
                         exit: v.exit,
                         untrained: Some(untrained),
+                        resources: v.resources,
                     },
                 )?;
             }
@@ -635,13 +690,18 @@ fn untrained_culprits(tools: &Tools, data: &Path, windows: Windows) -> Result<BT
     }
 }
 
-/// Columns of Table 1: each metric, diagnose's combined verdict, `any` (flagged by at least one
-/// metric), and the combined verdict of an untrained diagnosis (when measured).
-const COLUMNS: [&str; 7] = [
+/// Columns of Table 1: each white-box metric, the OS metrics (`os`: faulty on any of them),
+/// the verdicts of the white-box metrics alone, of the OS metrics alone (`black-box`) and of all
+/// (`combined`), `any` (flagged by at least one metric), and the combined verdict of an
+/// untrained diagnosis (when measured).
+const COLUMNS: [&str; 10] = [
     "samples",
     "count",
     "time",
     "events",
+    "os",
+    "white-box",
+    "black-box",
     "combined",
     "any",
     "untrained",
@@ -688,6 +748,8 @@ pub fn render(lines: &[ResultLine]) -> String {
     }
     // rows: fault name → metric → (tp, fp)
     let mut rows: BTreeMap<String, BTreeMap<&str, (Rate, Rate)>> = BTreeMap::new();
+    // fault name → (resource right among combined TPs, resources named)
+    let mut named: BTreeMap<String, (Rate, BTreeMap<String, usize>)> = BTreeMap::new();
     let mut order: Vec<String> = FaultKind::ALL
         .iter()
         .map(|f| f.name().to_string())
@@ -700,6 +762,7 @@ pub fn render(lines: &[ResultLine]) -> String {
             flagged,
             metrics,
             untrained,
+            resources,
             ..
         } = l
         else {
@@ -713,11 +776,32 @@ pub fn render(lines: &[ResultLine]) -> String {
         // the false positives of OR-ing the detectors.
         let any: BTreeSet<String> = flagged
             .iter()
-            .filter(|(m, _)| m.as_str() != "combined")
+            .filter(|(m, _)| WHITE_BOX.contains(&m.as_str()) || m.as_str() == "os")
             .flat_map(|(_, nodes)| nodes.iter().cloned())
             .collect();
+        let combined_tp = !record.faulty_node.is_empty()
+            && flagged
+                .get("combined")
+                .is_some_and(|f| f.contains(&record.faulty_node));
+        if combined_tp && !resources.is_empty() {
+            let e = named
+                .entry(record.fault.clone())
+                .or_insert((Rate { x: 0, n: 0 }, BTreeMap::new()));
+            let got = resources
+                .get(&record.faulty_node)
+                .cloned()
+                .unwrap_or_else(|| "none".into());
+            e.0.n += 1;
+            e.0.x += usize::from(expected_resource(&record.fault) == Some(got.as_str()));
+            *e.1.entry(got).or_default() += 1;
+        }
         for m in COLUMNS {
-            if !matches!(m, "combined" | "any" | "untrained") && !metrics.contains(m) {
+            let present = match m {
+                "combined" | "any" | "untrained" => true,
+                "white-box" | "black-box" => flagged.contains_key(m),
+                _ => metrics.contains(m),
+            };
+            if !present {
                 continue;
             }
             let f = match m {
@@ -788,6 +872,7 @@ pub fn render(lines: &[ResultLine]) -> String {
     }
     let _ = writeln!(s);
 
+    render_resources(&order, &named, &mut s);
     render_effects(lines, &mut s);
 
     // Table 2.
@@ -842,6 +927,44 @@ pub fn render(lines: &[ResultLine]) -> String {
         }
     }
     s
+}
+
+/// The resource named in the runs where the combined verdict flagged the faulty node.
+fn render_resources(
+    order: &[String],
+    named: &BTreeMap<String, (Rate, BTreeMap<String, usize>)>,
+    s: &mut String,
+) {
+    if named.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "\nResource named — among the runs whose combined verdict flagged the faulty node, the"
+    );
+    let _ = writeln!(
+        s,
+        "runs where the checklist named the fault's resource; x/n (95 % Wilson interval, %).\n"
+    );
+    let _ = writeln!(s, "| fault | expected | resource correct | named |");
+    let _ = writeln!(s, "|---|---|---|---|");
+    let mut total = Rate { x: 0, n: 0 };
+    for f in order {
+        let Some((rate, kinds)) = named.get(f) else {
+            continue;
+        };
+        total.x += rate.x;
+        total.n += rate.n;
+        let list: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        let _ = writeln!(
+            s,
+            "| {f} | {} | {} | {} |",
+            expected_resource(f).unwrap_or("–"),
+            rate.cell(),
+            list.join(", ")
+        );
+    }
+    let _ = writeln!(s, "| all faults | | {} | |", total.cell());
 }
 
 /// Table 3: what each fault did to the cluster (the ground truth the metrics had to see):
@@ -1065,6 +1188,7 @@ mod tests {
             metrics: ["samples".to_string()].into_iter().collect(),
             exit: 1,
             untrained: None,
+            resources: BTreeMap::new(),
         }
     }
 
@@ -1090,6 +1214,7 @@ mod tests {
             "{disk}"
         );
         let none = t.lines().find(|l| l.starts_with("| none")).unwrap();
+        assert!(!t.contains("Resource named"), "no resources recorded: {t}");
         assert!(
             none.contains("| 1/2 ("),
             "training runs are not scored: {none}"
@@ -1108,6 +1233,7 @@ mod tests {
                 flagged,
                 metrics,
                 exit,
+                resources,
                 ..
             } => ResultLine::Run {
                 role,
@@ -1116,6 +1242,7 @@ mod tests {
                 metrics,
                 exit,
                 untrained: Some(u.iter().map(|s| s.to_string()).collect()),
+                resources,
             },
             other => other,
         };
@@ -1145,6 +1272,45 @@ mod tests {
         assert!(!old.contains("untrained"), "{old}");
     }
 
+    /// Black-box and white-box verdicts are columns when recorded; the resource is scored among
+    /// the runs whose combined verdict flagged the faulty node.
+    #[test]
+    fn resource_correct_among_the_combined_true_positives() {
+        let mut lines = vec![
+            run_line("faulty", "slow-disk", "io1", &["io1"], &[]),
+            run_line("faulty", "slow-disk", "io2", &["io2"], &[]),
+            run_line("faulty", "slow-disk", "io3", &[], &[]),
+        ];
+        for (l, kind) in lines.iter_mut().zip(["slow-disk", "disk-hog", "slow-disk"]) {
+            if let ResultLine::Run {
+                flagged,
+                resources,
+                record,
+                ..
+            } = l
+            {
+                flagged.insert("black-box".into(), flagged["combined"].clone());
+                resources.insert(record.faulty_node.clone(), kind.into());
+            }
+        }
+        let t = render(&lines);
+        let header = t.lines().find(|l| l.starts_with("| fault |")).unwrap();
+        assert!(
+            header.contains("black-box TP") && header.contains("os TP"),
+            "{header}"
+        );
+        let row = t
+            .lines()
+            .find(|l| l.starts_with("| slow-disk | slow-disk |"))
+            .unwrap_or_else(|| panic!("{t}"));
+        assert!(
+            row.contains("| 1/2 (") && row.contains("disk-hog 1, slow-disk 1"),
+            "{row}"
+        );
+        assert_eq!(expected_resource("send-pktloss"), Some("packet-loss"));
+        assert_eq!(expected_resource("none"), None);
+    }
+
     #[test]
     fn fault_effects_compare_the_faulty_node_with_its_peers() {
         let u = |node: &str, cpu_s: f64, disk_bytes: u64| crate::run::PhaseUsage {
@@ -1168,6 +1334,7 @@ mod tests {
             metrics: BTreeSet::new(),
             exit: 0,
             untrained: None,
+            resources: BTreeMap::new(),
         };
         let t = render(&[line]);
         assert!(t.contains("| cpu-hog | ddw | 0.50 | 3.00 | 3.00 |"), "{t}");

@@ -68,20 +68,29 @@ pub struct Tools {
     pub culprit: PathBuf,
     /// `libculprit_rt.so`.
     pub runtime: PathBuf,
+    /// Analysis options added to every `culprit train` and `culprit diagnose` (to measure an
+    /// option, e.g. `--smoothing 1`).
+    pub analysis_args: Vec<String>,
 }
 
-/// The metrics diagnosis reports on, in table order, and the combined verdict.
-pub const METRICS: [&str; 5] = ["samples", "count", "time", "events", "combined"];
+/// The white-box metrics (seed 000, and the tracer's latency histograms), in table order.
+pub const WHITE_BOX: [&str; 5] = ["samples", "count", "time", "events", "latency"];
+/// The metrics diagnosis reports on, in table order, the OS metrics as one family (`os`: a
+/// node faulty on any of them), and the combined verdict.
+pub const METRICS: [&str; 6] = ["samples", "count", "time", "events", "os", "combined"];
 
 /// What `culprit diagnose --json` said, reduced to what the experiment scores.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Verdicts {
     /// Exit status (0 nothing flagged, 1 faulty node found).
     pub exit: i32,
-    /// Per metric (and `combined`), the nodes flagged faulty.
+    /// Per metric (every OS metric by name, `os` for any of them) and `combined`, the nodes
+    /// flagged faulty.
     pub flagged: BTreeMap<String, BTreeSet<String>>,
-    /// Metrics the diagnosis had data for.
+    /// Metrics the diagnosis had data for (`os` when it had any OS metric).
     pub metrics: BTreeSet<String>,
+    /// The resource named for each culprit (`slow-disk`, `software`…).
+    pub resources: BTreeMap<String, String>,
     /// The full report.
     pub diagnosis: Diagnosis,
 }
@@ -102,7 +111,11 @@ impl Tools {
                 culprit.display()
             ))
         })?;
-        Ok(Tools { culprit, runtime })
+        Ok(Tools {
+            culprit,
+            runtime,
+            analysis_args: Vec::new(),
+        })
     }
 
     fn culprit(&self) -> Command {
@@ -158,7 +171,8 @@ impl Tools {
             .args(data_dirs)
             .arg("--out")
             .arg(out)
-            .args(windows.args());
+            .args(windows.args())
+            .args(&self.analysis_args);
         let o = cmd
             .output()
             .map_err(|e| Error::io("run culprit train", e))?;
@@ -178,11 +192,27 @@ impl Tools {
         thresholds: Option<&Path>,
         windows: Windows,
     ) -> Result<Verdicts> {
+        self.diagnose_metrics(data_dir, thresholds, windows, &[])
+    }
+
+    /// `culprit diagnose DATA [--thresholds FILE] --json [--metrics LIST]` (`metrics` empty:
+    /// all with data).
+    pub fn diagnose_metrics(
+        &self,
+        data_dir: &Path,
+        thresholds: Option<&Path>,
+        windows: Windows,
+        metrics: &[&str],
+    ) -> Result<Verdicts> {
         let mut cmd = self.culprit();
         cmd.arg("diagnose")
             .arg(data_dir)
             .arg("--json")
-            .args(windows.args());
+            .args(windows.args())
+            .args(&self.analysis_args);
+        if !metrics.is_empty() {
+            cmd.arg("--metrics").arg(metrics.join(","));
+        }
         if let Some(t) = thresholds {
             cmd.arg("--thresholds").arg(t);
         }
@@ -211,7 +241,10 @@ impl Tools {
         windows: Windows,
     ) -> Result<String> {
         let mut cmd = self.culprit();
-        cmd.arg("diagnose").arg(data_dir).args(windows.args());
+        cmd.arg("diagnose")
+            .arg(data_dir)
+            .args(windows.args())
+            .args(&self.analysis_args);
         if let Some(t) = thresholds {
             cmd.arg("--thresholds").arg(t);
         }
@@ -267,7 +300,8 @@ impl Drop for SamplerProcess {
 }
 
 /// The flagged nodes per metric of a diagnosis: per metric, the nodes whose verdict on it is
-/// faulty; for the combined verdict, the culprits (nodes found faulty or stopped).
+/// faulty (`os`: on any OS metric); for the combined verdict, the culprits (nodes found faulty
+/// or stopped), and the resource named for each.
 pub fn verdicts(diagnosis: Diagnosis) -> Verdicts {
     let mut flagged: BTreeMap<String, BTreeSet<String>> = METRICS
         .iter()
@@ -275,18 +309,38 @@ pub fn verdicts(diagnosis: Diagnosis) -> Verdicts {
         .collect();
     let mut metrics = BTreeSet::new();
     for m in &diagnosis.metrics {
-        metrics.insert(m.metric.to_string());
-        let set = flagged.entry(m.metric.to_string()).or_default();
-        for n in m.nodes.iter().filter(|n| n.verdict == MetricStatus::Faulty) {
-            set.insert(n.node.clone());
+        let faulty = m
+            .nodes
+            .iter()
+            .filter(|n| n.verdict == MetricStatus::Faulty)
+            .map(|n| n.node.clone());
+        let names = if m.family.name() == m.metric.name() {
+            vec![m.metric.to_string()]
+        } else {
+            vec![m.metric.to_string(), m.family.to_string()]
+        };
+        for name in names {
+            metrics.insert(name.clone());
+            flagged.entry(name).or_default().extend(faulty.clone());
         }
     }
     let combined = flagged.entry("combined".into()).or_default();
     combined.extend(diagnosis.culprits.iter().cloned());
+    let resources = diagnosis
+        .verdicts
+        .iter()
+        .filter(|v| diagnosis.culprits.contains(&v.node))
+        .filter_map(|v| {
+            let r = v.resource.as_ref()?;
+            let kind = serde_json::to_value(r.kind).ok()?;
+            Some((v.node.clone(), kind.as_str()?.to_string()))
+        })
+        .collect();
     Verdicts {
         exit: diagnosis.exit_status(),
         flagged,
         metrics,
+        resources,
         diagnosis,
     }
 }
@@ -301,7 +355,8 @@ mod tests {
             r#"{{"schema": "culprit-diagnosis", "version": 1, "data": ["DATA"], "trained": false,
             "thresholds_file": null,
             "settings": {{"win_size_s": 10.0, "win_shift_s": 5.0, "k": 3, "score": "median-node",
-              "distance": "manhattan", "peers": "n/a", "by_program": false, "unsupervised": null}},
+              "distance": "manhattan", "peers": "n/a", "by_program": false, "unsupervised": null,
+              "os_win_size_s": 30.0, "os_win_shift_s": 5.0, "smoothing": 5}},
             "from": null, "to": null, "nodes": ["io0", "io1", "io2"], "culprits": ["io2"],
             "verdicts": [], "metrics": [{metrics}], "findings": [], "notes": [], "warnings": []}}"#
         )
@@ -318,7 +373,7 @@ mod tests {
 
     fn metric(name: &str, nodes: &[String]) -> String {
         format!(
-            r#"{{"metric": "{name}", "unit": "u", "score_unit": "u", "thresholds": "untrained",
+            r#"{{"metric": "{name}", "family": "{name}", "unit": "u", "score_unit": "u", "thresholds": "untrained",
             "windows": 9, "unscored_windows": 0, "kept": 3, "nodes": [{}]}}"#,
             nodes.join(",")
         )

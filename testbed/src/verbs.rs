@@ -94,6 +94,14 @@ pub struct ExperimentArgs {
     /// re-diagnosing kept runs writes nothing into the experiment's directory.
     #[arg(long, requires = "rediagnose", value_name = "DIR")]
     results_dir: Option<PathBuf>,
+    /// With --rediagnose: name the output `OUT/results-<TAG>.jsonl` (default: from the
+    /// workloads), so that re-diagnoses with other options sit side by side.
+    #[arg(long, requires = "rediagnose")]
+    tag: Option<String>,
+    /// Analysis options added to every `culprit train` and `culprit diagnose`, space-separated,
+    /// e.g. `--analysis-args="--smoothing 1"` (to measure an option on kept runs).
+    #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
+    analysis_args: Option<String>,
     /// Workloads, comma-separated (ddw, ddr, postmark).
     #[arg(long, value_delimiter = ',')]
     workloads: Option<Vec<String>>,
@@ -154,12 +162,18 @@ pub fn experiment(args: ExperimentArgs) -> Result<i32> {
             Some(w) => parse(w)?,
             None => train.clone(),
         };
-        let tag = format!(
-            "train-{}-test-{}",
-            train.iter().map(|w| w.name()).collect::<Vec<_>>().join("+"),
-            test.iter().map(|w| w.name()).collect::<Vec<_>>().join("+")
-        );
-        let tools = tools()?;
+        let tag = args.tag.clone().unwrap_or_else(|| {
+            format!(
+                "train-{}-test-{}",
+                train.iter().map(|w| w.name()).collect::<Vec<_>>().join("+"),
+                test.iter().map(|w| w.name()).collect::<Vec<_>>().join("+")
+            )
+        });
+        if tag.contains('/') || tag.is_empty() {
+            return Err(Error::Config(format!("--tag {tag:?}: a name, not a path")));
+        }
+        let mut tools = tools()?;
+        tools.analysis_args = analysis_args(&args.analysis_args);
         let mut say = |s: &str| eprintln!("culprit experiment: {s}");
         let dest = args.results_dir.as_deref().unwrap_or(&args.out);
         let path = rediagnose(&args.out, dest, &tools, &train, &test, &tag, &mut say)?;
@@ -222,7 +236,8 @@ pub fn experiment(args: ExperimentArgs) -> Result<i32> {
         cfg.disk = (d[0] * 1_000_000, d[1]);
     }
     cfg.accuracy = !args.overhead_only;
-    let tools = tools()?;
+    let mut tools = tools()?;
+    tools.analysis_args = analysis_args(&args.analysis_args);
     let mut say = |s: &str| eprintln!("culprit experiment: {s}");
     run_experiment(&cfg, &tools, &args.out, &mut say)?;
     let table = analyze(&args.out)?;
@@ -230,6 +245,14 @@ pub fn experiment(args: ExperimentArgs) -> Result<i32> {
     std::fs::write(&md, &table).map_err(|e| Error::io(format!("write {}", md.display()), e))?;
     print(&table)?;
     Ok(0)
+}
+
+fn analysis_args(a: &Option<String>) -> Vec<String> {
+    a.as_deref()
+        .unwrap_or("")
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
 }
 
 /// culprit's tools beside the running `culprit` binary.

@@ -266,7 +266,15 @@ impl Analyzer {
             if row.len() <= node {
                 row.resize_with(node + 1, Vec::new);
             }
-            add_slot_values(&mut row[node], iv.data, n_comps, spb, first..first + count);
+            let fill = ms.slot_fill;
+            add_slot_values(
+                &mut row[node],
+                iv.data,
+                n_comps,
+                spb,
+                first..first + count,
+                fill,
+            );
         }
         let bits = match iv.data {
             IntervalData::Missed => &mut nb.missed,

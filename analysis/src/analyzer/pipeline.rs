@@ -427,9 +427,12 @@ fn feature_matrix(
     Features { sums, totals, cdf }
 }
 
-/// Stage 3 for distribution families: each kept component's values per slot on each complete node,
-/// as cumulative histograms on bins shared by the nodes; returns the matrix and the kept
-/// component of each column.
+/// Stage 3 for distribution families: each kept component's values per slot on each complete
+/// node (smoothed by the family's moving average), as cumulative histograms on bins shared by
+/// the nodes ([`cdf`]); returns the matrix and the kept component of each column. A node
+/// without a single value of a component in the window (absent throughout: an idle disk has no
+/// `await`) is not compared on it: its histogram is the median of the others', so it adds
+/// nothing to anyone's distance.
 fn cdf_features(
     ms: &MetricState,
     slots: &SlotRows<'_>,
@@ -439,6 +442,12 @@ fn cdf_features(
     let spb = ms.slots_per_bucket;
     let per_node = slots.len() * spb;
     let kept = &ms.result.kept_list;
+    let family = &ms.result.config.family;
+    let smoothing = family.smoothing();
+    let rule = cdf::BinRule {
+        max_bins,
+        min_width: family.resolution(),
+    };
     // values[ci][ri]: component ci's per-slot values on complete node ri.
     let values: Vec<Vec<Vec<f64>>> = kept
         .iter()
@@ -454,9 +463,10 @@ fn cdf_features(
                             .and_then(|n| n.get(at..at + spb));
                         match values {
                             Some(s) => v.extend_from_slice(s),
-                            None => v.resize(v.len() + spb, 0.0),
+                            None => v.resize(v.len() + spb, ms.slot_fill),
                         }
                     }
+                    cdf::moving_average(&mut v, smoothing);
                     v
                 })
                 .collect()
@@ -465,24 +475,53 @@ fn cdf_features(
     let bins: Vec<cdf::Bins> = values
         .iter()
         .map(|per| {
-            let pooled: Vec<f64> = per.iter().flatten().copied().collect();
-            cdf::Bins::shared(&pooled, per_node, max_bins)
+            let pooled: Vec<f64> = per
+                .iter()
+                .filter(|v| v.iter().any(|x| !x.is_nan()))
+                .flatten()
+                .copied()
+                .collect();
+            cdf::Bins::shared(&pooled, complete.len(), per_node, rule)
         })
         .collect();
-    let cols: usize = bins.iter().map(|b| b.count).sum();
+    let cols: usize = bins.iter().map(|b| b.columns()).sum();
     let mut comp_of = Vec::with_capacity(cols);
     for (ci, b) in bins.iter().enumerate() {
-        comp_of.extend(std::iter::repeat_n(ci as u32, b.count));
+        comp_of.extend(std::iter::repeat_n(ci as u32, b.columns()));
     }
     let mut x = Matrix::default();
     x.reset(complete.len(), cols);
-    for ri in 0..complete.len() {
-        let row = x.row_mut(ri);
-        let mut at = 0;
-        for (per_node, b) in values.iter().zip(&bins) {
-            b.cumulative(&per_node[ri], &mut row[at..at + b.count]);
-            at += b.count;
+    let mut at = 0;
+    for (per_node, b) in values.iter().zip(&bins) {
+        let n = b.columns();
+        let mut silent = Vec::new();
+        for (ri, v) in per_node.iter().enumerate() {
+            if v.iter().all(|x| x.is_nan()) {
+                silent.push(ri);
+            } else {
+                b.cumulative(v, &mut x.row_mut(ri)[at..at + n]);
+            }
         }
+        if !silent.is_empty() {
+            // The median of the nodes with values (all equal when fewer than two have any).
+            let mut others = Matrix::default();
+            let with: Vec<usize> = (0..per_node.len())
+                .filter(|r| !silent.contains(r))
+                .collect();
+            others.reset(with.len(), n);
+            for (oi, &ri) in with.iter().enumerate() {
+                others.row_mut(oi).copy_from_slice(&x.row(ri)[at..at + n]);
+            }
+            let med = if with.is_empty() {
+                vec![0.0; n]
+            } else {
+                median_node(&others)
+            };
+            for &ri in &silent {
+                x.row_mut(ri)[at..at + n].copy_from_slice(&med);
+            }
+        }
+        at += n;
     }
     (x, comp_of)
 }

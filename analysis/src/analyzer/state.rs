@@ -373,11 +373,15 @@ pub(super) struct MetricState {
     pub(super) normal_rows: Option<NormalRows>,
     /// Keep every node's score of every window.
     pub(super) keep_scores: bool,
+    /// Distribution families: the value of a slot without data — 0, or NaN where absent is not
+    /// zero ([`MetricFamily::absent_is_zero`]).
+    pub(super) slot_fill: f64,
 }
 
 impl MetricState {
     pub(super) fn new(cfg: MetricConfig, windows_ns: Windows, keep_scores: bool) -> Self {
         let comparison = cfg.family.comparison();
+        let cfg_absent_is_zero = cfg.family.absent_is_zero();
         MetricState {
             slots_per_bucket: (windows_ns.shift_ns / cfg.slot_ns) as usize,
             result: MetricResult {
@@ -408,6 +412,7 @@ impl MetricState {
             unseen: Vec::new(),
             normal_rows: None,
             keep_scores,
+            slot_fill: if cfg_absent_is_zero { 0.0 } else { f64::NAN },
         }
     }
 
@@ -471,8 +476,8 @@ pub(super) fn add_values(vals: &mut Vec<f64>, data: IntervalData<'_>, n_comps: u
 }
 
 /// Distribution families: adds an interval's values to each of its slots `slots` of the
-/// bucket (component-major, `spb` slots per component). Out of line: window sums, the common
-/// case, never call it.
+/// bucket (component-major, `spb` slots per component); a slot without data holds `fill` (0,
+/// or NaN for absent). Out of line: window sums, the common case, never call it.
 #[inline(never)]
 pub(super) fn add_slot_values(
     slots: &mut Vec<f64>,
@@ -480,26 +485,28 @@ pub(super) fn add_slot_values(
     n_comps: usize,
     spb: usize,
     covered: std::ops::Range<usize>,
+    fill: f64,
 ) {
     let need = |c: usize| (c + 1) * spb;
+    let add = |slot: &mut f64, x: f64| *slot = if slot.is_nan() { x } else { *slot + x };
     match data {
         IntervalData::Sparse(v) => {
             if slots.len() < n_comps * spb {
-                slots.resize(n_comps * spb, 0.0);
+                slots.resize(n_comps * spb, fill);
             }
             for e in v {
                 for s in covered.clone() {
-                    slots[e.comp as usize * spb + s] += e.value;
+                    add(&mut slots[e.comp as usize * spb + s], e.value);
                 }
             }
         }
         IntervalData::Dense(v) => {
             if slots.len() < need(v.len().saturating_sub(1)) {
-                slots.resize(v.len() * spb, 0.0);
+                slots.resize(v.len() * spb, fill);
             }
             for (c, &x) in v.iter().enumerate() {
                 for s in covered.clone() {
-                    slots[c * spb + s] += x;
+                    add(&mut slots[c * spb + s], x);
                 }
             }
         }

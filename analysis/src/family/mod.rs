@@ -20,13 +20,15 @@ use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use crate::data::{Dataset, EventInterval, NodeData, SampleInterval, TraceInterval};
+use crate::data::{Dataset, EventInterval, NodeData, OsInterval, SampleInterval, TraceInterval};
 use crate::distance::Distance;
 use crate::error::Result;
 use crate::model::{CompIdx, CompLabel, CompValue, Interval, IntervalData};
 
 pub mod builtin;
+pub mod distributions;
 pub mod layers;
+pub mod os;
 pub mod sampler;
 pub mod tracer;
 
@@ -59,6 +61,10 @@ impl Metric {
         Metric::LATENCY,
         Metric::LAYERS,
     ];
+    /// The black-box OS metrics as one family (seed 001): each OS metric (`disk.await`,
+    /// `net.rxbyt`, … named as in `culprit_format::os_metrics`) is analysed on its own, and
+    /// all of them count as this one metric when metrics corroborate each other.
+    pub const OS: Metric = Metric("os");
 
     /// A metric called `name` (a family's identity; names are unique).
     pub const fn new(name: &'static str) -> Metric {
@@ -70,9 +76,19 @@ impl Metric {
         self.0
     }
 
-    /// Parses a built-in metric's name.
+    /// Parses a metric's name: a built-in metric, an OS metric of the catalogue
+    /// (`culprit_format::os_metrics`), or `os`, their family.
     pub fn from_name(s: &str) -> Option<Metric> {
-        Metric::BUILTIN.into_iter().find(|m| m.0 == s)
+        Metric::BUILTIN
+            .into_iter()
+            .chain([Metric::OS])
+            .find(|m| m.0 == s)
+            .or_else(|| culprit_format::os_metrics::def(s).map(|d| Metric(d.name)))
+    }
+
+    /// True for an OS metric of the catalogue.
+    pub fn is_os(self) -> bool {
+        culprit_format::os_metrics::def(self.0).is_some()
     }
 
     /// Position in report order (built-in metrics first, in [`Metric::BUILTIN`] order).
@@ -113,7 +129,8 @@ impl<'de> Deserialize<'de> for Metric {
         let s = String::deserialize(d)?;
         Metric::from_name(&s).ok_or_else(|| {
             serde::de::Error::custom(format!(
-                "unknown metric {s:?} (this culprit knows samples, count, time, events, latency, layers)"
+                "unknown metric {s:?} (this culprit knows samples, count, time, events, latency, \
+                 layers and the OS metrics of its catalogue)"
             ))
         })
     }
@@ -290,6 +307,25 @@ pub trait MetricFamily: fmt::Debug + Send + Sync {
         None
     }
 
+    /// Distribution families: width of the moving average applied to each node's per-slot
+    /// values before their distribution is taken (seed 001 §3.3; 1: none).
+    fn smoothing(&self) -> usize {
+        1
+    }
+
+    /// True when a component without a value in an interval had none (0 calls, 0 samples);
+    /// false when it is *absent* — the node could not observe it (an OS metric's `await`
+    /// without requests) — and must never be read as zero.
+    fn absent_is_zero(&self) -> bool {
+        true
+    }
+
+    /// The family this metric belongs to when metrics corroborate each other: itself, or
+    /// [`Metric::OS`] for every OS metric (so `disk.rd_sec` cannot corroborate `disk.tps`).
+    fn group(&self) -> Metric {
+        self.metric()
+    }
+
     /// Unit of its scores and thresholds under `distance` (`weighted`: variance weighting;
     /// `profiles`: the scorer compares profiles, seed 002).
     fn score_unit(&self, distance: Distance, weighted: bool, profiles: bool) -> &'static str {
@@ -388,6 +424,7 @@ macro_rules! record {
 record!(TraceInterval);
 record!(SampleInterval);
 record!(EventInterval);
+record!(OsInterval);
 
 /// How far a reader has pushed each writer's records.
 #[derive(Debug, Default)]

@@ -64,12 +64,23 @@ pub struct AnalysisArgs {
     /// [default: variance when training]
     #[arg(long, value_enum)]
     pub weighting: Option<Weighting>,
+    /// The OS metrics' window size (per-second values: a histogram needs enough of them)
+    /// [default: WinSize or 30s, whichever is longer]
+    #[arg(long, value_name = "DUR", value_parser = parse_duration_ns)]
+    pub os_win_size: Option<u64>,
+    /// The OS metrics' window shift [default: WinShift]
+    #[arg(long, value_name = "DUR", value_parser = parse_duration_ns)]
+    pub os_win_shift: Option<u64>,
+    /// Moving average over this many per-second values before distributions are compared (OS
+    /// metrics, --distance cdf; 1: none) [default: 5]
+    #[arg(long, value_name = "N")]
+    pub smoothing: Option<usize>,
     /// What the tracer's count and time compare: functions, or caller → callee edges (traces
     /// recorded with CULPRIT_GRAPH=1; root cause then names the edge) [default: functions]
     #[arg(long, value_enum)]
     pub features: Option<Features>,
-    /// Metrics to analyse, comma-separated: samples,count,time,events,latency,layers [default: all
-    /// with data]
+    /// Metrics to analyse, comma-separated: samples, count, time, events, latency, layers, os
+    /// (every OS metric) or one OS metric such as disk.await [default: all with data]
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub metrics: Vec<String>,
     /// Only these nodes, comma-separated
@@ -175,6 +186,9 @@ impl AnalysisArgs {
             min_time_ns: self.min_time,
             by_program: self.by_program,
             weighting: self.weighting,
+            os_win_size_ns: self.os_win_size,
+            os_win_shift_ns: self.os_win_shift,
+            smoothing: self.smoothing,
             features: self.features,
             metrics: self.metrics.clone(),
             nodes: self.nodes.clone(),

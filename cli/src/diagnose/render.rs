@@ -6,8 +6,10 @@ use std::io::Write;
 use culprit_analysis::analyzer::MIN_NODES;
 use culprit_analysis::combine::Verdict;
 use culprit_analysis::diagnosis::{
-    CauseRow, ClosedWindow, MetricStatus, NodeReport, ThresholdSource,
+    CauseRow, ClosedWindow, MetricReport, MetricStatus, NodeReport, NodeVerdict, ThresholdSource,
 };
+use culprit_analysis::family::Metric;
+use culprit_analysis::resource::{Direction, Observation, Resource};
 use culprit_analysis::time::{fmt_dur, fmt_wall, parse_time, TimeSpec};
 use culprit_analysis::Diagnosis;
 
@@ -36,6 +38,103 @@ fn fmt_number(unit: &str, v: f64) -> String {
     match unit {
         "ms" => fmt_value(unit, v),
         _ => group_digits(v.round() as i64),
+    }
+}
+
+/// An OS metric's level: grouped digits when large, decimals when small.
+fn fmt_level(unit: &str, v: f64) -> String {
+    let a = v.abs();
+    if unit == "ms" {
+        fmt_value(unit, v)
+    } else if a >= 100.0 {
+        format!("{} {unit}", group_digits(v.round() as i64))
+    } else if a >= 1.0 {
+        format!("{v:.1} {unit}")
+    } else {
+        format!("{v:.3} {unit}")
+    }
+}
+
+fn fmt_ratio(r: Option<f64>) -> String {
+    match r {
+        Some(r) if r >= 10.0 => format!("{r:.0}×"),
+        Some(r) => format!("{r:.2}×"),
+        None => "peers 0".to_string(),
+    }
+}
+
+/// `slow disk (I/O delay 4.1× peers, throughput 0.3×); ` before a verdict's reason.
+fn resource_prefix(v: &NodeVerdict) -> String {
+    match &v.resource {
+        Some(r) if r.summary.is_empty() => format!("{}; ", r.name),
+        Some(r) => format!("{} ({}); ", r.name, r.summary),
+        None => String::new(),
+    }
+}
+
+fn observation(o: &Observation) -> String {
+    let what = match &o.instance {
+        Some(i) => format!("{} [{i}]", o.metric),
+        None => o.metric.clone(),
+    };
+    let state = if o.faulty {
+        format!("faulty, {} anomalous windows", o.anomalous_windows)
+    } else if o.anomalous_windows > 0 {
+        format!("{} anomalous windows", o.anomalous_windows)
+    } else {
+        "not anomalous".to_string()
+    };
+    format!(
+        "{what} {} vs {} ({}; {state})",
+        fmt_level(&o.unit, o.node),
+        fmt_level(&o.unit, o.peers),
+        fmt_ratio(o.ratio)
+    )
+}
+
+/// The resource section of a culprit or suspect.
+fn print_resource(node: &str, r: &Resource, out: &mut impl Write) -> std::io::Result<()> {
+    writeln!(out)?;
+    writeln!(
+        out,
+        "{node} · resource: {} — checklist step {}: {}; confidence {:.2}",
+        r.name, r.step, r.rule, r.confidence
+    )?;
+    for o in &r.evidence {
+        let mark = match (o.diverges, o.direction) {
+            (true, _) => "diverges",
+            (false, Direction::Up) => "higher",
+            (false, Direction::Down) => "lower",
+            (false, Direction::Level) => "level",
+        };
+        writeln!(out, "  {mark:<9} {}", observation(o))?;
+    }
+    for o in &r.also {
+        writeln!(out, "  also      {}", observation(o))?;
+    }
+    if !r.foreign.is_empty() {
+        writeln!(out, "  only on {node}: {}", r.foreign.join(", "))?;
+    }
+    if !r.functions.is_empty() {
+        writeln!(out, "  top functions: {}", r.functions.join(", "))?;
+    }
+    Ok(())
+}
+
+/// The word of the OS family in the verdict table: FAULTY when one OS metric is.
+fn os_word(os: &[&MetricReport], node: &str) -> &'static str {
+    let mut any = false;
+    for m in os {
+        match m.nodes.iter().find(|x| x.node == node).map(|x| x.verdict) {
+            Some(MetricStatus::Faulty) => return "FAULTY",
+            Some(MetricStatus::Ok) => any = true,
+            _ => {}
+        }
+    }
+    if any {
+        "ok"
+    } else {
+        "-"
     }
 }
 
@@ -89,6 +188,16 @@ pub fn print_human(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
         r.settings.score.name(),
         r.settings.distance.name()
     )?;
+    if r.metrics.iter().any(|m| m.family == Metric::OS) {
+        writeln!(
+            out,
+            "OS metrics: distributions of per-second values (moving average of {}) in windows of \
+             {} every {}, CDF distance",
+            r.settings.smoothing,
+            fmt_dur((r.settings.os_win_size_s * 1e9).round() as u64),
+            fmt_dur((r.settings.os_win_shift_s * 1e9).round() as u64)
+        )?;
+    }
     match (&r.thresholds_file, r.trained) {
         (Some(f), true) => writeln!(out, "thresholds: trained ({f})")?,
         (Some(f), false) => writeln!(
@@ -113,9 +222,10 @@ pub fn print_human(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
         {
             writeln!(
                 out,
-                "VERDICT: {} is {} — {}",
+                "VERDICT: {} is {} — {}{}",
                 v.node,
                 paint(v.combined.verdict.word(), 0),
+                resource_prefix(v),
                 v.combined.reason
             )?;
         }
@@ -127,24 +237,30 @@ pub fn print_human(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
     {
         writeln!(
             out,
-            "{}: {} — {}",
+            "{}: {} — {}{}",
             paint(v.combined.verdict.word(), 0),
             v.node,
+            resource_prefix(v),
             v.combined.reason
         )?;
     }
     print_layers(r, out)?;
     writeln!(out)?;
-    // Verdict table.
+    // Verdict table: the OS metrics in one column (one family).
+    let (os, white): (Vec<&MetricReport>, Vec<&MetricReport>) =
+        r.metrics.iter().partition(|m| m.family == Metric::OS);
     let w = r.nodes.iter().map(|n| n.len()).max().unwrap_or(4).max(4);
     write!(out, "{:<w$}", "node")?;
-    for m in &r.metrics {
+    for m in &white {
         write!(out, "  {:<10}", m.metric.name())?;
+    }
+    if !os.is_empty() {
+        write!(out, "  {:<10}", format!("os ({})", os.len()))?;
     }
     writeln!(out, "  combined")?;
     for v in &r.verdicts {
         write!(out, "{:<w$}", v.node)?;
-        for m in &r.metrics {
+        for m in &white {
             let nm = m.nodes.iter().find(|x| x.node == v.node);
             let word = match nm.map(|x| x.verdict) {
                 Some(MetricStatus::Faulty) => "FAULTY",
@@ -153,7 +269,15 @@ pub fn print_human(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
             };
             write!(out, "  {}", paint(word, 10))?;
         }
+        if !os.is_empty() {
+            write!(out, "  {}", paint(os_word(&os, &v.node), 10))?;
+        }
         writeln!(out, "  {}", paint(v.combined.verdict.word(), 0))?;
+    }
+    for v in &r.verdicts {
+        if let Some(res) = &v.resource {
+            print_resource(&v.node, res, out)?;
+        }
     }
     print_ranking(r, out)?;
     if !r.findings.is_empty() {
@@ -163,8 +287,40 @@ pub fn print_human(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
             writeln!(out, "  {}", f.describe())?;
         }
     }
+    // OS metrics of faulty and suspect nodes: one line each (their resource is above).
+    for v in r.verdicts.iter().filter(|v| v.resource.is_some()) {
+        let lines: Vec<String> = os
+            .iter()
+            .filter_map(|m| {
+                let nm = m.nodes.iter().find(|x| x.node == v.node)?;
+                if nm.anomalous_windows.is_empty() {
+                    return None;
+                }
+                let state = match nm.episodes.first() {
+                    Some(e) => format!("faulty from {}", short(&e.from)),
+                    None => "anomalous".to_string(),
+                };
+                let thr = nm.threshold.map_or("unsupervised".to_string(), |t| {
+                    format!("threshold {} {}", fmt_score(t), m.score_unit)
+                });
+                Some(format!(
+                    "  {:<18} {state}; {} of {} windows; {thr}",
+                    m.metric.name(),
+                    nm.anomalous_windows.len(),
+                    nm.windows_scored
+                ))
+            })
+            .collect();
+        if !lines.is_empty() {
+            writeln!(out)?;
+            writeln!(out, "{} · os metrics anomalous:", v.node)?;
+            for l in lines {
+                writeln!(out, "{l}")?;
+            }
+        }
+    }
     // Details of faulty and suspect nodes.
-    for m in &r.metrics {
+    for m in &white {
         for nm in m.nodes.iter().filter(|n| !n.top.is_empty()) {
             writeln!(out)?;
             let thr = match (nm.threshold, nm.threshold_source) {

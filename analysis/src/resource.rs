@@ -1,0 +1,1054 @@
+//! The resource at fault: from which metrics are anomalous on a culprit, and in which
+//! direction, a checklist names the resource (seed 001 §4.6.2, Kasick's thesis: "an expert
+//! derived checklist … maps sets of peer-divergent metrics to the root cause. If we observe
+//! peer-divergence at any step of the checklist, we halt at that step").
+//!
+//! Each OS metric (and kernel event) belongs to a *class* — storage throughput, storage
+//! latency, received or sent traffic, network loss, CPU use, CPU wait, CPU limit — with the
+//! direction that points at the node ([`SIGNS`]). A metric *diverges* on a node when the node is
+//! faulty on it (k of 2k − 1 windows above its threshold) and its level over the culprit's
+//! faulty stretch differs from its peers' by at least [`MARGIN`] in that direction. The steps,
+//! in order ([`RULES`]; docs/resource-checklist.md gives each one's reason):
+//!
+//! 1. storage throughput up → **disk hog** (another process's I/O on the node's disk);
+//! 2. storage latency up (throughput not up, or step 1 would have fired) → **slow disk**;
+//! 3. received and sent traffic up, or one of them up without signs of loss → **network hog**;
+//! 4. loss signs (retransmits, drops, smaller congestion windows, longer round trips) →
+//!    **packet loss**;
+//! 5. CPU use up, with run-queue wait or throttling up or another process → **CPU hog**;
+//! 6. throttling or run-queue wait up, CPU use not up → **CPU starvation**;
+//! 7. none of these → **software**: the top functions.
+//!
+//! The table is written from what each resource does to a server (seed 001 §4.2's observations
+//! and §4.8's network-metric ambiguities), not fitted to any experiment: it must hold for a whole
+//! machine (`disk.*`, `net.*`, `tcp.*`, `cpu.*`) as for servers sharing a host (`cg.*`,
+//! `proc.*`, per-namespace `net.*` and `tcp.*`).
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::analyzer::{MetricResult, Outcome};
+use crate::combine::Combined;
+use crate::data::Dataset;
+use crate::family::Metric;
+use crate::model::PeerIdx;
+use crate::score::median_in_place;
+
+/// A level differs from the peers' when it is at least this factor above (or below) the median
+/// of theirs: above the ordinary imbalance of fault-free peers (on the testbed their CPU seconds
+/// differ by up to 24 % over a run, their disk bytes by under 7 %: docs/accuracy.md, "Balance of
+/// the fault-free runs"), so a direction is never read from a difference healthy peers also
+/// show.
+pub const MARGIN: f64 = 1.25;
+
+/// Retransmits are a sign of loss when at least this share of the node's segments are
+/// retransmitted. Retransmits grow with traffic (a node flooding a link retransmits what the
+/// queues drop), so their count alone cannot tell loss from a hog; their share can: TCP's
+/// throughput falls as 1/√loss (Mathis et al., 1997), so at 1 % a connection already runs at a
+/// fraction of a clean link's rate, and seed 001's packet-loss faults drop 5 %.
+pub const LOSS_SHARE: f64 = 0.01;
+
+/// Metrics counting retransmits, judged by their share of the node's segments.
+const RETRANSMITS: [&str; 3] = ["tcp.retrans", "tcp.retrans_segs", "tcp:tcp_retransmit_skb"];
+
+/// What a metric tells about a resource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Class {
+    /// Bytes or requests to and from block devices.
+    StorageThroughput,
+    /// Time requests take, queues, time blocked on I/O.
+    StorageLatency,
+    /// Traffic received.
+    Received,
+    /// Traffic sent.
+    Sent,
+    /// Signs of lost packets: retransmits, drops, smaller windows, longer round trips.
+    Loss,
+    /// CPU time used.
+    CpuUse,
+    /// Time runnable but waiting for a CPU.
+    CpuWait,
+    /// CPU withheld: CFS throttling, hypervisor steal.
+    CpuLimit,
+}
+
+/// Which way of a metric points at the node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Direction {
+    /// Above its peers.
+    Up,
+    /// Below its peers.
+    Down,
+    /// Within [`MARGIN`] of its peers.
+    Level,
+}
+
+/// One line of the table: a metric, its class, the direction that points at the node, and the
+/// words for it in a verdict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sign {
+    /// OS metric or kernel event name.
+    pub metric: &'static str,
+    /// Its class.
+    pub class: Class,
+    /// The direction that points at the node.
+    pub trouble: Direction,
+    /// Words in a verdict ("I/O delay").
+    pub words: &'static str,
+}
+
+const fn sign(metric: &'static str, class: Class, trouble: Direction, words: &'static str) -> Sign {
+    Sign {
+        metric,
+        class,
+        trouble,
+        words,
+    }
+}
+
+use Class::*;
+use Direction::{Down, Up};
+
+/// The metrics the checklist reads. Anything else (thread and process counts, context
+/// switches, request counts and sizes: [`crate::family::os::NOT_COMPARED`]) is context, never a
+/// step's evidence — so is the *smallest* congestion window, which also falls when the node
+/// opens a connection that has not sent yet (a new connection starts at 10 segments, and a
+/// network hog's sink never sends): the median window speaks for loss.
+pub const SIGNS: &[Sign] = &[
+    // A whole machine's block devices (sysstat's names).
+    sign("disk.rd_sec", StorageThroughput, Up, "read throughput"),
+    sign("disk.wr_sec", StorageThroughput, Up, "write throughput"),
+    sign("disk.await", StorageLatency, Up, "await"),
+    sign("disk.avgqu_sz", StorageLatency, Up, "I/O queue"),
+    sign("disk.util", StorageLatency, Up, "disk busy time"),
+    sign("cpu.iowait", StorageLatency, Up, "iowait"),
+    sign("cpu.blocked", StorageLatency, Up, "threads blocked on I/O"),
+    // A node's cgroup and processes on a shared host.
+    sign("cg.rd_bytes", StorageThroughput, Up, "read throughput"),
+    sign("cg.wr_bytes", StorageThroughput, Up, "write throughput"),
+    sign("proc.rd_bytes", StorageThroughput, Up, "read throughput"),
+    sign("proc.wr_bytes", StorageThroughput, Up, "write throughput"),
+    sign("proc.blkio_delay", StorageLatency, Up, "I/O delay"),
+    sign("proc.blocked", StorageLatency, Up, "threads blocked on I/O"),
+    // Network: the node's interfaces and TCP.
+    sign("net.rxbyt", Received, Up, "received bytes"),
+    sign("net.rxpck", Received, Up, "received packets"),
+    sign("tcp.in_segs", Received, Up, "received segments"),
+    sign("net.txbyt", Sent, Up, "sent bytes"),
+    sign("net.txpck", Sent, Up, "sent packets"),
+    sign("tcp.out_segs", Sent, Up, "sent segments"),
+    sign("tcp.retrans", Loss, Up, "retransmits"),
+    sign("tcp.retrans_segs", Loss, Up, "retransmits"),
+    sign("tcp.cwnd_med", Loss, Down, "cwnd"),
+    sign("tcp.rtt_med", Loss, Up, "round trip"),
+    sign("tcp.rtt_max", Loss, Up, "longest round trip"),
+    sign("net.rxdrop", Loss, Up, "receive drops"),
+    sign("net.txdrop", Loss, Up, "send drops"),
+    sign("net.rxerr", Loss, Up, "receive errors"),
+    sign("net.txerr", Loss, Up, "send errors"),
+    // CPU.
+    sign("cg.cpu", CpuUse, Up, "CPU"),
+    sign("proc.cpu", CpuUse, Up, "CPU"),
+    sign("cpu.user", CpuUse, Up, "user CPU"),
+    sign("cpu.sys", CpuUse, Up, "system CPU"),
+    sign("proc.runq_delay", CpuWait, Up, "run-queue wait"),
+    sign("proc.runnable", CpuWait, Up, "runnable threads"),
+    sign("cpu.runnable", CpuWait, Up, "runnable threads"),
+    sign("cg.throttled", CpuLimit, Up, "throttled periods"),
+    sign("cg.throttled_time", CpuLimit, Up, "throttled time"),
+    sign("cpu.steal", CpuLimit, Up, "steal"),
+    // Kernel events (the `events` metric).
+    sign("tcp:tcp_retransmit_skb", Loss, Up, "retransmit events"),
+    sign(
+        "block:block_rq_issue",
+        StorageThroughput,
+        Up,
+        "block requests",
+    ),
+    sign("block:block_bio_queue", StorageThroughput, Up, "block I/O"),
+    sign(
+        "block:block_rq_complete",
+        StorageThroughput,
+        Up,
+        "block requests",
+    ),
+];
+
+/// The sign of `metric`, if the checklist reads it.
+pub fn sign_of(metric: &str) -> Option<&'static Sign> {
+    SIGNS.iter().find(|s| s.metric == metric)
+}
+
+/// The resources the checklist names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    /// Another process's I/O on the node's disk.
+    DiskHog,
+    /// The disk is slow: requests wait longer, throughput flat or down.
+    SlowDisk,
+    /// Traffic the server did not ask for.
+    NetworkHog,
+    /// Packets lost on the way to or from the node.
+    PacketLoss,
+    /// Another process (or more work) takes the node's CPU.
+    CpuHog,
+    /// The node gets less CPU than it asks for.
+    CpuStarvation,
+    /// No resource moved: the software itself (its top functions).
+    Software,
+}
+
+impl Kind {
+    /// Words in a verdict.
+    pub fn words(self) -> &'static str {
+        match self {
+            Kind::DiskHog => "disk hog",
+            Kind::SlowDisk => "slow disk",
+            Kind::NetworkHog => "network hog",
+            Kind::PacketLoss => "packet loss",
+            Kind::CpuHog => "CPU hog",
+            Kind::CpuStarvation => "CPU starvation",
+            Kind::Software => "software",
+        }
+    }
+}
+
+/// One step of the checklist.
+#[derive(Clone, Copy, Debug)]
+pub struct Rule {
+    /// The resource it names.
+    pub kind: Kind,
+    /// The step in one line.
+    pub when: &'static str,
+    /// The classes whose metrics are its evidence.
+    pub classes: &'static [Class],
+}
+
+/// The checklist, in order: the first step whose condition holds names the resource.
+pub const RULES: &[Rule] = &[
+    Rule {
+        kind: Kind::DiskHog,
+        when: "storage throughput up",
+        classes: &[StorageThroughput, StorageLatency],
+    },
+    Rule {
+        kind: Kind::SlowDisk,
+        when: "storage latency up, throughput not up",
+        classes: &[StorageLatency, StorageThroughput],
+    },
+    Rule {
+        kind: Kind::NetworkHog,
+        when: "traffic up both ways, or one way without signs of loss",
+        classes: &[Received, Sent],
+    },
+    Rule {
+        kind: Kind::PacketLoss,
+        when: "signs of loss: retransmits, drops, smaller windows, longer round trips",
+        classes: &[Loss, Received, Sent],
+    },
+    Rule {
+        kind: Kind::CpuHog,
+        when: "CPU use up, with run-queue wait, throttling or another process",
+        classes: &[CpuUse, CpuWait, CpuLimit],
+    },
+    Rule {
+        kind: Kind::CpuStarvation,
+        when: "throttling or run-queue wait up, CPU use not up",
+        classes: &[CpuLimit, CpuWait, CpuUse],
+    },
+    Rule {
+        kind: Kind::Software,
+        when: "no resource diverges: the top functions",
+        classes: &[],
+    },
+];
+
+/// What one metric showed on a culprit.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Observation {
+    /// OS metric, or `events: <event>`.
+    pub metric: String,
+    /// Device or interface.
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub instance: Option<String>,
+    /// Its class.
+    pub class: Class,
+    /// Where the node's level is against its peers'.
+    pub direction: Direction,
+    /// Node's mean ÷ the median of its peers' means over the faulty stretch (`None`: the peers'
+    /// is 0).
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub ratio: Option<f64>,
+    /// The node's mean over the stretch (metric unit; for events, the sum over the metric's
+    /// anomalous windows).
+    pub node: f64,
+    /// The median of its peers' means (for events, the median node's sum).
+    pub peers: f64,
+    /// Unit.
+    pub unit: String,
+    /// The node is faulty on the metric.
+    pub faulty: bool,
+    /// Its anomalous windows on the metric.
+    pub anomalous_windows: u64,
+    /// Retransmits: their share of the node's segments (sent, or sent and received for the
+    /// retransmit events, which count its peers' retransmits to it too), when known.
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub share: Option<f64>,
+    /// The direction points at the node and the node is faulty on the metric (retransmits:
+    /// and they are at least [`LOSS_SHARE`] of its segments).
+    pub diverges: bool,
+}
+
+/// The resource named for a culprit, with its evidence.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Resource {
+    /// What it is.
+    pub kind: Kind,
+    /// `slow disk`.
+    pub name: String,
+    /// `I/O delay 4.1× peers, throughput 0.3×`.
+    pub summary: String,
+    /// The checklist step that named it (1-based) and its condition.
+    pub step: usize,
+    /// Its condition.
+    pub rule: String,
+    /// Share of the diverging metrics' anomalous windows that belong to the named resource's
+    /// classes (1: everything that diverges points at it; software: share of no resource).
+    pub confidence: f64,
+    /// The metrics of its classes, diverging ones first.
+    pub evidence: Vec<Observation>,
+    /// Metrics that diverge but belong to another resource.
+    pub also: Vec<Observation>,
+    /// Programs or functions only this node runs (samples with no peer running them).
+    pub foreign: Vec<String>,
+    /// Software: the top functions (of the most anomalous white-box metric).
+    pub functions: Vec<String>,
+}
+
+/// Per-second levels of OS metrics, for the directions.
+pub trait Levels: std::fmt::Debug {
+    /// The node's mean of each instance's present values of `metric` over `[from, to)`.
+    fn means(
+        &self,
+        node: &str,
+        metric: &str,
+        from_ns: u64,
+        to_ns: u64,
+    ) -> Vec<(Option<String>, f64)>;
+}
+
+/// Levels read from a loaded dataset.
+#[derive(Debug)]
+pub struct DatasetLevels<'a> {
+    ds: &'a Dataset,
+    by_name: HashMap<&'a str, Vec<(u32, Option<String>)>>,
+}
+
+impl<'a> DatasetLevels<'a> {
+    /// The levels of `ds`.
+    pub fn new(ds: &'a Dataset) -> Self {
+        let names = &ds.names.os_metrics;
+        let mut by_name: HashMap<&str, Vec<(u32, Option<String>)>> = HashMap::new();
+        for id in 0..names.len() as u32 {
+            let k = names.get(id);
+            by_name
+                .entry(&*k.name)
+                .or_default()
+                .push((id, k.instance.as_ref().map(|s| s.to_string())));
+        }
+        DatasetLevels { ds, by_name }
+    }
+}
+
+impl Levels for DatasetLevels<'_> {
+    fn means(
+        &self,
+        node: &str,
+        metric: &str,
+        from_ns: u64,
+        to_ns: u64,
+    ) -> Vec<(Option<String>, f64)> {
+        let Some(ids) = self.by_name.get(metric) else {
+            return Vec::new();
+        };
+        let Some(n) = self.ds.nodes.iter().find(|n| n.name == node) else {
+            return Vec::new();
+        };
+        let mut acc = vec![(0.0f64, 0u64); ids.len()];
+        for f in &n.samples {
+            for iv in f.os.iter().filter(|iv| {
+                !iv.missed() && iv.start_ns >= from_ns && iv.start_ns + iv.dur_ns <= to_ns
+            }) {
+                for (i, (id, _)) in ids.iter().enumerate() {
+                    if let Some(v) = iv.get(*id).filter(|v| v.is_finite() && *v >= 0.0) {
+                        acc[i].0 += v;
+                        acc[i].1 += 1;
+                    }
+                }
+            }
+        }
+        ids.iter()
+            .zip(acc)
+            .filter(|(_, (_, n))| *n > 0)
+            .map(|((_, inst), (s, n))| (inst.clone(), s / n as f64))
+            .collect()
+    }
+}
+
+/// Where the node's level is, given its ratio to its peers' (`None`: peers at 0).
+fn direction(node: f64, peers: f64) -> (Direction, Option<f64>) {
+    if peers <= 0.0 {
+        return (if node > 0.0 { Up } else { Direction::Level }, None);
+    }
+    let r = node / peers;
+    let d = if r >= MARGIN {
+        Up
+    } else if r <= 1.0 / MARGIN {
+        Down
+    } else {
+        Direction::Level
+    };
+    (d, Some(r))
+}
+
+/// A function as people read it: `compress_block [server]`, `tcp_sendmsg [kernel.kallsyms]`.
+fn function_label(l: &crate::model::CompLabel) -> String {
+    let mut s = String::new();
+    if let Some(p) = &l.program {
+        s.push_str(p);
+        s.push_str(": ");
+    }
+    s.push_str(&l.name);
+    match &l.image {
+        Some(i) if i.starts_with('[') => s.push_str(&format!(" {i}")),
+        Some(i) => s.push_str(&format!(" [{i}]")),
+        None => {}
+    }
+    s
+}
+
+/// What the checklist reads of one culprit.
+struct Facts {
+    obs: Vec<Observation>,
+    foreign: Vec<String>,
+    functions: Vec<String>,
+    /// Some OS metric was compared on the node.
+    has_os: bool,
+}
+
+impl Facts {
+    fn diverging(&self, class: Class) -> bool {
+        self.obs.iter().any(|o| o.class == class && o.diverges)
+    }
+
+    fn level(&self, class: Class, d: Direction) -> bool {
+        self.obs
+            .iter()
+            .any(|o| o.class == class && o.direction == d && (o.faulty || o.anomalous_windows > 0))
+    }
+}
+
+/// The faulty stretch of node `n` over `metrics`: first faulty window's start to the last
+/// faulty window's end (every window of a metric that is anomalous on it if it is faulty on none).
+fn stretch(metrics: &[&MetricResult], n: PeerIdx) -> Option<(u64, u64)> {
+    let see = |span: Option<(u64, u64)>, a: u64, b: u64| {
+        Some(span.map_or((a, b), |(x, y)| (x.min(a), y.max(b))))
+    };
+    let mut span: Option<(u64, u64)> = None;
+    for m in metrics {
+        let size = m.windows_ns.size_ns;
+        for e in &m.nodes[n].episodes {
+            span = see(span, e.first_window_ns, e.last_window_ns + size);
+        }
+    }
+    if span.is_none() {
+        for m in metrics {
+            let size = m.windows_ns.size_ns;
+            for a in &m.nodes[n].anomalous {
+                span = see(span, a.start_ns, a.start_ns + size);
+            }
+        }
+    }
+    span
+}
+
+fn facts(
+    outcome: &Outcome,
+    metrics: &[&MetricResult],
+    n: PeerIdx,
+    levels: Option<&dyn Levels>,
+) -> Facts {
+    let names = &outcome.names;
+    let span = stretch(metrics, n);
+    let mut obs = Vec::new();
+    let mut has_os = false;
+    for m in metrics.iter().filter(|m| m.metric().is_os()) {
+        let nm = &m.nodes[n];
+        if nm.scored == 0 {
+            continue;
+        }
+        has_os = true;
+        let Some(sign) = sign_of(m.metric().name()) else {
+            continue;
+        };
+        let (Some(levels), Some((from, to))) = (levels, span) else {
+            continue;
+        };
+        // Per instance: the node's mean and the median of its peers'; the instance furthest
+        // from its peers speaks for the metric.
+        let mine = levels.means(&names[n], sign.metric, from, to);
+        let mut best: Option<(f64, Option<String>, f64, f64)> = None;
+        for (inst, v) in mine {
+            let mut peers: Vec<f64> = (0..names.len())
+                .filter(|&p| p != n && m.nodes[p].scored > 0)
+                .filter_map(|p| {
+                    levels
+                        .means(&names[p], sign.metric, from, to)
+                        .into_iter()
+                        .find(|(i, _)| *i == inst)
+                        .map(|(_, x)| x)
+                })
+                .collect();
+            if peers.is_empty() {
+                continue;
+            }
+            let med = median_in_place(&mut peers);
+            let gap = if med > 0.0 && v > 0.0 {
+                (v / med).ln().abs()
+            } else if v == med {
+                0.0
+            } else {
+                f64::INFINITY
+            };
+            if best.as_ref().is_none_or(|b| gap > b.0) {
+                best = Some((gap, inst, v, med));
+            }
+        }
+        let Some((_, instance, v, med)) = best else {
+            continue;
+        };
+        let (dir, ratio) = direction(v, med);
+        obs.push(Observation {
+            metric: sign.metric.to_string(),
+            instance,
+            class: sign.class,
+            direction: dir,
+            ratio,
+            node: v,
+            peers: med,
+            unit: m.config.family.unit().to_string(),
+            faulty: nm.faulty(),
+            anomalous_windows: nm.anomalous.len() as u64,
+            share: None,
+            diverges: nm.faulty() && dir == sign.trouble,
+        });
+    }
+    let level =
+        |obs: &[Observation], metric: &str| obs.iter().find(|o| o.metric == metric).map(|o| o.node);
+    let (sent, received) = (level(&obs, "tcp.out_segs"), level(&obs, "tcp.in_segs"));
+    // Kernel events: the root-cause sums over the events metric's anomalous windows.
+    for m in metrics.iter().filter(|m| m.metric() == Metric::EVENTS) {
+        let nm = &m.nodes[n];
+        if nm.anomalous.is_empty() {
+            continue;
+        }
+        for r in m.top(n, 10) {
+            let label = &m.comps[r.comp as usize];
+            let Some(sign) = sign_of(&label.name) else {
+                continue;
+            };
+            let (dir, ratio) = direction(r.cause.node, r.cause.reference);
+            // Events per second over the anomalous windows, against the segments per second
+            // the node sent and received.
+            let seconds = nm.anomalous.len() as f64 * m.windows_ns.size_ns as f64 / 1e9;
+            let share = match (sent, received) {
+                (Some(out), Some(inn)) if out + inn > 0.0 && seconds > 0.0 => {
+                    Some(r.cause.node / seconds / (out + inn))
+                }
+                _ => None,
+            };
+            obs.push(Observation {
+                metric: format!("events: {}", sign.metric),
+                instance: None,
+                class: sign.class,
+                direction: dir,
+                ratio,
+                node: r.cause.node,
+                peers: r.cause.reference,
+                unit: m.config.family.unit().to_string(),
+                faulty: nm.faulty(),
+                anomalous_windows: nm.anomalous.len() as u64,
+                share,
+                diverges: nm.faulty() && dir == sign.trouble,
+            });
+        }
+    }
+    judge_retransmits(&mut obs, sent);
+    // White-box: what only this node runs, and the top functions.
+    let mut foreign = Vec::new();
+    let mut functions = Vec::new();
+    let mut best_white: Option<(usize, &MetricResult)> = None;
+    for m in metrics.iter().filter(|m| !m.metric().is_os()) {
+        let nm = &m.nodes[n];
+        if nm.anomalous.is_empty() || m.metric() == Metric::EVENTS {
+            continue;
+        }
+        let weight = nm.anomalous.len() + if nm.faulty() { 1000 } else { 0 };
+        if best_white.is_none_or(|b| weight > b.0) {
+            best_white = Some((weight, m));
+        }
+        if m.metric() == Metric::SAMPLES {
+            for r in m.top(n, 3) {
+                if r.cause.reference <= 0.0 && r.cause.node > 0.0 {
+                    foreign.push(function_label(&m.comps[r.comp as usize]));
+                }
+            }
+        }
+    }
+    if let Some((_, m)) = best_white {
+        functions = m
+            .top(n, 3)
+            .into_iter()
+            .map(|r| function_label(&m.comps[r.comp as usize]))
+            .collect();
+    }
+    // Diverging first, then by anomalous windows.
+    obs.sort_by(|a, b| {
+        (b.diverges, b.faulty, b.anomalous_windows).cmp(&(
+            a.diverges,
+            a.faulty,
+            a.anomalous_windows,
+        ))
+    });
+    Facts {
+        obs,
+        foreign,
+        functions,
+        has_os,
+    }
+}
+
+/// Retransmits diverge only as a share of the traffic: the node's own (`tcp.retrans*`) against
+/// the segments it sent (`sent`, per second); the events' share is computed where they are read.
+fn judge_retransmits(obs: &mut [Observation], sent: Option<f64>) {
+    for o in obs.iter_mut() {
+        let base = o.metric.strip_prefix("events: ").unwrap_or(&o.metric);
+        if !RETRANSMITS.contains(&base) {
+            continue;
+        }
+        if o.share.is_none() && !o.metric.starts_with("events: ") {
+            o.share = sent.filter(|s| *s > 0.0).map(|s| o.node / s);
+        }
+        if o.share.is_some_and(|s| s < LOSS_SHARE) {
+            o.diverges = false;
+        }
+    }
+}
+
+/// The first step of the checklist whose condition holds.
+fn step(f: &Facts) -> usize {
+    let another = !f.foreign.is_empty()
+        || f.obs
+            .iter()
+            .any(|o| o.metric == "proc.procs" && o.direction == Up);
+    let storage_up = f.diverging(StorageThroughput);
+    let latency_up = f.diverging(StorageLatency);
+    let rx = f.diverging(Received);
+    let tx = f.diverging(Sent);
+    let loss = f.diverging(Loss);
+    let cpu_up = f.diverging(CpuUse);
+    let waiting = f.diverging(CpuWait) || f.diverging(CpuLimit);
+    let condition = [
+        storage_up,
+        latency_up,
+        (rx && tx) || ((rx || tx) && !loss),
+        loss,
+        cpu_up && (waiting || another || f.level(CpuWait, Up) || f.level(CpuLimit, Up)),
+        waiting && !cpu_up,
+    ];
+    condition.iter().position(|&c| c).unwrap_or(RULES.len() - 1)
+}
+
+/// `I/O delay 4.1× peers, throughput 0.3×`: the strongest diverging evidence, and the level of
+/// the rule's second class.
+fn summary(kind: Kind, evidence: &[Observation], functions: &[String], has_os: bool) -> String {
+    if kind == Kind::Software {
+        let what = if has_os {
+            "no resource diverges"
+        } else {
+            "no OS metrics to name a resource"
+        };
+        return if functions.is_empty() {
+            what.to_string()
+        } else {
+            let top: Vec<&str> = functions.iter().take(2).map(String::as_str).collect();
+            format!("{what}; top functions {}", top.join(", "))
+        };
+    }
+    let ratio = |o: &Observation| match o.ratio {
+        Some(r) if r >= 10.0 => format!("{r:.0}×"),
+        Some(r) => format!("{r:.1}×"),
+        None => "from 0".to_string(),
+    };
+    fn words(o: &Observation) -> &str {
+        let base = o.metric.strip_prefix("events: ").unwrap_or(&o.metric);
+        sign_of(base).map_or(o.metric.as_str(), |s| s.words)
+    }
+    let mut parts = Vec::new();
+    if let Some(first) = evidence.iter().find(|o| o.diverges) {
+        parts.push(format!("{} {} peers", words(first), ratio(first)));
+        // The level of another class of the rule (slow disk: throughput), if known.
+        if let Some(other) = evidence
+            .iter()
+            .find(|o| o.class != first.class && o.ratio.is_some())
+        {
+            parts.push(format!("{} {}", words(other), ratio(other)));
+        }
+    }
+    parts.join(", ")
+}
+
+/// Names the resource at fault on node `n` (a culprit or suspect) from the reported metrics'
+/// results; `levels` gives the OS metrics' per-second levels (without it OS metrics give no
+/// direction).
+pub fn name(
+    outcome: &Outcome,
+    metrics: &[&MetricResult],
+    n: PeerIdx,
+    levels: Option<&dyn Levels>,
+) -> Resource {
+    examine(outcome, metrics, n, levels).0
+}
+
+/// [`name`], and whether the level of an OS metric the node is faulty on moved at least
+/// [`MARGIN`] from its peers' the way that points at the node: its trouble direction, or down
+/// for what measures work done (throughput, traffic, CPU use) — for [`demote_shapeless`]. A
+/// throughput that falls 8× is not a change of shape, though only a rise points at a disk hog;
+/// a delay or wait *below* its peers' never points at the node (a healthy peer of a slow disk
+/// waits less than the median that includes the slow one).
+pub fn examine(
+    outcome: &Outcome,
+    metrics: &[&MetricResult],
+    n: PeerIdx,
+    levels: Option<&dyn Levels>,
+) -> (Resource, bool) {
+    let f = facts(outcome, metrics, n, levels);
+    let moved = f.obs.iter().any(|o| {
+        o.diverges
+            || (o.faulty
+                && o.direction == Down
+                && matches!(o.class, StorageThroughput | Received | Sent | CpuUse))
+    });
+    let at = step(&f);
+    let rule = &RULES[at];
+    let (evidence, also): (Vec<Observation>, Vec<Observation>) = f
+        .obs
+        .iter()
+        .cloned()
+        .partition(|o| rule.classes.contains(&o.class));
+    let weight = |o: &Observation| {
+        if o.diverges {
+            o.anomalous_windows.max(1)
+        } else {
+            0
+        }
+    };
+    let total: u64 = f.obs.iter().map(weight).sum();
+    let mine: u64 = evidence.iter().map(weight).sum();
+    let confidence = if rule.kind == Kind::Software {
+        if f.has_os {
+            1.0
+        } else {
+            // Without OS metrics nothing could have shown a resource.
+            0.0
+        }
+    } else if total == 0 {
+        0.0
+    } else {
+        mine as f64 / total as f64
+    };
+    let also = also.into_iter().filter(|o| o.diverges).collect();
+    let evidence: Vec<Observation> = evidence
+        .into_iter()
+        .filter(|o| o.diverges || o.faulty || o.anomalous_windows > 0 || o.ratio.is_some())
+        .collect();
+    let resource = Resource {
+        kind: rule.kind,
+        name: rule.kind.words().to_string(),
+        summary: summary(rule.kind, &evidence, &f.functions, f.has_os),
+        step: at + 1,
+        rule: rule.when.to_string(),
+        confidence,
+        evidence,
+        also,
+        foreign: f.foreign,
+        functions: f.functions,
+    };
+    (resource, moved)
+}
+
+/// Makes an OS-only finding without a level a suspect. When the OS metrics are the only family
+/// that finds a node faulty (no other family faulty or corroborating), the checklist named no
+/// resource (step 7, "software") and `level_moved` is false — the node's distributions changed
+/// shape, but no faulty metric's level moved [`MARGIN`] from its peers' the way that points at
+/// the node ([`examine`]) —
+/// the software's own metrics saw nothing and the OS metrics show no more than a shape. Peers that wait on a
+/// faulty node show exactly this: their I/O delay or run-queue wait changes shape in step with
+/// the fault without differing in level (seed 001 §4.6.2 halts only "if we observe
+/// peer-divergence"). Such a node is reported as a suspect, with the reason, not as a culprit.
+/// Returns true when it demoted the verdict.
+pub fn demote_shapeless(combined: &mut Combined, resource: &Resource, level_moved: bool) -> bool {
+    use crate::combine::{Role, Verdict};
+    let os_only = combined.families.iter().all(|f| match f.role {
+        Role::Faulty => f.family == Metric::OS,
+        Role::Corroborates => false,
+        Role::Anomalous | Role::Ok => true,
+    });
+    if combined.verdict != Verdict::Faulty
+        || resource.kind != Kind::Software
+        || level_moved
+        || !os_only
+    {
+        return false;
+    }
+    combined.verdict = Verdict::Suspect;
+    combined.reason = format!(
+        "{}, but no OS metric's level differs {MARGIN}× from its peers' (a change of shape only, \
+         as peers waiting on a faulty node show)",
+        combined.reason
+    );
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An observation of `metric` in direction `dir`, the node faulty on it or not.
+    fn o(metric: &str, dir: Direction, faulty: bool) -> Observation {
+        let s = sign_of(metric).unwrap();
+        Observation {
+            metric: metric.to_string(),
+            instance: None,
+            class: s.class,
+            direction: dir,
+            ratio: Some(match dir {
+                Up => 3.0,
+                Down => 0.3,
+                Direction::Level => 1.0,
+            }),
+            node: 1.0,
+            peers: 1.0,
+            unit: "u".into(),
+            faulty,
+            anomalous_windows: u64::from(faulty) * 4,
+            share: None,
+            diverges: faulty && dir == s.trouble,
+        }
+    }
+
+    fn facts(obs: Vec<Observation>) -> Facts {
+        Facts {
+            obs,
+            foreign: Vec::new(),
+            functions: vec!["handle_io".into()],
+            has_os: true,
+        }
+    }
+
+    fn kind(obs: Vec<Observation>) -> Kind {
+        RULES[step(&facts(obs))].kind
+    }
+
+    #[test]
+    fn every_catalogue_sign_is_an_os_metric_or_an_event() {
+        for s in SIGNS {
+            assert!(
+                culprit_format::os_metrics::def(s.metric).is_some() || s.metric.contains(':'),
+                "{}",
+                s.metric
+            );
+        }
+    }
+
+    #[test]
+    fn the_checklist_in_order() {
+        // Disk hog: throughput up (latency up too: it halts at step 1).
+        assert_eq!(
+            kind(vec![
+                o("cg.rd_bytes", Up, true),
+                o("proc.blkio_delay", Up, true)
+            ]),
+            Kind::DiskHog
+        );
+        // Slow disk: latency up, throughput level or down.
+        assert_eq!(
+            kind(vec![
+                o("disk.await", Up, true),
+                o("disk.rd_sec", Down, false)
+            ]),
+            Kind::SlowDisk
+        );
+        // Network hog: both ways, even with loss signs (seed 001 §4.8).
+        assert_eq!(
+            kind(vec![
+                o("net.rxbyt", Up, true),
+                o("net.txpck", Up, true),
+                o("tcp.retrans", Up, true)
+            ]),
+            Kind::NetworkHog
+        );
+        // One way without loss: a hog; one way with loss: packet loss (delayed ACKs).
+        assert_eq!(kind(vec![o("net.txbyt", Up, true)]), Kind::NetworkHog);
+        assert_eq!(
+            kind(vec![
+                o("net.txpck", Up, true),
+                o("tcp.cwnd_med", Down, true)
+            ]),
+            Kind::PacketLoss
+        );
+        // A loss sign in the wrong direction does not count.
+        assert_eq!(kind(vec![o("tcp.cwnd_med", Up, false)]), Kind::Software);
+        // CPU hog: more CPU with run-queue wait; starvation: throttled, CPU not up.
+        assert_eq!(
+            kind(vec![
+                o("proc.cpu", Up, true),
+                o("proc.runq_delay", Up, true)
+            ]),
+            Kind::CpuHog
+        );
+        assert_eq!(
+            kind(vec![o("cg.throttled", Up, true), o("cg.cpu", Down, true)]),
+            Kind::CpuStarvation
+        );
+        // More CPU alone is not a hog without wait, throttling or another process.
+        assert_eq!(kind(vec![o("cg.cpu", Up, true)]), Kind::Software);
+        let mut f = facts(vec![o("cg.cpu", Up, true)]);
+        f.foreign.push("spin [rogue]".into());
+        assert_eq!(RULES[step(&f)].kind, Kind::CpuHog);
+        assert_eq!(kind(vec![]), Kind::Software);
+    }
+
+    /// A node that sends 40× more retransmits a little too: 3 of 11,700 segments per second is
+    /// no loss, and the hog is a hog. At 5 % it is loss.
+    #[test]
+    fn retransmits_count_by_their_share() {
+        let mut retrans = o("tcp.retrans_segs", Up, true);
+        retrans.node = 3.0;
+        let mut obs = vec![o("net.txbyt", Up, true), retrans];
+        judge_retransmits(&mut obs, Some(11_700.0));
+        assert!(!obs[1].diverges);
+        assert!((obs[1].share.unwrap() - 3.0 / 11_700.0).abs() < 1e-12);
+        assert_eq!(RULES[step(&facts(obs.clone()))].kind, Kind::NetworkHog);
+        obs[1].diverges = true;
+        obs[1].share = None;
+        obs[1].node = 600.0;
+        judge_retransmits(&mut obs, Some(12_000.0));
+        assert!(obs[1].diverges);
+        assert_eq!(RULES[step(&facts(obs))].kind, Kind::PacketLoss);
+    }
+
+    #[test]
+    fn directions_need_the_margin() {
+        assert_eq!(direction(1.3, 1.0), (Up, Some(1.3)));
+        assert_eq!(direction(1.2, 1.0).0, Direction::Level);
+        assert_eq!(direction(0.7, 1.0).0, Down);
+        assert_eq!(direction(5.0, 0.0), (Up, None));
+        assert_eq!(direction(0.0, 0.0).0, Direction::Level);
+    }
+
+    /// A combined verdict from (family, role) pairs.
+    fn combined(
+        verdict: crate::combine::Verdict,
+        roles: &[(Metric, crate::combine::Role)],
+    ) -> Combined {
+        Combined {
+            verdict,
+            metrics: Vec::new(),
+            reason: "decisive on os: 3.5× its threshold".into(),
+            families: roles
+                .iter()
+                .map(|&(family, role)| crate::combine::Contribution {
+                    family,
+                    role,
+                    faulty: Vec::new(),
+                    anomalous: Vec::new(),
+                    evidence: None,
+                })
+                .collect(),
+        }
+    }
+
+    fn resource(kind: Kind) -> Resource {
+        Resource {
+            kind,
+            name: kind.words().into(),
+            summary: String::new(),
+            step: 1,
+            rule: String::new(),
+            confidence: 1.0,
+            evidence: Vec::new(),
+            also: Vec::new(),
+            foreign: Vec::new(),
+            functions: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn an_os_only_finding_without_a_direction_is_a_suspect() {
+        use crate::combine::{Role, Verdict};
+        // OS faulty, nothing else: a change of shape only → suspect, with the reason.
+        let mut c = combined(
+            Verdict::Faulty,
+            &[(Metric::OS, Role::Faulty), (Metric::TIME, Role::Anomalous)],
+        );
+        assert!(demote_shapeless(&mut c, &resource(Kind::Software), false));
+        assert_eq!(c.verdict, Verdict::Suspect);
+        assert!(c.reason.contains("change of shape only"), "{}", c.reason);
+        // A named resource keeps the verdict.
+        let mut c = combined(Verdict::Faulty, &[(Metric::OS, Role::Faulty)]);
+        assert!(!demote_shapeless(&mut c, &resource(Kind::SlowDisk), false));
+        assert_eq!(c.verdict, Verdict::Faulty);
+        // Another family faulty or corroborating keeps it too: the software's own metrics saw it.
+        for other in [Role::Faulty, Role::Corroborates] {
+            let mut c = combined(
+                Verdict::Faulty,
+                &[(Metric::OS, Role::Faulty), (Metric::EVENTS, other)],
+            );
+            assert!(!demote_shapeless(&mut c, &resource(Kind::Software), false));
+            assert_eq!(c.verdict, Verdict::Faulty);
+        }
+        // A level that moved the "wrong" way (a throttled disk's throughput 8× down, its delay
+        // absent) is more than a shape: the node stays faulty.
+        let mut c = combined(Verdict::Faulty, &[(Metric::OS, Role::Faulty)]);
+        assert!(!demote_shapeless(&mut c, &resource(Kind::Software), true));
+        assert_eq!(c.verdict, Verdict::Faulty);
+        // A white-box finding named software is what step 7 is for.
+        let mut c = combined(Verdict::Faulty, &[(Metric::SAMPLES, Role::Faulty)]);
+        assert!(!demote_shapeless(&mut c, &resource(Kind::Software), false));
+    }
+
+    #[test]
+    fn summary_names_the_strongest_evidence_and_the_other_class() {
+        let mut delay = o("proc.blkio_delay", Up, true);
+        delay.ratio = Some(4.1);
+        let mut tput = o("cg.rd_bytes", Down, false);
+        tput.ratio = Some(0.3);
+        assert_eq!(
+            summary(Kind::SlowDisk, &[delay, tput], &[], true),
+            "I/O delay 4.1× peers, read throughput 0.3×"
+        );
+        assert_eq!(
+            summary(Kind::Software, &[], &["f".into(), "g".into()], true),
+            "no resource diverges; top functions f, g"
+        );
+        assert_eq!(
+            summary(Kind::Software, &[], &["f".into()], false),
+            "no OS metrics to name a resource; top functions f"
+        );
+    }
+}
