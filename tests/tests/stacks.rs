@@ -239,7 +239,8 @@ fn texts(dom: &tl::VDom<'_>, sel: &str) -> Vec<String> {
 /// fetched: no script, no external URL) holding the verdict of `r`, the ranked suspects, one
 /// score chart per reported metric with every node in its legend and the culprit's line in
 /// red. When Chromium is installed, it renders the page: the DOM it built holds the verdict
-/// and the screenshot is not blank (CI does not install Chromium: there it is skipped).
+/// and the screenshot is not blank (scripts/install-deps installs Chromium; elsewhere, without
+/// it, the rendering is skipped).
 fn check_html_report(path: &Path, r: &Value) {
     let page = std::fs::read_to_string(path).expect("the HTML report");
     for bad in [
@@ -311,6 +312,11 @@ fn check_html_report(path: &Path, r: &Value) {
         .into_iter()
         .find(|p| Path::new(p).exists())
     else {
+        // scripts/install-deps installs it: in CI its absence is a failure, not a skip.
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "Chromium is not installed (scripts/install-deps installs it)"
+        );
         println!("skipped: Chromium is not installed (the page was checked parsed, not rendered)");
         return;
     };
