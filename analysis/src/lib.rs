@@ -17,7 +17,8 @@
 //!   the pipeline is made of; [`latency`] — quantiles and distances of call-duration
 //!   histograms;
 //! * [`combine`], [`missing`] — the combined verdict and missing-data findings;
-//! * [`diagnosis`] — the typed [`Diagnosis`], serialised as the JSON report;
+//! * [`diagnosis`] — the typed [`Diagnosis`], serialised as the JSON report; [`live`] — a
+//!   diagnosis in progress at one moment (`--follow`);
 //! * [`setup`] — options resolved into settings; [`plan`] — what diagnosis and training share
 //!   (the metrics to run, the analyzer, [`plan::Progress`]); [`session`] and [`train`] — settings
 //!   to a diagnosis or a thresholds file, offline or following a run in progress;
@@ -42,6 +43,7 @@ pub mod family;
 pub mod feed;
 pub mod filter;
 pub mod latency;
+pub mod live;
 pub mod missing;
 pub mod model;
 pub mod plan;

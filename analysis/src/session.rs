@@ -7,12 +7,13 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::analyzer::{Analyzer, MIN_NODES};
+use crate::analyzer::{Analyzer, Outcome, MIN_NODES};
 use crate::data::{Dataset, DirSource, FileStatus, NodeData, Source};
 use crate::diagnosis::{ClosedWindow, Diagnosis, ReportInput};
 use crate::error::{Error, Result};
 use crate::family::Metric;
 use crate::feed::{self, Feeder, Survey};
+use crate::live::LiveStatus;
 use crate::missing::{self, Ending};
 use crate::plan::{
     build_analyzer, check_nodes, dedup, keep_settings, outcome_notes, plan_metrics, MetricPlan,
@@ -140,8 +141,24 @@ pub fn diagnose(
         }
     }
     let mut feeder = Feeder::new(&analyzer, setup.settings.by_program);
+    let reporting = Reporting {
+        setup,
+        survey: &survey,
+        plan: &plan,
+        trained,
+        data: req.data,
+        top: req.top,
+        notes,
+    };
     match req.follow {
-        Some(f) => follow(f, &survey, &mut ds, &mut analyzer, &mut feeder, progress)?,
+        Some(f) => follow(
+            f,
+            &reporting,
+            &mut ds,
+            &mut analyzer,
+            &mut feeder,
+            progress,
+        )?,
         None => {
             let span = data_span(&ds);
             feeder.feed(
@@ -157,31 +174,70 @@ pub fn diagnose(
             report_windows(&analyzer, &events, progress)?;
         }
     }
-    let outcome = analyzer.into_outcome();
-    outcome_notes(
-        &outcome,
-        setup,
-        &keep_settings(setup, &survey).0,
-        &mut notes,
-    );
-    let coarsest = survey.coarsest.values().copied().max().unwrap_or(NS_PER_S);
-    let grace = missing::grace(setup.settings.win_shift_ns, coarsest);
-    let findings = missing::findings(&outcome, &plan.reported, grace, |n| ending_of(&ds, n));
-    let peers = setup.peers_text(outcome.names.len());
-    Ok(Diagnosis::build(
-        &outcome,
-        ReportInput {
-            data: req.data,
-            thresholds_file: trained.map(|t| t.name.clone()),
-            reported: &plan.reported,
-            findings,
-            notes: dedup(notes),
-            warnings: ds.warnings.clone(),
-            top: req.top,
-            peers,
-            by_program: setup.settings.by_program,
-        },
-    ))
+    Ok(reporting.report(&analyzer.into_outcome(), &ds))
+}
+
+/// What the report says besides the analysis' outcome; one [`Reporting::report`] builds the
+/// final report and, in `--follow`, the interim ones.
+struct Reporting<'a> {
+    setup: &'a Setup,
+    survey: &'a Survey,
+    plan: &'a MetricPlan,
+    trained: Option<&'a TrainedThresholds>,
+    data: Vec<String>,
+    top: usize,
+    notes: Vec<String>,
+}
+
+impl Reporting<'_> {
+    /// The report of `outcome` on the data `ds`.
+    fn report(&self, outcome: &Outcome, ds: &Dataset) -> Diagnosis {
+        let setup = self.setup;
+        let mut notes = self.notes.clone();
+        outcome_notes(
+            outcome,
+            setup,
+            &keep_settings(setup, self.survey).0,
+            &mut notes,
+        );
+        let coarsest = self
+            .survey
+            .coarsest
+            .values()
+            .copied()
+            .max()
+            .unwrap_or(NS_PER_S);
+        let grace = missing::grace(setup.settings.win_shift_ns, coarsest);
+        let findings =
+            missing::findings(outcome, &self.plan.reported, grace, |n| ending_of(ds, n));
+        let peers = setup.peers_text(outcome.names.len());
+        Diagnosis::build(
+            outcome,
+            ReportInput {
+                data: self.data.clone(),
+                thresholds_file: self.trained.map(|t| t.name.clone()),
+                reported: &self.plan.reported,
+                findings,
+                notes: dedup(notes),
+                warnings: ds.warnings.clone(),
+                top: self.top,
+                peers,
+                by_program: setup.settings.by_program,
+            },
+        )
+    }
+
+    /// The state of the analysis so far, for [`Progress::live`].
+    fn live(&self, analyzer: &Analyzer, ds: &Dataset, finished: bool) -> LiveStatus {
+        let outcome = analyzer.outcome();
+        let report = self.report(&outcome, ds);
+        LiveStatus::new(
+            &outcome,
+            report,
+            |n| ending_of(ds, n) == Ending::Damaged,
+            finished,
+        )
+    }
 }
 
 /// First start and last end of the data (for progress).
@@ -362,21 +418,33 @@ fn wall_now_ns() -> u64 {
 /// `--follow`: the offline path, fed after each refresh of the dataset.
 fn follow(
     f: Follow,
-    survey: &Survey,
+    reporting: &Reporting<'_>,
     ds: &mut Dataset,
     analyzer: &mut Analyzer,
     feeder: &mut Feeder,
     progress: &mut dyn Progress,
 ) -> Result<()> {
     let started = Instant::now();
-    let finest = survey.slots.values().copied().min().unwrap_or(NS_PER_S);
+    let finest = reporting
+        .survey
+        .slots
+        .values()
+        .copied()
+        .min()
+        .unwrap_or(NS_PER_S);
     let poll = Duration::from_nanos((finest / 4).clamp(20_000_000, 1_000_000_000));
     progress.following(ds.nodes.len()).map_err(Error::Output)?;
     let no_chunks = |_: &Analyzer, _, _| Ok(());
+    let mut first = true;
     loop {
         feeder.feed(ds, analyzer, None, no_chunks)?;
         let events = analyzer.advance(Some(wall_now_ns()));
         report_windows(analyzer, &events, progress)?;
+        if progress.wants_live() && (first || !events.is_empty()) {
+            let status = reporting.live(analyzer, ds, false);
+            progress.live(&status).map_err(Error::Output)?;
+        }
+        first = false;
         let all_ended = ds.nodes.iter().all(|n| {
             n.traces.iter().all(|t| t.status != FileStatus::Open)
                 && n.samples.iter().all(|s| s.status != FileStatus::Open)
@@ -391,5 +459,9 @@ fn follow(
     feeder.feed(ds, analyzer, None, no_chunks)?;
     let events = analyzer.advance(None);
     report_windows(analyzer, &events, progress)?;
+    if progress.wants_live() {
+        let status = reporting.live(analyzer, ds, true);
+        progress.live(&status).map_err(Error::Output)?;
+    }
     progress.stopped_following().map_err(Error::Output)
 }
