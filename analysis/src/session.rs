@@ -386,7 +386,9 @@ fn has_any_record(setup: &Setup, node: &NodeData) -> bool {
 }
 
 /// Opens the data of a run that may have just started: waits (up to the limit) until at least
-/// [`MIN_NODES`] nodes have written a record.
+/// [`MIN_NODES`] nodes have written a record — of each metric asked for with `--metrics`, since
+/// the metrics analysed are planned from the data present when following starts (a sampler
+/// writes its first profile later than the tracer).
 fn wait_for_nodes(source: Box<dyn Source>, setup: &Setup, f: Follow) -> Result<Dataset> {
     let started = Instant::now();
     let limit = f.limit.unwrap_or(Duration::MAX);
@@ -394,7 +396,16 @@ fn wait_for_nodes(source: Box<dyn Source>, setup: &Setup, f: Follow) -> Result<D
     loop {
         if ds.refresh().is_ok() {
             let with_records = ds.nodes.iter().filter(|n| has_any_record(setup, n)).count();
-            if with_records >= MIN_NODES {
+            let asked_for_present = setup.metrics.iter().flatten().all(|&m| {
+                let family = setup.family(m);
+                let with = ds
+                    .nodes
+                    .iter()
+                    .filter(|n| feed::has_records(family.as_ref(), n))
+                    .count();
+                with >= MIN_NODES
+            });
+            if with_records >= MIN_NODES && asked_for_present {
                 return Ok(ds);
             }
         }
