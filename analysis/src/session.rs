@@ -151,14 +151,7 @@ pub fn diagnose(
         notes,
     };
     match req.follow {
-        Some(f) => follow(
-            f,
-            &reporting,
-            &mut ds,
-            &mut analyzer,
-            &mut feeder,
-            progress,
-        )?,
+        Some(f) => follow(f, &reporting, &mut ds, &mut analyzer, &mut feeder, progress)?,
         None => {
             let span = data_span(&ds);
             feeder.feed(
@@ -208,8 +201,7 @@ impl Reporting<'_> {
             .max()
             .unwrap_or(NS_PER_S);
         let grace = missing::grace(setup.settings.win_shift_ns, coarsest);
-        let findings =
-            missing::findings(outcome, &self.plan.reported, grace, |n| ending_of(ds, n));
+        let findings = missing::findings(outcome, &self.plan.reported, grace, |n| ending_of(ds, n));
         let peers = setup.peers_text(outcome.names.len());
         Diagnosis::build(
             outcome,

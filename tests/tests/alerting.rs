@@ -42,7 +42,9 @@ fn unix_now() -> f64 {
 fn get_metrics(addr: &str) -> std::io::Result<(String, String)> {
     let mut s = TcpStream::connect(addr)?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: culprit\r\nAccept: application/openmetrics-text\r\n\r\n")?;
+    s.write_all(
+        b"GET /metrics HTTP/1.1\r\nHost: culprit\r\nAccept: application/openmetrics-text\r\n\r\n",
+    )?;
     let mut out = String::new();
     s.read_to_string(&mut out)?;
     let (head, body) = out
@@ -346,13 +348,9 @@ fn faulty_node_alert_fires_for_the_faulty_node_only() {
             ..WorkloadSpec::default()
         },
     };
-    let run = run_once(
-        &plan,
-        &programs,
-        Some(&tools),
-        &run_dir,
-        &mut |s| eprintln!("{s}"),
-    );
+    let run = run_once(&plan, &programs, Some(&tools), &run_dir, &mut |s| {
+        eprintln!("{s}")
+    });
     eprintln!("run ended at {:.1} s", t_test.elapsed().as_secs_f64());
     // Every writer has ended: diagnose stops following and exits.
     let t_wait = Instant::now();
@@ -414,7 +412,10 @@ fn faulty_node_alert_fires_for_the_faulty_node_only() {
         "{faulty} alerting {:.1} s after the fault began",
         scrapes[fired].at - run.t_fault_on
     );
-    assert!(scrapes[fired].at >= run.t_fault_on, "flagged before the fault");
+    assert!(
+        scrapes[fired].at >= run.t_fault_on,
+        "flagged before the fault"
+    );
     // Before the fault: the last scrape with windows closed on every metric.
     let before = parsed
         .iter()

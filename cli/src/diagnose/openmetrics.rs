@@ -454,7 +454,9 @@ mod tests {
                 Some((n, l)) => (n, parse_labels(l.strip_suffix('}').expect("closing brace"))),
                 None => (series, BTreeMap::new()),
             };
-            let suffix = name.strip_prefix(family.as_str()).expect("name of its family");
+            let suffix = name
+                .strip_prefix(family.as_str())
+                .expect("name of its family");
             let want = match kind.as_str() {
                 "counter" => "_total",
                 "info" => "_info",
@@ -467,7 +469,9 @@ mod tests {
             let value = match value {
                 "+Inf" => f64::INFINITY,
                 "-Inf" => f64::NEG_INFINITY,
-                v => v.parse::<f64>().unwrap_or_else(|_| panic!("a number: {line}")),
+                v => v
+                    .parse::<f64>()
+                    .unwrap_or_else(|_| panic!("a number: {line}")),
             };
             if kind == "counter" {
                 assert!(value >= 0.0 && value.fract() == 0.0, "{line}");
@@ -558,7 +562,10 @@ mod tests {
         assert!(samples.iter().all(|s| s.name.starts_with("culprit_")));
         let time = [("metric", "time")];
         assert_eq!(value(&samples, "culprit_filter_k", &[]), Some(3.0));
-        assert_eq!(value(&samples, "culprit_window_shift_seconds", &[]), Some(3.0));
+        assert_eq!(
+            value(&samples, "culprit_window_shift_seconds", &[]),
+            Some(3.0)
+        );
         assert_eq!(value(&samples, "culprit_following", &[]), Some(1.0));
         assert_eq!(
             value(&samples, "culprit_windows_closed_total", &time),
@@ -568,7 +575,10 @@ mod tests {
             let l = [("node", n), ("metric", "time")];
             let bad = f64::from(u8::from(n == "n02"));
             assert_eq!(value(&samples, "culprit_node_faulty", &l), Some(bad), "{n}");
-            assert_eq!(value(&samples, "culprit_node_culprit", &[("node", n)]), Some(bad));
+            assert_eq!(
+                value(&samples, "culprit_node_culprit", &[("node", n)]),
+                Some(bad)
+            );
             let verdict = [("node", n), ("culprit_node_verdict", "faulty")];
             assert_eq!(value(&samples, "culprit_node_verdict", &verdict), Some(bad));
             let ratio = value(&samples, "culprit_node_score_ratio", &l).unwrap();
@@ -578,7 +588,10 @@ mod tests {
             assert_eq!(threshold, 4000.0);
             assert!((score / threshold - ratio).abs() < 1e-9);
             let damaged = f64::from(u8::from(n == "n01"));
-            assert_eq!(value(&samples, "culprit_node_damaged", &[("node", n)]), Some(damaged));
+            assert_eq!(
+                value(&samples, "culprit_node_damaged", &[("node", n)]),
+                Some(damaged)
+            );
             assert_eq!(
                 value(&samples, "culprit_node_data_age_seconds", &[("node", n)]),
                 Some(2.5)
@@ -589,7 +602,10 @@ mod tests {
             value(&samples, "culprit_node_recent_anomalous_windows", &l),
             Some(5.0)
         );
-        assert_eq!(value(&samples, "culprit_top_suspect_info", &[("node", "n02")]), Some(1.0));
+        assert_eq!(
+            value(&samples, "culprit_top_suspect_info", &[("node", "n02")]),
+            Some(1.0)
+        );
         let top: Vec<&Sample> = samples
             .iter()
             .filter(|s| s.family == "culprit_node_top_function")
@@ -602,7 +618,10 @@ mod tests {
     #[test]
     fn label_values_and_floats() {
         assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
-        assert_eq!(parse_labels(&format!("x=\"{}\"", escape("a\"b\\c\nd")))["x"], "a\"b\\c\nd");
+        assert_eq!(
+            parse_labels(&format!("x=\"{}\"", escape("a\"b\\c\nd")))["x"],
+            "a\"b\\c\nd"
+        );
         assert_eq!(float(f64::INFINITY), "+Inf");
         assert_eq!(float(f64::NAN), "NaN");
         assert_eq!(float(0.25), "0.25");

@@ -58,9 +58,13 @@ impl MetricsServer {
             .name("metrics".into())
             .spawn(move || {
                 for conn in listener.incoming() {
-                    // A failed connection or answer concerns that client only.
-                    if let Ok(stream) = conn {
-                        let _ = answer(stream, &shared);
+                    match conn {
+                        // A failed answer concerns that client only.
+                        Ok(stream) => {
+                            let _ = answer(stream, &shared);
+                        }
+                        // Out of file descriptors and the like: wait rather than spin.
+                        Err(_) => std::thread::sleep(Duration::from_millis(100)),
                     }
                 }
             })
@@ -211,7 +215,10 @@ mod tests {
         let post = get("POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n");
         assert!(post.starts_with("HTTP/1.1 405 "), "{post}");
         // A client that sends a huge head is cut off, and the server goes on.
-        let big = format!("GET /metrics HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(100_000));
+        let big = format!(
+            "GET /metrics HTTP/1.1\r\nX: {}\r\n\r\n",
+            "a".repeat(100_000)
+        );
         let mut s = TcpStream::connect(addr).unwrap();
         let _ = s.write_all(big.as_bytes());
         drop(s);
