@@ -40,6 +40,9 @@ pub enum Verdict {
     Faulty,
     /// Stopped producing data while its peers went on.
     Stopped,
+    /// Its data is damaged and no metric finds it faulty on the intact part: a finding about
+    /// the data, not about the node (not a culprit).
+    Damaged,
 }
 
 impl Verdict {
@@ -55,6 +58,7 @@ impl Verdict {
             Verdict::Suspect => "suspect",
             Verdict::Faulty => "FAULTY",
             Verdict::Stopped => "STOPPED",
+            Verdict::Damaged => "damaged",
         }
     }
 }

@@ -336,7 +336,24 @@ impl Diagnosis {
                 .iter()
                 .any(|f| f.is_stop() && f.node() == names[n]);
             let slack = (2 * cfg.k as u64 - 1) * cfg.windows.shift_ns;
-            let combined = combine(&per, analysed, stopped, slack);
+            let mut combined = combine(&per, analysed, stopped, slack);
+            let damage: Vec<String> = input
+                .findings
+                .iter()
+                .filter_map(|f| match f {
+                    Finding::Damaged { node, file, reason } if *node == names[n] => {
+                        Some(format!("{file}: {reason}"))
+                    }
+                    _ => None,
+                })
+                .collect();
+            if !damage.is_empty() && combined.verdict == Verdict::Ok {
+                combined.verdict = Verdict::Damaged;
+                combined.reason = format!(
+                    "its data is damaged ({}); the intact part was compared",
+                    damage.join("; ")
+                );
+            }
             if combined.verdict.is_culprit() {
                 culprits.push(names[n].clone());
             }
@@ -347,7 +364,7 @@ impl Diagnosis {
         }
         let suspects: Vec<&str> = verdicts
             .iter()
-            .filter(|v| v.combined.verdict != Verdict::Ok)
+            .filter(|v| !matches!(v.combined.verdict, Verdict::Ok | Verdict::Damaged))
             .map(|v| v.node.as_str())
             .collect();
         let metrics_out = metrics

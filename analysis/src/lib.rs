@@ -48,12 +48,11 @@ pub mod missing;
 pub mod model;
 pub mod plan;
 pub mod policy;
+pub mod report;
 pub mod score;
 pub mod session;
 pub mod setup;
 pub mod synth;
-#[allow(unsafe_code)]
-pub mod sys;
 pub mod thresholds;
 pub mod time;
 pub mod train;

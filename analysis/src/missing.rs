@@ -1,6 +1,11 @@
 //! Missing data as findings: a node that stopped producing data while its peers went on
 //! (seed 002, "earliest last timestamp": fail-stop problems show as a trace that ends early), a
-//! node that started late, and gaps in a node's data.
+//! node that started late, gaps in a node's data, and damaged data files.
+//!
+//! Damage is a finding, never a verdict: a node whose data ends early because one of its files
+//! is damaged (a flipped byte, a file cut short) did not necessarily stop, so it is reported
+//! [`Finding::Damaged`], not [`Finding::Stopped`]; the intact part of its data is compared as
+//! any other.
 //!
 //! Seed 002 compares each node's last timestamp with the mean and standard deviation of all of
 //! them; with the handful of nodes of a real group the standard deviation is dominated by the
@@ -75,6 +80,16 @@ pub enum Finding {
         /// Metric.
         metric: Metric,
     },
+    /// A data file of the node is damaged: what comes before the damage is used, what comes
+    /// after it is missing.
+    Damaged {
+        /// Node.
+        node: String,
+        /// The file's name.
+        file: String,
+        /// What is wrong and where.
+        reason: String,
+    },
 }
 
 impl Finding {
@@ -84,13 +99,19 @@ impl Finding {
             Finding::Stopped { node, .. }
             | Finding::LateStart { node, .. }
             | Finding::Gaps { node, .. }
-            | Finding::NoData { node, .. } => node,
+            | Finding::NoData { node, .. }
+            | Finding::Damaged { node, .. } => node,
         }
     }
 
     /// True for findings that make a node's verdict "stopped" (exit status 1).
     pub fn is_stop(&self) -> bool {
         matches!(self, Finding::Stopped { .. })
+    }
+
+    /// True for a damaged data file (verdict "damaged" unless a metric finds the node faulty).
+    pub fn is_damage(&self) -> bool {
+        matches!(self, Finding::Damaged { .. })
     }
 
     /// One line for people.
@@ -135,6 +156,10 @@ impl Finding {
             Finding::NoData { node, metric } => {
                 format!("{node} has no {metric} data while its peers do")
             }
+            Finding::Damaged { node, file, reason } => format!(
+                "{node}: {file} is damaged ({reason}); its data before the damage is compared, \
+                 the rest is missing (damage is not a verdict)"
+            ),
         }
     }
 }
@@ -174,7 +199,9 @@ pub fn findings(
     let med_last = median_in_place(&mut lasts) as u64;
     for (n, s) in spans.iter().enumerate() {
         let Some((first, last)) = *s else { continue };
-        if last + grace_ns < med_last {
+        // A node whose data ends early at a damaged file did not necessarily stop: its
+        // Damaged finding says so instead.
+        if last + grace_ns < med_last && ending(&names[n]) != Ending::Damaged {
             out.push(Finding::Stopped {
                 node: names[n].clone(),
                 at: rfc3339(last),

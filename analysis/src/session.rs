@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use crate::analyzer::{Analyzer, Outcome, MIN_NODES};
 use crate::data::{Dataset, DirSource, FileStatus, NodeData, Source};
@@ -14,17 +14,20 @@ use crate::error::{Error, Result};
 use crate::family::Metric;
 use crate::feed::{self, Feeder, Survey};
 use crate::live::LiveStatus;
-use crate::missing::{self, Ending};
+use crate::missing::{self, Ending, Finding};
 use crate::plan::{
     build_analyzer, check_nodes, dedup, keep_settings, outcome_notes, plan_metrics, MetricPlan,
     Progress,
 };
 use crate::policy::{Policy, Unsupervised};
 use crate::setup::{Setup, TrainedThresholds};
-use crate::time::NS_PER_S;
+use crate::time::{now_ns, NS_PER_S};
 
 /// How a node's data ended, from its files.
 fn ending_of(ds: &Dataset, node: &str) -> Ending {
+    if ds.unreadable.iter().any(|u| u.node == node) {
+        return Ending::Damaged;
+    }
     let Some(n) = ds.nodes.iter().find(|n| n.name == node) else {
         return Ending::Unknown;
     };
@@ -40,6 +43,41 @@ fn ending_of(ds: &Dataset, node: &str) -> Ending {
             FileStatus::Open => out = Ending::NoEndMarker,
             FileStatus::Ended => {}
         }
+    }
+    out
+}
+
+/// A finding for each damaged or unreadable data file of the nodes (damage is a finding, not a
+/// verdict: see [`missing`]).
+fn damage_findings(ds: &Dataset) -> Vec<Finding> {
+    let name = |p: &std::path::Path| {
+        p.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    let mut out = Vec::new();
+    for n in &ds.nodes {
+        let files = n
+            .traces
+            .iter()
+            .map(|t| (&t.path, &t.status))
+            .chain(n.samples.iter().map(|s| (&s.path, &s.status)));
+        for (path, status) in files {
+            if let FileStatus::Damaged(reason) = status {
+                out.push(Finding::Damaged {
+                    node: n.name.clone(),
+                    file: name(path),
+                    reason: reason.clone(),
+                });
+            }
+        }
+    }
+    for u in &ds.unreadable {
+        out.push(Finding::Damaged {
+            node: u.node.clone(),
+            file: name(&u.path),
+            reason: u.reason.clone(),
+        });
     }
     out
 }
@@ -201,7 +239,9 @@ impl Reporting<'_> {
             .max()
             .unwrap_or(NS_PER_S);
         let grace = missing::grace(setup.settings.win_shift_ns, coarsest);
-        let findings = missing::findings(outcome, &self.plan.reported, grace, |n| ending_of(ds, n));
+        let mut findings =
+            missing::findings(outcome, &self.plan.reported, grace, |n| ending_of(ds, n));
+        findings.extend(damage_findings(ds));
         let peers = setup.peers_text(outcome.names.len());
         Diagnosis::build(
             outcome,
@@ -411,13 +451,6 @@ fn wait_for_nodes(source: Box<dyn Source>, setup: &Setup, f: Follow) -> Result<D
     }
 }
 
-fn wall_now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0)
-}
-
 /// `--follow`: the offline path, fed after each refresh of the dataset.
 fn follow(
     f: Follow,
@@ -441,7 +474,7 @@ fn follow(
     let mut first = true;
     loop {
         feeder.feed(ds, analyzer, None, no_chunks)?;
-        let events = analyzer.advance(Some(wall_now_ns()));
+        let events = analyzer.advance(Some(now_ns()));
         report_windows(analyzer, &events, progress)?;
         if progress.wants_live() && (first || !events.is_empty()) {
             let status = reporting.live(analyzer, ds, false);

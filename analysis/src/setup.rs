@@ -19,6 +19,8 @@ pub const DEFAULT_WIN_SIZE: u64 = 60 * NS_PER_S;
 pub const DEFAULT_WIN_SHIFT: u64 = 30 * NS_PER_S;
 /// Default k of the k-of-(2k − 1) filter (seed 000).
 pub const DEFAULT_K: usize = 3;
+/// Largest k: 2k − 1 windows of history per node (a day of 30 s windows is under 3,000).
+pub const MAX_K: usize = 10_000;
 /// Default samples dimensionality rule, samples per window at the reference rate (seed 000).
 pub const DEFAULT_MIN_SAMPLES: f64 = 100.0;
 /// Default time dimensionality rule, ms of exclusive time per window (seed 000).
@@ -214,8 +216,11 @@ impl Setup {
                 fmt_dur(s.win_shift_ns)
             ));
         }
-        if s.k == 0 {
-            return bad("--k must be at least 1".into());
+        if !(1..=MAX_K).contains(&s.k) {
+            return bad(format!(
+                "--k {}: give 1 to {MAX_K} (faulty when anomalous in k of the last 2k − 1 windows)",
+                s.k
+            ));
         }
         if !(s.min_samples >= 0.0 && s.min_samples.is_finite()) {
             return bad("--min-samples must be a non-negative number".into());

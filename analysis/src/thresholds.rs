@@ -257,10 +257,39 @@ impl MetricThresholds {
     }
 }
 
+/// Largest thresholds file read (a trained file of 1,000 nodes and 10,000 kept functions is
+/// a few MiB).
+pub const MAX_THRESHOLDS_FILE: u64 = 64 << 20;
+
+/// The text of `path` when it is a regular file of at most `limit` bytes: a FIFO would block the
+/// read, a device (`/dev/zero`) would never end.
+fn read_regular(path: &Path, limit: u64) -> std::io::Result<String> {
+    use std::io::Read as _;
+    let meta = std::fs::metadata(path)?;
+    if !meta.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(limit + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > limit {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {} MiB", limit >> 20),
+        ));
+    }
+    Ok(text)
+}
+
 impl ThresholdsFile {
-    /// Reads and validates a thresholds file.
+    /// Reads and validates a thresholds file (a regular file of at most
+    /// [`MAX_THRESHOLDS_FILE`] bytes).
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
+        let text = read_regular(path, MAX_THRESHOLDS_FILE).map_err(|e| {
             Error::io(
                 format!("{}: cannot read thresholds file", path.display()),
                 e,
@@ -293,7 +322,19 @@ impl ThresholdsFile {
             what: format!("{}: malformed thresholds file", path.display()),
             source,
         })?;
+        if f.metrics.is_empty() {
+            return bail(format!(
+                "{}: no metric has thresholds; retrain with `culprit train`",
+                path.display()
+            ));
+        }
         for (m, t) in &f.metrics {
+            if t.thresholds.is_empty() {
+                return bail(format!(
+                    "{}: no node has a threshold for {m}; retrain with `culprit train`",
+                    path.display()
+                ));
+            }
             if let Some((n, v)) = t
                 .thresholds
                 .iter()

@@ -1,57 +1,61 @@
 //! Wall-clock times and durations as users read and write them: UTC ISO-8601
 //! (`2026-11-22T13:05:00Z`), RFC 3339 with milliseconds for JSON, epoch seconds, offsets from the
-//! start or end of the data (`+30s`, `-2m`), and durations (`30s`, `500ms`). No time-zone database:
-//! output is UTC, input accepts a `Z` or `±HH:MM` suffix.
+//! start or end of the data (`+30s`, `-2m`), and durations (`30s`, `500ms`). The calendar and the
+//! parsing are `jiff`'s; there is no time-zone database: output is UTC, input accepts a `Z` or
+//! `±HH:MM` suffix (none means UTC).
 
 use std::fmt;
+
+use jiff::civil::DateTime;
+use jiff::tz::TimeZone;
+use jiff::{SignedDuration, Timestamp};
 
 /// Nanoseconds per second.
 pub const NS_PER_S: u64 = 1_000_000_000;
 const NS: u64 = NS_PER_S;
 
-/// Days since 1970-01-01 → (year, month, day) (Howard Hinnant's civil_from_days).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
+/// The instant `ns` after the epoch (every `u64` is one: they end in 2554).
+fn stamp(ns: u64) -> Timestamp {
+    Timestamp::from_nanosecond(i128::from(ns)).unwrap_or(Timestamp::MAX)
 }
 
-/// (year, month, day) → days since 1970-01-01.
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let m = m as i64;
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d as i64 - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+/// `ns` in UTC by a `strftime` pattern; `%.3f` shows milliseconds (truncated).
+fn utc(ns: u64, pattern: &str) -> String {
+    stamp(ns - ns % 1_000_000).strftime(pattern).to_string()
 }
 
-/// `2026-11-22T13:05:00Z`, with `.mmm` when the time is not on a whole second.
+/// Wall-clock now, ns since the epoch.
+pub fn now_ns() -> u64 {
+    u64::try_from(Timestamp::now().as_nanosecond()).unwrap_or(0)
+}
+
+/// `2026-11-22T13:05:00Z`, with `.mmm` when the milliseconds are not zero.
 pub fn iso(ns: u64) -> String {
-    let secs = (ns / NS) as i64;
-    let ms = (ns % NS) / 1_000_000;
-    let (y, mo, d) = civil_from_days(secs.div_euclid(86_400));
-    let sod = secs.rem_euclid(86_400);
-    let (h, mi, s) = (sod / 3600, (sod / 60) % 60, sod % 60);
-    if ms == 0 {
-        format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z")
+    if (ns % NS) / 1_000_000 == 0 {
+        utc(ns, "%Y-%m-%dT%H:%M:%SZ")
     } else {
-        format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{ms:03}Z")
+        utc(ns, "%Y-%m-%dT%H:%M:%S%.3fZ")
     }
 }
 
 /// `13:05:00` (UTC time of day), for compact tables.
 pub fn clock(ns: u64) -> String {
-    let sod = (ns / NS) % 86_400;
-    format!("{:02}:{:02}:{:02}", sod / 3600, (sod / 60) % 60, sod % 60)
+    utc(ns, "%H:%M:%S")
+}
+
+/// Formats wall-clock ns as `YYYY-MM-DD HH:MM:SS[.fff]Z` (UTC; sub-second digits only when
+/// the time is not on a whole second), for people.
+pub fn fmt_wall(ns: u64) -> String {
+    if ns % NS == 0 {
+        utc(ns, "%Y-%m-%d %H:%M:%SZ")
+    } else {
+        utc(ns, "%Y-%m-%d %H:%M:%S%.3fZ")
+    }
+}
+
+/// Formats wall-clock ns as RFC 3339 with milliseconds (`YYYY-MM-DDTHH:MM:SS.fffZ`), for JSON.
+pub fn rfc3339(ns: u64) -> String {
+    utc(ns, "%Y-%m-%dT%H:%M:%S%.3fZ")
 }
 
 /// A duration in ns as `1.23 s`, `45.6 ms`, `789 µs`, `12 ns`.
@@ -68,34 +72,30 @@ pub fn duration(ns: u64) -> String {
     }
 }
 
-/// A duration like `30s`, `2m`, `1h`, `500ms`, `1.5`, or a bare number of seconds → ns. The
-/// one duration syntax of every command (`--win-size`, `--interval`, `+30s`…).
+/// A duration like `30s`, `2m`, `1h`, `500ms`, `1m30s`, `1.5`, or a bare number of seconds →
+/// ns. The one duration syntax of every command (`--win-size`, `--interval`, `+30s`…).
 pub fn parse_duration_ns(s: &str) -> Result<u64, String> {
     let s = s.trim();
-    let (num, unit) = match s.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
-        Some(i) => s.split_at(i),
-        None => (s, "s"),
+    let text = if s.parse::<f64>().is_ok() {
+        format!("{s}s")
+    } else {
+        s.to_string()
     };
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration (examples: 10s, 500ms, 2m)"))?;
-    let secs = match unit.trim() {
-        "ns" => v / 1e9,
-        "us" | "µs" => v / 1e6,
-        "ms" => v / 1e3,
-        "s" | "" => v,
-        "m" | "min" => v * 60.0,
-        "h" => v * 3600.0,
-        other => {
-            return Err(format!(
-                "unknown duration unit {other:?} in {s:?} (use ms, s, m, h)"
-            ))
+    let d: SignedDuration = text.parse().map_err(|_| {
+        let unit = s.trim_start_matches(|c: char| c.is_ascii_digit() || c == '.');
+        if unit.len() < s.len() && !unit.trim().is_empty() && !unit.contains(char::is_numeric) {
+            format!(
+                "unknown duration unit {:?} in {s:?} (use ms, s, m, h)",
+                unit.trim()
+            )
+        } else {
+            format!("{s:?} is not a duration (examples: 10s, 500ms, 2m)")
         }
-    };
-    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
+    })?;
+    if d.is_negative() || d > SignedDuration::from_secs(1_000_000_000) {
         return Err(format!("{s:?} is out of range"));
     }
-    Ok((secs * 1e9).round() as u64)
+    u64::try_from(d.as_nanos()).map_err(|_| format!("{s:?} is out of range"))
 }
 
 /// A time or duration the user wrote that could not be read.
@@ -137,8 +137,9 @@ impl TimeSpec {
     }
 }
 
-/// Parses `2026-11-22T13:05:00Z` (also with a space, fractional seconds, `±HH:MM`), epoch
-/// seconds (`1763816700.5`), `+30s` (after the data's start) or `-2m` (before its end).
+/// Parses `2026-11-22T13:05:00Z` (also with a space, fractional seconds, `±HH:MM`, or no
+/// suffix for UTC), epoch seconds (`1763816700.5`), `+30s` (after the data's start) or `-2m`
+/// (before its end).
 pub fn parse_time(s: &str) -> Result<TimeSpec, ParseError> {
     let s = s.trim();
     if let Some(rest) = s.strip_prefix('+') {
@@ -160,79 +161,16 @@ pub fn parse_time(s: &str) -> Result<TimeSpec, ParseError> {
     })
 }
 
-fn parse_iso(s: &str) -> Result<u64, &'static str> {
-    let b = s.as_bytes();
-    if b.len() < 19 || b[4] != b'-' || b[7] != b'-' || !(b[10] == b'T' || b[10] == b' ') {
-        return Err("not an ISO date-time");
-    }
-    let num = |r: std::ops::Range<usize>| -> Result<i64, &'static str> {
-        s.get(r)
-            .and_then(|x| x.parse().ok())
-            .ok_or("not an ISO date-time")
+/// An ISO date-time with an offset, or without one (UTC).
+fn parse_iso(s: &str) -> Result<u64, String> {
+    let t = match s.parse::<Timestamp>() {
+        Ok(t) => t,
+        Err(with_offset) => s
+            .parse::<DateTime>()
+            .and_then(|dt| TimeZone::UTC.to_timestamp(dt))
+            .map_err(|_| with_offset.to_string())?,
     };
-    let (y, mo, d) = (num(0..4)?, num(5..7)? as u32, num(8..10)? as u32);
-    let (h, mi, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || sec > 60 {
-        return Err("date-time field out of range");
-    }
-    let mut rest = &s[19..];
-    let mut frac_ns = 0u64;
-    if let Some(r) = rest.strip_prefix('.') {
-        let digits: String = r.chars().take_while(|c| c.is_ascii_digit()).collect();
-        rest = &r[digits.len()..];
-        let mut padded = digits.clone();
-        padded.truncate(9);
-        while padded.len() < 9 {
-            padded.push('0');
-        }
-        frac_ns = padded.parse().unwrap_or(0);
-    }
-    let offset_s: i64 = match rest {
-        "" | "Z" | "z" => 0,
-        o if (o.starts_with('+') || o.starts_with('-')) && o.len() == 6 && &o[3..4] == ":" => {
-            let sign = if o.starts_with('-') { -1 } else { 1 };
-            let oh: i64 = o[1..3].parse().map_err(|_| "bad offset")?;
-            let om: i64 = o[4..6].parse().map_err(|_| "bad offset")?;
-            sign * (oh * 3600 + om * 60)
-        }
-        _ => return Err("bad time-zone suffix"),
-    };
-    let days = days_from_civil(y, mo, d);
-    let secs = days * 86_400 + h * 3600 + mi * 60 + sec - offset_s;
-    if secs < 0 {
-        return Err("time before 1970");
-    }
-    Ok(secs as u64 * NS + frac_ns)
-}
-
-/// Formats wall-clock ns as `YYYY-MM-DD HH:MM:SS[.fff]Z` (UTC; sub-second digits only when
-/// present), for people.
-pub fn fmt_wall(ns: u64) -> String {
-    let secs = ns / NS;
-    let frac_ms = (ns % NS) / 1_000_000;
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let (y, m, d) = civil_from_days(days);
-    let (hh, mm, ss) = (rem / 3600, (rem / 60) % 60, rem % 60);
-    if ns % NS == 0 {
-        format!("{y:04}-{m:02}-{d:02} {hh:02}:{mm:02}:{ss:02}Z")
-    } else {
-        format!("{y:04}-{m:02}-{d:02} {hh:02}:{mm:02}:{ss:02}.{frac_ms:03}Z")
-    }
-}
-
-/// Formats wall-clock ns as RFC 3339 with milliseconds (`YYYY-MM-DDTHH:MM:SS.fffZ`), for JSON.
-pub fn rfc3339(ns: u64) -> String {
-    let secs = ns / NS;
-    let frac_ms = (ns % NS) / 1_000_000;
-    let (y, m, d) = civil_from_days((secs / 86_400) as i64);
-    let rem = secs % 86_400;
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{frac_ms:03}Z",
-        rem / 3600,
-        (rem / 60) % 60,
-        rem % 60
-    )
+    u64::try_from(t.as_nanosecond()).map_err(|_| "time before 1970".to_string())
 }
 
 /// Formats a duration in ns for people, exactly when it is a round number: `60 s`, `1.5 s`,
@@ -260,17 +198,17 @@ mod tests {
         let t = 1_795_352_700 * NS;
         assert_eq!(iso(t), "2026-11-22T13:05:00Z");
         assert_eq!(parse_time("2026-11-22T13:05:00Z").unwrap(), TimeSpec::At(t));
+        assert_eq!(parse_time("2026-11-22T13:05:00").unwrap(), TimeSpec::At(t));
         assert_eq!(
             parse_time("2026-11-22 14:05:00.250+01:00").unwrap(),
             TimeSpec::At(t + 250_000_000)
         );
         assert_eq!(iso(t + 250_000_000), "2026-11-22T13:05:00.250Z");
+        assert_eq!(iso(t + 250_999_999), "2026-11-22T13:05:00.250Z");
+        assert_eq!(iso(t + 999_999), "2026-11-22T13:05:00Z");
         assert_eq!(iso(0), "1970-01-01T00:00:00Z");
         assert_eq!(iso(951_782_400 * NS), "2000-02-29T00:00:00Z");
-        for days in [-1000i64, 0, 59, 60, 365, 11_016, 20_000, 100_000] {
-            let (y, m, d) = civil_from_days(days);
-            assert_eq!(days_from_civil(y, m, d), days);
-        }
+        assert!(parse_time("1969-12-31T23:59:59Z").is_err());
     }
 
     #[test]
@@ -298,7 +236,10 @@ mod tests {
             fmt_wall(1_709_210_096 * NS + 250_000_000),
             "2024-02-29 12:34:56.250Z"
         );
+        assert_eq!(fmt_wall(1_709_210_096 * NS + 5), "2024-02-29 12:34:56.000Z");
         assert_eq!(rfc3339(1_709_210_096 * NS), "2024-02-29T12:34:56.000Z");
+        assert_eq!(fmt_wall(u64::MAX), "2554-07-21 23:34:33.709Z");
+        assert!(now_ns() > 1_700_000_000 * NS);
     }
 
     #[test]
@@ -306,10 +247,23 @@ mod tests {
         assert_eq!(parse_duration_ns("60").unwrap(), 60 * NS);
         assert_eq!(parse_duration_ns("30s").unwrap(), 30 * NS);
         assert_eq!(parse_duration_ns("1.5s").unwrap(), 1_500_000_000);
+        assert_eq!(parse_duration_ns("1.5").unwrap(), 1_500_000_000);
         assert_eq!(parse_duration_ns("500ms").unwrap(), 500_000_000);
+        assert_eq!(parse_duration_ns("250us").unwrap(), 250_000);
         assert_eq!(parse_duration_ns("2m").unwrap(), 120 * NS);
-        assert!(parse_duration_ns("fast").is_err());
+        assert_eq!(parse_duration_ns("2min").unwrap(), 120 * NS);
+        assert_eq!(parse_duration_ns("1m30s").unwrap(), 90 * NS);
+        assert_eq!(
+            parse_duration_ns("fast").unwrap_err(),
+            "\"fast\" is not a duration (examples: 10s, 500ms, 2m)"
+        );
+        assert_eq!(
+            parse_duration_ns("5 parsecs").unwrap_err(),
+            "unknown duration unit \"parsecs\" in \"5 parsecs\" (use ms, s, m, h)"
+        );
         assert!(parse_duration_ns("-1").is_err());
+        assert!(parse_duration_ns("-1s").is_err());
+        assert!(parse_duration_ns("2000000000s").is_err());
         assert_eq!(fmt_dur(60 * NS), "60 s");
         assert_eq!(fmt_dur(1_500_000_000), "1.5 s");
         assert_eq!(fmt_dur(250_000_000), "250 ms");

@@ -17,6 +17,8 @@
 //! Exit status: 0 success (for `diagnose`: no node flagged), 1 a faulty node found
 //! (`diagnose`), 2 an error.
 
+#![deny(unsafe_code)]
+
 use std::ffi::OsString;
 use std::io::Write as _;
 

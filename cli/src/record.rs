@@ -14,12 +14,13 @@
 //! program's, or 128 + the signal that killed it.
 
 use std::ffi::{OsStr, OsString};
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::process::Command;
 
 use anyhow::{bail, Context as _};
 use culprit_format::names;
+use culprit_sampler::launch::{exit_code, Forward, Held};
 
 /// Arguments of `culprit record`.
 #[derive(Debug, clap::Args)]
@@ -290,9 +291,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let mut child = cmd
         .spawn()
         .with_context(|| format!("cannot run {}", program.to_string_lossy()))?;
-    forward::install(child.id() as i32);
+    let forward = Forward::to(child.id()).context("cannot forward signals")?;
     let status = child.wait().context("waiting for the program")?;
-    forward::uninstall();
+    drop(forward);
     report_files(&cfg, &before);
     Ok(exit_code(status))
 }
@@ -333,7 +334,7 @@ pub(crate) fn node_or_default(node: Option<&str>) -> String {
     node.map(str::to_string)
         .or_else(|| std::env::var("CULPRIT_NODE").ok().filter(|n| !n.is_empty()))
         .map(|n| names::sanitize_node_name(&n))
-        .unwrap_or_else(|| names::sanitize_node_name(&culprit_sampler::host_name()))
+        .unwrap_or_else(culprit_sampler::default_node_name)
 }
 
 /// `record --sample`: like `perf record -- CMD`, the program is forked but held before `exec`
@@ -341,57 +342,30 @@ pub(crate) fn node_or_default(node: Option<&str>) -> String {
 /// instructions are sampled too. The sampler runs on this thread; a waiter thread reaps the
 /// program and stops the sampler, which then writes its last (partial) interval.
 fn run_sampled(cfg: &Config) -> anyhow::Result<i32> {
-    use std::sync::atomic::AtomicBool;
-    use std::sync::Arc;
-
     let opts = cfg.sample.as_ref().expect("sampling requested");
     let program = &cfg.command[0];
     let path = which(program)
         .with_context(|| format!("cannot run {}: not found", program.to_string_lossy()))?;
-    let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
-        .filter(|(k, _)| !cfg.env.iter().any(|(o, _)| OsStr::new(o) == k))
-        .collect();
-    env.extend(cfg.env.iter().map(|(k, v)| (OsString::from(k), v.clone())));
-    let held = held::spawn(&path, &cfg.command, &env)
-        .with_context(|| format!("cannot run {}", path.display()))?;
+    let mut cmd = Command::new(&path);
+    cmd.arg0(program).args(&cfg.command[1..]);
+    cmd.envs(cfg.env.iter().map(|(k, v)| (k, v)));
+    let held = Held::spawn(cmd).with_context(|| format!("cannot run {}", path.display()))?;
     let node = effective_node(cfg);
     let mut sconf = culprit_sampler::Config::new(&cfg.dir, node);
-    sconf.scope = culprit_sampler::Scope::Pid(held.pid() as u32);
+    sconf.scope = culprit_sampler::Scope::Pid(held.pid());
     sconf.interval = opts.interval;
     sconf.event = opts.event.clone();
-    let sampler = match culprit_sampler::Sampler::open(sconf) {
-        Ok(s) => s,
-        Err(e) => {
-            held.abandon();
-            return Err(anyhow::Error::new(e).context("cannot sample (--sample)"));
-        }
-    };
+    // On an error the held child is dropped: it exits without running anything.
+    let sampler = culprit_sampler::Sampler::open(sconf).context("cannot sample (--sample)")?;
     eprintln!("culprit: {}", sampler.describe());
     for w in sampler.warnings() {
         eprintln!("culprit: warning: {w}");
     }
-    let pid = match held.release() {
-        Ok(pid) => pid,
-        Err(e) => {
-            return Err(anyhow::Error::new(e).context(format!("cannot run {}", path.display())))
-        }
-    };
-    forward::install(pid);
-    let stop = Arc::new(AtomicBool::new(false));
-    let waiter = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let st = held::wait(pid);
-            stop.store(true, Ordering::SeqCst);
-            st
-        })
-    };
-    let summary = sampler.run(&stop);
-    let status = waiter
-        .join()
-        .map_err(|_| anyhow::anyhow!("the waiter thread panicked"))?
-        .context("waiting for the program")?;
-    forward::uninstall();
+    let running = held
+        .run()
+        .with_context(|| format!("cannot run {}", path.display()))?;
+    let summary = sampler.run(running.exited());
+    let status = running.wait().context("waiting for the program")?;
     match summary {
         Ok(s) => eprintln!(
             "culprit: {} samples ({} lost) in {} interval(s) written under {}",
@@ -403,16 +377,6 @@ fn run_sampled(cfg: &Config) -> anyhow::Result<i32> {
         Err(e) => eprintln!("culprit: warning: sampling stopped early: {e}"),
     }
     Ok(status)
-}
-
-/// The shell's convention: the exit status, or 128 + the signal that killed the process.
-pub fn exit_code(st: ExitStatus) -> i32 {
-    use std::os::unix::process::ExitStatusExt;
-    match (st.code(), st.signal()) {
-        (Some(c), _) => c,
-        (None, Some(s)) => 128 + s,
-        _ => 1,
-    }
 }
 
 /// Every `trace-*.cul` under `dir/<node>/`.
@@ -440,264 +404,13 @@ fn trace_files(dir: &Path) -> Vec<PathBuf> {
 
 /// Resolves a program name the way `execvp` does.
 pub(crate) fn which(program: &OsStr) -> Option<PathBuf> {
-    let p = Path::new(program);
-    if p.components().count() > 1 {
-        return p.is_file().then(|| p.to_path_buf());
-    }
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|d| d.join(p))
-        .find(|c| c.is_file())
+    which::which(program).ok()
 }
 
-/// Whether the ELF file at `path` refers to `__cyg_profile_func_enter` in its dynamic symbol
-/// table (as every object built with `-finstrument-functions` does); `None` when it is not an
-/// ELF64 file (a script) or cannot be read.
+/// Whether the ELF file at `path` refers to `__cyg_profile_func_enter` (as every object built
+/// with `-finstrument-functions` does); `None` when it is not an ELF file or cannot be read.
 pub fn calls_hooks(path: &Path) -> Option<bool> {
-    let b = std::fs::read(path).ok()?;
-    let u16_at = |o: usize| b.get(o..o + 2).map(|s| u16::from_le_bytes([s[0], s[1]]));
-    let u32_at = |o: usize| {
-        b.get(o..o + 4)
-            .map(|s| u32::from_le_bytes(s.try_into().unwrap()))
-    };
-    let u64_at = |o: usize| {
-        b.get(o..o + 8)
-            .map(|s| u64::from_le_bytes(s.try_into().unwrap()))
-    };
-    if b.get(..6)? != b"\x7fELF\x02\x01" {
-        return None;
-    }
-    let shoff = u64_at(0x28)? as usize;
-    let shnum = u16_at(0x3C)? as usize;
-    let sec = |i: usize| -> Option<(u32, usize, usize, usize)> {
-        let o = shoff.checked_add(i.checked_mul(64)?)?;
-        Some((
-            u32_at(o + 4)?,
-            u64_at(o + 0x18)? as usize,
-            u64_at(o + 0x20)? as usize,
-            u32_at(o + 0x28)? as usize,
-        ))
-    };
-    for i in 0..shnum {
-        let (ty, off, size, link) = sec(i)?;
-        if ty != 11 {
-            continue; // SHT_DYNSYM
-        }
-        let (_, stroff, strsize, _) = sec(link)?;
-        let strs = b.get(stroff..stroff.checked_add(strsize)?)?;
-        let syms = b.get(off..off.checked_add(size)?)?;
-        return Some(syms.chunks_exact(24).any(|s| {
-            let name = u32::from_le_bytes(s[0..4].try_into().unwrap()) as usize;
-            strs.get(name..)
-                .is_some_and(|n| n.starts_with(b"__cyg_profile_func_enter\0"))
-        }));
-    }
-    Some(false)
-}
-
-/// A child forked now and held before `exec` until released (the `--sample` start-up).
-#[allow(unsafe_code)]
-pub(crate) mod held {
-    use std::ffi::{CString, OsStr, OsString};
-    use std::io;
-    use std::os::unix::ffi::OsStrExt;
-    use std::path::Path;
-
-    /// A forked child waiting on a pipe before `execve`.
-    #[derive(Debug)]
-    pub struct Held {
-        pid: libc::pid_t,
-        go: libc::c_int,
-        err: libc::c_int,
-    }
-
-    fn cstr(s: &OsStr) -> io::Result<CString> {
-        CString::new(s.as_bytes()).map_err(|_| io::Error::other("argument contains a NUL byte"))
-    }
-
-    fn pipe() -> io::Result<[libc::c_int; 2]> {
-        let mut fds = [0; 2];
-        // SAFETY: fds has room for the two descriptors pipe2 writes.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(fds)
-    }
-
-    fn close(fd: libc::c_int) {
-        // SAFETY: closing a descriptor this module created and owns.
-        unsafe { libc::close(fd) };
-    }
-
-    /// Forks a child that will `execve(path, argv, env)` once [`Held::release`] is called.
-    /// Everything the child needs is prepared before the fork: after it, the child only
-    /// calls async-signal-safe functions (read, close, execve, write, _exit).
-    pub fn spawn(path: &Path, argv: &[OsString], env: &[(OsString, OsString)]) -> io::Result<Held> {
-        let path = cstr(path.as_os_str())?;
-        let argv: Vec<CString> = argv.iter().map(|a| cstr(a)).collect::<io::Result<_>>()?;
-        let envp: Vec<CString> = env
-            .iter()
-            .map(|(k, v)| {
-                let mut kv = k.clone();
-                kv.push("=");
-                kv.push(v);
-                cstr(&kv)
-            })
-            .collect::<io::Result<_>>()?;
-        let mut argv_p: Vec<*const libc::c_char> = argv.iter().map(|c| c.as_ptr()).collect();
-        argv_p.push(std::ptr::null());
-        let mut envp_p: Vec<*const libc::c_char> = envp.iter().map(|c| c.as_ptr()).collect();
-        envp_p.push(std::ptr::null());
-        let [go_r, go_w] = pipe()?;
-        let [err_r, err_w] = match pipe() {
-            Ok(p) => p,
-            Err(e) => {
-                close(go_r);
-                close(go_w);
-                return Err(e);
-            }
-        };
-        // SAFETY: after fork the child touches only memory prepared above and calls only
-        // async-signal-safe functions before execve or _exit.
-        let pid = unsafe { libc::fork() };
-        if pid < 0 {
-            let e = io::Error::last_os_error();
-            for fd in [go_r, go_w, err_r, err_w] {
-                close(fd);
-            }
-            return Err(e);
-        }
-        if pid == 0 {
-            // SAFETY: child side, see above.
-            unsafe {
-                libc::close(go_w);
-                libc::close(err_r);
-                let mut b = 0u8;
-                loop {
-                    let n = libc::read(go_r, (&mut b as *mut u8).cast(), 1);
-                    if n == 1 {
-                        break;
-                    }
-                    if n < 0 && *libc::__errno_location() == libc::EINTR {
-                        continue;
-                    }
-                    libc::_exit(127); // the parent gave up
-                }
-                libc::execve(path.as_ptr(), argv_p.as_ptr(), envp_p.as_ptr());
-                let e: libc::c_int = *libc::__errno_location();
-                libc::write(err_w, (&e as *const libc::c_int).cast(), 4);
-                libc::_exit(127);
-            }
-        }
-        close(go_r);
-        close(err_w);
-        Ok(Held {
-            pid,
-            go: go_w,
-            err: err_r,
-        })
-    }
-
-    impl Held {
-        /// The child's pid.
-        pub fn pid(&self) -> libc::pid_t {
-            self.pid
-        }
-
-        /// Lets the child `execve`; returns its pid, or the `execve` error (the child is then
-        /// reaped).
-        pub fn release(self) -> io::Result<libc::pid_t> {
-            let b = 1u8;
-            // SAFETY: writing one byte from a valid buffer to our pipe.
-            unsafe { libc::write(self.go, (&b as *const u8).cast(), 1) };
-            close(self.go);
-            let mut e: libc::c_int = 0;
-            let n = loop {
-                // SAFETY: reading at most 4 bytes into `e`.
-                let n = unsafe { libc::read(self.err, (&mut e as *mut libc::c_int).cast(), 4) };
-                if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                break n;
-            };
-            close(self.err);
-            if n == 4 {
-                let _ = wait(self.pid);
-                return Err(io::Error::from_raw_os_error(e));
-            }
-            Ok(self.pid)
-        }
-
-        /// Gives up: the child exits without running anything and is reaped.
-        pub fn abandon(self) {
-            close(self.go);
-            close(self.err);
-            let _ = wait(self.pid);
-        }
-    }
-
-    /// Waits for `pid` and returns its exit code the shell's way (128 + signal).
-    pub fn wait(pid: libc::pid_t) -> io::Result<i32> {
-        let mut st = 0;
-        loop {
-            // SAFETY: waitpid on our own child with a valid status pointer.
-            let r = unsafe { libc::waitpid(pid, &mut st, 0) };
-            if r == pid {
-                break;
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
-            }
-        }
-        Ok(if libc::WIFEXITED(st) {
-            libc::WEXITSTATUS(st)
-        } else if libc::WIFSIGNALED(st) {
-            128 + libc::WTERMSIG(st)
-        } else {
-            1
-        })
-    }
-}
-
-/// Forwarding of SIGINT/SIGTERM sent by other processes to the program.
-#[allow(unsafe_code)]
-pub(crate) mod forward {
-    use super::*;
-
-    static CHILD: AtomicI32 = AtomicI32::new(0);
-
-    extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
-        // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
-        let code = unsafe { (*info).si_code };
-        // A signal typed at the terminal (SI_KERNEL) already went to the whole foreground
-        // process group, program included; one sent with kill() came to us alone.
-        let pid = CHILD.load(Ordering::Relaxed);
-        if code != libc::SI_KERNEL && pid > 0 {
-            // SAFETY: kill is async-signal-safe; pid is our child, not yet reaped.
-            unsafe { libc::kill(pid, sig) };
-        }
-    }
-
-    /// Starts forwarding to `pid`.
-    pub fn install(pid: i32) {
-        CHILD.store(pid, Ordering::Relaxed);
-        for sig in [libc::SIGINT, libc::SIGTERM] {
-            // SAFETY: a zeroed sigaction with an SA_SIGINFO handler that only calls
-            // async-signal-safe functions.
-            unsafe {
-                let mut sa: libc::sigaction = std::mem::zeroed();
-                sa.sa_sigaction = on_signal as *const () as usize;
-                sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-                libc::sigemptyset(&mut sa.sa_mask);
-                libc::sigaction(sig, &sa, std::ptr::null_mut());
-            }
-        }
-    }
-
-    /// Stops forwarding (the child is reaped; its pid may be reused).
-    pub fn uninstall() {
-        CHILD.store(0, Ordering::Relaxed);
-    }
+    culprit_sampler::symbolize::names_dynamic_symbol(path, "__cyg_profile_func_enter")
 }
 
 #[cfg(test)]
@@ -747,12 +460,5 @@ mod tests {
         let exe = std::env::current_exe().unwrap();
         assert_eq!(calls_hooks(&exe), Some(false));
         assert_eq!(calls_hooks(Path::new("/etc/hostname")), None);
-    }
-
-    #[test]
-    fn exit_codes() {
-        use std::os::unix::process::ExitStatusExt;
-        assert_eq!(exit_code(ExitStatus::from_raw(3 << 8)), 3);
-        assert_eq!(exit_code(ExitStatus::from_raw(libc::SIGKILL)), 137);
     }
 }

@@ -164,7 +164,7 @@ fn node_name(a: &Args) -> String {
         .clone()
         .filter(|n| !n.is_empty())
         .or_else(|| std::env::var("CULPRIT_NODE").ok().filter(|n| !n.is_empty()))
-        .unwrap_or_else(culprit_sampler::host_name)
+        .unwrap_or_else(culprit_sampler::default_node_name)
 }
 
 /// Validates the flags into a sampler configuration.
@@ -183,6 +183,9 @@ pub fn config(a: &Args) -> anyhow::Result<Config> {
     c.duration = a.duration;
     c.scope = match (a.pid, &a.cgroup) {
         (Some(p), _) => Scope::Pid(p),
+        (None, Some(g)) if !culprit_sampler::nodes::cgroup_exists(g) => {
+            bail!("--cgroup {g}: no such cgroup (under /sys/fs/cgroup)")
+        }
         (None, Some(g)) => Scope::Cgroup(g.clone()),
         (None, None) => Scope::System,
     };

@@ -8,16 +8,19 @@
 //! --uprobes BINARY:PATTERN…` counts them in every process beside the samples.
 
 use std::ffi::OsString;
+use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 use anyhow::{bail, Context as _};
+use culprit_format::procfs::{self, Proc};
 use culprit_sampler::uprobe::run::{process_gone, RunConfig, RunSummary, Session};
 use culprit_sampler::uprobe::system::{SystemConfig, SystemProbes, SystemSummary};
-use culprit_sampler::uprobe::{proc_start_ns, Plan, ProbeSpec};
+use culprit_sampler::uprobe::{Plan, ProbeSpec};
 
-use crate::record::{forward, held, node_or_default, which, Args};
+use culprit_sampler::launch::Held;
+
+use crate::record::{node_or_default, which, Args};
 
 /// Parses every `--uprobes` value (each may hold a comma-separated list).
 pub fn parse_specs(values: &[String]) -> anyhow::Result<Vec<ProbeSpec>> {
@@ -137,7 +140,7 @@ fn attach(
         let ns = culprit_analysis::time::parse_duration(d)?;
         cfg.duration = Some(std::time::Duration::from_nanos(ns));
     }
-    let start = proc_start_ns(pid);
+    let start = procfs::start_ns(Proc::Pid(pid));
     let session =
         Session::attach(pid, specs).with_context(|| format!("cannot attach to process {pid}"))?;
     print_plan(
@@ -162,45 +165,27 @@ fn spawn(command: &[OsString], specs: &[ProbeSpec], cfg: RunConfig) -> anyhow::R
     let program = command.first().context("no program given")?;
     let path = which(program)
         .with_context(|| format!("cannot run {}: not found", program.to_string_lossy()))?;
-    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-    let held = held::spawn(&path, command, &env)
-        .with_context(|| format!("cannot run {}", path.display()))?;
-    let session = match Session::for_held_child(held.pid() as u32, &path, specs) {
-        Ok(s) => s,
-        Err(e) => {
-            held.abandon();
-            return Err(anyhow::Error::new(e).context("cannot place the uprobes"));
-        }
-    };
+    let mut cmd = std::process::Command::new(&path);
+    cmd.arg0(program).args(&command[1..]);
+    let held = Held::spawn(cmd).with_context(|| format!("cannot run {}", path.display()))?;
+    // On an error the held child is dropped: it exits without running anything.
+    let session =
+        Session::for_held_child(held.pid(), &path, specs).context("cannot place the uprobes")?;
     print_plan(session.plan(), session.events(), "counting with uprobes");
     print_cost(session.cost(), session.cost_note());
-    let pid = held
-        .release()
+    let running = held
+        .run()
         .with_context(|| format!("cannot run {}", path.display()))?;
-    forward::install(pid);
-    let exited = Arc::new(AtomicBool::new(false));
-    let waiter = {
-        let exited = exited.clone();
-        std::thread::spawn(move || {
-            let st = held::wait(pid);
-            exited.store(true, Ordering::SeqCst);
-            st
-        })
-    };
     // Ctrl-C and SIGTERM go to the program (forwarded); counting ends when it exits.
     let never = AtomicBool::new(false);
     let plan = session.plan().clone();
     let result = session.run(
         &cfg,
         &never,
-        &|| exited.load(Ordering::SeqCst),
+        &|| running.exited().load(Ordering::SeqCst),
         &mut warn_line,
     );
-    let status = waiter
-        .join()
-        .map_err(|_| anyhow::anyhow!("the waiter thread panicked"))?
-        .context("waiting for the program")?;
-    forward::uninstall();
+    let status = running.wait().context("waiting for the program")?;
     match result {
         Ok(s) => summarize(&s, &plan),
         Err(e) => eprintln!("culprit: warning: counting stopped early: {e}"),

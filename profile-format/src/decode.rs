@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::crc::crc32;
+use crate::crc::record_crc;
 use crate::layout::*;
 
 /// What is wrong with a file or a record.
@@ -80,37 +80,7 @@ fn le64(b: &[u8], at: usize) -> u64 {
 impl<'a> ParsedFile<'a> {
     /// Validates the header of `bytes` (a whole file, or as much of it as was read).
     pub fn parse(bytes: &'a [u8]) -> Result<Self, FormatError> {
-        if bytes.len() < 128 || bytes[0..8] != MAGIC {
-            return Err(FormatError::NotCulprit);
-        }
-        let header = FileHeader {
-            magic: MAGIC,
-            version: le16(bytes, 8),
-            min_reader_version: le16(bytes, 10),
-            header_size: le32(bytes, 12),
-            kind: le32(bytes, 16),
-            state: le32(bytes, 20),
-            data_offset: le64(bytes, 24),
-            committed_end: le64(bytes, 32),
-            created_ns: le64(bytes, 40),
-            pid: le32(bytes, 48),
-            reserved0: 0,
-            pending_end: le64(bytes, 56),
-            reserved: [0; 8],
-        };
-        if header.min_reader_version > READER_VERSION {
-            return Err(FormatError::TooNew {
-                version: header.version,
-                min_reader_version: header.min_reader_version,
-            });
-        }
-        let kind = FileKind::from_u32(header.kind).ok_or(FormatError::BadHeader("unknown kind"))?;
-        if header.header_size < 128 || header.data_offset < header.header_size as u64 {
-            return Err(FormatError::BadHeader("header size / data offset"));
-        }
-        if header.committed_end < header.data_offset {
-            return Err(FormatError::BadHeader("committed end before data"));
-        }
+        let (header, kind) = parse_header(bytes)?;
         let truncated = (bytes.len() as u64) < header.committed_end;
         let end = header.committed_end.min(bytes.len() as u64) as usize;
         Ok(ParsedFile {
@@ -135,7 +105,7 @@ impl<'a> ParsedFile<'a> {
         if p <= c || p > self.bytes.len() as u64 || self.header.state == file_state::ENDED {
             return None;
         }
-        pending_interval(&self.bytes[c as usize..p as usize])
+        pending_interval(&self.bytes[c as usize..p as usize], self.header.version)
     }
 
     /// The checkpoint with the records that go with its interval (see [`Self::pending`]).
@@ -144,7 +114,7 @@ impl<'a> ParsedFile<'a> {
         if p <= c || p > self.bytes.len() as u64 || self.header.state == file_state::ENDED {
             return None;
         }
-        pending_records(&self.bytes[c as usize..p as usize])
+        pending_records(&self.bytes[c as usize..p as usize], self.header.version)
     }
 
     /// The committed records, in file order.
@@ -157,14 +127,52 @@ impl<'a> ParsedFile<'a> {
             truncated: self.truncated,
             done: false,
             base: 0,
+            version: self.header.version,
         }
     }
 }
 
+/// Validates a file header: the first bytes of a file (at least 128).
+pub fn parse_header(bytes: &[u8]) -> Result<(FileHeader, FileKind), FormatError> {
+    if bytes.len() < 128 || bytes[0..8] != MAGIC {
+        return Err(FormatError::NotCulprit);
+    }
+    let header = FileHeader {
+        magic: MAGIC,
+        version: le16(bytes, 8),
+        min_reader_version: le16(bytes, 10),
+        header_size: le32(bytes, 12),
+        kind: le32(bytes, 16),
+        state: le32(bytes, 20),
+        data_offset: le64(bytes, 24),
+        committed_end: le64(bytes, 32),
+        created_ns: le64(bytes, 40),
+        pid: le32(bytes, 48),
+        reserved0: 0,
+        pending_end: le64(bytes, 56),
+        reserved: [0; 8],
+    };
+    if header.min_reader_version > READER_VERSION {
+        return Err(FormatError::TooNew {
+            version: header.version,
+            min_reader_version: header.min_reader_version,
+        });
+    }
+    let kind = FileKind::from_u32(header.kind).ok_or(FormatError::BadHeader("unknown kind"))?;
+    if header.header_size < 128 || header.data_offset < header.header_size as u64 {
+        return Err(FormatError::BadHeader("header size / data offset"));
+    }
+    if header.committed_end < header.data_offset {
+        return Err(FormatError::BadHeader("committed end before data"));
+    }
+    Ok((header, kind))
+}
+
 /// Decodes `bytes` (the range `committed_end..pending_end` of a file) as a pending
-/// checkpoint and returns its Interval record (see [`pending_records`]).
-pub fn pending_interval(bytes: &[u8]) -> Option<IntervalRec<'_>> {
-    pending_records(bytes).map(|p| p.interval)
+/// checkpoint and returns its Interval record (see [`pending_records`]). `version` is the
+/// file's format version.
+pub fn pending_interval(bytes: &[u8], version: u16) -> Option<IntervalRec<'_>> {
+    pending_records(bytes, version).map(|p| p.interval)
 }
 
 /// A checkpoint of the interval in progress: its Interval record and the records of that
@@ -174,17 +182,17 @@ pub struct Pending<'a> {
     /// The Interval record (flagged [`interval_flags::PARTIAL`]).
     pub interval: IntervalRec<'a>,
     /// [`Record::Unwound`], [`Record::Edges`] and [`Record::Histograms`] of the same interval
-    /// (format version 3).
+    /// (format version 3 and later).
     pub extras: Vec<Record<'a>>,
 }
 
-/// Decodes `bytes` (the range `committed_end..pending_end` of a file) as a pending
-/// checkpoint: one intact [`RecordKind::Interval`] record flagged
+/// Decodes `bytes` (the range `committed_end..pending_end` of a file of format `version`) as a
+/// pending checkpoint: one intact [`RecordKind::Interval`] record flagged
 /// [`interval_flags::PARTIAL`], followed by nothing but intact Unwound, Edges or Histograms
 /// records of the same interval. `None` for anything else (a reader may catch the writer
 /// rewriting it: a checksum then fails).
-pub fn pending_records(bytes: &[u8]) -> Option<Pending<'_>> {
-    let mut recs = records_at(bytes, 0);
+pub fn pending_records(bytes: &[u8], version: u16) -> Option<Pending<'_>> {
+    let mut recs = records_in(bytes, 0, version);
     let Record::Interval(interval) = recs.next()?.ok()? else {
         return None;
     };
@@ -214,8 +222,14 @@ pub fn pending_records(bytes: &[u8]) -> Option<Pending<'_>> {
 /// Iterates the records in `bytes`, whose first byte is at file offset `base_offset`. Used to
 /// read a growing file incrementally: read the header for `committed_end`, then read and parse
 /// only the bytes between the last position and `committed_end`. Offsets in errors and
-/// [`Records::offset`] are file offsets.
+/// [`Records::offset`] are file offsets. The records are checked as this crate writes them
+/// ([`FORMAT_VERSION`]); [`records_in`] reads those of a file of another version.
 pub fn records_at(bytes: &[u8], base_offset: u64) -> Records<'_> {
+    records_in(bytes, base_offset, FORMAT_VERSION)
+}
+
+/// [`records_at`] for the records of a file of format `version` (its CRC rule).
+pub fn records_in(bytes: &[u8], base_offset: u64, version: u16) -> Records<'_> {
     Records {
         bytes,
         pos: 0,
@@ -223,6 +237,7 @@ pub fn records_at(bytes: &[u8], base_offset: u64) -> Records<'_> {
         truncated: false,
         done: false,
         base: base_offset,
+        version,
     }
 }
 
@@ -236,6 +251,7 @@ pub struct Records<'a> {
     truncated: bool,
     done: bool,
     base: u64,
+    version: u16,
 }
 
 impl<'a> Records<'a> {
@@ -274,32 +290,27 @@ impl<'a> Iterator for Records<'a> {
             });
         }
         let h = &self.bytes[self.pos..];
-        let kind = le16(h, 0);
-        let len = le32(h, 4);
-        let crc = le32(h, 8);
-        if len < RECORD_HEADER_SIZE as u32 || len % RECORD_ALIGN as u32 != 0 || len > MAX_RECORD_LEN
-        {
-            return self.corrupt("bad record length");
-        }
-        if len as usize > left {
+        let head = match RecordHead::parse(h) {
+            Ok(head) => head,
+            Err(reason) => return self.corrupt(reason),
+        };
+        if head.len as usize > left {
             return self.corrupt(if self.truncated {
                 "file cut short inside a record"
             } else {
                 "record extends past committed end"
             });
         }
-        let payload = &h[RECORD_HEADER_SIZE..len as usize];
-        if crc32(payload) != crc {
+        let rec = &h[..head.len as usize];
+        let mut crc = record_crc(rec, self.version);
+        crc.update(&rec[RECORD_HEADER_SIZE..]);
+        if crc.finish() != head.crc {
             return self.corrupt("checksum mismatch");
         }
         let offset = self.offset();
-        let rec = match RecordKind::from_u16(kind) {
-            None => Ok(Record::Unknown { kind }),
-            Some(k) => decode_payload(k, payload),
-        };
-        match rec {
+        match decode_record(head.kind, &rec[RECORD_HEADER_SIZE..]) {
             Ok(r) => {
-                self.pos += len as usize;
+                self.pos += head.len as usize;
                 Some(Ok(r))
             }
             Err(reason) => {
@@ -307,6 +318,39 @@ impl<'a> Iterator for Records<'a> {
                 Some(Err(FormatError::Corrupt { offset, reason }))
             }
         }
+    }
+}
+
+/// A record header whose length is plausible (not yet checked against the bytes there are).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RecordHead {
+    pub(crate) kind: u16,
+    pub(crate) len: u32,
+    pub(crate) crc: u32,
+}
+
+impl RecordHead {
+    /// Checks the first [`RECORD_HEADER_SIZE`] bytes of `h`.
+    pub(crate) fn parse(h: &[u8]) -> Result<RecordHead, &'static str> {
+        let len = le32(h, 4);
+        if len < RECORD_HEADER_SIZE as u32 || len % RECORD_ALIGN as u32 != 0 || len > MAX_RECORD_LEN
+        {
+            return Err("bad record length");
+        }
+        Ok(RecordHead {
+            kind: le16(h, 0),
+            len,
+            crc: le32(h, 8),
+        })
+    }
+}
+
+/// Decodes a payload whose checksum was verified; a kind this reader does not know is
+/// [`Record::Unknown`].
+pub(crate) fn decode_record(kind: u16, payload: &[u8]) -> Result<Record<'_>, &'static str> {
+    match RecordKind::from_u16(kind) {
+        None => Ok(Record::Unknown { kind }),
+        Some(k) => decode_payload(k, payload),
     }
 }
 

@@ -1,7 +1,7 @@
 //! Building records into a byte buffer. Writers append the finished bytes to a file or a mapping
 //! past `committed_end`, then advance `committed_end`.
 
-use crate::crc::crc32;
+use crate::crc::record_crc;
 use crate::decode::{
     EdgeEntry, EventEntry, Histogram, IntervalEntry, OsMetricEntry, SampleEntry, UnwoundEntry,
 };
@@ -144,8 +144,11 @@ impl RecordBuf {
         let padded = pad8(self.buf.len() - start);
         self.buf.resize(start + padded, 0);
         let len = padded as u32;
-        let crc = crc32(&self.buf[start + RECORD_HEADER_SIZE..]);
         self.buf[start + 4..start + 8].copy_from_slice(&len.to_le_bytes());
+        let rec = &self.buf[start..];
+        let mut crc = record_crc(&rec[..RECORD_HEADER_SIZE], FORMAT_VERSION);
+        crc.update(&rec[RECORD_HEADER_SIZE..]);
+        let crc = crc.finish();
         self.buf[start + 8..start + 12].copy_from_slice(&crc.to_le_bytes());
     }
 

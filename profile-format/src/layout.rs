@@ -16,12 +16,19 @@ pub const MAGIC: [u8; 8] = *b"CULPRIT\0";
 /// the sampler's [`RecordKind::Stacks`] (an interval's checkpoint may carry the tracer's after
 /// its Interval record: a version-2 reader then ignores that checkpoint), and calls left by
 /// `longjmp`, exceptions or cancellation count in the Interval entries (they were dropped and
-/// counted in `lost_frames` before). Older readers skip the new kinds.
-pub const FORMAT_VERSION: u16 = 3;
+/// counted in `lost_frames` before). Older readers skip the new kinds. Version 4: a record's
+/// CRC covers its header (kind, flags, length, reserved word) as well as its payload
+/// ([`HEADER_CRC_SINCE`]), so a flipped kind is damage, not a record silently skipped; readers
+/// of version 1 cannot check such a CRC, hence [`MIN_READER_VERSION`] 2.
+pub const FORMAT_VERSION: u16 = 4;
 /// Oldest reader version able to read what this crate writes.
-pub const MIN_READER_VERSION: u16 = 1;
-/// Reader version this crate implements: it reads files whose `min_reader_version` is at most this.
-pub const READER_VERSION: u16 = 1;
+pub const MIN_READER_VERSION: u16 = 2;
+/// Reader version this crate implements: it reads files whose `min_reader_version` is at most
+/// this. Reader version 2 checks each record by the CRC rule of the file's `version`.
+pub const READER_VERSION: u16 = 2;
+/// First format version whose record CRC covers the record header; a file of an older version
+/// has CRCs of the payload only, and a reader checks it that way.
+pub const HEADER_CRC_SINCE: u16 = 4;
 /// File offset of the first record. The header page is separate so it can be mapped alone.
 pub const DATA_OFFSET: u64 = 4096;
 /// Size of [`RecordHeader`] in bytes.
@@ -218,7 +225,8 @@ pub struct RecordHeader {
     pub flags: u16,
     /// Total length of the record including this header, a multiple of [`RECORD_ALIGN`].
     pub len: u32,
-    /// CRC-32 of the payload (bytes `16..len`).
+    /// CRC-32 of the record without this field: bytes `0..8` and `12..len` (format version 4
+    /// on; of the payload, bytes `16..len`, before).
     pub crc: u32,
     /// Reserved, zero.
     pub reserved: u32,
@@ -234,6 +242,11 @@ pub mod interval_flags {
     pub const MISSED: u32 = 1;
     /// The interval is only partly covered: the writer started or stopped inside it.
     pub const PARTIAL: u32 = 2;
+
+    /// True when `flags` say the writer could not observe the interval ([`MISSED`]).
+    pub const fn is_missed(flags: u32) -> bool {
+        flags & MISSED != 0
+    }
 }
 
 /// Flags of [`RecordKind::Object`] records.

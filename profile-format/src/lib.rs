@@ -2,9 +2,14 @@
 //! sampler write it, `culprit report` / `train` / `diagnose` read it.
 //!
 //! This crate is the *contract*. It holds the byte layout, an encoder that builds records into a
-//! buffer and a validating reader; it does no I/O of its own except the small [`writer`] module
-//! (an append-only file writer used by the sampler and by tests). It has no dependencies, so the
-//! runtime can link it without pulling anything else into programs it is loaded into.
+//! buffer ([`encode`]), a validating decoder of records in memory ([`decode`]), and the file I/O
+//! every writer and reader shares: the one reader of `.cul` streams ([`read`]: committed-end
+//! tailing from a saved offset, bounded memory, damage found and located, ended/open state), an
+//! append-only file writer ([`writer`], for the sampler and tests), and the process facts writers
+//! record and readers compare ([`procfs`]: boot id, start times, host name). It uses `std` only
+//! and has no dependencies, so the runtime can link it without pulling anything else into
+//! programs it is loaded into; the runtime uses the encoder, the decoder of its own queue and
+//! `procfs` (from its flusher thread, where it may allocate), not the reader.
 //!
 //! # Files
 //!
@@ -49,6 +54,12 @@
 //! (bump `version` only); changing the meaning of an existing field needs `min_reader_version`
 //! bumped as well.
 //!
+//! Version 4 changed the record checksum: it covers the record header (kind, flags, length,
+//! reserved word) as well as the payload, so a flipped kind or length is damage found, not a
+//! record misread or silently skipped. Files of version 4 need reader version 2. This reader
+//! still reads files of versions 1 to 3: it picks the checksum rule by the file's `version`
+//! ([`HEADER_CRC_SINCE`], [`record_crc`]).
+//!
 //! # Record kinds
 //!
 //! | kind | written by | content |
@@ -82,14 +93,16 @@ pub mod encode;
 pub mod layout;
 pub mod names;
 pub mod os_metrics;
+pub mod procfs;
+pub mod read;
 pub mod writer;
 
-pub use crc::crc32;
+pub use crc::{crc32, record_crc, Crc32};
 pub use decode::{
-    pending_interval, pending_records, records_at, EdgeEntry, EdgesRec, EndRec, EventEntry,
-    EventsRec, FormatError, Histogram, HistogramsRec, Info, IntervalEntry, IntervalKey,
-    IntervalRec, ObjectRec, OsMetricEntry, OsMetricsRec, ParsedFile, Pending, Record, Records,
-    SampleEntry, SamplesRec, StackEntry, StacksRec, StringsRec, UnwoundEntry, UnwoundRec,
+    parse_header, pending_interval, pending_records, records_at, records_in, EdgeEntry, EdgesRec,
+    EndRec, EventEntry, EventsRec, FormatError, Histogram, HistogramsRec, Info, IntervalEntry,
+    IntervalKey, IntervalRec, ObjectRec, OsMetricEntry, OsMetricsRec, ParsedFile, Pending, Record,
+    Records, SampleEntry, SamplesRec, StackEntry, StacksRec, StringsRec, UnwoundEntry, UnwoundRec,
 };
 pub use encode::{IntervalHead, IntervalRef, ObjectDesc, OsMetricsHead, RecordBuf, SamplesHead};
 pub use layout::*;

@@ -211,13 +211,38 @@ fn header_errors_are_clear() {
     ));
 }
 
+/// Recomputes the CRC of the record at `at` (after a deliberate change).
+fn fix_crc(bytes: &mut [u8], at: usize) {
+    let len = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap()) as usize;
+    let mut crc = record_crc(&bytes[at..at + 16], FORMAT_VERSION);
+    crc.update(&bytes[at + 16..at + len]);
+    let crc = crc.finish();
+    bytes[at + 8..at + 12].copy_from_slice(&crc.to_le_bytes());
+}
+
+#[test]
+fn a_flipped_kind_fails_the_checksum() {
+    let mut bytes = sample_file();
+    let f = ParsedFile::parse(&bytes).unwrap();
+    let first = f.records().offset() as usize;
+    bytes[first] ^= 0x40;
+    let f = ParsedFile::parse(&bytes).unwrap();
+    let err = f.records().next().unwrap().unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("corrupt record at byte {first}: checksum mismatch")
+    );
+}
+
 #[test]
 fn unknown_record_kinds_are_skipped() {
     let mut bytes = sample_file();
     let f = ParsedFile::parse(&bytes).unwrap();
     let first = f.records().offset() as usize;
-    // Re-label the info record as kind 200: still valid, yields Unknown.
+    // Re-label the info record as kind 200 (its CRC, which covers the kind, fixed): still
+    // valid, yields Unknown.
     bytes[first] = 200;
+    fix_crc(&mut bytes, first);
     let f = ParsedFile::parse(&bytes).unwrap();
     let recs: Vec<_> = f.records().collect::<Result<_, _>>().unwrap();
     assert!(matches!(recs[0], Record::Unknown { kind: 200 }));
@@ -399,10 +424,10 @@ fn a_checkpoint_carries_its_interval_records() {
         [],
     );
     tracer_extras(&mut buf, 5_000);
-    let p = pending_records(buf.as_bytes()).expect("checkpoint");
+    let p = pending_records(buf.as_bytes(), FORMAT_VERSION).expect("checkpoint");
     assert_eq!(p.interval.start_ns, 5_000);
     assert_eq!(p.extras.len(), 3);
-    assert!(pending_interval(buf.as_bytes()).is_some());
+    assert!(pending_interval(buf.as_bytes(), FORMAT_VERSION).is_some());
     // Records of another interval, or of another kind, make it no checkpoint.
     let mut other = RecordBuf::new();
     other.interval(
@@ -415,7 +440,7 @@ fn a_checkpoint_carries_its_interval_records() {
         [],
     );
     tracer_extras(&mut other, 6_000);
-    assert!(pending_records(other.as_bytes()).is_none());
+    assert!(pending_records(other.as_bytes(), FORMAT_VERSION).is_none());
     let mut info = RecordBuf::new();
     info.interval(
         &IntervalHead {
@@ -425,7 +450,7 @@ fn a_checkpoint_carries_its_interval_records() {
         [],
     );
     info.info([("a", "b")]);
-    assert!(pending_records(info.as_bytes()).is_none());
+    assert!(pending_records(info.as_bytes(), FORMAT_VERSION).is_none());
 }
 
 #[test]
@@ -530,10 +555,8 @@ fn os_metrics_entry_count_is_checked() {
     it.next();
     let at = it.offset() as usize;
     // Claim 1000 entries in a record that holds one; fix the CRC so only the count is wrong.
-    let len = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap()) as usize;
     bytes[at + 16 + 28..at + 16 + 32].copy_from_slice(&1000u32.to_le_bytes());
-    let crc = crc32(&bytes[at + 16..at + len]);
-    bytes[at + 8..at + 12].copy_from_slice(&crc.to_le_bytes());
+    fix_crc(&mut bytes, at);
     let f = ParsedFile::parse(&bytes).unwrap();
     let recs: Vec<_> = f.records().collect();
     assert_eq!(recs.len(), 2);
@@ -586,6 +609,6 @@ proptest! {
                 _ => {}
             }
         }
-        let _ = pending_records(&bytes);
+        let _ = pending_records(&bytes, FORMAT_VERSION);
     }
 }

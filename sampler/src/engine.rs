@@ -8,7 +8,8 @@
 
 use std::net::IpAddr;
 
-use crate::fxhash::FxHashMap;
+use rustc_hash::FxHashMap;
+
 use crate::nodes::{NodeIdx, ProcFacts};
 use crate::procs::{Loc, ProcInfo, Tracker};
 use crate::profile::Intervals;

@@ -53,6 +53,22 @@
 //!   and fixed: copy a ring's bytes out, decode five record types from a sample type it chose,
 //!   and put tracepoints into the same ring (`SET_OUTPUT`), which that crate does not expose.
 //!   `perf-event2` also samples but has had no release since 2024.
+//! * **Our own record decoder ([`record`]) and perf.data reader ([`perfdata`]), not
+//!   `linux-perf-event-reader` / `linux-perf-data`** (samply's crates, weighed for this in
+//!   version 0.10.2 / 0.13.0). The event reader decodes SAMPLE, MMAP2, COMM, FORK, EXIT and LOST
+//!   records zero-copy, but passes LOST_SAMPLES and NAMESPACES through as raw records: the
+//!   sampler needs both (lost samples make an interval missed; a NAMESPACES record moves a
+//!   process to its node), so adopting it would leave a second, hand-written decoder for the same
+//!   rings. Our decoder is one function per record type over a `sample_type` the sampler chose
+//!   itself (~300 lines with its robustness tests). `linux-perf-data` reads the whole perf.data
+//!   container (feature sections, compression, pipe mode) on top of the event reader; the replay
+//!   exists to compare attribution with `perf report` on the same samples (benches/sampler) and
+//!   needs the attributes and the data section only, decoded by the same decoder as live
+//!   sampling (one path for live and recorded data). Worth revisiting if the replay must read
+//!   compressed (`perf record -z`) or piped files, which it refuses today.
+//! * **`rustc-hash`** for the maps on the per-sample path (keyed by pids, addresses, small ids).
+//! * **`object`** (with `gimli`) for ELF files: uprobe targets, the unwind tables of stripped
+//!   binaries ([`symbolize`]), the hook check of `culprit record`.
 //! * **No netlink crate** for the OS metrics' per-connection view: one fixed `sock_diag`
 //!   request and reply layout, parsed in [`os::diag`], the socket calls in module `sys` (see
 //!   there for why not `netlink-packet-sock-diag`).
@@ -97,7 +113,7 @@
 
 pub mod engine;
 pub mod event;
-mod fxhash;
+pub mod launch;
 pub mod nodes;
 pub mod os;
 pub mod perfdata;
@@ -115,14 +131,24 @@ pub mod uprobe;
 pub use event::{CallGraph, Rate, Sampling};
 pub use nodes::{NodeRule, Scope};
 pub use sampler::{
-    host_name, online_cpus, perf_event_paranoid, ring_pages_for, Config, Error, Sampler, Summary,
-    DEFAULT_INTERVAL, DEFAULT_RING_PAGES,
+    default_node_name, online_cpus, perf_event_paranoid, ring_pages_for, Config, Error, Sampler,
+    Summary, DEFAULT_INTERVAL, DEFAULT_RING_PAGES,
 };
 
-/// Installs SIGINT and SIGTERM handlers (once per process) that set the returned flag; pass it
-/// to [`Sampler::run`] so a signal flushes the last interval and ends the files cleanly.
+/// Installs SIGINT and SIGTERM handlers (once per process, `signal-hook`) that set the returned
+/// flag; pass it to [`Sampler::run`] so a signal flushes the last interval and ends the files
+/// cleanly. A handler that cannot be installed leaves that signal's default action.
 pub fn stop_on_signals() -> &'static std::sync::atomic::AtomicBool {
-    sys::stop_on_signals()
+    use std::sync::atomic::AtomicBool;
+    use std::sync::{Arc, OnceLock};
+    static STOP: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+    STOP.get_or_init(|| {
+        let flag = Arc::new(AtomicBool::new(false));
+        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            let _ = signal_hook::flag::register(sig, flag.clone());
+        }
+        flag
+    })
 }
 
 /// This process's user and system CPU time so far, in ns (getrusage), for benchmarks.

@@ -117,6 +117,22 @@ pub fn normalize_cgroup(path: &str) -> String {
     }
 }
 
+/// True when the cgroup `path` (as [`normalize_cgroup`] takes it) exists in some hierarchy
+/// mounted under `/sys/fs/cgroup` (v1: one directory per controller; v2: the root itself).
+pub fn cgroup_exists(path: &str) -> bool {
+    let root = Path::new("/sys/fs/cgroup");
+    if path.starts_with("/sys/fs/cgroup/") {
+        return Path::new(path).is_dir();
+    }
+    let rel = normalize_cgroup(path);
+    let rel = rel.trim_start_matches('/');
+    root.join(rel).is_dir()
+        || std::fs::read_dir(root).is_ok_and(|rd| {
+            rd.flatten()
+                .any(|h| h.path().join(rel).is_dir() && h.path().is_dir())
+        })
+}
+
 /// True when `cg` (a path from `/proc/<pid>/cgroup`) is `rule` or below it.
 fn cgroup_matches(cg: &str, rule: &str) -> bool {
     rule == "/"

@@ -10,7 +10,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::fxhash::FxHashMap;
+use culprit_format::procfs::Stat;
+use rustc_hash::FxHashMap;
+
 use crate::nodes::{read_facts, NodeIdx, Nodes, ProcFacts, Scope};
 
 /// Index of an image in the tracker's image table.
@@ -651,7 +653,8 @@ fn insert_mapping(
 /// need (`facts` = (cgroups, netns)). `None` when it is gone.
 pub fn read_proc_info(pid: u32, facts: Option<(bool, bool)>) -> Option<ProcInfo> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (comm, ppid) = parse_stat(&stat)?;
+    let st = Stat::parse(&stat)?;
+    let (comm, ppid) = (st.comm.to_string(), st.ppid);
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
     let facts = match facts {
         Some((cg, ns)) => Some(read_facts(pid, cg, ns)?),
@@ -666,15 +669,22 @@ pub fn read_proc_info(pid: u32, facts: Option<(bool, bool)>) -> Option<ProcInfo>
     })
 }
 
-/// `(comm, ppid)` from the text of `/proc/<pid>/stat` (the name may hold spaces and parens).
-pub fn parse_stat(stat: &str) -> Option<(String, u32)> {
-    let open = stat.find('(')?;
-    let close = stat.rfind(')')?;
-    let comm = stat.get(open + 1..close)?.to_string();
-    let mut rest = stat.get(close + 1..)?.split_whitespace();
-    let _state = rest.next()?;
-    let ppid = rest.next()?.parse().ok()?;
-    Some((comm, ppid))
+/// The parent of process `pid`, from `/proc/<pid>/stat`.
+pub fn ppid(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    Some(Stat::parse(&stat)?.ppid)
+}
+
+/// The thread ids of process `pid`, sorted.
+pub fn tasks(pid: u32) -> Vec<u32> {
+    let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut v: Vec<u32> = rd
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    v.sort_unstable();
+    v
 }
 
 /// The executable mappings of `/proc/<pid>/maps` text.
@@ -739,9 +749,7 @@ mod tests {
     }
 
     #[test]
-    fn stat_and_maps_parsing() {
-        let (comm, ppid) = parse_stat("123 (a (b) c) S 45 123 123 0").unwrap();
-        assert_eq!((comm.as_str(), ppid), ("a (b) c", 45));
+    fn maps_parsing() {
         let maps = "55d0a000-55d0b000 r-xp 00001000 08:01 1234   /usr/bin/dd\n\
                     55d0b000-55d0c000 r--p 00002000 08:01 1234   /usr/bin/dd\n\
                     7ffd1000-7ffd3000 r-xp 00000000 00:00 0      [vdso]\n\

@@ -22,7 +22,8 @@ use culprit_format::{
     RecordBuf, SampleEntry, SamplesHead,
 };
 
-use crate::fxhash::FxHashMap;
+use rustc_hash::FxHashMap;
+
 use crate::nodes::NodeIdx;
 use crate::procs::{ImageKind, Loc, ProgId, Tracker};
 use crate::symbolize::{unresolved_name, ImageAddr, Symbolizer};
@@ -87,6 +88,36 @@ pub struct Intervals {
     open: BTreeMap<u64, Acc>,
     missed: BTreeSet<u64>,
     late: u64,
+}
+
+/// Which intervals the sampler could not observe: a round of the ring reader that came more
+/// than an interval after the previous one (the process was stopped or starved) *and* a ring
+/// that overflowed (a LOST record) mean the wall-clock span between the two rounds was not
+/// observed. The kernel writes its LOST record only once there is room again, so the evidence
+/// may come one round after the stall.
+#[derive(Clone, Debug, Default)]
+pub struct Gaps {
+    pending: Option<(u64, u64)>,
+}
+
+impl Gaps {
+    /// One round: `stalled` is the wall-clock span since the previous round when it was longer
+    /// than an interval, `lost` whether this round brought a LOST record. Returns the spans
+    /// now known missed.
+    pub fn round(&mut self, stalled: Option<(u64, u64)>, lost: bool) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        if let Some(span) = self.pending.take() {
+            if lost {
+                out.push(span);
+            }
+        }
+        match stalled {
+            Some(span) if lost => out.push(span),
+            Some(span) => self.pending = Some(span),
+            None => {}
+        }
+        out
+    }
 }
 
 impl Intervals {
@@ -530,7 +561,7 @@ impl Output {
     /// Writes one closed interval for every node: new strings, the Samples record, the Events
     /// record, committed together.
     pub fn write(&mut self, c: &Closed, namer: &mut Namer, tracker: &Tracker) -> io::Result<()> {
-        let missed = c.flags & interval_flags::MISSED != 0;
+        let missed = interval_flags::is_missed(c.flags);
         if !missed {
             namer.prepare(
                 tracker,
@@ -717,7 +748,7 @@ const NODE_INFO_SAMPLER_KEYS: &[&str] = &[
 ];
 
 /// A data-directory error as an I/O error (`PermissionDenied` for a refusal).
-fn datadir_error(e: culprit_datadir::Error) -> io::Error {
+pub(crate) fn datadir_error(e: culprit_datadir::Error) -> io::Error {
     let kind = match &e {
         culprit_datadir::Error::Refused { .. } => io::ErrorKind::PermissionDenied,
         culprit_datadir::Error::Io { source, .. } => source.kind(),
@@ -794,6 +825,24 @@ mod tests {
         assert_eq!(rest[0].start_ns, 12 * s);
         assert_eq!(rest[0].acc.nodes[0].total, 2);
         assert_eq!(rest[1].flags, interval_flags::PARTIAL);
+    }
+
+    #[test]
+    fn a_stall_is_missed_only_with_lost_records_in_that_round_or_the_next() {
+        let mut g = Gaps::default();
+        assert_eq!(g.round(None, false), vec![]);
+        assert_eq!(g.round(None, true), vec![], "lost records without a stall");
+        assert_eq!(g.round(Some((10, 20)), true), vec![(10, 20)]);
+        // The LOST record comes a round late.
+        assert_eq!(g.round(Some((30, 40)), false), vec![]);
+        assert_eq!(g.round(None, true), vec![(30, 40)]);
+        // A stall without any loss is not missing data.
+        assert_eq!(g.round(Some((50, 60)), false), vec![]);
+        assert_eq!(g.round(None, false), vec![]);
+        assert_eq!(g.round(None, true), vec![]);
+        // Two stalls in a row, the loss seen at the second.
+        assert_eq!(g.round(Some((70, 80)), false), vec![]);
+        assert_eq!(g.round(Some((80, 95)), true), vec![(70, 80), (80, 95)]);
     }
 
     #[test]

@@ -9,14 +9,14 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use culprit_format::info_keys;
+use culprit_format::{info_keys, procfs};
 
 use crate::engine::{ClockMap, Engine, Stream, Streams, TpSpec};
 use crate::event::{self, sampling_attr, tracepoint_attr, CallGraph, Rate, Sampling};
 use crate::nodes::{NodeRule, Nodes, ProcFacts, Scope};
 use crate::os::{self, Collector, NodePids, OsConfig, OsInterval, OsStats};
 use crate::procs::{self, Tracker, TrackerStats};
-use crate::profile::{Intervals, Namer, NodeSummary, Output, RunInfo};
+use crate::profile::{Gaps, Intervals, Namer, NodeSummary, Output, RunInfo};
 use crate::record::Layout;
 use crate::sys::{self, PerfFd, Ring};
 use crate::tracefs::{self, Decoder, Tracepoint};
@@ -127,10 +127,9 @@ impl Config {
     }
 }
 
-/// The host name (the default node name), sanitized into a valid node name.
-pub fn host_name() -> String {
-    let raw = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    culprit_format::names::sanitize_node_name(raw.trim())
+/// The default node name: the host name, sanitized into a valid node name.
+pub fn default_node_name() -> String {
+    culprit_format::names::sanitize_node_name(&procfs::host_name())
 }
 
 /// `kernel.perf_event_paranoid`, if readable.
@@ -472,17 +471,10 @@ impl Sampler {
     }
 
     fn run_info(&self, host: &str) -> RunInfo {
-        let uname = kernel_release();
         let mut pairs: Vec<(String, String)> = vec![
             (info_keys::HOST.into(), host.into()),
-            (info_keys::KERNEL.into(), uname),
-            (
-                info_keys::BOOT_ID.into(),
-                std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-                    .unwrap_or_default()
-                    .trim()
-                    .to_string(),
-            ),
+            (info_keys::KERNEL.into(), procfs::kernel_release()),
+            (info_keys::BOOT_ID.into(), procfs::boot_id()),
             (info_keys::PID.into(), std::process::id().to_string()),
             (info_keys::EVENT.into(), self.sampling.event.name.into()),
         ];
@@ -554,7 +546,7 @@ impl Sampler {
     pub fn run(self, stop: &AtomicBool) -> Result<Summary, Error> {
         let interval_ns = self.config.interval.as_nanos() as u64;
         let cpu0 = sys::self_cpu_ns();
-        let host = host_name();
+        let host = procfs::host_name();
         let start_wall = sys::realtime_ns();
         let start_mono = sys::monotonic_ns();
         let info = self.run_info(&host);
@@ -645,7 +637,7 @@ impl Sampler {
             };
             engine.set_snapshot(snap_time, procs::scan_proc(facts));
             let mut prev_round = snap_time;
-            let mut gap: Option<(u64, u64)> = None;
+            let mut gaps = Gaps::default();
             let end = loop {
                 let Ok(msg) = rx.recv() else {
                     break (stop.load(Ordering::SeqCst), sys::monotonic_ns());
@@ -687,18 +679,10 @@ impl Sampler {
                 // starved) and a ring overflowed: the intervals inside the gap were not
                 // observed. The kernel writes its LOST record only once there is room again,
                 // so the evidence may come a round later.
-                if let Some((a, b)) = gap.take() {
-                    if lost {
-                        engine.intervals.mark_missed(a, b);
-                    }
-                }
-                if round.saturating_sub(prev_round) > interval_ns {
-                    let span = (engine.clock.wall(prev_round), engine.clock.wall(round));
-                    if lost {
-                        engine.intervals.mark_missed(span.0, span.1);
-                    } else {
-                        gap = Some(span);
-                    }
+                let stalled = (round.saturating_sub(prev_round) > interval_ns)
+                    .then(|| (engine.clock.wall(prev_round), engine.clock.wall(round)));
+                for (a, b) in gaps.round(stalled, lost) {
+                    engine.intervals.mark_missed(a, b);
                 }
                 engine.process_until(prev_round);
                 let closed = engine.intervals.close_until(engine.clock.wall(prev_round));
@@ -899,12 +883,6 @@ fn has_lost_record(buf: &[u8]) -> bool {
     use perf_event_open_sys::bindings as b;
     crate::record::split(buf)
         .any(|(k, _, _)| k == b::PERF_RECORD_LOST || k == b::PERF_RECORD_LOST_SAMPLES)
-}
-
-fn kernel_release() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
 }
 
 /// realtime − monotonic, read between two monotonic reads; the closest of three tries.

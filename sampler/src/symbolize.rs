@@ -378,58 +378,46 @@ struct FunctionStarts {
 const MAX_FUNCTION_SIZE: u64 = 1 << 20;
 
 impl FunctionStarts {
-    /// Reads the table of a little-endian ELF64 file; `None` for anything else or a table in an
-    /// encoding other than the usual `datarel | sdata4`.
+    /// Reads the table of an ELF64 file (`object` for the program headers, `gimli` for the
+    /// search table, whatever its pointer encoding); `None` when the file has none. Only the
+    /// headers and the table are read, not the whole file.
     fn read(path: &Path) -> Option<FunctionStarts> {
-        use std::os::unix::fs::FileExt as _;
-        let f = std::fs::File::open(path).ok()?;
-        let mut eh = [0u8; 64];
-        f.read_exact_at(&mut eh, 0).ok()?;
-        // ELF64, little-endian.
-        if &eh[0..4] != b"\x7fELF" || eh[4] != 2 || eh[5] != 1 {
-            return None;
-        }
-        let le64 = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8"));
-        let le32 = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4"));
-        let phoff = le64(&eh, 0x20);
-        let phentsize = u16::from_le_bytes([eh[0x36], eh[0x37]]) as usize;
-        let phnum = u16::from_le_bytes([eh[0x38], eh[0x39]]) as usize;
-        if phentsize < 56 || phnum == 0 || phnum > 256 {
-            return None;
-        }
-        let mut ph = vec![0u8; phentsize * phnum];
-        f.read_exact_at(&mut ph, phoff).ok()?;
+        use object::read::elf::{ElfFile64, ProgramHeader as _};
+        use object::{elf, Endian as _, Endianness, ReadCache};
+        let data = ReadCache::new(std::fs::File::open(path).ok()?);
+        let file = ElfFile64::<Endianness, _>::parse(&data).ok()?;
+        let e = file.endian();
         let mut loads = Vec::new();
         let mut hdr = None;
-        for i in 0..phnum {
-            let p = &ph[i * phentsize..(i + 1) * phentsize];
-            let (kind, off, vaddr, filesz) = (le32(p, 0), le64(p, 8), le64(p, 16), le64(p, 32));
-            match kind {
-                1 => loads.push((off, vaddr, filesz)),
-                0x6474_e550 => hdr = Some((off, vaddr, filesz)),
+        for ph in file.elf_program_headers() {
+            match ph.p_type(e) {
+                elf::PT_LOAD => loads.push((ph.p_offset(e), ph.p_vaddr(e), ph.p_filesz(e))),
+                elf::PT_GNU_EH_FRAME => hdr = Some(ph),
                 _ => {}
             }
         }
-        let (off, hdr_vaddr, size) = hdr?;
-        if !(12..=64 << 20).contains(&size) {
+        let ph = hdr?;
+        if ph.p_filesz(e) > 64 << 20 {
             return None;
         }
-        let mut h = vec![0u8; size as usize];
-        f.read_exact_at(&mut h, off).ok()?;
-        // version 1; eh_frame_ptr as pcrel|sdata4; fde_count as udata4; table as datarel|sdata4.
-        if h[0] != 1 || h[1] != 0x1b || h[2] != 0x03 || h[3] != 0x3b {
-            return None;
+        let bytes = ph.data(e, &data).ok()?;
+        let endian = if e.is_little_endian() {
+            gimli::RunTimeEndian::Little
+        } else {
+            gimli::RunTimeEndian::Big
+        };
+        let bases = gimli::BaseAddresses::default().set_eh_frame_hdr(ph.p_vaddr(e));
+        let parsed = gimli::EhFrameHdr::new(bytes, endian)
+            .parse(&bases, 8)
+            .ok()?;
+        let table = parsed.table()?;
+        let mut starts = Vec::new();
+        let mut rows = table.iter(&bases);
+        while let Ok(Some((start, _fde))) = rows.next() {
+            if let gimli::Pointer::Direct(a) = start {
+                starts.push(a);
+            }
         }
-        let count = le32(&h, 8) as usize;
-        if 12 + count.checked_mul(8)? > h.len() {
-            return None;
-        }
-        let mut starts: Vec<u64> = (0..count)
-            .map(|i| {
-                let rel = le32(&h, 12 + i * 8) as i32;
-                hdr_vaddr.wrapping_add_signed(i64::from(rel))
-            })
-            .collect();
         starts.sort_unstable();
         Some(FunctionStarts { starts, loads })
     }
@@ -561,6 +549,19 @@ pub fn read_build_id(path: &Path) -> Option<Vec<u8>> {
         .ok()
         .flatten()
         .map(|b| b.into_owned())
+}
+
+/// Whether the ELF file at `path` names `symbol` in its dynamic symbol table (as every object
+/// built with `-finstrument-functions` names `__cyg_profile_func_enter`); `None` when it is not
+/// an ELF file (a script) or cannot be read. Only the headers and the table are read.
+pub fn names_dynamic_symbol(path: &Path, symbol: &str) -> Option<bool> {
+    use object::{Object as _, ObjectSymbol as _, ReadCache};
+    let data = ReadCache::new(std::fs::File::open(path).ok()?);
+    let file = object::File::parse(&data).ok()?;
+    let found = file
+        .dynamic_symbols()
+        .any(|s| s.name_bytes().is_ok_and(|n| n == symbol.as_bytes()));
+    Some(found)
 }
 
 /// Formats an unresolved address the way reports show it: `image+0x1a2b`.

@@ -1,6 +1,7 @@
 //! Every system call of the sampler that needs `unsafe`: `perf_event_open`, the ioctls on its file
 //! descriptors, the mapping of the ring buffers, `poll`, `mount`, clocks, `getrusage`, the
-//! SIGINT/SIGTERM handler, and for the OS metrics a `NETLINK_SOCK_DIAG` socket and `setns`. The
+//! child held before `exec` and `kill` ([`crate::launch`]), and for the OS metrics a
+//! `NETLINK_SOCK_DIAG` socket and `setns`. The
 //! rest of the crate only sees the safe owner types [`PerfFd`], [`Ring`] and [`DiagSocket`] and a
 //! few plain functions: all the crate's `unsafe` is here, behind them.
 
@@ -8,8 +9,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Once;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use perf_event_open_sys as pes;
 use pes::bindings::{perf_event_attr, perf_event_mmap_page};
@@ -415,6 +415,55 @@ pub fn memfd(name: &std::ffi::CStr) -> io::Result<File> {
     Ok(unsafe { File::from_raw_fd(fd) })
 }
 
+/// A pipe, both ends close-on-exec: `(read end, write end)`.
+pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+    check(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+    // SAFETY: two new descriptors returned to us alone; each `OwnedFd` takes one.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Makes the child of `cmd` hold between `fork` and `exec`: it closes its copy of `go_w`, writes
+/// its pid (4 bytes, native order) to `pid_w`, then waits for one byte on `go_r`; at end of file
+/// (the parent closed `go_w`: abandoned) it fails, and `Command::spawn` reports `ECANCELED`. The
+/// parent keeps the three descriptors open until the spawn returns.
+pub fn hold_before_exec(cmd: &mut std::process::Command, go_r: RawFd, go_w: RawFd, pid_w: RawFd) {
+    use std::os::unix::process::CommandExt as _;
+    let hold = move || -> io::Result<()> {
+        // Between fork and exec only async-signal-safe functions (close, getpid, write, read),
+        // on descriptors the parent keeps open during the spawn; the buffers are locals of this
+        // frame, and no memory is allocated.
+        // SAFETY: see above.
+        unsafe { libc::close(go_w) };
+        // SAFETY: see above.
+        let pid = unsafe { libc::getpid() }.to_ne_bytes();
+        // SAFETY: see above.
+        if unsafe { libc::write(pid_w, pid.as_ptr().cast(), pid.len()) } != pid.len() as isize {
+            return Err(io::Error::last_os_error());
+        }
+        let mut b = 0u8;
+        loop {
+            // SAFETY: see above.
+            let n = unsafe { libc::read(go_r, (&mut b as *mut u8).cast(), 1) };
+            match n {
+                1 => return Ok(()),
+                n if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => {}
+                _ => return Err(io::Error::from_raw_os_error(libc::ECANCELED)),
+            }
+        }
+    };
+    // SAFETY: `hold` runs in the forked child before exec and is async-signal-safe (above).
+    unsafe { cmd.pre_exec(hold) };
+}
+
+/// Sends signal `sig` to process `pid`.
+pub fn kill(pid: u32, sig: i32) -> io::Result<()> {
+    let pid = libc::pid_t::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
+    // SAFETY: kill has no memory arguments.
+    check(unsafe { libc::kill(pid, sig) })
+}
+
 /// Effective user id.
 pub fn euid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.
@@ -442,34 +491,6 @@ pub fn mount_tracefs(target: &std::path::Path) -> io::Result<()> {
     check(rc)
 }
 
-static STOP: AtomicBool = AtomicBool::new(false);
-static INSTALL: Once = Once::new();
-
-extern "C" fn on_stop_signal(_sig: libc::c_int) {
-    // Only an atomic store: async-signal-safe.
-    STOP.store(true, Ordering::SeqCst);
-}
-
-/// Installs handlers for SIGINT and SIGTERM that set the returned flag (once per process), so a
-/// sampler can flush its last interval and end its files before exiting.
-pub fn stop_on_signals() -> &'static AtomicBool {
-    INSTALL.call_once(|| {
-        for sig in [libc::SIGINT, libc::SIGTERM] {
-            // SAFETY: sigaction is plain old data; all-zero is a valid starting value.
-            let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
-            sa.sa_sigaction = on_stop_signal as extern "C" fn(libc::c_int) as usize;
-            sa.sa_flags = 0; // no SA_RESTART: poll returns early with EINTR
-                             // SAFETY: installs a handler that only does an atomic store; `sa` is initialised
-                             // and its mask is emptied before use.
-            unsafe {
-                libc::sigemptyset(&mut sa.sa_mask);
-                libc::sigaction(sig, &sa, std::ptr::null_mut());
-            }
-        }
-    });
-    &STOP
-}
-
 /// Raises the calling thread's scheduling priority (nice −10), when allowed; otherwise
 /// nothing changes.
 pub fn raise_thread_priority() {
@@ -483,17 +504,6 @@ pub fn raise_thread_priority() {
 /// CLOCK_BOOTTIME in ns: the clock `/proc/PID/stat`'s start times count from.
 pub fn boottime_ns() -> u64 {
     clock_ns(libc::CLOCK_BOOTTIME)
-}
-
-/// Clock ticks per second of `/proc` times (`USER_HZ`, almost always 100).
-pub fn clock_ticks_per_sec() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let n = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if n > 0 {
-        n as u64
-    } else {
-        100
-    }
 }
 
 /// Moves the *calling thread* into the network namespace `ns` (an open `/run/netns/NAME` or

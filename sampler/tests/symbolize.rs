@@ -252,3 +252,22 @@ fn a_replaced_image_is_closed_when_forgotten() {
     assert_eq!(open_fds_under(&dir), 1);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn instrumented_binaries_name_the_hook_in_their_dynamic_symbols() {
+    use culprit_sampler::symbolize::names_dynamic_symbol;
+    let src = "int work(int x) { return x + 1; }\nint main(int c, char **v) { (void)v; return work(c); }\n";
+    let hooked = build(src, "hooked", &["-O0", "-finstrument-functions"]);
+    let plain = build(src, "plain", &["-O0"]);
+    let hook = "__cyg_profile_func_enter";
+    assert_eq!(names_dynamic_symbol(&hooked, hook), Some(true));
+    assert_eq!(names_dynamic_symbol(&plain, hook), Some(false));
+    assert_eq!(
+        names_dynamic_symbol(std::path::Path::new("/etc/hostname"), hook),
+        None
+    );
+    assert_eq!(
+        names_dynamic_symbol(std::path::Path::new("/nonexistent"), hook),
+        None
+    );
+}

@@ -159,14 +159,11 @@ pub fn check_machine() -> Result<()> {
     Ok(())
 }
 
+/// `tool` on `PATH`, else in the system directories a user's `PATH` may leave out.
 fn which(tool: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .unwrap_or_default()
-        .into_iter()
-        .chain(["/usr/sbin".into(), "/sbin".into()])
-        .map(|d| d.join(tool))
-        .find(|p| p.is_file())
+    which::which(tool)
+        .or_else(|_| which::which_in(tool, Some("/usr/sbin:/sbin"), "/"))
+        .ok()
 }
 
 /// Removes namespaces and cgroups left by testbed runs whose process is gone (killed with

@@ -247,8 +247,7 @@ pub fn run_demo(cfg: &DemoConfig, tools: &Tools, out: &mut dyn Write) -> Result<
 
 /// `HH:MM:SS` (UTC) of a Unix time.
 pub fn clock(t: f64) -> String {
-    let s = t as u64 % 86_400;
-    format!("{:02}:{:02}:{:02} UTC", s / 3600, s / 60 % 60, s % 60)
+    format!("{} UTC", culprit_analysis::time::clock((t * 1e9) as u64))
 }
 
 fn random_below(n: usize) -> usize {

@@ -1,5 +1,6 @@
-//! Every `unsafe` call of the testbed, behind safe functions: entering a node (network namespace
-//! + cgroups) in a child between fork and exec, signals, and the interrupt flag.
+//! Every `unsafe` call of the testbed, behind safe functions: entering a node (its network
+//! namespace and cgroups) in a child between fork and exec, and signals sent to processes. The
+//! interrupt flag is `signal-hook`'s.
 
 use std::fs::File;
 use std::io;
@@ -7,6 +8,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt as _;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 /// Where a child process is placed before it runs: a network namespace and cgroup task files.
 #[derive(Debug, Default)]
@@ -94,30 +96,25 @@ pub fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_sig: libc::c_int) {
-    INTERRUPTED.store(true, Ordering::SeqCst);
+fn interrupt_flag() -> &'static Arc<AtomicBool> {
+    static INTERRUPTED: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+    INTERRUPTED.get_or_init(|| Arc::new(AtomicBool::new(false)))
 }
 
-/// Installs SIGINT/SIGTERM/SIGHUP handlers that set the interrupt flag, so a run stops at its
-/// next check and its guards tear the cluster down. Idempotent.
+/// Installs SIGINT/SIGTERM/SIGHUP handlers (`signal-hook`) that set the interrupt flag, so a
+/// run stops at its next check and its guards tear the cluster down. Idempotent.
 pub fn catch_interrupts() {
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: a zeroed sigaction is a valid starting value; the handler only stores to an
-        // atomic, which is async-signal-safe.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_signal as *const () as libc::sighandler_t;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(sig, &sa, std::ptr::null_mut());
+    static INSTALLED: OnceLock<()> = OnceLock::new();
+    INSTALLED.get_or_init(|| {
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            let _ = signal_hook::flag::register(sig, interrupt_flag().clone());
         }
-    }
+    });
 }
 
 /// True once SIGINT/SIGTERM/SIGHUP arrived (after [`catch_interrupts`]).
 pub fn interrupted() -> bool {
-    INTERRUPTED.load(Ordering::SeqCst)
+    interrupt_flag().load(Ordering::SeqCst)
 }
 
 /// `(major, minor)` of the device holding `path`'s file system.

@@ -145,6 +145,216 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// True when this process may sample system-wide: the sampler's own probe opens a system-wide
+/// event, so the answer is the kernel's (root, CAP_PERFMON, or `kernel.perf_event_paranoid`).
+pub fn can_sample() -> bool {
+    culprit_sampler::probe::system_wide_sampling().is_ok()
+}
+
+/// Sets `kernel.perf_event_paranoid` to at least 1 (an unprivileged user may then not sample
+/// system-wide) until the guard is dropped, when it is lower; `None` when it cannot be read or
+/// set (not root). The tests of one binary that hold a guard run one after the other.
+pub fn refuse_unprivileged_sampling() -> Option<ParanoidGuard> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let lock = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    let old = culprit_sampler::perf_event_paranoid()?;
+    if old >= 1 {
+        return Some(ParanoidGuard {
+            restore: None,
+            _lock: lock,
+        });
+    }
+    std::fs::write("/proc/sys/kernel/perf_event_paranoid", "2").ok()?;
+    Some(ParanoidGuard {
+        restore: Some(old),
+        _lock: lock,
+    })
+}
+
+/// Restores `kernel.perf_event_paranoid` on drop (see [`refuse_unprivileged_sampling`]).
+#[derive(Debug)]
+pub struct ParanoidGuard {
+    restore: Option<i32>,
+    _lock: std::sync::MutexGuard<'static, ()>,
+}
+
+impl Drop for ParanoidGuard {
+    fn drop(&mut self) {
+        if let Some(v) = self.restore {
+            let _ = std::fs::write("/proc/sys/kernel/perf_event_paranoid", v.to_string());
+        }
+    }
+}
+
+/// Cross-checks the tests' own decoding of a data file (the format crate's in-memory decoder
+/// over the whole file, [`culprit_format::ParsedFile`]) with the reader `culprit report` and
+/// `diagnose` use ([`culprit_format::read::StreamReader`], record by record, on the same
+/// bytes: a file still being written may have grown since): the same records at the same
+/// offsets, the same end. Panics when they disagree.
+pub fn reader_agrees(path: &Path, bytes: &[u8]) {
+    use culprit_format::read::{StreamReader, StreamState};
+    use culprit_format::ParsedFile;
+    let whole = ParsedFile::parse(bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut expect = Vec::new();
+    let mut recs = whole.records();
+    loop {
+        let at = recs.offset();
+        match recs.next() {
+            Some(Ok(r)) => expect.push((at, format!("{r:?}"))),
+            Some(Err(_)) | None => break,
+        }
+    }
+    let mut stream =
+        StreamReader::open(bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut got = Vec::new();
+    loop {
+        let at = stream.offset();
+        match stream.next_record().expect("read") {
+            Some(r) => got.push((at, format!("{r:?}"))),
+            None => break,
+        }
+    }
+    assert_eq!(
+        got,
+        expect,
+        "{}: the stream reader disagrees",
+        path.display()
+    );
+    let damaged = recs.failed() || whole.truncated;
+    assert_eq!(
+        matches!(stream.state(), StreamState::Damaged(_)),
+        damaged,
+        "{}: {:?}",
+        path.display(),
+        stream.state()
+    );
+    if !damaged {
+        assert_eq!(
+            stream.state() == &StreamState::Ended,
+            whole.ended(),
+            "{}",
+            path.display()
+        );
+    }
+}
+
+/// Writes a synthetic sampler run of a peer group under `root` (the golden test's data): four
+/// nodes `io0`..`io3`, 10 s cpu-clock samples at period 1,000,000 ns for 6 minutes from
+/// 2024-01-01T00:00:00Z, deterministic ±5 % wobble. With `fault`, `io2` does 4× its
+/// `compress_block` from minute 2; with `stop`, `io3` is killed after 5 minutes (no end marker).
+pub fn write_peer_samples(root: &Path, fault: bool, stop: bool) {
+    write_peer_samples_with(root, fault, stop, 0.05)
+}
+
+/// [`write_peer_samples`] with a wobble of ±`wobble` (a fraction) instead of ±5 %.
+pub fn write_peer_samples_with(root: &Path, fault: bool, stop: bool, wobble: f64) {
+    use culprit_format::names::samples_file_name;
+    use culprit_format::writer::FileWriter;
+    use culprit_format::{end_reason, FileKind, RecordBuf, SampleEntry, SamplesHead};
+    const NS: u64 = 1_000_000_000;
+    const T0: u64 = 1_704_067_200;
+    let funcs = [
+        ("server", "server", "handle_io", 300u64),
+        ("server", "server", "compress_block", 120),
+        ("server", "[kernel.kallsyms]", "blk_mq_submit_bio", 80),
+        ("server", "libc.so.6", "memcpy", 60),
+    ];
+    for n in 0..4u64 {
+        let dir = root.join(format!("io{n}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut w = FileWriter::create_unique(
+            &dir,
+            |seq| samples_file_name(T0 * NS, seq),
+            FileKind::Samples,
+            T0 * NS,
+            100 + n as u32,
+        )
+        .unwrap();
+        let mut buf = RecordBuf::new();
+        buf.info([("event", "cpu-clock"), ("period", "1000000")]);
+        let strings = [
+            (1, "cpu-clock"),
+            (2, "server"),
+            (3, "[kernel.kallsyms]"),
+            (4, "libc.so.6"),
+            (5, "handle_io"),
+            (6, "compress_block"),
+            (7, "blk_mq_submit_bio"),
+            (8, "memcpy"),
+        ];
+        buf.strings(strings);
+        let sid = |s: &str| strings.iter().find(|x| x.1 == s).unwrap().0;
+        w.append(&buf).unwrap();
+        let stopped = stop && n == 3;
+        let intervals = if stopped { 30 } else { 36 };
+        for i in 0..intervals {
+            buf.clear();
+            let entries: Vec<SampleEntry> = funcs
+                .iter()
+                .enumerate()
+                .map(|(fi, (prog, image, func, base))| {
+                    // Deterministic ±5 % wobble.
+                    let w = ((n * 7 + i * 13 + fi as u64 * 5) % 11) as f64 / 100.0 - 0.05;
+                    let mut v = *base as f64 * (1.0 + w * (wobble / 0.05));
+                    if fault && n == 2 && *func == "compress_block" && i >= 12 {
+                        v *= 4.0;
+                    }
+                    SampleEntry {
+                        program: sid(prog),
+                        image: sid(image),
+                        function: sid(func),
+                        count: v.round() as u64,
+                    }
+                })
+                .collect();
+            let total = entries.iter().map(|e| e.count).sum();
+            buf.samples(
+                &SamplesHead {
+                    start_ns: (T0 + 10 * i) * NS,
+                    dur_ns: 10 * NS,
+                    flags: 0,
+                    event_sid: 1,
+                    period: 1_000_000,
+                    total,
+                    lost: 0,
+                },
+                entries,
+            );
+            w.append(&buf).unwrap();
+        }
+        if !stopped {
+            w.finish((T0 + 10 * intervals) * NS, end_reason::SIGNAL)
+                .unwrap();
+        }
+    }
+}
+
+/// The one data file of `node` under the data root `root`.
+pub fn node_file(root: &Path, node: &str) -> PathBuf {
+    std::fs::read_dir(root.join(node))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "cul"))
+        .expect("a data file")
+}
+
+/// File offsets of the valid records of a data file's bytes (empty when its header is bad).
+pub fn record_offsets(bytes: &[u8]) -> Vec<usize> {
+    let Ok(f) = culprit_format::ParsedFile::parse(bytes) else {
+        return Vec::new();
+    };
+    let mut recs = f.records();
+    let mut out = Vec::new();
+    loop {
+        let at = recs.offset() as usize;
+        match recs.next() {
+            Some(Ok(_)) => out.push(at),
+            _ => return out,
+        }
+    }
+}
+
 /// Decides whether a test needing a privilege can run: returns true when `have` is true;
 /// otherwise panics in CI and prints a visible skip reason elsewhere, returning false.
 pub fn require(have: bool, what: &str) -> bool {

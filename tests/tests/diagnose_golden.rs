@@ -6,91 +6,7 @@
 
 use std::path::Path;
 
-use culprit_format::names::samples_file_name;
-use culprit_format::writer::FileWriter;
-use culprit_format::{end_reason, FileKind, RecordBuf, SampleEntry, SamplesHead};
 use culprit_tests::*;
-
-const NS: u64 = 1_000_000_000;
-const T0: u64 = 1_704_067_200;
-
-/// Four nodes, 10 s cpu-clock samples at period 1,000,000 ns, 6 minutes; `io2` does 4× its
-/// `compress_block` from minute 2; `io3` is killed after 5 minutes.
-fn write(root: &Path) {
-    let funcs = [
-        ("server", "server", "handle_io", 300u64),
-        ("server", "server", "compress_block", 120),
-        ("server", "[kernel.kallsyms]", "blk_mq_submit_bio", 80),
-        ("server", "libc.so.6", "memcpy", 60),
-    ];
-    for n in 0..4u64 {
-        let dir = root.join(format!("io{n}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut w = FileWriter::create_unique(
-            &dir,
-            |seq| samples_file_name(T0 * NS, seq),
-            FileKind::Samples,
-            T0 * NS,
-            100 + n as u32,
-        )
-        .unwrap();
-        let mut buf = RecordBuf::new();
-        buf.info([("event", "cpu-clock"), ("period", "1000000")]);
-        let strings = [
-            (1, "cpu-clock"),
-            (2, "server"),
-            (3, "[kernel.kallsyms]"),
-            (4, "libc.so.6"),
-            (5, "handle_io"),
-            (6, "compress_block"),
-            (7, "blk_mq_submit_bio"),
-            (8, "memcpy"),
-        ];
-        buf.strings(strings);
-        let sid = |s: &str| strings.iter().find(|x| x.1 == s).unwrap().0;
-        w.append(&buf).unwrap();
-        let intervals = if n == 3 { 30 } else { 36 };
-        for i in 0..intervals {
-            buf.clear();
-            let entries: Vec<SampleEntry> = funcs
-                .iter()
-                .enumerate()
-                .map(|(fi, (prog, image, func, base))| {
-                    // Deterministic ±5 % wobble.
-                    let wobble = ((n * 7 + i * 13 + fi as u64 * 5) % 11) as f64 / 100.0 - 0.05;
-                    let mut v = *base as f64 * (1.0 + wobble);
-                    if n == 2 && *func == "compress_block" && i >= 12 {
-                        v *= 4.0;
-                    }
-                    SampleEntry {
-                        program: sid(prog),
-                        image: sid(image),
-                        function: sid(func),
-                        count: v.round() as u64,
-                    }
-                })
-                .collect();
-            let total = entries.iter().map(|e| e.count).sum();
-            buf.samples(
-                &SamplesHead {
-                    start_ns: (T0 + 10 * i) * NS,
-                    dur_ns: 10 * NS,
-                    flags: 0,
-                    event_sid: 1,
-                    period: 1_000_000,
-                    total,
-                    lost: 0,
-                },
-                entries,
-            );
-            w.append(&buf).unwrap();
-        }
-        if n != 3 {
-            w.finish((T0 + 10 * intervals) * NS, end_reason::SIGNAL)
-                .unwrap();
-        }
-    }
-}
 
 fn check(name: &str, got: &str) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -113,7 +29,7 @@ fn check(name: &str, got: &str) {
 #[test]
 fn human_and_json_reports() {
     let dir = TempDir::new("diag-golden");
-    write(dir.path());
+    write_peer_samples(dir.path(), true, true);
     let data = dir.path().to_str().unwrap();
     let human = culprit().args(["diagnose", data]).output().unwrap();
     assert_eq!(human.status.code(), Some(1));

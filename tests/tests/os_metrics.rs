@@ -49,6 +49,7 @@ fn os_records(data: &Path, node: &str) -> Vec<OsRec> {
     let mut out = Vec::new();
     for path in sample_files(&data.join(node)) {
         let bytes = std::fs::read(&path).unwrap();
+        reader_agrees(&path, &bytes);
         let pf = ParsedFile::parse(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let mut strings: HashMap<u32, String> = HashMap::new();
         for r in pf.records() {
@@ -231,6 +232,7 @@ impl Drop for Cgroups {
 }
 
 #[test]
+#[ignore = "needs privileges (root or perf access): scripts/test runs it with --include-ignored"]
 fn a_throttled_disk_shows_lower_throughput_and_higher_io_delay() {
     if !require(is_root(), "root (cgroups, delay accounting, perf)") {
         return;
@@ -275,7 +277,7 @@ fn a_throttled_disk_shows_lower_throughput_and_higher_io_delay() {
             .unwrap()
     };
     // n4's server started before the sampler turned delay accounting on: the kernel never
-    // accounts such a task, so its delay must be absent, not zero.
+    // accounts such a task, so its delay must be absent, not zero (checked when it was off).
     let mut kids = Kill(vec![writer("n4")]);
     std::thread::sleep(Duration::from_millis(200));
     let data = TempDir::new("os-throttle");
@@ -382,10 +384,14 @@ fn a_throttled_disk_shows_lower_throughput_and_higher_io_delay() {
     assert!(old
         .iter()
         .any(|r| r.get("proc.wr_bytes").is_some_and(|w| w > 0.0)));
-    assert!(
-        old.iter().all(|r| r.get("proc.blkio_delay").is_none()),
-        "a server older than delay accounting has no delay (absent, not zero)"
-    );
+    // Only when accounting was off before the run (another tool may have left it on: then the
+    // kernel accounts every task and the old server's delay is real).
+    if before.as_deref().map(str::trim) == Some("0") {
+        assert!(
+            old.iter().all(|r| r.get("proc.blkio_delay").is_none()),
+            "a server older than delay accounting has no delay (absent, not zero)"
+        );
+    }
     let healthy_wr = wr[0].min(wr[2]);
     // NaN (absent) compares false: a healthy node without values does not count.
     let healthy_delay = [delay[0], delay[2]]
@@ -445,6 +451,7 @@ fn ns_dev(ns: &str) -> HashMap<String, (u64, u64)> {
 }
 
 #[test]
+#[ignore = "needs privileges (root or perf access): scripts/test runs it with --include-ignored"]
 fn a_node_in_its_own_namespace_shows_its_own_traffic_and_connections() {
     if !require(is_root(), "root (network namespaces, perf)") {
         return;
@@ -573,6 +580,7 @@ fn a_node_in_its_own_namespace_shows_its_own_traffic_and_connections() {
 }
 
 #[test]
+#[ignore = "needs privileges (root or perf access): scripts/test runs it with --include-ignored"]
 fn a_per_pid_node_shows_its_process_trees_io_bytes() {
     if !require(is_root(), "root (other processes' /proc/PID/io, perf)") {
         return;

@@ -5,19 +5,12 @@ use std::process::{Command, Stdio};
 
 use culprit_tests::*;
 
-fn perf_allowed() -> bool {
-    is_root()
-        || std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
-            .ok()
-            .and_then(|s| s.trim().parse::<i32>().ok())
-            .is_some_and(|p| p <= 0)
-}
-
 #[test]
+#[ignore = "needs privileges (root or perf access): scripts/test runs it with --include-ignored"]
 fn record_sample_traces_and_samples_the_program_only() {
     if !require(
-        perf_allowed(),
-        "perf_event access (root or perf_event_paranoid <= 0)",
+        can_sample(),
+        "perf_event access (root, CAP_PERFMON or kernel.perf_event_paranoid <= 0)",
     ) {
         return;
     }

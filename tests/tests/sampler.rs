@@ -99,6 +99,7 @@ fn scenario() -> Option<&'static Scenario> {
 }
 
 #[test]
+#[ignore = "needs privileges (root or perf access): scripts/test runs it with --include-ignored"]
 fn functions_burning_cpu_two_to_one_show_in_that_ratio() {
     let Some(s) = scenario() else { return };
     let prog = s.run.of_program("smp_ratio");
@@ -123,6 +124,7 @@ fn functions_burning_cpu_two_to_one_show_in_that_ratio() {
 }
 
 #[test]
+#[ignore = "needs privileges (root or perf access): scripts/test runs it with --include-ignored"]
 fn a_second_process_appears_under_its_own_program_name() {
     let Some(s) = scenario() else { return };
     let dd = s.run.program_total("dd");
@@ -142,6 +144,7 @@ fn a_second_process_appears_under_its_own_program_name() {
 }
 
 #[test]
+#[ignore = "needs privileges (root or perf access): scripts/test runs it with --include-ignored"]
 fn a_syscall_loop_shows_kernel_functions() {
     let Some(s) = scenario() else { return };
     let prog = s.run.of_program("smp_sys");
@@ -176,6 +179,7 @@ fn a_syscall_loop_shows_kernel_functions() {
 }
 
 #[test]
+#[ignore = "needs privileges (root or perf access): scripts/test runs it with --include-ignored"]
 fn a_function_in_a_shared_library_is_attributed_to_the_library() {
     let Some(s) = scenario() else { return };
     let prog = s.run.of_program("smp_libuser");
@@ -201,6 +205,7 @@ fn user_samples(prog: &HashMap<(String, String), u64>) -> u64 {
 }
 
 #[test]
+#[ignore = "needs privileges (root or perf access): scripts/test runs it with --include-ignored"]
 fn a_stripped_binary_keeps_dynsym_names_and_degrades_to_image_offset() {
     let Some(s) = scenario() else { return };
     let prog = s.run.of_program("smp_strip");
@@ -224,6 +229,7 @@ fn a_stripped_binary_keeps_dynsym_names_and_degrades_to_image_offset() {
 }
 
 #[test]
+#[ignore = "needs privileges (root or perf access): scripts/test runs it with --include-ignored"]
 fn short_lived_processes_are_still_named() {
     let Some(s) = scenario() else { return };
     let prog = s.run.of_program("smp_short");
@@ -252,6 +258,7 @@ fn short_lived_processes_are_still_named() {
 }
 
 #[test]
+#[ignore = "needs privileges (root or perf access): scripts/test runs it with --include-ignored"]
 fn sigterm_flushes_the_last_interval_and_ends_the_file() {
     let Some(s) = scenario() else { return };
     assert_eq!(
@@ -287,6 +294,7 @@ fn sigterm_flushes_the_last_interval_and_ends_the_file() {
 }
 
 #[test]
+#[ignore = "needs privileges (root or perf access): scripts/test runs it with --include-ignored"]
 fn a_damaged_samples_file_reads_up_to_the_damage_with_a_clear_error() {
     let Some(s) = scenario() else { return };
     let bytes = std::fs::read(&s.run.path).unwrap();
@@ -330,6 +338,7 @@ fn a_damaged_samples_file_reads_up_to_the_damage_with_a_clear_error() {
 }
 
 #[test]
+#[ignore = "needs privileges (root or perf access): scripts/test runs it with --include-ignored"]
 fn every_interval_is_contiguous_and_has_its_events_record() {
     let Some(s) = scenario() else { return };
     // Intervals between the partial first and last are whole and not missed.

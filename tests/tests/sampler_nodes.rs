@@ -56,6 +56,7 @@ impl Drop for Testbed {
 }
 
 #[test]
+#[ignore = "needs privileges (root or perf access): scripts/test runs it with --include-ignored"]
 fn processes_and_tcp_retransmits_are_attributed_to_emulated_nodes() {
     if !require(
         is_root(),

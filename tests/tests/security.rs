@@ -154,6 +154,7 @@ fn shell_then(prog: &Path, args: &[&str]) -> Command {
 // Links and directories.
 
 #[test]
+#[ignore = "needs privileges (root or perf access): scripts/test runs it with --include-ignored"]
 fn directories_others_control_are_refused_with_one_line() {
     if !require(is_root(), "root (to give directories to another user)") {
         return;
@@ -222,6 +223,7 @@ fn directories_others_control_are_refused_with_one_line() {
 }
 
 #[test]
+#[ignore = "needs privileges (root or perf access): scripts/test runs it with --include-ignored"]
 fn links_planted_in_a_group_shared_node_dir_are_replaced_not_followed() {
     if !require(
         is_root(),
@@ -282,6 +284,7 @@ fn links_planted_in_a_group_shared_node_dir_are_replaced_not_followed() {
 }
 
 #[test]
+#[ignore = "needs privileges (root or perf access): scripts/test runs it with --include-ignored"]
 fn node_info_written_by_another_user_is_not_copied() {
     if !require(is_root(), "root (to own files as another user)") {
         return;
@@ -338,6 +341,7 @@ fn modes_do_not_depend_on_the_umask() {
 }
 
 #[test]
+#[ignore = "needs privileges (root or perf access): scripts/test runs it with --include-ignored"]
 fn a_setuid_program_run_by_another_user_does_not_trace() {
     if !require(is_root(), "root (to make a set-user-id root program)") {
         return;
@@ -485,6 +489,7 @@ fn truncating_removing_or_replacing_the_live_file_does_not_kill_the_host() {
 }
 
 #[test]
+#[ignore = "needs privileges (root or perf access): scripts/test runs it with --include-ignored"]
 fn a_full_disk_delays_the_records_and_loses_none() {
     if !require(is_root(), "root (to mount a small tmpfs)") {
         return;
@@ -552,6 +557,7 @@ fn a_full_disk_delays_the_records_and_loses_none() {
 }
 
 #[test]
+#[ignore = "needs privileges (root or perf access): scripts/test runs it with --include-ignored"]
 fn a_child_that_reused_fd_2_after_setuid_gets_no_message() {
     if !require(is_root(), "root (to drop privileges in a child)") {
         return;
@@ -721,9 +727,10 @@ fn short_threads_give_their_memory_back_and_keep_their_counts() {
 mod sampler_util;
 
 #[test]
+#[ignore = "needs privileges (root or perf access): scripts/test runs it with --include-ignored"]
 fn the_sampler_refuses_links_and_replaces_planted_node_info() {
     if !require(
-        sampler_util::can_sample() && is_root(),
+        can_sample() && is_root(),
         "root (to sample and to share a directory)",
     ) {
         return;
@@ -772,11 +779,9 @@ fn the_sampler_refuses_links_and_replaces_planted_node_info() {
 }
 
 #[test]
+#[ignore = "needs privileges (root or perf access): scripts/test runs it with --include-ignored"]
 fn the_sampler_keeps_its_vdso_copy_out_of_tmpdir() {
-    if !require(
-        sampler_util::can_sample(),
-        "root or kernel.perf_event_paranoid=-1",
-    ) {
+    if !require(can_sample(), "root or kernel.perf_event_paranoid=-1") {
         return;
     }
     let tmp = TempDir::new("sec-vdso");

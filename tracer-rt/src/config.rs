@@ -38,13 +38,6 @@ fn var(name: &str) -> Option<String> {
     std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
 }
 
-/// The host name of this machine (UTS namespace).
-pub fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
-}
-
 impl Config {
     /// Reads the environment. Problems that have a safe default push a warning and use it.
     pub fn from_env(warnings: &mut Vec<String>) -> Config {
@@ -62,7 +55,7 @@ impl Config {
                 }
                 s
             }
-            None => names::sanitize_node_name(&host_name()),
+            None => names::sanitize_node_name(&culprit_format::procfs::host_name()),
         };
         let interval_ms = match var("CULPRIT_INTERVAL_MS") {
             None => DEFAULT_INTERVAL_MS,

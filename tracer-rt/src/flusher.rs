@@ -43,15 +43,16 @@
 
 use std::collections::HashMap;
 
+use culprit_format::procfs::Proc;
 use culprit_format::{
-    end_reason, info_keys, interval_flags, names, object_flags, records_at, EdgeEntry, Histogram,
-    IntervalEntry, IntervalHead, IntervalRef, ObjectDesc, Record, RecordBuf, UnwoundEntry,
-    HIST_BUCKETS,
+    end_reason, info_keys, interval_flags, names, object_flags, procfs, records_at, EdgeEntry,
+    Histogram, IntervalEntry, IntervalHead, IntervalRef, ObjectDesc, Record, RecordBuf,
+    UnwoundEntry, HIST_BUCKETS,
 };
 
 use crate::block::{mode, state, Delta, EdgeDelta, Unaccounted};
 use crate::clock::{self, Calibration};
-use crate::config::{host_name, Config};
+use crate::config::Config;
 use crate::control::{req, CURRENT_FILE, CURRENT_NODE, DONE, NODE_REQUEST, PENDING, REQ};
 use crate::objects::{Obj, Tracker};
 use crate::output::{TraceOut, WriteError};
@@ -193,9 +194,9 @@ impl Flusher {
                 info.pairs.retain(|(key, _)| key != k);
                 info.pairs.push((k.to_string(), v));
             };
-            set("host", host_name());
-            set("kernel", procinfo::kernel());
-            set("boot_id", procinfo::boot_id());
+            set("host", procfs::host_name());
+            set("kernel", procfs::kernel_release());
+            set("boot_id", procfs::boot_id());
             set("clocksource", procinfo::clocksource());
             set("trace_clock", clock::source_name().to_string());
             set("trace_interval_ns", cfg.interval_ns.to_string());
@@ -206,18 +207,18 @@ impl Flusher {
     fn info_record(&self, buf: &mut RecordBuf, pid: u32) {
         let mut pairs: Vec<(&str, String)> = vec![
             (info_keys::NODE, self.node.clone()),
-            (info_keys::HOST, host_name()),
+            (info_keys::HOST, procfs::host_name()),
             (info_keys::PID, pid.to_string()),
             (
                 info_keys::PPID,
                 std::os::unix::process::parent_id().to_string(),
             ),
-            (info_keys::PROGRAM, procinfo::program()),
-            (info_keys::EXE, procinfo::exe()),
-            (info_keys::CMDLINE, procinfo::cmdline()),
+            (info_keys::PROGRAM, procfs::program(Proc::This)),
+            (info_keys::EXE, procfs::exe(Proc::This)),
+            (info_keys::CMDLINE, procfs::cmdline(Proc::This)),
             (
                 info_keys::PROC_START_NS,
-                procinfo::proc_start_ns().unwrap_or(0).to_string(),
+                procfs::start_ns(Proc::This).unwrap_or(0).to_string(),
             ),
             (info_keys::INTERVAL_NS, self.cfg.interval_ns.to_string()),
             (info_keys::CLOCK, clock::source_name().to_string()),
@@ -227,8 +228,8 @@ impl Flusher {
             ),
             (info_keys::INCLUDE, self.cfg.include_raw.clone()),
             (info_keys::EXCLUDE, self.cfg.exclude_raw.clone()),
-            (info_keys::KERNEL, procinfo::kernel()),
-            (info_keys::BOOT_ID, procinfo::boot_id()),
+            (info_keys::KERNEL, procfs::kernel_release()),
+            (info_keys::BOOT_ID, procfs::boot_id()),
         ];
         match &self.origin {
             Origin::Start => {}

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use culprit_format::names::NodeInfo;
+use culprit_format::procfs::process_alive;
 use culprit_format::{info_keys, interval_flags, DATA_OFFSET};
 
 use super::names::{EventId, FuncId, OsMetricId, ProgramId};
@@ -40,7 +41,7 @@ pub struct OsValue {
 impl OsInterval {
     /// True when the collector could not observe this interval.
     pub fn missed(&self) -> bool {
-        self.flags & interval_flags::MISSED != 0
+        interval_flags::is_missed(self.flags)
     }
 
     /// The value of `metric`, if present.
@@ -136,7 +137,7 @@ pub struct TraceInterval {
 impl TraceInterval {
     /// True when the writer could not observe this interval (missing data, not zeros).
     pub fn missed(&self) -> bool {
-        self.flags & interval_flags::MISSED != 0
+        interval_flags::is_missed(self.flags)
     }
 }
 
@@ -234,7 +235,7 @@ pub struct SampleInterval {
 impl SampleInterval {
     /// True when the sampler could not observe this interval.
     pub fn missed(&self) -> bool {
-        self.flags & interval_flags::MISSED != 0
+        interval_flags::is_missed(self.flags)
     }
 }
 
@@ -263,7 +264,7 @@ pub struct EventCount {
 impl EventInterval {
     /// True when the sampler could not observe this interval.
     pub fn missed(&self) -> bool {
-        self.flags & interval_flags::MISSED != 0
+        interval_flags::is_missed(self.flags)
     }
 }
 
@@ -405,39 +406,4 @@ pub(super) fn merge_hists(hists: &mut Vec<TraceHist>) {
         }
     }
     *hists = out;
-}
-
-/// True when `pid` is a live process on this boot that started at `start_ns` (±2 s).
-pub fn process_alive(pid: u32, boot_id: Option<&str>, start_ns: Option<u64>) -> bool {
-    let this_boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .map(|s| s.trim().to_string())
-        .ok();
-    if boot_id.is_some() && boot_id.map(str::to_string) != this_boot {
-        return false;
-    }
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    let Some(start_ns) = start_ns else {
-        return true;
-    };
-    // Field 22 (starttime, clock ticks since boot) comes after the ")" that ends comm.
-    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let ticks: Option<u64> = after
-        .split_whitespace()
-        .nth(19)
-        .and_then(|v| v.parse().ok());
-    let btime: Option<u64> = std::fs::read_to_string("/proc/stat").ok().and_then(|s| {
-        s.lines()
-            .find_map(|l| l.strip_prefix("btime "))
-            .and_then(|v| v.trim().parse().ok())
-    });
-    let hz = crate::sys::clock_ticks_per_second();
-    match (ticks, btime) {
-        (Some(t), Some(b)) => {
-            let ns = b * 1_000_000_000 + t * (1_000_000_000 / hz);
-            ns.abs_diff(start_ns) <= 2_000_000_000
-        }
-        _ => true,
-    }
 }

@@ -17,10 +17,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use culprit_format::{
-    file_state, info_keys, object_flags, pending_records, records_at, samples_flags, FileKind,
-    IntervalRec, ParsedFile, Record, MAX_RECORD_LEN,
-};
+use culprit_format::read::{OpenError, StreamReader, StreamState};
+use culprit_format::{info_keys, object_flags, samples_flags, FileKind, IntervalRec, Record};
 
 mod files;
 pub mod names;
@@ -29,15 +27,25 @@ mod symbols;
 
 use files::{empty_samples, empty_trace, merge_edges, merge_hists, merge_trace_entries};
 pub use files::{
-    process_alive, EventCount, EventInterval, FileStatus, NodeData, OsInterval, OsValue,
-    SampleCount, SampleFile, SampleInterval, TraceEdge, TraceEntry, TraceFile, TraceHist,
-    TraceInterval,
+    EventCount, EventInterval, FileStatus, NodeData, OsInterval, OsValue, SampleCount, SampleFile,
+    SampleInterval, TraceEdge, TraceEntry, TraceFile, TraceHist, TraceInterval,
 };
 pub use names::{EventId, FuncId, FuncKey, Interner, Names, OsMetricId, OsMetricKey, ProgramId};
 pub use source::{DirSource, NodeListing, ReadAt, Source};
 use symbols::{Object, Symbols};
 
 use crate::error::{Error, Result};
+
+/// A data file that could not be read at all.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unreadable {
+    /// The node whose directory holds it.
+    pub node: String,
+    /// The file.
+    pub path: PathBuf,
+    /// Why.
+    pub reason: String,
+}
 
 /// What to load.
 #[derive(Clone, Debug, Default)]
@@ -58,6 +66,9 @@ pub struct Dataset {
     pub names: Names,
     /// Problems found while loading (one line each).
     pub warnings: Vec<String>,
+    /// Data files that could not be read at all (a damaged header), per node: they cost their
+    /// own node its data, nothing else.
+    pub unreadable: Vec<Unreadable>,
     source: Box<dyn Source>,
     opts: LoadOptions,
     symbols: Symbols,
@@ -103,21 +114,54 @@ impl Dataset {
             nodes: Vec::new(),
             names: Names::default(),
             warnings: Vec::new(),
+            unreadable: Vec::new(),
             symbols: Symbols::new(opts.symfs.clone()),
             source,
             opts,
         }
     }
 
-    /// An error unless some node has data.
-    pub fn require_nodes(&self) -> Result<()> {
-        if self.nodes.is_empty() {
+    /// An error unless some node has data; when nodes were asked for by name, it names those
+    /// there are.
+    pub fn require_nodes(&mut self) -> Result<()> {
+        if !self.nodes.is_empty() {
+            return Ok(());
+        }
+        let asked = &self.opts.nodes;
+        if asked
+            .iter()
+            .any(|n| n == culprit_format::names::UNASSIGNED_DIR)
+            && !self.opts.include_unassigned
+        {
             return Err(Error::Data(format!(
-                "no node data found in {} (expected DATA/<node>/*.cul)",
-                self.source.describe()
+                "{} is not a node: it holds the samples that belong to no node; show them with \
+                 --all",
+                culprit_format::names::UNASSIGNED_DIR
             )));
         }
-        Ok(())
+        let mut there: Vec<String> = if asked.is_empty() {
+            Vec::new()
+        } else {
+            self.source
+                .scan(&|_| true, &mut |_| {})?
+                .into_iter()
+                .filter(|l| !l.streams.is_empty())
+                .map(|l| l.name)
+                .collect()
+        };
+        there.sort();
+        if !there.is_empty() {
+            return Err(Error::Data(format!(
+                "no node {} in {} (its nodes: {})",
+                asked.join(", "),
+                self.source.describe(),
+                there.join(", ")
+            )));
+        }
+        Err(Error::Data(format!(
+            "no node data found in {} (expected DATA/<node>/*.cul)",
+            self.source.describe()
+        )))
     }
 
     /// Reads what was committed since the last call: new nodes, new files, new records.
@@ -197,16 +241,28 @@ impl Dataset {
                 (None, None) => match self.open_file(&path) {
                     Ok(None) => {}
                     Ok(Some(Opened::Trace(mut t))) => {
+                        self.unreadable.retain(|u| u.path != path);
                         stats.new_files += 1;
                         self.read_trace(&mut t, stats);
                         self.nodes[idx].traces.push(t);
                     }
                     Ok(Some(Opened::Samples(mut s))) => {
+                        self.unreadable.retain(|u| u.path != path);
                         stats.new_files += 1;
                         self.read_samples(&mut s, stats);
                         self.nodes[idx].samples.push(s);
                     }
-                    Err(e) => self.warn(format!("skipping {}: {e}", path.display())),
+                    Err(e) => {
+                        self.warn(format!("skipping {}: {e}", path.display()));
+                        let node = self.nodes[idx].name.clone();
+                        if !self.unreadable.iter().any(|u| u.path == *path) {
+                            self.unreadable.push(Unreadable {
+                                node,
+                                path: path.clone(),
+                                reason: e,
+                            });
+                        }
+                    }
                 },
             }
         }
@@ -240,20 +296,18 @@ impl Dataset {
     }
 
     fn open_file(&mut self, path: &Path) -> std::result::Result<Option<Opened>, String> {
-        let mut head = vec![0u8; 128];
         let f = self
             .source
             .open(path)
             .map_err(|e| format!("cannot open: {e}"))?;
-        let n = read_fully(&*f, &mut head, 0).map_err(|e| e.to_string())?;
-        head.truncate(n);
-        if head.iter().all(|&b| b == 0) && f.settling() {
+        let r = match StreamReader::open(f) {
+            Ok(r) => r,
             // A writer creates the file, then writes its header: read it next time.
-            return Ok(None);
-        }
-        let parsed = ParsedFile::parse(&head).map_err(|e| e.to_string())?;
-        let h = parsed.header;
-        Ok(Some(match parsed.kind {
+            Err(OpenError::NotYet) => return Ok(None),
+            Err(e) => return Err(e.to_string()),
+        };
+        let h = *r.header();
+        Ok(Some(match r.kind() {
             FileKind::Trace => {
                 let mut t = empty_trace();
                 t.path = path.to_path_buf();
@@ -277,38 +331,60 @@ impl Dataset {
             t.intervals.pop();
         }
         t.checkpoint = None;
-        if matches!(t.status, FileStatus::Damaged(_) | FileStatus::Ended) {
+        let Some(mut r) = self.read_records(t, stats) else {
             return;
-        }
-        self.read_committed(t, stats);
+        };
+        // The writer's checkpoint of the interval in progress, right after what was read.
         if t.status == FileStatus::Open {
-            t.checkpoint = self.read_checkpoint(t);
+            if let Ok(Some(p)) = r.checkpoint() {
+                let mut ti = self.trace_interval(t, &p.interval);
+                for rec in &p.extras {
+                    self.add_extra(t, &mut ti, rec);
+                }
+                t.checkpoint = Some(ti);
+            }
         }
     }
 
-    /// The writer's checkpoint of the interval in progress, when the stream has an intact one
-    /// right after what was read.
-    fn read_checkpoint(&mut self, t: &mut TraceFile) -> Option<TraceInterval> {
-        let f = self.source.open(&t.path).ok()?;
-        let mut head = [0u8; 128];
-        let n = read_fully(&*f, &mut head, 0).ok()?;
-        let h = ParsedFile::parse(&head[..n]).ok()?.header;
-        if h.committed_end != t.consumed
-            || h.pending_end <= h.committed_end
-            || h.pending_end - h.committed_end > MAX_RECORD_LEN as u64
-        {
-            return None;
+    /// A stream of `path` positioned at `from`; `None` (with `status` saying why, or a warning)
+    /// when it cannot be read now.
+    fn reader(
+        &mut self,
+        path: &Path,
+        from: u64,
+        status: &mut FileStatus,
+    ) -> Option<StreamReader<Box<dyn ReadAt>>> {
+        let f = match self.source.open(path) {
+            Ok(f) => f,
+            Err(e) => {
+                self.warn(format!("{}: cannot read: {e}", path.display()));
+                return None;
+            }
+        };
+        match StreamReader::resume(f, from) {
+            Ok(r) => Some(r),
+            Err(OpenError::Io(e)) => {
+                self.warn(format!("{}: cannot read: {e}", path.display()));
+                None
+            }
+            Err(e) => {
+                self.warn(format!("{}: {e}", path.display()));
+                *status = FileStatus::Damaged(e.to_string());
+                None
+            }
         }
-        let mut bytes = vec![0u8; (h.pending_end - h.committed_end) as usize];
-        if read_fully(&*f, &mut bytes, h.committed_end).ok()? != bytes.len() {
-            return None;
+    }
+
+    /// The file's status from its stream's state, with a warning for damage.
+    fn settle(&mut self, path: &Path, state: &StreamState, status: &mut FileStatus) {
+        match state {
+            StreamState::Open => {}
+            StreamState::Ended => *status = FileStatus::Ended,
+            StreamState::Damaged(d) => {
+                self.warn(format!("{}: {d}; data before it is kept", path.display()));
+                *status = FileStatus::Damaged(d.reason.clone());
+            }
         }
-        let p = pending_records(&bytes)?;
-        let mut ti = self.trace_interval(t, &p.interval);
-        for rec in &p.extras {
-            self.add_extra(t, &mut ti, rec);
-        }
-        Some(ti)
     }
 
     /// Adds an Unwound, Edges or Histograms record to its interval `ti` (same start).
@@ -388,188 +464,184 @@ impl Dataset {
         }
     }
 
-    fn read_committed(&mut self, t: &mut TraceFile, stats: &mut RefreshStats) {
-        let Some(chunk) = self.read_new(&t.path, t.consumed, &mut t.status) else {
-            return;
-        };
-        let (bytes, ended) = chunk;
-        let mut recs = records_at(&bytes, t.consumed);
-        let mut consumed = t.consumed;
-        while let Some(r) = recs.next() {
-            match r {
-                Ok(Record::Info(info)) => {
-                    t.info.extend(info.pairs);
-                    if let Some(v) = t.info(info_keys::INTERVAL_NS).and_then(|v| v.parse().ok()) {
-                        t.interval_ns = v;
-                    }
-                    let prog = t
-                        .info(info_keys::PROGRAM)
-                        .map(str::to_string)
-                        .unwrap_or_else(|| format!("pid{}", t.pid));
-                    t.program = self.names.programs.intern(Arc::from(prog.as_str()));
+    /// One record of a trace file.
+    fn trace_record(&mut self, t: &mut TraceFile, rec: Record<'_>, stats: &mut RefreshStats) {
+        match rec {
+            Record::Info(info) => {
+                t.info.extend(info.pairs);
+                if let Some(v) = t.info(info_keys::INTERVAL_NS).and_then(|v| v.parse().ok()) {
+                    t.interval_ns = v;
                 }
-                Ok(Record::Object(o)) => {
-                    let path = PathBuf::from(o.path.as_ref());
-                    if o.flags & object_flags::UNLOADED != 0 {
-                        t.objects.retain(|x| x.id != o.id);
-                        // Addresses may now belong to something else.
-                        t.addr_cache.clear();
-                        continue;
-                    }
-                    let readable = if o.flags & object_flags::VDSO != 0 {
-                        None
-                    } else {
-                        let warnings = &mut self.warnings;
-                        self.symbols
-                            .readable_image(&path, o.build_id, &mut |w| push_warning(warnings, w))
-                    };
-                    let image: Arc<str> = if o.flags & object_flags::VDSO != 0 {
-                        Arc::from("[vdso]")
-                    } else {
-                        Arc::from(
-                            path.file_name()
-                                .map(|n| n.to_string_lossy().into_owned())
-                                .unwrap_or_else(|| o.path.to_string()),
-                        )
-                    };
+                let prog = t
+                    .info(info_keys::PROGRAM)
+                    .map(str::to_string)
+                    .unwrap_or_else(|| format!("pid{}", t.pid));
+                t.program = self.names.programs.intern(Arc::from(prog.as_str()));
+            }
+            Record::Object(o) => {
+                let path = PathBuf::from(o.path.as_ref());
+                if o.flags & object_flags::UNLOADED != 0 {
                     t.objects.retain(|x| x.id != o.id);
-                    t.objects.push(Object {
-                        id: o.id,
-                        flags: o.flags,
-                        bias: o.bias,
-                        start: o.start,
-                        end: o.end,
-                        readable,
-                        path,
-                        image,
-                    });
+                    // Addresses may now belong to something else.
                     t.addr_cache.clear();
+                    return;
                 }
-                Ok(Record::Interval(iv)) => {
-                    let ti = self.trace_interval(t, &iv);
-                    t.intervals.push(ti);
-                    stats.new_intervals += 1;
-                }
-                Ok(rec @ (Record::Unwound(_) | Record::Edges(_) | Record::Histograms(_))) => {
-                    let start = extra_interval_start(&rec);
-                    // It follows its Interval record.
-                    match t.intervals.pop() {
-                        Some(mut ti) if Some(ti.start_ns) == start => {
-                            self.add_extra(t, &mut ti, &rec);
-                            t.intervals.push(ti);
-                        }
-                        last => {
-                            t.intervals.extend(last);
-                            self.warn(format!(
-                                "{}: a record of interval {} without its Interval record; \
-                                 ignored",
-                                t.path.display(),
-                                start.unwrap_or(0)
-                            ));
-                        }
+                let readable = if o.flags & object_flags::VDSO != 0 {
+                    None
+                } else {
+                    let warnings = &mut self.warnings;
+                    self.symbols
+                        .readable_image(&path, o.build_id, &mut |w| push_warning(warnings, w))
+                };
+                let image: Arc<str> = if o.flags & object_flags::VDSO != 0 {
+                    Arc::from("[vdso]")
+                } else {
+                    Arc::from(
+                        path.file_name()
+                            .map(|n| n.to_string_lossy().into_owned())
+                            .unwrap_or_else(|| o.path.to_string()),
+                    )
+                };
+                t.objects.retain(|x| x.id != o.id);
+                t.objects.push(Object {
+                    id: o.id,
+                    flags: o.flags,
+                    bias: o.bias,
+                    start: o.start,
+                    end: o.end,
+                    readable,
+                    path,
+                    image,
+                });
+                t.addr_cache.clear();
+            }
+            Record::Interval(iv) => {
+                let ti = self.trace_interval(t, &iv);
+                t.intervals.push(ti);
+                stats.new_intervals += 1;
+            }
+            rec @ (Record::Unwound(_) | Record::Edges(_) | Record::Histograms(_)) => {
+                let start = extra_interval_start(&rec);
+                // It follows its Interval record.
+                match t.intervals.pop() {
+                    Some(mut ti) if Some(ti.start_ns) == start => {
+                        self.add_extra(t, &mut ti, &rec);
+                        t.intervals.push(ti);
                     }
-                }
-                Ok(Record::End(e)) => {
-                    t.end_ns = Some(e.end_ns);
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    let msg = format!("{}: {e}; data before it is kept", t.path.display());
-                    self.warn(msg.clone());
-                    t.status = FileStatus::Damaged(e.to_string());
-                    break;
+                    last => {
+                        t.intervals.extend(last);
+                        self.warn(format!(
+                            "{}: a record of interval {} without its Interval record; ignored",
+                            t.path.display(),
+                            start.unwrap_or(0)
+                        ));
+                    }
                 }
             }
-            consumed = recs.offset();
-        }
-        t.consumed = consumed;
-        if ended && t.status == FileStatus::Open {
-            t.status = FileStatus::Ended;
+            Record::End(e) => {
+                t.end_ns = Some(e.end_ns);
+            }
+            _ => {}
         }
     }
 
     fn read_samples(&mut self, s: &mut SampleFile, stats: &mut RefreshStats) {
-        if matches!(s.status, FileStatus::Damaged(_) | FileStatus::Ended) {
-            return;
+        self.read_records(s, stats);
+    }
+
+    /// Reads the records of `f` committed since the last read; returns the reader (at the
+    /// committed end) unless the file is done with or cannot be read now.
+    fn read_records<F: Stream>(
+        &mut self,
+        f: &mut F,
+        stats: &mut RefreshStats,
+    ) -> Option<StreamReader<Box<dyn ReadAt>>> {
+        let (path, consumed, status) = f.parts();
+        if matches!(status, FileStatus::Damaged(_) | FileStatus::Ended) {
+            return None;
         }
-        let Some((bytes, ended)) = self.read_new(&s.path, s.consumed, &mut s.status) else {
-            return;
-        };
-        let mut recs = records_at(&bytes, s.consumed);
-        let mut consumed = s.consumed;
-        while let Some(r) = recs.next() {
-            match r {
-                Ok(Record::Info(info)) => s.info.extend(info.pairs),
-                Ok(Record::Strings(st)) => {
-                    for (id, text) in st.items() {
-                        s.strings.insert(id, Arc::from(text.as_ref()));
-                    }
-                }
-                Ok(Record::Samples(rec)) => {
-                    let event = s
-                        .strings
-                        .get(&rec.event_sid)
-                        .cloned()
-                        .unwrap_or_else(|| Arc::from("?"));
-                    let mut entries = Vec::with_capacity(rec.len());
-                    for e in rec.entries() {
-                        let program = self.string_or(&s.strings, e.program);
-                        let image = self.string_or(&s.strings, e.image);
-                        let function = self.string_or(&s.strings, e.function);
-                        entries.push(SampleCount {
-                            program: self.names.programs.intern(program),
-                            func: self.names.funcs.intern(FuncKey { image, function }),
-                            count: e.count,
-                        });
-                    }
-                    s.intervals.push(SampleInterval {
-                        start_ns: rec.start_ns,
-                        dur_ns: rec.dur_ns,
-                        flags: rec.flags,
-                        event,
-                        period: rec.period,
-                        freq: rec.flags & samples_flags::FREQ != 0,
-                        total: rec.total,
-                        lost: rec.lost,
-                        entries,
-                    });
-                    stats.new_intervals += 1;
-                }
-                Ok(Record::Events(rec)) => {
-                    let mut counts = Vec::with_capacity(rec.len());
-                    for e in rec.entries() {
-                        let name = self.string_or(&s.strings, e.event);
-                        counts.push(EventCount {
-                            event: self.names.events.intern(name),
-                            count: e.count,
-                        });
-                    }
-                    s.events.push(EventInterval {
-                        start_ns: rec.start_ns,
-                        dur_ns: rec.dur_ns,
-                        flags: rec.flags,
-                        counts,
-                    });
-                    stats.new_intervals += 1;
-                }
-                Ok(Record::OsMetrics(rec)) => {
-                    let os = self.read_os(&s.strings, &rec);
-                    s.os.push(os);
-                    stats.new_intervals += 1;
-                }
-                Ok(Record::End(e)) => s.end_ns = Some(e.end_ns),
-                Ok(_) => {}
+        let path = path.to_path_buf();
+        let mut r = self.reader(&path, *consumed, status)?;
+        loop {
+            let rec = match r.next_record() {
+                Ok(Some(rec)) => rec,
+                Ok(None) => break,
                 Err(e) => {
-                    self.warn(format!("{}: {e}; data before it is kept", s.path.display()));
-                    s.status = FileStatus::Damaged(e.to_string());
+                    self.warn(format!("{}: read error: {e}", path.display()));
                     break;
                 }
-            }
-            consumed = recs.offset();
+            };
+            F::record(self, f, rec, stats);
         }
-        s.consumed = consumed;
-        if ended && s.status == FileStatus::Open {
-            s.status = FileStatus::Ended;
+        let (_, consumed, status) = f.parts();
+        *consumed = r.offset();
+        self.settle(&path, r.state(), status);
+        Some(r)
+    }
+
+    /// One record of a sampler file.
+    fn samples_record(&mut self, s: &mut SampleFile, rec: Record<'_>, stats: &mut RefreshStats) {
+        match rec {
+            Record::Info(info) => s.info.extend(info.pairs),
+            Record::Strings(st) => {
+                for (id, text) in st.items() {
+                    s.strings.insert(id, Arc::from(text.as_ref()));
+                }
+            }
+            Record::Samples(rec) => {
+                let event = s
+                    .strings
+                    .get(&rec.event_sid)
+                    .cloned()
+                    .unwrap_or_else(|| Arc::from("?"));
+                let mut entries = Vec::with_capacity(rec.len());
+                for e in rec.entries() {
+                    let program = self.string_or(&s.strings, e.program);
+                    let image = self.string_or(&s.strings, e.image);
+                    let function = self.string_or(&s.strings, e.function);
+                    entries.push(SampleCount {
+                        program: self.names.programs.intern(program),
+                        func: self.names.funcs.intern(FuncKey { image, function }),
+                        count: e.count,
+                    });
+                }
+                s.intervals.push(SampleInterval {
+                    start_ns: rec.start_ns,
+                    dur_ns: rec.dur_ns,
+                    flags: rec.flags,
+                    event,
+                    period: rec.period,
+                    freq: rec.flags & samples_flags::FREQ != 0,
+                    total: rec.total,
+                    lost: rec.lost,
+                    entries,
+                });
+                stats.new_intervals += 1;
+            }
+            Record::Events(rec) => {
+                let mut counts = Vec::with_capacity(rec.len());
+                for e in rec.entries() {
+                    let name = self.string_or(&s.strings, e.event);
+                    counts.push(EventCount {
+                        event: self.names.events.intern(name),
+                        count: e.count,
+                    });
+                }
+                s.events.push(EventInterval {
+                    start_ns: rec.start_ns,
+                    dur_ns: rec.dur_ns,
+                    flags: rec.flags,
+                    counts,
+                });
+                stats.new_intervals += 1;
+            }
+            Record::OsMetrics(rec) => {
+                let os = self.read_os(&s.strings, &rec);
+                s.os.push(os);
+                stats.new_intervals += 1;
+            }
+            Record::End(e) => s.end_ns = Some(e.end_ns),
+            _ => {}
         }
     }
 
@@ -610,72 +682,31 @@ impl Dataset {
             .cloned()
             .unwrap_or_else(|| Arc::from(format!("?{id}").as_str()))
     }
+}
 
-    /// Reads the committed bytes of `path` past `from`. Returns them and whether the file is
-    /// marked ended; `None` when there is nothing new or the file cannot be read (then the
-    /// status says why).
-    fn read_new(
-        &mut self,
-        path: &Path,
-        from: u64,
-        status: &mut FileStatus,
-    ) -> Option<(Vec<u8>, bool)> {
-        let f = match self.source.open(path) {
-            Ok(f) => f,
-            Err(e) => {
-                self.warn(format!("{}: cannot read: {e}", path.display()));
-                return None;
-            }
-        };
-        let mut head = [0u8; 128];
-        let n = f.read_at(&mut head, 0).unwrap_or(0);
-        let parsed = match ParsedFile::parse(&head[..n]) {
-            Ok(p) => p,
-            Err(e) => {
-                self.warn(format!("{}: {e}", path.display()));
-                *status = FileStatus::Damaged(e.to_string());
-                return None;
-            }
-        };
-        let ended = parsed.header.state == file_state::ENDED;
-        // A corrupt committed_end must not make us allocate it: read at most what the file
-        // holds (and say it is cut short, below).
-        let size = f.size().unwrap_or(u64::MAX);
-        let committed = parsed.header.committed_end;
-        let present = committed.min(size.max(from));
-        if committed <= from {
-            if ended && *status == FileStatus::Open {
-                *status = FileStatus::Ended;
-            }
-            return None;
-        }
-        let len = (present - from) as usize;
-        let mut buf = vec![0u8; len];
-        let mut got = 0usize;
-        while got < len {
-            match f.read_at(&mut buf[got..], from + got as u64) {
-                Ok(0) => break,
-                Ok(k) => got += k,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    self.warn(format!("{}: read error: {e}", path.display()));
-                    break;
-                }
-            }
-        }
-        let complete = from + got as u64 == committed;
-        if !complete {
-            self.warn(format!(
-                "{}: file cut short ({} of {} committed bytes present); data before the cut \
-                 is kept",
-                path.display(),
-                from + got as u64,
-                committed
-            ));
-            buf.truncate(got);
-            *status = FileStatus::Damaged("file cut short".to_string());
-        }
-        Some((buf, ended && complete))
+/// What the loader keeps of a writer's stream, as [`Dataset::read_records`] sees it.
+trait Stream {
+    /// The file, where reading stands, and the file's status.
+    fn parts(&mut self) -> (&Path, &mut u64, &mut FileStatus);
+    /// Takes in one record.
+    fn record(ds: &mut Dataset, f: &mut Self, rec: Record<'_>, stats: &mut RefreshStats);
+}
+
+impl Stream for TraceFile {
+    fn parts(&mut self) -> (&Path, &mut u64, &mut FileStatus) {
+        (&self.path, &mut self.consumed, &mut self.status)
+    }
+    fn record(ds: &mut Dataset, f: &mut Self, rec: Record<'_>, stats: &mut RefreshStats) {
+        ds.trace_record(f, rec, stats);
+    }
+}
+
+impl Stream for SampleFile {
+    fn parts(&mut self) -> (&Path, &mut u64, &mut FileStatus) {
+        (&self.path, &mut self.consumed, &mut self.status)
+    }
+    fn record(ds: &mut Dataset, f: &mut Self, rec: Record<'_>, stats: &mut RefreshStats) {
+        ds.samples_record(f, rec, stats);
     }
 }
 
@@ -699,18 +730,4 @@ fn push_warning(list: &mut Vec<String>, w: String) {
     if !list.contains(&w) {
         list.push(w);
     }
-}
-
-/// Reads up to `buf.len()` bytes at `offset`, fewer only at the end of the stream.
-fn read_fully(f: &dyn ReadAt, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
-    let mut got = 0;
-    while got < buf.len() {
-        match f.read_at(&mut buf[got..], offset + got as u64) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(got)
 }

@@ -7,10 +7,10 @@
 use std::fmt;
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use culprit_format::names::{self, NodeInfo};
+pub use culprit_format::read::ReadAt;
 
 use crate::error::{Error, Result};
 
@@ -25,21 +25,6 @@ pub struct NodeListing {
     pub info: Option<NodeInfo>,
     /// Its streams, one per writer, sorted.
     pub streams: Vec<PathBuf>,
-}
-
-/// Random access to one stream's bytes.
-pub trait ReadAt {
-    /// Reads up to `buf.len()` bytes at `offset` (like `pread`: possibly fewer, 0 at the end).
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
-
-    /// Bytes in the stream now.
-    fn size(&self) -> io::Result<u64>;
-
-    /// True while the stream's writer may still be writing its header (a header of zeros is
-    /// then not damage).
-    fn settling(&self) -> bool {
-        false
-    }
 }
 
 /// Where records come from. See the module documentation.
@@ -77,8 +62,9 @@ impl DirSource {
         }
     }
 
-    /// Node directories under the given paths: `(name, directory)`.
-    fn node_dirs(&self) -> Result<Vec<NodeDir>> {
+    /// Node directories under the given paths: `(name, directory)`; `skipped` hears about
+    /// directories of data whose names cannot be nodes.
+    fn node_dirs(&self, skipped: &mut Vec<String>) -> Result<Vec<NodeDir>> {
         if self.paths.is_empty() {
             return Err(Error::Data("no data directory given".into()));
         }
@@ -120,10 +106,19 @@ impl DirSource {
                 if !dir.is_dir() {
                     continue;
                 }
-                let ok = names::is_node_name(&name)
-                    || (self.include_unassigned && name == names::UNASSIGNED_DIR);
-                if ok {
+                if names::is_node_name(&name)
+                    || (self.include_unassigned && name == names::UNASSIGNED_DIR)
+                {
                     out.push(NodeDir { name, dir });
+                } else if !name.starts_with(['.', '_']) && dir_has_data(&dir) {
+                    // Not `_unassigned` and other non-nodes, nor hidden directories: a
+                    // directory of data under a name that cannot be a node.
+                    skipped.push(format!(
+                        "skipping {}: {name:?} is not a valid node name (1..{} characters of \
+                         [A-Za-z0-9._-], not starting with '.' or '_')",
+                        dir.display(),
+                        names::MAX_NODE_NAME
+                    ));
                 }
             }
         }
@@ -149,7 +144,10 @@ impl Source for DirSource {
         warn: &mut dyn FnMut(String),
     ) -> Result<Vec<NodeListing>> {
         let mut out = Vec::new();
-        for NodeDir { name, dir } in self.node_dirs()? {
+        let mut skipped = Vec::new();
+        let dirs = self.node_dirs(&mut skipped)?;
+        skipped.into_iter().for_each(&mut *warn);
+        for NodeDir { name, dir } in dirs {
             if !wanted(&name) {
                 continue;
             }
@@ -196,11 +194,11 @@ struct DataFile(File);
 
 impl ReadAt for DataFile {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        self.0.read_at(buf, offset)
+        ReadAt::read_at(&self.0, buf, offset)
     }
 
     fn size(&self) -> io::Result<u64> {
-        Ok(self.0.metadata()?.len())
+        ReadAt::size(&self.0)
     }
 
     /// Modified in the last few seconds: a data file whose header is still zero then is being

@@ -411,7 +411,7 @@ impl Cursors {
             }
             c.next += 1;
             self.values.clear();
-            let missed = r.flags() & interval_flags::MISSED != 0;
+            let missed = interval_flags::is_missed(r.flags());
             if !missed {
                 values(r, sink, &mut self.values);
             }

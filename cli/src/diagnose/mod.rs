@@ -218,6 +218,9 @@ pub fn run_train(args: TrainArgs) -> anyhow::Result<i32> {
 
 /// Runs `culprit diagnose`.
 pub fn run_diagnose(args: DiagnoseArgs) -> anyhow::Result<i32> {
+    if args.for_.is_some() && !args.follow {
+        anyhow::bail!("--for limits --follow: give both, or neither");
+    }
     let trained = match &args.thresholds {
         Some(p) => Some(TrainedThresholds::load(p)?),
         None => None,

@@ -8,7 +8,7 @@ use culprit_analysis::combine::Verdict;
 use culprit_analysis::diagnosis::{
     CauseRow, ClosedWindow, MetricStatus, NodeReport, ThresholdSource,
 };
-use culprit_analysis::time::{fmt_dur, fmt_wall};
+use culprit_analysis::time::{fmt_dur, fmt_wall, parse_time, TimeSpec};
 use culprit_analysis::Diagnosis;
 
 /// A value in a metric's unit, for people; milliseconds read as durations.
@@ -47,7 +47,9 @@ fn fmt_score(v: f64) -> String {
     }
 }
 
-fn group_digits(v: i64) -> String {
+/// `1234567` → `1,234,567` (every integer count culprit shows people).
+pub fn group_digits(v: impl Into<i128>) -> String {
+    let v: i128 = v.into();
     let s = v.unsigned_abs().to_string();
     let mut out = String::new();
     for (i, ch) in s.chars().enumerate() {
@@ -118,9 +120,15 @@ pub fn print_human(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
     for v in r
         .verdicts
         .iter()
-        .filter(|v| v.combined.verdict == Verdict::Suspect)
+        .filter(|v| matches!(v.combined.verdict, Verdict::Suspect | Verdict::Damaged))
     {
-        writeln!(out, "suspect: {} — {}", v.node, v.combined.reason)?;
+        writeln!(
+            out,
+            "{}: {} — {}",
+            v.combined.verdict.word(),
+            v.node,
+            v.combined.reason
+        )?;
     }
     writeln!(out)?;
     // Verdict table.
@@ -242,9 +250,12 @@ fn label_len(t: &CauseRow) -> usize {
     label(t).chars().count()
 }
 
-/// `2024-01-01T10:00:30.000Z` → `2024-01-01 10:00:30Z`.
+/// `2024-01-01T10:00:30.000Z` (the JSON's form) → `2024-01-01 10:00:30Z`.
 fn short(rfc: &str) -> String {
-    rfc.replace('T', " ").replace(".000Z", "Z")
+    match parse_time(rfc) {
+        Ok(TimeSpec::At(ns)) => fmt_wall(ns),
+        _ => rfc.to_string(),
+    }
 }
 
 /// Anomalous windows as wall-clock ranges, overlapping windows merged.
@@ -335,5 +346,15 @@ mod tests {
         assert_eq!(fmt_value("ms", 12.34), "12.3 ms");
         assert_eq!(fmt_value("calls", 1234567.0), "1,234,567 calls");
         assert_eq!(fmt_value("samples", -42.0), "-42 samples");
+    }
+
+    #[test]
+    fn digits_are_grouped() {
+        assert_eq!(group_digits(0u8), "0");
+        assert_eq!(group_digits(999u64), "999");
+        assert_eq!(group_digits(1000u64), "1,000");
+        assert_eq!(group_digits(1234567u64), "1,234,567");
+        assert_eq!(group_digits(-1234i64), "-1,234");
+        assert_eq!(group_digits(u64::MAX), "18,446,744,073,709,551,615");
     }
 }

@@ -9,10 +9,11 @@
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use culprit_analysis::live::LiveStatus;
+use culprit_analysis::time::now_ns;
 
 use super::openmetrics;
 
@@ -98,12 +99,6 @@ fn parse_addr(spec: &str) -> anyhow::Result<SocketAddr> {
         Some(a) => Ok(a),
         None => bail!("--metrics-listen {spec}: the name resolves to no address"),
     }
-}
-
-fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// Reads one request and answers it.

@@ -753,14 +753,8 @@ impl Procs {
             if let Some(ns) = e.netns {
                 sums.netns.insert(ns);
             }
-            if let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) {
-                for t in rd.flatten() {
-                    let Some(tid) = t.file_name().to_str().and_then(|s| s.parse::<u32>().ok())
-                    else {
-                        continue;
-                    };
-                    self.read_thread((pid, tid), cx, sums);
-                }
+            for tid in crate::procs::tasks(pid) {
+                self.read_thread((pid, tid), cx, sums);
             }
             if want_sockets {
                 fd_dir.clear();
@@ -1077,7 +1071,7 @@ impl Collector {
             prev_boot_ticks: None,
             prev_delayacct: false,
             delay_since: None,
-            ms_per_tick: 1000.0 / sys::clock_ticks_per_sec() as f64,
+            ms_per_tick: 1000.0 / culprit_format::procfs::clock_ticks_per_sec() as f64,
             warnings,
         }
     }

@@ -1,6 +1,10 @@
 //! Parsers of the `/proc` and cgroup files the OS metrics come from. Each takes the file's text
 //! and returns the counters as read (no rates); a line or field it cannot read is left out, never
-//! read as zero. Tested on text captured from this machine's kernel (6.x) and older layouts.
+//! read as zero. Tested on text captured from this machine's kernel (6.x) and older layouts. A
+//! process's `stat` line is read by the format crate's [`Stat`] (the writers' process identity
+//! comes from it too).
+
+use culprit_format::procfs::Stat;
 
 /// One line of `/proc/diskstats` (Documentation/admin-guide/iostats.rst). Times are ms.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -213,16 +217,13 @@ pub struct TaskStat {
     pub blkio_ticks: u64,
 }
 
-/// Parses a `stat` line of a process or thread. The name (field 2) may hold spaces and
-/// parentheses, so fields are counted from its last `)`.
+/// Parses a `stat` line of a process or thread ([`Stat`]).
 pub fn task_stat(text: &str) -> Option<TaskStat> {
-    let rest = &text[text.rfind(')')? + 1..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // f[0] is field 3; field k is f[k - 3].
+    let st = Stat::parse(text)?;
     Some(TaskStat {
-        state: *f.first()?.as_bytes().first()?,
-        starttime: f.get(19)?.parse().ok()?,
-        blkio_ticks: f.get(39)?.parse().ok()?,
+        state: st.state,
+        starttime: st.starttime,
+        blkio_ticks: st.field(42)?.parse().ok()?,
     })
 }
 

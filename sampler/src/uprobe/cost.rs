@@ -12,7 +12,8 @@
 
 use std::hint::black_box;
 
-use super::{Pmu, ProbeImage};
+use super::pmu::Pmu;
+use super::target::ProbeImage;
 use crate::procs::parse_maps;
 use crate::sys::{self, PerfFd};
 

@@ -13,7 +13,9 @@
 use perf_event_open_sys::bindings::{self as b, perf_event_attr};
 
 use super::defs::ProbeDefs;
-use super::{open_error, tasks, Error, Plan};
+use super::pmu::{open_error, Error};
+use super::target::Plan;
+use crate::procs::tasks;
 use crate::sys::{self, PerfFd};
 
 /// Open counting probes.

@@ -17,7 +17,8 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::{Error, Plan};
+use super::pmu::Error;
+use super::target::Plan;
 use crate::tracefs;
 
 /// Group name prefix of culprit's probe definitions.

@@ -11,13 +11,15 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use culprit_format::procfs::{self, Proc, Stat};
 use culprit_format::{end_reason, interval_flags};
 
 use super::cost::{self, Cost};
+use super::counters::Counters;
+use super::pmu::{Error, Pmu};
 use super::target::{self, find_library, Plan, ProbeSpec};
 use super::trace::{process_info, ProbeCount, TraceOut};
-use super::{tasks, Counters, Error, Pmu};
-use crate::procs::parse_maps;
+use crate::procs::{parse_maps, tasks};
 use crate::sys;
 
 /// Default budget: a function whose probe would take more than this share of one CPU at the
@@ -273,7 +275,8 @@ impl Session {
         let info = process_info(&cfg.node, self.pid, cfg.interval_ns, &self.plan, false);
         let dir = cfg.data_dir.join(&cfg.node);
         let mut out = TraceOut::create(
-            &dir,
+            &cfg.data_dir,
+            &cfg.node,
             self.pid,
             start_ns,
             cfg.interval_ns,
@@ -402,20 +405,16 @@ impl Session {
     }
 }
 
-/// True when process `pid` that started at `start_ns` (wall ns, from [`super::proc_start_ns`])
-/// has exited: gone, a zombie, or a new process under the same pid.
+/// True when process `pid` that started at `start_ns` (wall ns, from
+/// [`procfs::start_ns`]) has exited: gone, a zombie, or a new process under the same pid.
 pub fn process_gone(pid: u32, start_ns: Option<u64>) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return true;
     };
-    let state = stat
-        .rsplit_once(')')
-        .and_then(|(_, r)| r.split_whitespace().next())
-        .unwrap_or("");
-    if matches!(state, "Z" | "X" | "x") {
+    if Stat::parse(&stat).is_none_or(|s| matches!(s.state, b'Z' | b'X' | b'x')) {
         return true;
     }
-    match (start_ns, super::proc_start_ns(pid)) {
+    match (start_ns, procfs::start_ns(Proc::Pid(pid))) {
         (Some(a), Some(b)) => a.abs_diff(b) > 20_000_000,
         _ => false,
     }

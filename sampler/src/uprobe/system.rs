@@ -24,10 +24,10 @@ use culprit_format::{end_reason, interval_flags};
 use perf_event_open_sys::bindings::{self as b, perf_event_attr};
 
 use super::cost::{self, Cost};
+use super::pmu::{open_error, Error, Pmu};
 use super::run::Budget;
 use super::target::{self, find_library, Plan, ProbeSpec};
 use super::trace::{process_info, ProbeCount, TraceOut};
-use super::{open_error, Error, Pmu};
 use crate::nodes::{self, NodeIdx, Nodes, Scope};
 use crate::record::{self, Layout, Rec};
 use crate::sys::{self, PerfFd, Ring};
@@ -88,13 +88,7 @@ fn resolve_binary(img: Option<&str>) -> Result<(PathBuf, PathBuf), String> {
     let found = if name.contains('/') {
         Some(PathBuf::from(name))
     } else {
-        std::env::var_os("PATH")
-            .and_then(|p| {
-                std::env::split_paths(&p)
-                    .map(|d| d.join(name))
-                    .find(|c| c.is_file())
-            })
-            .or_else(|| find_library(name, None))
+        which::which(name).ok().or_else(|| find_library(name, None))
     };
     let p = found.ok_or_else(|| format!("{name}: not found on PATH nor among libraries"))?;
     let p = p
@@ -507,7 +501,16 @@ impl<'a> Accounts<'a> {
             let dir = self.data_dir.join(name);
             let info = process_info(name, pid, self.interval_ns, self.plan, false);
             let start = (p.first * self.interval_ns).max(1);
-            match TraceOut::create(&dir, pid, start, self.interval_ns, &info, self.plan, None) {
+            match TraceOut::create(
+                self.data_dir,
+                name,
+                pid,
+                start,
+                self.interval_ns,
+                &info,
+                self.plan,
+                None,
+            ) {
                 Ok(o) => p.out = Some(o),
                 Err(e) => {
                     warn(&format!(
@@ -562,10 +565,7 @@ fn classify_pid(nodes: &Nodes, pid: u32, parent: &HashMap<u32, u32>) -> Option<N
     let mut cur = pid;
     for _ in 0..64 {
         ancestors.push(cur);
-        let ppid = std::fs::read_to_string(format!("/proc/{cur}/stat"))
-            .ok()
-            .and_then(|s| crate::procs::parse_stat(&s).map(|(_, p)| p))
-            .or_else(|| parent.get(&cur).copied());
+        let ppid = crate::procs::ppid(cur).or_else(|| parent.get(&cur).copied());
         match ppid {
             Some(p) if p > 1 && p != cur => cur = p,
             _ => break,

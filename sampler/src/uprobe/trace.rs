@@ -12,13 +12,16 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+use culprit_format::procfs::{self, Proc};
 use culprit_format::writer::FileWriter;
 use culprit_format::{
     info_keys, interval_flags, names, object_flags, FileKind, IntervalEntry, IntervalHead,
     ObjectDesc, RecordBuf,
 };
 
-use super::Plan;
+use super::target::Plan;
+use crate::profile::datadir_error;
+use culprit_datadir::Dir;
 
 /// Value of [`info_keys::SOURCE`] in files written from uprobes.
 pub const SOURCE_UPROBES: &str = "uprobes";
@@ -50,11 +53,14 @@ fn bias(i: usize) -> u64 {
 }
 
 impl TraceOut {
-    /// Creates `dir/trace-<pid>-<start_ns>.cul` (a free `.<seq>` variant if taken; never an
-    /// existing file or a symbolic link) with its Info and Object records. `main` is the index
-    /// of the program's own executable among the plan's images, if it is one.
+    /// Creates `data_dir/node/trace-<pid>-<start_ns>.cul` (a free `.<seq>` variant if taken;
+    /// never an existing file or a symbolic link; directories and file made the safe way by
+    /// `culprit-datadir`, as the sampler's own files) with its Info and Object records. `main`
+    /// is the index of the program's own executable among the plan's images, if it is one.
+    #[allow(clippy::too_many_arguments)]
     pub fn create(
-        dir: &Path,
+        data_dir: &Path,
+        node: &str,
         pid: u32,
         start_ns: u64,
         interval_ns: u64,
@@ -62,14 +68,14 @@ impl TraceOut {
         plan: &Plan,
         main: Option<usize>,
     ) -> io::Result<TraceOut> {
-        create_dir_private(dir)?;
-        let mut writer = FileWriter::create_unique(
-            dir,
-            |seq| names::trace_file_name(pid, start_ns, seq),
-            FileKind::Trace,
-            start_ns,
-            pid,
-        )?;
+        let dir = Dir::open_root(data_dir, true)
+            .and_then(|root| root.node(node, true))
+            .map_err(datadir_error)?;
+        let (file, name) = dir
+            .create_file(|seq| names::trace_file_name(pid, start_ns, seq))
+            .map_err(datadir_error)?;
+        let mut writer =
+            FileWriter::from_file(file, dir.path().join(name), FileKind::Trace, start_ns, pid)?;
         let mut buf = RecordBuf::new();
         buf.info(info.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         for (i, img) in plan.images.iter().enumerate() {
@@ -174,30 +180,6 @@ impl TraceOut {
     }
 }
 
-/// Creates a node directory (and the data root) with mode 0755 when missing; refuses a path
-/// whose last component is a symbolic link.
-fn create_dir_private(dir: &Path) -> io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt as _;
-    match std::fs::symlink_metadata(dir) {
-        Ok(m) if m.file_type().is_symlink() => Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!(
-                "{} is a symbolic link; refusing to write there",
-                dir.display()
-            ),
-        )),
-        Ok(m) if m.is_dir() => Ok(()),
-        Ok(_) => Err(io::Error::new(
-            io::ErrorKind::AlreadyExists,
-            format!("{} exists and is not a directory", dir.display()),
-        )),
-        Err(_) => std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o755)
-            .create(dir),
-    }
-}
-
 /// The Info pairs of a probed process: who it is, and how it was counted.
 pub fn process_info(
     node: &str,
@@ -206,39 +188,21 @@ pub fn process_info(
     plan: &Plan,
     time: bool,
 ) -> Vec<(String, String)> {
-    let read = |f: &str| {
-        std::fs::read_to_string(format!("/proc/{pid}/{f}"))
-            .map(|s| s.trim_end_matches('\n').to_string())
-            .unwrap_or_default()
-    };
-    let stat = read("stat");
-    let ppid = crate::procs::parse_stat(&stat)
-        .map(|(_, p)| p.to_string())
+    let p = Proc::Pid(pid);
+    let ppid = crate::procs::ppid(pid)
+        .map(|p| p.to_string())
         .unwrap_or_default();
-    let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
-        .map(|p| p.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let cmdline = read("cmdline")
-        .split('\0')
-        .filter(|a| !a.is_empty())
-        .collect::<Vec<_>>()
-        .join(" ");
-    let sys = |p: &str| {
-        std::fs::read_to_string(p)
-            .map(|s| s.trim().to_string())
-            .unwrap_or_default()
-    };
     let mut v: Vec<(String, String)> = vec![
         (info_keys::NODE.into(), node.into()),
-        (info_keys::HOST.into(), crate::host_name()),
+        (info_keys::HOST.into(), procfs::host_name()),
         (info_keys::PID.into(), pid.to_string()),
         (info_keys::PPID.into(), ppid),
-        (info_keys::PROGRAM.into(), read("comm")),
-        (info_keys::EXE.into(), exe),
-        (info_keys::CMDLINE.into(), cmdline),
+        (info_keys::PROGRAM.into(), procfs::program(p)),
+        (info_keys::EXE.into(), procfs::exe(p)),
+        (info_keys::CMDLINE.into(), procfs::cmdline(p)),
         (
             info_keys::PROC_START_NS.into(),
-            super::proc_start_ns(pid).unwrap_or(0).to_string(),
+            procfs::start_ns(p).unwrap_or(0).to_string(),
         ),
         (info_keys::INTERVAL_NS.into(), interval_ns.to_string()),
         (info_keys::CLOCK.into(), "realtime".into()),
@@ -246,11 +210,8 @@ pub fn process_info(
             info_keys::WRITER_VERSION.into(),
             format!("culprit uprobes {}", env!("CARGO_PKG_VERSION")),
         ),
-        (info_keys::KERNEL.into(), sys("/proc/sys/kernel/osrelease")),
-        (
-            info_keys::BOOT_ID.into(),
-            sys("/proc/sys/kernel/random/boot_id"),
-        ),
+        (info_keys::KERNEL.into(), procfs::kernel_release()),
+        (info_keys::BOOT_ID.into(), procfs::boot_id()),
         (info_keys::SOURCE.into(), SOURCE_UPROBES.into()),
         (info_keys::UPROBES.into(), plan.describe_probes()),
         (

@@ -11,15 +11,6 @@ use std::time::{Duration, Instant};
 use culprit_format::{interval_flags, samples_flags, ParsedFile, Record};
 use culprit_tests::*;
 
-/// True when this process may sample system-wide: root, or perf_event_paranoid at -1.
-pub fn can_sample() -> bool {
-    let paranoid: i32 = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(2);
-    is_root() || paranoid <= -1
-}
-
 /// The C workloads, compiled into one directory.
 pub struct Programs {
     pub dir: TempDir,
@@ -246,6 +237,7 @@ impl SampleRun {
 /// Reads a samples file with the validating reader; panics on any format error.
 pub fn read_run(path: &Path) -> SampleRun {
     let bytes = std::fs::read(path).expect("read samples file");
+    reader_agrees(path, &bytes);
     let pf = ParsedFile::parse(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut strings: HashMap<u32, String> = HashMap::new();
     let mut run = SampleRun {

@@ -195,6 +195,7 @@ pub fn load(node_dir: &Path) -> Vec<Proc> {
 
 fn load_file(path: &Path) -> Proc {
     let bytes = std::fs::read(path).unwrap();
+    reader_agrees(path, &bytes);
     let pf = ParsedFile::parse(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut p = Proc {
         file: path.to_path_buf(),

@@ -540,17 +540,6 @@ pub fn stderr_line(msg: &str) {
     unsafe { libc::write(2, line.as_ptr() as *const c_void, line.len()) };
 }
 
-/// Clock ticks per second of /proc's times.
-pub fn clock_ticks_per_sec() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let v = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if v > 0 {
-        v as u64
-    } else {
-        100
-    }
-}
-
 /// True under secure execution (`AT_SECURE`: a set-user-id or set-group-id program, or one
 /// with file capabilities, run by someone else): the environment is the caller's, not the
 /// program owner's.

@@ -1,0 +1,829 @@
+//! `culprit report`'s content: per-node, per-process function profiles (calls, self and total
+//! time) from the tracer, sample profiles per (program, image, function) and kernel event
+//! counts from the sampler, and OS metric statistics — over the whole run or a time range, as
+//! a typed [`Report`] that the command renders as a table or JSON (schema in
+//! `docs/report-json.md`). Nothing is computed while rendering.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use crate::data::{Dataset, FileStatus, FuncId, NodeData, OsInterval, SampleFile, TraceFile};
+use crate::error::{Error, Result};
+use crate::latency::{self, Buckets};
+use crate::time::{self, TimeSpec};
+
+/// JSON schema identifier of `culprit report --json`.
+pub const SCHEMA: &str = "culprit-report/1";
+
+/// Sort order of function tables.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum SortKey {
+    /// Exclusive time.
+    #[cfg_attr(feature = "clap", value(name = "self"))]
+    Self_,
+    /// Inclusive time.
+    Total,
+    /// Calls.
+    Calls,
+    /// Exclusive time per call.
+    Avg,
+    /// Function name.
+    Name,
+}
+
+/// Which part of the data to show.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum Only {
+    /// Function-call traces.
+    Traces,
+    /// IP samples.
+    Samples,
+    /// Kernel event counts.
+    Events,
+    /// OS metrics (disk, network, TCP, CPU, cgroup, processes).
+    Os,
+}
+
+/// What a report shows.
+#[derive(Clone, Debug)]
+pub struct ReportOptions {
+    /// Only these programs (traced processes by program name, samples by the program they ran
+    /// in); all when empty.
+    pub programs: Vec<String>,
+    /// Only these process ids; all when empty.
+    pub pids: Vec<u32>,
+    /// Intervals starting at or after this time.
+    pub from: Option<TimeSpec>,
+    /// Intervals starting before this time.
+    pub to: Option<TimeSpec>,
+    /// Order of function tables.
+    pub sort: SortKey,
+    /// Rows per table (0 = all).
+    pub limit: usize,
+    /// Merge the processes of each node (per program).
+    pub merge: bool,
+    /// Only this part of the data.
+    pub only: Option<Only>,
+    /// List every OS metric's per-interval values.
+    pub os_series: bool,
+}
+
+/// The whole report (also the JSON document).
+#[derive(Debug, Serialize)]
+pub struct Report {
+    /// [`SCHEMA`].
+    pub schema: &'static str,
+    /// Start of the range shown (wall-clock ns), inclusive.
+    pub from_ns: u64,
+    /// End of the range shown (wall-clock ns), exclusive.
+    pub to_ns: u64,
+    /// Nodes.
+    pub nodes: Vec<NodeReport>,
+    /// Problems found while loading.
+    pub warnings: Vec<String>,
+}
+
+/// One node.
+#[derive(Debug, Serialize)]
+pub struct NodeReport {
+    /// Node name.
+    pub node: String,
+    /// Traced processes (or per-program merges with --merge).
+    pub processes: Vec<ProcessReport>,
+    /// Sampler runs.
+    pub samples: Vec<SamplesReport>,
+    /// Kernel event totals in the range.
+    pub events: Vec<EventRow>,
+    /// OS metrics in the range (absent when the node has none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub os: Option<OsReport>,
+}
+
+/// A node's OS metrics over the range.
+#[derive(Debug, Serialize)]
+pub struct OsReport {
+    /// Interval length, ns.
+    pub interval_ns: u64,
+    /// Intervals in the range.
+    pub intervals: usize,
+    /// Intervals the collector could not observe (no values: missing, not zero).
+    pub missed_intervals: usize,
+    /// One row per (metric, instance), by name.
+    pub metrics: Vec<OsMetricRow>,
+}
+
+/// One OS metric's statistics over the intervals where it is present.
+#[derive(Debug, Serialize)]
+pub struct OsMetricRow {
+    /// Name (`disk.await`; catalogue in culprit_format::os_metrics).
+    pub metric: String,
+    /// Device or interface, for per-instance metrics.
+    pub instance: Option<String>,
+    /// Unit.
+    pub unit: String,
+    /// Intervals with a value.
+    pub present: usize,
+    /// Observed intervals without a value (the node could not provide it then).
+    pub absent: usize,
+    /// Mean of the values present.
+    pub mean: f64,
+    /// Smallest value.
+    pub min: f64,
+    /// Largest value.
+    pub max: f64,
+    /// With --os-series: `[start_ns, value or null]` per observed interval.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub series: Option<Vec<(u64, Option<f64>)>>,
+}
+
+/// One traced process.
+#[derive(Debug, Serialize)]
+pub struct ProcessReport {
+    /// Process id (0 for merged rows).
+    pub pid: u32,
+    /// Program name.
+    pub program: String,
+    /// Executable path.
+    pub exe: String,
+    /// Data file(s).
+    pub files: Vec<String>,
+    /// `ended`, `running`, `stopped` (no end marker: killed or crashed), `exec` (the image
+    /// was replaced by `exec`; its successor has its own file), or `damaged`.
+    pub status: String,
+    /// Why the file is damaged, when it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub damage: Option<String>,
+    /// First interval start in the range (ns), if any.
+    pub first_ns: Option<u64>,
+    /// End of the last interval in the range (ns), if any.
+    pub last_ns: Option<u64>,
+    /// Interval length (ns).
+    pub interval_ns: u64,
+    /// Intervals in the range.
+    pub intervals: usize,
+    /// Intervals the runtime could not observe (missing data, not zeros).
+    pub missed_intervals: usize,
+    /// Most threads seen in one interval.
+    pub max_threads: u32,
+    /// Frames dropped recovering from mismatched exits (longjmp, exceptions, cancellation).
+    pub lost_frames: u64,
+    /// Calls not accounted for lack of room.
+    pub overflows: u64,
+    /// Where the counts come from: `instrumentation` (the runtime's hooks) or `uprobes`
+    /// (perf_event uprobes on an unmodified binary: calls entered, no time unless measured
+    /// with uretprobes).
+    pub source: String,
+    /// Calls not traced for other reasons: a signal handler's calls made while a hook ran,
+    /// calls in a thread the runtime could not give a table, calls it could not place in an
+    /// interval (it was stopped).
+    pub dropped_calls: u64,
+    /// Trouble the runtime met and recorded (`<wall-clock ns>: <what>`): failed writes, a
+    /// file that was removed or replaced and continued in a new one.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub trouble: Vec<String>,
+    /// Functions, sorted as asked.
+    pub functions: Vec<FunctionRow>,
+    /// Caller → callee edges, when traced with `CULPRIT_GRAPH=1`: calls, the callee's self
+    /// and total time in those calls.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub edges: Option<Vec<EdgeRow>>,
+    /// Calls whose edge the runtime could not record (its edge table was full).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub edge_drops: u64,
+}
+
+/// (caller, callee) of an edge; no caller: a thread's first function.
+type EdgeKey = (Option<FuncId>, FuncId);
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+/// One function's totals in the range.
+#[derive(Debug, Serialize, Clone)]
+pub struct FunctionRow {
+    /// Demangled name.
+    pub function: String,
+    /// Image base name.
+    pub image: String,
+    /// Calls.
+    pub calls: u64,
+    /// Exclusive time, ns.
+    pub self_ns: u64,
+    /// Inclusive time, ns.
+    pub total_ns: u64,
+    /// Calls among `calls` that did not return (left by `longjmp`, an exception through code
+    /// without cleanups, thread cancellation): ended by the runtime when it noticed.
+    pub unwound: u64,
+    /// Call durations, when traced with `CULPRIT_HIST=1`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency: Option<Latency>,
+}
+
+/// Quantiles of a function's call durations (from log2 histograms: good to a factor of 2).
+#[derive(Debug, Serialize, Clone, PartialEq, Eq)]
+pub struct Latency {
+    /// Calls in the histograms.
+    pub calls: u64,
+    /// Median, ns.
+    pub p50_ns: u64,
+    /// 90th percentile, ns.
+    pub p90_ns: u64,
+    /// 99th percentile, ns.
+    pub p99_ns: u64,
+    /// 99.9th percentile, ns.
+    pub p999_ns: u64,
+    /// Upper bound of the longest call, ns.
+    pub max_ns: u64,
+    /// The histogram: `[k, calls]` for each non-empty bucket `k` (calls of `2^k` to
+    /// `2^(k+1) − 1` ns; bucket 0: 0–1 ns).
+    pub buckets: Vec<[u64; 2]>,
+}
+
+impl Latency {
+    fn of(h: &Buckets) -> Option<Latency> {
+        Some(Latency {
+            buckets: h
+                .iter()
+                .enumerate()
+                .filter(|(_, &c)| c > 0)
+                .map(|(k, &c)| [k as u64, c])
+                .collect(),
+            calls: latency::calls(h),
+            p50_ns: latency::quantile_ns(h, 0.5)?,
+            p90_ns: latency::quantile_ns(h, 0.9)?,
+            p99_ns: latency::quantile_ns(h, 0.99)?,
+            p999_ns: latency::quantile_ns(h, 0.999)?,
+            max_ns: latency::max_ns(h)?,
+        })
+    }
+}
+
+/// Calls of one function from another in the range.
+#[derive(Debug, Serialize, Clone, PartialEq, Eq)]
+pub struct EdgeRow {
+    /// The caller (`null`: no traced caller, a thread's first function).
+    pub caller: Option<String>,
+    /// The caller's image.
+    pub caller_image: Option<String>,
+    /// The callee.
+    pub callee: String,
+    /// The callee's image.
+    pub callee_image: String,
+    /// Calls.
+    pub calls: u64,
+    /// The callee's exclusive time in those calls, ns.
+    pub self_ns: u64,
+    /// Elapsed time of those calls, ns (each call, recursion included).
+    pub total_ns: u64,
+}
+
+/// One sampler run's totals in the range.
+#[derive(Debug, Serialize)]
+pub struct SamplesReport {
+    /// Data file.
+    pub file: String,
+    /// `ended`, `running`/`stopped`, or `damaged`.
+    pub status: String,
+    /// Event sampled.
+    pub event: String,
+    /// Period (events per sample), when fixed.
+    pub period: Option<u64>,
+    /// Frequency in Hz, when in frequency mode.
+    pub freq_hz: Option<u64>,
+    /// Intervals in the range.
+    pub intervals: usize,
+    /// Intervals the sampler could not observe.
+    pub missed_intervals: usize,
+    /// Samples taken.
+    pub total: u64,
+    /// Samples lost.
+    pub lost: u64,
+    /// Counts per (program, image, function), most first.
+    pub entries: Vec<SampleRow>,
+}
+
+/// One (program, image, function) sample count.
+#[derive(Debug, Serialize)]
+pub struct SampleRow {
+    /// Program.
+    pub program: String,
+    /// Image base name.
+    pub image: String,
+    /// Function.
+    pub function: String,
+    /// Samples.
+    pub samples: u64,
+}
+
+/// One kernel event's total.
+#[derive(Debug, Serialize)]
+pub struct EventRow {
+    /// Event name (e.g. `tcp:tcp_retransmit_skb`).
+    pub event: String,
+    /// Occurrences.
+    pub count: u64,
+}
+
+/// Earliest interval start and latest interval end over the whole dataset.
+pub fn data_span(ds: &Dataset) -> Option<(u64, u64)> {
+    let mut lo = u64::MAX;
+    let mut hi = 0u64;
+    for n in &ds.nodes {
+        for t in &n.traces {
+            for iv in &t.intervals {
+                lo = lo.min(iv.start_ns);
+                hi = hi.max(iv.start_ns + iv.dur_ns);
+            }
+        }
+        for s in &n.samples {
+            for iv in &s.intervals {
+                lo = lo.min(iv.start_ns);
+                hi = hi.max(iv.start_ns + iv.dur_ns);
+            }
+            for iv in &s.events {
+                lo = lo.min(iv.start_ns);
+                hi = hi.max(iv.start_ns + iv.dur_ns);
+            }
+            for iv in &s.os {
+                lo = lo.min(iv.start_ns);
+                hi = hi.max(iv.start_ns + iv.dur_ns);
+            }
+        }
+    }
+    (lo <= hi).then_some((lo, hi))
+}
+
+/// Builds the report for `ds` as `args` ask.
+pub fn build(ds: &Dataset, args: &ReportOptions) -> Result<Report> {
+    let (lo, hi) = data_span(ds).unwrap_or((0, 0));
+    let from = args.from.map_or(0, |t| t.resolve(lo, hi));
+    let to = args.to.map_or(u64::MAX, |t| t.resolve(lo, hi));
+    if from >= to {
+        return Err(Error::Settings(format!(
+            "empty time range: --from {} is not before --to {}",
+            time::iso(from),
+            time::iso(to)
+        )));
+    }
+    let in_range = |start: u64| start >= from && start < to;
+    let mut nodes = Vec::new();
+    for node in &ds.nodes {
+        let show = |o: Only| args.only.is_none() || args.only == Some(o);
+        let processes = if show(Only::Traces) {
+            trace_reports(ds, node, args, &in_range)
+        } else {
+            Vec::new()
+        };
+        let (samples, events) = sample_reports(ds, node, args, &in_range);
+        let os = if show(Only::Os) {
+            os_report(ds, node, args, &in_range)
+        } else {
+            None
+        };
+        nodes.push(NodeReport {
+            node: node.name.clone(),
+            processes,
+            samples: if show(Only::Samples) {
+                samples
+            } else {
+                Vec::new()
+            },
+            events: if show(Only::Events) {
+                events
+            } else {
+                Vec::new()
+            },
+            os,
+        });
+    }
+    Ok(Report {
+        schema: SCHEMA,
+        from_ns: from.max(lo),
+        to_ns: to.min(hi),
+        nodes,
+        warnings: ds.warnings.clone(),
+    })
+}
+
+fn status_of(t: &TraceFile) -> (String, Option<String>) {
+    match &t.status {
+        FileStatus::Ended => ("ended".into(), None),
+        FileStatus::Damaged(why) => ("damaged".into(), Some(why.clone())),
+        FileStatus::Open if t.exec_successor.is_some() => ("exec".into(), None),
+        FileStatus::Open => {
+            let alive = t.writer_alive();
+            (if alive { "running" } else { "stopped" }.into(), None)
+        }
+    }
+}
+
+fn trace_reports(
+    ds: &Dataset,
+    node: &NodeData,
+    args: &ReportOptions,
+    in_range: &dyn Fn(u64) -> bool,
+) -> Vec<ProcessReport> {
+    let selected: Vec<&TraceFile> = node
+        .traces
+        .iter()
+        .filter(|t| {
+            let prog = ds.names.programs.get(t.program);
+            (args.programs.is_empty() || args.programs.iter().any(|p| **p == **prog))
+                && (args.pids.is_empty() || args.pids.contains(&t.pid))
+        })
+        .collect();
+    // Group: one group per process, or per program with --merge.
+    let mut groups: Vec<(String, Vec<&TraceFile>)> = Vec::new();
+    for t in selected {
+        let key = if args.merge {
+            ds.names.programs.get(t.program).to_string()
+        } else {
+            format!("{}#{}", t.pid, t.path.display())
+        };
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, v)) => v.push(t),
+            None => groups.push((key, vec![t])),
+        }
+    }
+    let mut out = Vec::new();
+    for (_, files) in groups {
+        let first = files[0];
+        let mut acc: HashMap<FuncId, (u64, u64, u64, u64)> = HashMap::new();
+        let mut edges: Option<HashMap<EdgeKey, (u64, u64, u64)>> = None;
+        let mut edge_drops = 0u64;
+        let mut hists: HashMap<FuncId, Buckets> = HashMap::new();
+        let (mut intervals, mut missed, mut threads) = (0usize, 0usize, 0u32);
+        let (mut lost, mut overflows, mut dropped) = (0u64, 0u64, 0u64);
+        let (mut first_ns, mut last_ns) = (None::<u64>, None::<u64>);
+        for t in &files {
+            for iv in t.intervals.iter().filter(|iv| in_range(iv.start_ns)) {
+                intervals += 1;
+                first_ns = Some(first_ns.map_or(iv.start_ns, |f| f.min(iv.start_ns)));
+                let end = iv.start_ns + iv.dur_ns;
+                last_ns = Some(last_ns.map_or(end, |l| l.max(end)));
+                dropped += iv.dropped as u64;
+                if iv.missed() {
+                    missed += 1;
+                    continue;
+                }
+                threads = threads.max(iv.threads);
+                lost += iv.lost_frames as u64;
+                overflows += iv.overflows as u64;
+                for e in &iv.entries {
+                    let a = acc.entry(e.func).or_default();
+                    a.0 += e.calls;
+                    a.1 += e.excl_ns;
+                    a.2 += e.incl_ns;
+                    a.3 += e.unwound;
+                }
+                if let Some(ivedges) = &iv.edges {
+                    let m = edges.get_or_insert_with(HashMap::new);
+                    for e in ivedges {
+                        let a = m.entry((e.caller, e.callee)).or_default();
+                        a.0 += e.calls;
+                        a.1 += e.excl_ns;
+                        a.2 += e.incl_ns;
+                    }
+                }
+                edge_drops += iv.edge_drops as u64;
+                for h in iv.hists.iter().flatten() {
+                    let a = hists
+                        .entry(h.func)
+                        .or_insert([0; culprit_format::HIST_BUCKETS]);
+                    for (x, y) in a.iter_mut().zip(&h.counts) {
+                        *x += y;
+                    }
+                }
+            }
+        }
+        let mut functions: Vec<FunctionRow> = acc
+            .into_iter()
+            .map(|(f, (calls, s, t, unwound))| {
+                let k = ds.names.funcs.get(f);
+                FunctionRow {
+                    function: k.function.to_string(),
+                    image: k.image.to_string(),
+                    calls,
+                    self_ns: s,
+                    total_ns: t,
+                    unwound,
+                    latency: hists.get(&f).and_then(Latency::of),
+                }
+            })
+            .collect();
+        let edges = edges.map(|m| {
+            let mut rows: Vec<EdgeRow> = m
+                .into_iter()
+                .map(|((caller, callee), (calls, s, t))| {
+                    let caller = caller.map(|c| ds.names.funcs.get(c));
+                    let callee = ds.names.funcs.get(callee);
+                    EdgeRow {
+                        caller: caller.map(|c| c.function.to_string()),
+                        caller_image: caller.map(|c| c.image.to_string()),
+                        callee: callee.function.to_string(),
+                        callee_image: callee.image.to_string(),
+                        calls,
+                        self_ns: s,
+                        total_ns: t,
+                    }
+                })
+                .collect();
+            rows.sort_by(|a, b| {
+                b.total_ns
+                    .cmp(&a.total_ns)
+                    .then_with(|| (&a.caller, &a.callee).cmp(&(&b.caller, &b.callee)))
+            });
+            rows
+        });
+        sort_functions(&mut functions, args.sort);
+        if args.limit > 0 {
+            functions.truncate(args.limit);
+        }
+        let (status, damage) = if files.len() == 1 {
+            status_of(first)
+        } else {
+            let all: Vec<String> = files.iter().map(|t| status_of(t).0).collect();
+            let s = if all.iter().all(|s| s == "ended") {
+                "ended".to_string()
+            } else if all.iter().any(|s| s == "running") {
+                "running".to_string()
+            } else {
+                "mixed".to_string()
+            };
+            (s, None)
+        };
+        out.push(ProcessReport {
+            pid: if args.merge { 0 } else { first.pid },
+            program: ds.names.programs.get(first.program).to_string(),
+            exe: first
+                .info(culprit_format::info_keys::EXE)
+                .unwrap_or("")
+                .to_string(),
+            files: files
+                .iter()
+                .map(|t| {
+                    t.path
+                        .file_name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_default()
+                })
+                .collect(),
+            status,
+            damage,
+            first_ns,
+            last_ns,
+            interval_ns: first.interval_ns,
+            intervals,
+            missed_intervals: missed,
+            max_threads: threads,
+            lost_frames: lost,
+            overflows,
+            source: first
+                .info(culprit_format::info_keys::SOURCE)
+                .unwrap_or("instrumentation")
+                .to_string(),
+            dropped_calls: dropped,
+            trouble: files
+                .iter()
+                .flat_map(|t| t.info.iter())
+                .filter(|(k, _)| k == "trouble")
+                .map(|(_, v)| v.clone())
+                .collect(),
+            functions,
+            edges,
+            edge_drops,
+        });
+    }
+    out
+}
+
+fn sort_functions(rows: &mut [FunctionRow], key: SortKey) {
+    let avg = |r: &FunctionRow| r.self_ns.checked_div(r.calls).unwrap_or(0);
+    rows.sort_by(|a, b| {
+        let primary = match key {
+            SortKey::Self_ => b.self_ns.cmp(&a.self_ns),
+            SortKey::Total => b.total_ns.cmp(&a.total_ns),
+            SortKey::Calls => b.calls.cmp(&a.calls),
+            SortKey::Avg => avg(b).cmp(&avg(a)),
+            SortKey::Name => a.function.cmp(&b.function),
+        };
+        primary
+            .then_with(|| a.function.cmp(&b.function))
+            .then_with(|| a.image.cmp(&b.image))
+    });
+}
+
+fn sample_status(s: &SampleFile) -> String {
+    match &s.status {
+        FileStatus::Ended => "ended".into(),
+        FileStatus::Damaged(_) => "damaged".into(),
+        FileStatus::Open => "running or stopped".into(),
+    }
+}
+
+fn sample_reports(
+    ds: &Dataset,
+    node: &NodeData,
+    args: &ReportOptions,
+    in_range: &dyn Fn(u64) -> bool,
+) -> (Vec<SamplesReport>, Vec<EventRow>) {
+    let mut reports = Vec::new();
+    let mut events: HashMap<u32, u64> = HashMap::new();
+    for s in &node.samples {
+        let mut acc: HashMap<(u32, FuncId), u64> = HashMap::new();
+        let (mut intervals, mut missed, mut total, mut lost) = (0usize, 0usize, 0u64, 0u64);
+        let mut event = String::new();
+        let (mut period, mut freq) = (None, None);
+        for iv in s.intervals.iter().filter(|iv| in_range(iv.start_ns)) {
+            intervals += 1;
+            if iv.missed() {
+                missed += 1;
+                continue;
+            }
+            event = iv.event.to_string();
+            if iv.freq {
+                freq = Some(iv.period);
+            } else {
+                period = Some(iv.period);
+            }
+            total += iv.total;
+            lost += iv.lost;
+            for e in &iv.entries {
+                let prog = ds.names.programs.get(e.program);
+                if !args.programs.is_empty() && !args.programs.iter().any(|p| **p == **prog) {
+                    continue;
+                }
+                *acc.entry((e.program, e.func)).or_default() += e.count;
+            }
+        }
+        for iv in s.events.iter().filter(|iv| in_range(iv.start_ns)) {
+            for c in &iv.counts {
+                *events.entry(c.event).or_default() += c.count;
+            }
+        }
+        let mut entries: Vec<SampleRow> = acc
+            .into_iter()
+            .map(|((p, f), n)| {
+                let k = ds.names.funcs.get(f);
+                SampleRow {
+                    program: ds.names.programs.get(p).to_string(),
+                    image: k.image.to_string(),
+                    function: k.function.to_string(),
+                    samples: n,
+                }
+            })
+            .collect();
+        entries.sort_by(|a, b| {
+            b.samples
+                .cmp(&a.samples)
+                .then_with(|| a.program.cmp(&b.program))
+                .then_with(|| a.function.cmp(&b.function))
+        });
+        if args.limit > 0 {
+            entries.truncate(args.limit);
+        }
+        if event.is_empty() {
+            event = s
+                .info(culprit_format::info_keys::EVENT)
+                .unwrap_or("?")
+                .to_string();
+        }
+        reports.push(SamplesReport {
+            file: s
+                .path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            status: sample_status(s),
+            event,
+            period,
+            freq_hz: freq,
+            intervals,
+            missed_intervals: missed,
+            total,
+            lost,
+            entries,
+        });
+    }
+    let mut ev: Vec<EventRow> = events
+        .into_iter()
+        .map(|(e, count)| EventRow {
+            event: ds.names.events.get(e).to_string(),
+            count,
+        })
+        .collect();
+    ev.sort_by(|a, b| a.event.cmp(&b.event));
+    (reports, ev)
+}
+
+/// Statistics of each OS metric over the node's intervals in the range (all sampler runs).
+fn os_report(
+    ds: &Dataset,
+    node: &NodeData,
+    args: &ReportOptions,
+    in_range: &dyn Fn(u64) -> bool,
+) -> Option<OsReport> {
+    let ivs: Vec<&OsInterval> = node
+        .samples
+        .iter()
+        .flat_map(|s| &s.os)
+        .filter(|iv| in_range(iv.start_ns))
+        .collect();
+    if ivs.is_empty() {
+        return None;
+    }
+    let observed: Vec<&&OsInterval> = ivs.iter().filter(|iv| !iv.missed()).collect();
+    let mut ids: Vec<u32> = observed
+        .iter()
+        .flat_map(|iv| iv.values.iter().map(|v| v.metric))
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let mut metrics: Vec<OsMetricRow> = ids
+        .into_iter()
+        .map(|id| {
+            let key = ds.names.os_metrics.get(id);
+            let vals: Vec<Option<f64>> = observed.iter().map(|iv| iv.get(id)).collect();
+            let present: Vec<f64> = vals.iter().flatten().copied().collect();
+            OsMetricRow {
+                metric: key.name.to_string(),
+                instance: key.instance.as_ref().map(|i| i.to_string()),
+                unit: key.unit.to_string(),
+                present: present.len(),
+                absent: vals.len() - present.len(),
+                mean: present.iter().sum::<f64>() / present.len().max(1) as f64,
+                min: present.iter().copied().fold(f64::INFINITY, f64::min),
+                max: present.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                series: args.os_series.then(|| {
+                    observed
+                        .iter()
+                        .zip(&vals)
+                        .map(|(iv, v)| (iv.start_ns, *v))
+                        .collect()
+                }),
+            }
+        })
+        .collect();
+    // In the catalogue's order (disk, net, tcp, cpu, cg, proc; sysstat's order inside a
+    // group), one device or interface after the other; names it does not know last.
+    let rank = |m: &str| {
+        let cat = culprit_format::os_metrics::CATALOGUE;
+        let i = cat.iter().position(|d| d.name == m).unwrap_or(cat.len());
+        let group = m.split('.').next().unwrap_or("");
+        let g = cat
+            .iter()
+            .position(|d| d.name.split('.').next() == Some(group))
+            .unwrap_or(cat.len());
+        (g, i)
+    };
+    metrics.sort_by(|a, b| {
+        let (ra, rb) = (rank(&a.metric), rank(&b.metric));
+        (ra.0, &a.instance, ra.1, &a.metric).cmp(&(rb.0, &b.instance, rb.1, &b.metric))
+    });
+    Some(OsReport {
+        interval_ns: ivs[0].dur_ns,
+        intervals: ivs.len(),
+        missed_intervals: ivs.len() - observed.len(),
+        metrics,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sort_orders() {
+        let row = |f: &str, calls, s, t| FunctionRow {
+            function: f.into(),
+            image: "x".into(),
+            calls,
+            self_ns: s,
+            total_ns: t,
+            unwound: 0,
+            latency: None,
+        };
+        let mut rows = vec![
+            row("a", 1, 10, 100),
+            row("b", 5, 20, 30),
+            row("c", 2, 20, 40),
+        ];
+        sort_functions(&mut rows, SortKey::Self_);
+        assert_eq!(
+            rows.iter().map(|r| &r.function[..]).collect::<Vec<_>>(),
+            ["b", "c", "a"]
+        );
+        sort_functions(&mut rows, SortKey::Calls);
+        assert_eq!(rows[0].function, "b");
+        sort_functions(&mut rows, SortKey::Total);
+        assert_eq!(rows[0].function, "a");
+        sort_functions(&mut rows, SortKey::Avg);
+        assert_eq!(rows[0].function, "a");
+        sort_functions(&mut rows, SortKey::Name);
+        assert_eq!(rows[0].function, "a");
+    }
+}

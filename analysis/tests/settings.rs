@@ -1,0 +1,110 @@
+//! Settings resolution (`Setup::resolve`): defaults, options given, values taken from a
+//! thresholds file, options that contradict it, and the bounds of each option.
+
+use std::collections::BTreeMap;
+
+use culprit_analysis::setup::{
+    Overrides, Setup, TrainedThresholds, DEFAULT_K, DEFAULT_WIN_SHIFT, DEFAULT_WIN_SIZE,
+};
+use culprit_analysis::thresholds::{ThresholdsFile, THRESHOLDS_FORMAT, THRESHOLDS_VERSION};
+use culprit_analysis::time::NS_PER_S;
+
+fn err(o: &Overrides, t: Option<&TrainedThresholds>) -> String {
+    Setup::resolve(o, t).unwrap_err().to_string()
+}
+
+fn trained(win_size_s: u64, k: usize) -> TrainedThresholds {
+    let mut settings = Setup::resolve(&Overrides::default(), None)
+        .unwrap()
+        .settings;
+    settings.win_size_ns = win_size_s * NS_PER_S;
+    settings.k = k;
+    TrainedThresholds {
+        file: ThresholdsFile {
+            format: THRESHOLDS_FORMAT.into(),
+            version: THRESHOLDS_VERSION,
+            runs: vec!["run1".into()],
+            settings,
+            metrics: BTreeMap::new(),
+        },
+        name: "t.json".into(),
+    }
+}
+
+#[test]
+fn defaults_and_options_given() {
+    let s = Setup::resolve(&Overrides::default(), None)
+        .unwrap()
+        .settings;
+    assert_eq!(
+        (s.win_size_ns, s.win_shift_ns, s.k),
+        (DEFAULT_WIN_SIZE, DEFAULT_WIN_SHIFT, DEFAULT_K)
+    );
+    let o = Overrides {
+        win_size_ns: Some(120 * NS_PER_S),
+        k: Some(5),
+        ..Overrides::default()
+    };
+    let s = Setup::resolve(&o, None).unwrap().settings;
+    assert_eq!((s.win_size_ns, s.k), (120 * NS_PER_S, 5));
+}
+
+#[test]
+fn unset_options_come_from_the_thresholds_file_and_contradictions_are_refused() {
+    let t = trained(90, 4);
+    let s = Setup::resolve(&Overrides::default(), Some(&t))
+        .unwrap()
+        .settings;
+    assert_eq!((s.win_size_ns, s.k), (90 * NS_PER_S, 4));
+    // The same value given again is fine; another one is not.
+    let same = Overrides {
+        k: Some(4),
+        ..Overrides::default()
+    };
+    assert_eq!(Setup::resolve(&same, Some(&t)).unwrap().settings.k, 4);
+    let other = Overrides {
+        k: Some(3),
+        ..Overrides::default()
+    };
+    assert_eq!(
+        err(&other, Some(&t)),
+        "t.json: thresholds were trained with --k 4, not 3; diagnose with the same settings or \
+         train again"
+    );
+}
+
+#[test]
+fn out_of_range_options_are_one_line_errors() {
+    let with = |f: fn(&mut Overrides)| {
+        let mut o = Overrides::default();
+        f(&mut o);
+        err(&o, None)
+    };
+    assert_eq!(
+        with(|o| o.k = Some(0)),
+        "--k 0: give 1 to 10000 (faulty when anomalous in k of the last 2k − 1 windows)"
+    );
+    assert_eq!(
+        with(|o| o.k = Some(usize::MAX)),
+        format!(
+            "--k {}: give 1 to 10000 (faulty when anomalous in k of the last 2k − 1 windows)",
+            usize::MAX
+        )
+    );
+    assert_eq!(
+        with(|o| o.win_size_ns = Some(45 * NS_PER_S)),
+        "--win-size (45 s) must be a multiple of --win-shift (30 s)"
+    );
+    assert_eq!(
+        with(|o| o.win_shift_ns = Some(0)),
+        "--win-size and --win-shift must be longer than zero"
+    );
+    assert_eq!(
+        with(|o| o.domain = Some(2)),
+        "--domain 2: an analysis domain needs at least 3 nodes (0: all)"
+    );
+    assert_eq!(
+        with(|o| o.min_samples = Some(f64::NAN)),
+        "--min-samples must be a non-negative number"
+    );
+}

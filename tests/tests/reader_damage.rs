@@ -1,0 +1,321 @@
+//! Damaged data and odd command lines never give a wrong verdict or an abort: a damaged file
+//! is a finding about its node (`damaged`), never a culprit; every edge of the command line is
+//! one error line (exit 2) or a warning. The data is the golden test's synthetic peer group
+//! (written with the format crate), damaged the way disks and people damage files.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use culprit_tests::*;
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn flip(path: &Path, at: usize, mask: u8) {
+    let mut bytes = std::fs::read(path).unwrap();
+    bytes[at] ^= mask;
+    std::fs::write(path, bytes).unwrap();
+}
+
+fn diagnose(root: &Path, extra: &[&str]) -> Output {
+    culprit()
+        .arg("diagnose")
+        .arg(root)
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+/// The lines of the human report from the verdict to the warnings (the header names the data
+/// directory).
+fn verdict_lines(o: &Output) -> Vec<String> {
+    text(&o.stdout)
+        .lines()
+        .skip_while(|l| !l.starts_with("VERDICT"))
+        .take_while(|l| !l.starts_with("io2 · ") && !l.starts_with("warning: "))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The report's warnings, sorted (files are read in directory order).
+fn warnings(o: &Output) -> Vec<String> {
+    let mut w: Vec<String> = text(&o.stdout)
+        .lines()
+        .filter_map(|l| l.strip_prefix("warning: "))
+        .map(str::to_string)
+        .collect();
+    w.sort();
+    w
+}
+
+#[test]
+fn one_flipped_byte_is_damage_not_a_stopped_node() {
+    let dir = TempDir::new("dmg-flip");
+    write_peer_samples(dir.path(), false, false);
+    let f1 = node_file(dir.path(), "io1");
+    let recs = record_offsets(&std::fs::read(&f1).unwrap());
+    // A byte in the payload of the 12th interval of io1 (2 minutes in), and the kind of the
+    // 20th interval of io3: what follows each is lost.
+    let at1 = recs[12];
+    flip(&f1, at1 + 40, 0x10);
+    let f3 = node_file(dir.path(), "io3");
+    let at3 = record_offsets(&std::fs::read(&f3).unwrap())[20];
+    flip(&f3, at3, 0x02);
+    let o = diagnose(dir.path(), &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let n1 = f1.file_name().unwrap().to_string_lossy().into_owned();
+    let n3 = f3.file_name().unwrap().to_string_lossy().into_owned();
+    let want = vec![
+        "VERDICT: no node flagged".to_string(),
+        format!(
+            "damaged: io1 — its data is damaged ({n1}: corrupt record at byte {at1}: checksum \
+             mismatch); the intact part was compared"
+        ),
+        format!(
+            "damaged: io3 — its data is damaged ({n3}: corrupt record at byte {at3}: checksum \
+             mismatch); the intact part was compared"
+        ),
+        String::new(),
+        "node  samples     combined".into(),
+        "io0   ok          ok".into(),
+        "io1   ok          damaged".into(),
+        "io2   ok          ok".into(),
+        "io3   ok          damaged".into(),
+        String::new(),
+        "missing data:".into(),
+        format!(
+            "  io1: {n1} is damaged (corrupt record at byte {at1}: checksum mismatch); its data \
+             before the damage is compared, the rest is missing (damage is not a verdict)"
+        ),
+        format!(
+            "  io3: {n3} is damaged (corrupt record at byte {at3}: checksum mismatch); its data \
+             before the damage is compared, the rest is missing (damage is not a verdict)"
+        ),
+    ];
+    assert_eq!(verdict_lines(&o), want, "{}", text(&o.stdout));
+    assert_eq!(
+        warnings(&o),
+        [
+            format!(
+                "{}: corrupt record at byte {at1}: checksum mismatch; data before it is kept",
+                f1.display()
+            ),
+            format!(
+                "{}: corrupt record at byte {at3}: checksum mismatch; data before it is kept",
+                f3.display()
+            ),
+        ]
+    );
+    // JSON: the verdict and the finding.
+    let o = diagnose(dir.path(), &["--json"]);
+    assert_eq!(o.status.code(), Some(0));
+    let v = stdout_json(&o);
+    assert_eq!(v["culprits"], serde_json::json!([]));
+    let verdict = |n: &str| {
+        v["verdicts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["node"] == n)
+            .unwrap()["verdict"]
+            .clone()
+    };
+    assert_eq!(verdict("io1"), "damaged");
+    assert_eq!(verdict("io0"), "ok");
+    let finding = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["node"] == "io1")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        finding,
+        serde_json::json!({
+            "kind": "damaged",
+            "node": "io1",
+            "file": n1,
+            "reason": format!("corrupt record at byte {at1}: checksum mismatch"),
+        })
+    );
+}
+
+#[test]
+fn a_culprit_is_still_found_beside_a_damaged_node() {
+    let dir = TempDir::new("dmg-culprit");
+    write_peer_samples(dir.path(), true, false);
+    let f0 = node_file(dir.path(), "io0");
+    let at = record_offsets(&std::fs::read(&f0).unwrap())[25];
+    flip(&f0, at + 100, 0x01);
+    let o = diagnose(dir.path(), &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stdout));
+    let lines = verdict_lines(&o);
+    assert!(
+        lines[0].starts_with("VERDICT: io2 is FAULTY — "),
+        "{lines:?}"
+    );
+    assert!(lines[1].starts_with("damaged: io0 — "), "{lines:?}");
+    let v = stdout_json(&diagnose(dir.path(), &["--json"]));
+    assert_eq!(v["culprits"], serde_json::json!(["io2"]));
+}
+
+#[test]
+fn an_unreadable_file_costs_its_own_node_only() {
+    let dir = TempDir::new("dmg-header");
+    write_peer_samples(dir.path(), true, false);
+    let f1 = node_file(dir.path(), "io1");
+    flip(&f1, 0, 0xff); // the magic
+    let o = diagnose(dir.path(), &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    let lines = verdict_lines(&o);
+    assert!(
+        lines[0].starts_with("VERDICT: io2 is FAULTY — "),
+        "{lines:?}"
+    );
+    let name = f1.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(
+        lines.contains(&format!(
+            "  io1: {name} is damaged (not a culprit data file (bad magic)); its data before \
+             the damage is compared, the rest is missing (damage is not a verdict)"
+        )),
+        "{lines:?}"
+    );
+    assert_eq!(
+        warnings(&o),
+        [format!(
+            "skipping {}: not a culprit data file (bad magic)",
+            f1.display()
+        )]
+    );
+}
+
+/// Runs culprit, expecting exactly one error line and exit status 2.
+fn one_error(args: &[&std::ffi::OsStr]) -> String {
+    let o = culprit().args(args).output().unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+    assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+    assert!(o.stdout.is_empty(), "{args:?}");
+    err.trim_end().to_string()
+}
+
+fn os(s: &str) -> &std::ffi::OsStr {
+    std::ffi::OsStr::new(s)
+}
+
+#[test]
+fn every_command_line_edge_is_one_error_line() {
+    let dir = TempDir::new("dmg-cli");
+    write_peer_samples(dir.path(), false, false);
+    let data = dir.path().as_os_str();
+    assert_eq!(
+        one_error(&[os("diagnose"), data, os("--k"), os("4294967295")]),
+        "culprit: error: --k 4294967295: give 1 to 10000 (faulty when anomalous in k of the \
+         last 2k − 1 windows)"
+    );
+    assert_eq!(
+        one_error(&[os("diagnose"), data, os("--for"), os("10s")]),
+        "culprit: error: --for limits --follow: give both, or neither"
+    );
+    // Thresholds files: only regular files, of a bounded size.
+    let fifo = dir.join("fifo.json");
+    run_ok(Command::new("mkfifo").arg(&fifo));
+    for (path, why) in [
+        (fifo.as_path(), "not a regular file"),
+        (Path::new("/dev/zero"), "not a regular file"),
+    ] {
+        assert_eq!(
+            one_error(&[os("diagnose"), data, os("--thresholds"), path.as_os_str()]),
+            format!(
+                "culprit: error: {}: cannot read thresholds file: {why}",
+                path.display()
+            )
+        );
+    }
+    let big = dir.join("big.json");
+    let f = std::fs::File::create(&big).unwrap();
+    f.set_len(65 << 20).unwrap();
+    assert_eq!(
+        one_error(&[os("diagnose"), data, os("--thresholds"), big.as_os_str()]),
+        format!(
+            "culprit: error: {}: cannot read thresholds file: larger than 64 MiB",
+            big.display()
+        )
+    );
+    // A thresholds file with empty maps would flag every node.
+    let train = culprit()
+        .args(["train"])
+        .arg(data)
+        .arg("--out")
+        .arg(dir.join("t.json"))
+        .output()
+        .unwrap();
+    assert!(train.status.success(), "{}", text(&train.stderr));
+    let mut t: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("t.json")).unwrap()).unwrap();
+    t["metrics"]["samples"]["thresholds"] = serde_json::json!({});
+    let empty = dir.join("empty.json");
+    std::fs::write(&empty, t.to_string()).unwrap();
+    assert_eq!(
+        one_error(&[os("diagnose"), data, os("--thresholds"), empty.as_os_str()]),
+        format!(
+            "culprit: error: {}: no node has a threshold for samples; retrain with `culprit \
+             train`",
+            empty.display()
+        )
+    );
+    t["metrics"] = serde_json::json!({});
+    std::fs::write(&empty, t.to_string()).unwrap();
+    assert_eq!(
+        one_error(&[os("diagnose"), data, os("--thresholds"), empty.as_os_str()]),
+        format!(
+            "culprit: error: {}: no metric has thresholds; retrain with `culprit train`",
+            empty.display()
+        )
+    );
+    // Nodes asked for by name.
+    assert_eq!(
+        one_error(&[os("report"), data, os("--node"), os("nope")]),
+        format!(
+            "culprit: error: no node nope in {} (its nodes: io0, io1, io2, io3)",
+            dir.path().display()
+        )
+    );
+    std::fs::create_dir(dir.join("_unassigned")).unwrap();
+    assert_eq!(
+        one_error(&[os("report"), data, os("--node"), os("_unassigned")]),
+        "culprit: error: _unassigned is not a node: it holds the samples that belong to no \
+         node; show them with --all"
+    );
+    // A sampler scope that does not exist samples nothing: an error before anything runs.
+    assert_eq!(
+        one_error(&[
+            os("sample"),
+            os("--cgroup"),
+            os("/nonexistent"),
+            os("--duration"),
+            os("1s"),
+            os("-o"),
+            dir.join("smp").as_os_str()
+        ]),
+        "culprit: error: --cgroup /nonexistent: no such cgroup (under /sys/fs/cgroup)"
+    );
+}
+
+#[test]
+fn a_data_directory_that_cannot_be_a_node_is_named() {
+    let dir = TempDir::new("dmg-name");
+    write_peer_samples(dir.path(), false, false);
+    std::fs::rename(dir.join("io3"), dir.join("io 3")).unwrap();
+    let o = culprit().arg("report").arg(dir.path()).output().unwrap();
+    assert!(o.status.success());
+    assert_eq!(
+        text(&o.stderr),
+        format!(
+            "culprit: warning: skipping {}: \"io 3\" is not a valid node name (1..64 characters \
+             of [A-Za-z0-9._-], not starting with '.' or '_')\n",
+            dir.join("io 3").display()
+        )
+    );
+}

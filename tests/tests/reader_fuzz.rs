@@ -1,0 +1,297 @@
+//! A property test of the readers on damaged data: real files (traces written by the runtime
+//! into a program built at test time, one of them with the call graph and histograms —
+//! record kinds 9 to 11 —, a sampler run of the synthetic peer group) mutated the
+//! way disks and people mutate them — flipped and overwritten bytes, cuts, inserted garbage,
+//! header fields and record lengths set to anything — and read by the in-memory decoder, the
+//! stream reader, and the whole analysis (`diagnose`, in-process). Nothing may panic, the two
+//! readers must agree on every record before the damage, memory stays bounded, and damage is
+//! never a culprit: the mutated node is never `faulty` or `stopped`.
+//!
+//! CI runs 48 cases (about a minute in a debug build). A longer run:
+//! `PROPTEST_CASES=5000 cargo test --release -p culprit-tests --test reader_fuzz`.
+
+mod tracer_util;
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use culprit_analysis::plan::Quiet;
+use culprit_analysis::session::{self, DiagnoseRequest};
+use culprit_analysis::setup::{Overrides, Setup};
+use culprit_format::read::{StreamReader, StreamState};
+use culprit_format::{ParsedFile, Record, DATA_OFFSET};
+use culprit_tests::*;
+use proptest::prelude::*;
+use tracer_util::*;
+
+/// The corpus: (name, bytes) of real files.
+fn corpus() -> &'static Vec<(String, Vec<u8>)> {
+    static CORPUS: OnceLock<Vec<(String, Vec<u8>)>> = OnceLock::new();
+    CORPUS.get_or_init(|| {
+        let tmp = TempDir::new("fuzz-corpus");
+        let exe = build(tmp.path(), "tracee.c", "tracee", "-O2", Link::Preload);
+        let data = tmp.join("data");
+        run(traced(&exe, Link::Preload, &data, "n1").args(["fib", "12"]));
+        run(traced(&exe, Link::Preload, &data, "n2")
+            .env("CULPRIT_GRAPH", "1")
+            .env("CULPRIT_HIST", "1")
+            .args(["fib", "12"]));
+        write_peer_samples(&tmp.join("peers"), true, false);
+        let mut out = Vec::new();
+        for dir in [
+            data.join("n1"),
+            data.join("n2"),
+            tmp.join("peers").join("io0"),
+        ] {
+            for e in std::fs::read_dir(&dir).unwrap().flatten() {
+                let p = e.path();
+                if p.extension().is_some_and(|x| x == "cul") {
+                    let name = p.file_name().unwrap().to_string_lossy().into_owned();
+                    out.push((name, std::fs::read(&p).unwrap()));
+                }
+            }
+        }
+        assert!(out.len() >= 3, "{out:?}");
+        // The graph trace holds edges and histograms, so damage reaches their decoders.
+        let has = |b: &[u8], edges: bool| {
+            ParsedFile::parse(b).unwrap().records().flatten().any(|r| {
+                if edges {
+                    matches!(r, Record::Edges(_))
+                } else {
+                    matches!(r, Record::Histograms(_))
+                }
+            })
+        };
+        assert!(
+            out.iter().any(|(_, b)| has(b, true) && has(b, false)),
+            "no trace with edges and histograms in the corpus"
+        );
+        out
+    })
+}
+
+/// A synthetic peer group, written once, that each case copies and damages one file of.
+fn peers() -> &'static Path {
+    static PEERS: OnceLock<TempDir> = OnceLock::new();
+    PEERS
+        .get_or_init(|| {
+            let d = TempDir::new("fuzz-peers");
+            write_peer_samples(d.path(), false, false);
+            d
+        })
+        .path()
+}
+
+#[derive(Clone, Debug)]
+enum Mutation {
+    Flip(usize, u8),
+    Set(usize, u8),
+    Cut(usize),
+    Insert(usize, Vec<u8>),
+    HeaderField(usize, u64),
+    RecordLen(usize, u32),
+}
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    prop_oneof![
+        (any::<usize>(), 1u8..=255).prop_map(|(a, m)| Mutation::Flip(a, m)),
+        (any::<usize>(), any::<u8>()).prop_map(|(a, v)| Mutation::Set(a, v)),
+        any::<usize>().prop_map(Mutation::Cut),
+        (
+            any::<usize>(),
+            proptest::collection::vec(any::<u8>(), 1..64)
+        )
+            .prop_map(|(a, b)| Mutation::Insert(a, b)),
+        (
+            prop::sample::select(vec![8usize, 10, 12, 16, 20, 24, 32, 40, 56]),
+            prop_oneof![
+                Just(0u64),
+                Just(u64::MAX),
+                Just(40u64 << 30),
+                any::<u64>(),
+                0u64..(1 << 20)
+            ]
+        )
+            .prop_map(|(f, v)| Mutation::HeaderField(f, v)),
+        (
+            any::<usize>(),
+            prop_oneof![Just(0u32), Just(u32::MAX), Just(256 << 20), any::<u32>()]
+        )
+            .prop_map(|(r, v)| Mutation::RecordLen(r, v)),
+    ]
+}
+
+fn apply(bytes: &mut Vec<u8>, m: &Mutation) {
+    let n = bytes.len().max(1);
+    match m {
+        Mutation::Flip(a, mask) => {
+            let i = a % n;
+            if let Some(b) = bytes.get_mut(i) {
+                *b ^= mask;
+            }
+        }
+        Mutation::Set(a, v) => {
+            let i = a % n;
+            if let Some(b) = bytes.get_mut(i) {
+                *b = *v;
+            }
+        }
+        Mutation::Cut(a) => bytes.truncate(a % n),
+        Mutation::Insert(a, b) => {
+            let i = a % n;
+            bytes.splice(i..i, b.iter().copied());
+        }
+        Mutation::HeaderField(at, v) => {
+            // version, min_reader_version: u16; header_size, kind, state: u32; the rest u64.
+            let w = match at {
+                8 | 10 => 2,
+                12 | 16 | 20 => 4,
+                _ => 8,
+            };
+            if bytes.len() >= at + w {
+                bytes[*at..at + w].copy_from_slice(&v.to_le_bytes()[..w]);
+            }
+        }
+        Mutation::RecordLen(r, v) => {
+            let offsets = record_offsets(bytes);
+            if !offsets.is_empty() {
+                let at = offsets[r % offsets.len()] + 4;
+                bytes[at..at + 4].copy_from_slice(&v.to_le_bytes());
+            }
+        }
+    }
+}
+
+/// Reads `bytes` with both readers; they must agree on every record before the damage.
+fn both_readers(bytes: &[u8]) {
+    let mut whole = Vec::new();
+    let mut complete = false;
+    let mut whole_checkpoint = None;
+    if let Ok(f) = ParsedFile::parse(bytes) {
+        let mut recs = f.records();
+        loop {
+            let at = recs.offset();
+            match recs.next() {
+                Some(Ok(r)) => {
+                    touch(&r);
+                    whole.push((at, format!("{r:?}")));
+                }
+                Some(Err(_)) => break,
+                None => {
+                    complete = !f.truncated;
+                    whole_checkpoint = f.pending_records().map(|p| format!("{p:?}"));
+                    break;
+                }
+            }
+        }
+    }
+    let mut streamed = Vec::new();
+    if let Ok(mut r) = StreamReader::open(bytes) {
+        loop {
+            let at = r.offset();
+            match r.next_record().expect("memory reads do not fail") {
+                Some(rec) => {
+                    touch(&rec);
+                    streamed.push((at, format!("{rec:?}")));
+                }
+                None => break,
+            }
+        }
+        if complete {
+            assert!(
+                !matches!(r.state(), StreamState::Damaged(_)),
+                "{:?}",
+                r.state()
+            );
+        }
+        // An intact stream has the same checkpoint (its interval and its extras).
+        let open = r.state() == &StreamState::Open;
+        let cp = r.checkpoint().expect("memory reads do not fail");
+        if complete && open {
+            assert_eq!(cp.map(|p| format!("{p:?}")), whole_checkpoint);
+        }
+    }
+    assert_eq!(streamed, whole, "the two readers disagree");
+}
+
+/// Walks every entry, as the loader does.
+fn touch(r: &Record<'_>) {
+    match r {
+        Record::Strings(s) => s.items().for_each(drop),
+        Record::Interval(i) => i.entries().for_each(drop),
+        Record::Samples(s) => s.entries().for_each(drop),
+        Record::Events(e) => e.entries().for_each(drop),
+        Record::OsMetrics(o) => o.entries().for_each(drop),
+        Record::Unwound(u) => u.entries().for_each(drop),
+        Record::Edges(e) => e.entries().for_each(drop),
+        Record::Histograms(h) => h.entries().for_each(drop),
+        Record::Stacks(s) => s.entries().for_each(drop),
+        _ => {}
+    }
+}
+
+/// Copies the peer group, replaces io1's file with `bytes`, and diagnoses it in-process.
+fn diagnose_with(bytes: &[u8], dir: &Path) {
+    let root = dir.join("data");
+    let _ = std::fs::remove_dir_all(&root);
+    for n in ["io0", "io1", "io2", "io3"] {
+        std::fs::create_dir_all(root.join(n)).unwrap();
+        for e in std::fs::read_dir(peers().join(n)).unwrap().flatten() {
+            let to = root.join(n).join(e.file_name());
+            if n == "io1" {
+                std::fs::write(&to, bytes).unwrap();
+            } else {
+                std::fs::copy(e.path(), to).unwrap();
+            }
+        }
+    }
+    let setup = Setup::resolve(&Overrides::default(), None).unwrap();
+    let req = DiagnoseRequest::dirs(&[PathBuf::from(&root)], 5);
+    if let Ok(d) = session::diagnose(&setup, None, req, &mut Quiet) {
+        assert!(
+            !d.culprits.iter().any(|c| c == "io1"),
+            "damage made io1 a culprit: {:?}",
+            d.verdicts
+        );
+    }
+}
+
+fn max_rss_kb() -> i64 {
+    // SAFETY: an all-zero rusage is valid; getrusage fills it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer to our own struct.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    ru.ru_maxrss
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(48),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn damaged_real_files_never_panic_agree_and_never_convict(
+        which in any::<prop::sample::Index>(),
+        muts in proptest::collection::vec(mutation(), 1..6),
+    ) {
+        let (_, original) = &corpus()[which.index(corpus().len())];
+        let mut bytes = original.clone();
+        for m in &muts {
+            apply(&mut bytes, m);
+        }
+        both_readers(&bytes);
+        // The sampler file of the peer group goes through the whole analysis.
+        let mut sample = std::fs::read(
+            std::fs::read_dir(peers().join("io1")).unwrap().flatten().next().unwrap().path(),
+        ).unwrap();
+        for m in &muts {
+            apply(&mut sample, m);
+        }
+        let dir = TempDir::new("fuzz-case");
+        diagnose_with(&sample, dir.path());
+        prop_assert!(bytes.len() < DATA_OFFSET as usize * 1000);
+        prop_assert!(max_rss_kb() < 400_000, "max RSS {} KiB", max_rss_kb());
+    }
+}
