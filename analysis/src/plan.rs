@@ -230,7 +230,7 @@ pub trait Progress {
 
     /// `--follow`: the diagnosis as it stands — when following starts, after windows close, and
     /// once more at the end ([`LiveStatus::finished`]).
-    fn live(&mut self, _status: &LiveStatus) -> std::io::Result<()> {
+    fn live(&mut self, _status: LiveStatus) -> std::io::Result<()> {
         Ok(())
     }
 }

@@ -478,7 +478,7 @@ fn follow(
         report_windows(analyzer, &events, progress)?;
         if progress.wants_live() && (first || !events.is_empty()) {
             let status = reporting.live(analyzer, ds, false);
-            progress.live(&status).map_err(Error::Output)?;
+            progress.live(status).map_err(Error::Output)?;
         }
         first = false;
         let all_ended = ds.nodes.iter().all(|n| {
@@ -497,7 +497,7 @@ fn follow(
     report_windows(analyzer, &events, progress)?;
     if progress.wants_live() {
         let status = reporting.live(analyzer, ds, true);
-        progress.live(&status).map_err(Error::Output)?;
+        progress.live(status).map_err(Error::Output)?;
     }
     progress.stopped_following().map_err(Error::Output)
 }

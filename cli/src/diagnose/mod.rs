@@ -315,9 +315,9 @@ impl<W: std::io::Write> Progress for Live<'_, W> {
         self.server.is_some()
     }
 
-    fn live(&mut self, status: &LiveStatus) -> std::io::Result<()> {
+    fn live(&mut self, status: LiveStatus) -> std::io::Result<()> {
         if let Some(s) = self.server {
-            s.publish(status.clone());
+            s.publish(status);
         }
         Ok(())
     }
