@@ -22,6 +22,7 @@ use culprit_format::read::{StreamReader, StreamState};
 use culprit_format::{ParsedFile, Record, DATA_OFFSET};
 use culprit_tests::*;
 use proptest::prelude::*;
+use proptest::test_runner::TestRunner;
 use tracer_util::*;
 
 /// The corpus: (name, bytes) of real files.
@@ -68,18 +69,6 @@ fn corpus() -> &'static Vec<(String, Vec<u8>)> {
         );
         out
     })
-}
-
-/// A synthetic peer group, written once, that each case copies and damages one file of.
-fn peers() -> &'static Path {
-    static PEERS: OnceLock<TempDir> = OnceLock::new();
-    PEERS
-        .get_or_init(|| {
-            let d = TempDir::new("fuzz-peers");
-            write_peer_samples(d.path(), false, false);
-            d
-        })
-        .path()
 }
 
 #[derive(Clone, Debug)]
@@ -230,13 +219,13 @@ fn touch(r: &Record<'_>) {
     }
 }
 
-/// Copies the peer group, replaces io1's file with `bytes`, and diagnoses it in-process.
-fn diagnose_with(bytes: &[u8], dir: &Path) {
+/// Copies the peer group `peers`, replaces io1's file with `bytes`, and diagnoses it in-process.
+fn diagnose_with(peers: &Path, bytes: &[u8], dir: &Path) {
     let root = dir.join("data");
     let _ = std::fs::remove_dir_all(&root);
     for n in ["io0", "io1", "io2", "io3"] {
         std::fs::create_dir_all(root.join(n)).unwrap();
-        for e in std::fs::read_dir(peers().join(n)).unwrap().flatten() {
+        for e in std::fs::read_dir(peers.join(n)).unwrap().flatten() {
             let to = root.join(n).join(e.file_name());
             if n == "io1" {
                 std::fs::write(&to, bytes).unwrap();
@@ -264,18 +253,25 @@ fn max_rss_kb() -> i64 {
     ru.ru_maxrss
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig {
-        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(48),
+#[test]
+fn damaged_real_files_never_panic_agree_and_never_convict() {
+    let config = ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(48),
         failure_persistence: None,
         ..ProptestConfig::default()
-    })]
-
-    #[test]
-    fn damaged_real_files_never_panic_agree_and_never_convict(
-        which in any::<prop::sample::Index>(),
-        muts in proptest::collection::vec(mutation(), 1..6),
-    ) {
+    };
+    // A synthetic peer group, written once, that each case copies and damages one file of
+    // (owned here, not by a static, so it is removed when the test ends).
+    let peers = TempDir::new("fuzz-peers");
+    write_peer_samples(peers.path(), false, false);
+    let strategy = (
+        any::<prop::sample::Index>(),
+        proptest::collection::vec(mutation(), 1..6),
+    );
+    let result = TestRunner::new(config).run(&strategy, |(which, muts)| {
         let (_, original) = &corpus()[which.index(corpus().len())];
         let mut bytes = original.clone();
         for m in &muts {
@@ -283,15 +279,22 @@ proptest! {
         }
         both_readers(&bytes);
         // The sampler file of the peer group goes through the whole analysis.
-        let mut sample = std::fs::read(
-            std::fs::read_dir(peers().join("io1")).unwrap().flatten().next().unwrap().path(),
-        ).unwrap();
+        let first = std::fs::read_dir(peers.join("io1"))
+            .unwrap()
+            .flatten()
+            .next()
+            .unwrap();
+        let mut sample = std::fs::read(first.path()).unwrap();
         for m in &muts {
             apply(&mut sample, m);
         }
         let dir = TempDir::new("fuzz-case");
-        diagnose_with(&sample, dir.path());
+        diagnose_with(peers.path(), &sample, dir.path());
         prop_assert!(bytes.len() < DATA_OFFSET as usize * 1000);
         prop_assert!(max_rss_kb() < 400_000, "max RSS {} KiB", max_rss_kb());
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
     }
 }
