@@ -1,15 +1,15 @@
 //! Alerting through Prometheus, end to end: a real faulty run on the emulated cluster (4
-//! PVFS-like servers traced by libculprit_rt.so, one node's CPU quota cut to a tenth), followed
-//! live by `culprit diagnose --follow --metrics-listen`, scraped every second over HTTP while it
-//! runs. The scrapes become `promtool test rules` input series (one per scrape, as Prometheus
-//! would have stored them), and promtool checks the shipped rules (examples/alerting): the
-//! faulty-node alert fires for the faulty node and for no other while the fault is on, and for
-//! none before it. The shipped Grafana dashboard must be valid JSON whose queries name only
-//! metrics the scrapes contain.
+//! PVFS-like servers traced by libculprit_rt.so, the machine sampled by `culprit sample`, a CPU
+//! spinner in one node's cgroups), followed live by `culprit diagnose --follow
+//! --metrics-listen`, scraped every second over HTTP while it runs. The scrapes become `promtool
+//! test rules` input series (one per scrape, as Prometheus would have stored them), and promtool
+//! checks the shipped rules (examples/alerting): the faulty-node alert fires for the faulty node
+//! and for no other while the fault is on, and for none before it. The shipped Grafana dashboard
+//! must be valid JSON whose queries name only metrics the scrapes contain.
 //!
-//! Short windows (4 s every 2 s, k = 3, 1 s records), untrained; tracing only (no sampler).
-//! Budget: about 40 s. Needs root (namespaces, cgroups) and promtool (Debian `prometheus`,
-//! scripts/install-deps).
+//! Short windows (4 s every 2 s, k = 3, 1 s records), untrained; the samples and time metrics
+//! (a CPU hog shows in samples, its victim in time). Budget: about 40 s. Needs root
+//! (namespaces, cgroups, perf_event) and promtool (Debian `prometheus`, scripts/install-deps).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
@@ -267,7 +267,11 @@ fn faulty_node_alert_fires_for_the_faulty_node_only() {
         .args(["--metrics-listen", "127.0.0.1:0"])
         .args(["--win-size", "4s", "--win-shift", "2s", "--k", "3"])
         .args(["--min-time", "67ms", "--min-samples", "6.7"])
-        .args(["--metrics", "samples,count,time"])
+        // Not count: in 2 of 10 such runs the untrained count metric also convicted a healthy
+        // peer (io3: the clients' calls shift to the other servers when io2 slows down) — a
+        // false positive of the diagnosis, not of the alerting this test is about. Naming the
+        // metrics makes `--follow` wait for the sampler's first records too.
+        .args(["--metrics", "samples,time"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
