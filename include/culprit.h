@@ -37,11 +37,13 @@
  *
  * Return codes: 0 success; -1 the runtime is not tracing this process (not loaded with data
  * written, set-up failed, or the program is exiting); other negative values as documented per
- * function. No function here is async-signal-safe except culprit_version and
- * culprit_is_active.
+ * function. No function here is async-signal-safe except culprit_version, culprit_is_active
+ * and the I/O marks (culprit_io_admit, _issue, _complete, _callback).
  */
 #ifndef CULPRIT_H
 #define CULPRIT_H
+
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -57,8 +59,8 @@ const char *culprit_version(void);
 /* 1 if the runtime is tracing this process, 0 if not. */
 int culprit_is_active(void);
 
-/* Writes what the current interval has counted so far to the data file now and waits (up to
- * 5 s) until it is written. The interval's remainder is written at its end; both records are
+/* Writes what the current interval has counted so far (and the I/O layer events marked so far)
+ * to the data file now and waits (up to 5 s) until it is written. The interval's remainder is written at its end; both records are
  * flagged partial and readers add them up. Returns 0, -1 (not tracing) or -2 (timed out). */
 int culprit_flush(void);
 
@@ -78,6 +80,58 @@ int culprit_resume(void);
  * '.' or '_'. Waits (up to 5 s) for the switch. Returns 0, -1 (not tracing), -2 (invalid
  * name) or -3 (timed out). */
 int culprit_set_node(const char *name);
+
+/* ---- I/O layers ------------------------------------------------------------------------------
+ *
+ * Mark where a request crosses the boundaries of the layers your program owns (seed 003, Lu &
+ * Shen: ADMIT when a layer receives a request from the layer above, ISSUE when it passes it to
+ * the layer below, COMPLETE when the layer below says it is done, CALLBACK when the layer tells
+ * the layer above). `culprit diagnose` derives, per layer and second, latency, time per stage,
+ * request sizes, sequential runs, concurrency, idleness and throughput; compares them across the
+ * peer nodes (the `layers` metric) and, bottom-up, names each anomalous node's lowest layer
+ * whose characteristics stray from the peers' (docs/layers.md).
+ *
+ *   int disk = culprit_io_layer("io-queue");             // once, at start-up
+ *   culprit_io_admit(disk, req_id, CULPRIT_IO_READ, file_id, offset, len);
+ *   culprit_io_issue(disk, req_id, CULPRIT_IO_READ, file_id, offset, len);
+ *   ... the request runs below ...
+ *   culprit_io_complete(disk, req_id, CULPRIT_IO_READ, file_id, offset, done);
+ *   culprit_io_callback(disk, req_id, CULPRIT_IO_READ, file_id, offset, done);
+ *
+ * `req` identifies the request among the layer's outstanding ones in this process (a pointer
+ * or a counter); `obj` the file or object (0 if unknown: sequential runs are found per object),
+ * `offset` its position (CULPRIT_IO_NO_OFFSET if none), `bytes` the size asked (ADMIT, ISSUE)
+ * or done (COMPLETE, CALLBACK). A layer may mark fewer than four events (a request is then
+ * outstanding from its first mark to its last). Marks are cheap (a timestamp and a few stores
+ * into a per-thread buffer: no lock, no system call, no allocation except a thread's first mark)
+ * and async-signal-safe; they return 0, -1 (not tracing), -2 (no such layer) or -3 (dropped:
+ * the thread's buffer was full, or a signal handler interrupted a mark; counted in the data).
+ *
+ * With CULPRIT_IO=1 the runtime also marks the C library's boundary itself: read, write, pread,
+ * pwrite, preadv, pwritev on files (layer "libc") and aio_read, aio_write, aio_return (layer
+ * "libc-aio"). */
+
+#define CULPRIT_IO_OTHER 0 /* op: neither (metadata, sync) */
+#define CULPRIT_IO_READ 1
+#define CULPRIT_IO_WRITE 2
+#define CULPRIT_IO_NO_OFFSET UINT64_MAX
+
+/* The id of the layer called `name` (1..64 bytes, no control characters), registering it on
+ * first use; the same name gives the same id. Register your layers top-down: the first is the
+ * highest (nearest the application); they all lie above the C library. Not async-signal-safe.
+ * Returns the id (>= 0), -2 (bad name) or -4 (64 layers are named already). Works whether or
+ * not the process is traced. */
+int culprit_io_layer(const char *name);
+
+/* One event of request `req` at `layer`; see above. */
+int culprit_io_admit(int layer, uint64_t req, int op, uint64_t obj, uint64_t offset,
+                     uint64_t bytes);
+int culprit_io_issue(int layer, uint64_t req, int op, uint64_t obj, uint64_t offset,
+                     uint64_t bytes);
+int culprit_io_complete(int layer, uint64_t req, int op, uint64_t obj, uint64_t offset,
+                        uint64_t bytes);
+int culprit_io_callback(int layer, uint64_t req, int op, uint64_t obj, uint64_t offset,
+                        uint64_t bytes);
 
 /* The hooks gcc's -finstrument-functions calls; defined by the runtime. Never call them. */
 void __cyg_profile_func_enter(void *fn, void *call_site) __attribute__((no_instrument_function));

@@ -64,6 +64,10 @@ pub struct Diagnosis {
     pub notes: Vec<String>,
     /// Problems reading the data.
     pub warnings: Vec<String>,
+    /// I/O layers compared bottom-up across peers (seed 003): per node with an anomalous
+    /// layer, the lowest one (absent when no node marked layer events or none is anomalous).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub layers: Vec<crate::layers::LayerFinding>,
 }
 
 fn schema<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
@@ -422,6 +426,7 @@ impl Diagnosis {
             findings: input.findings,
             notes,
             warnings: input.warnings,
+            layers: Vec::new(),
         }
     }
 }

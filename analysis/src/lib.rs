@@ -43,6 +43,7 @@ pub mod family;
 pub mod feed;
 pub mod filter;
 pub mod latency;
+pub mod layers;
 pub mod live;
 pub mod missing;
 pub mod model;

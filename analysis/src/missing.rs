@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::analyzer::{Outcome, WindowRange};
 use crate::family::{Metric, Windows};
 use crate::score::median_in_place;
-use crate::time::{fmt_wall, rfc3339};
+use crate::time::{fmt_wall, fmt_wall_utc, rezone, rfc3339};
 
 /// How a node's data ended, judged from its files.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -132,8 +132,9 @@ impl Finding {
                 };
                 format!(
                     "{node} stopped producing data at {} while its peers went on until \
-                     {peers_until} ({how})",
-                    fmt_wall(*at_ns)
+                     {} ({how})",
+                    fmt_wall(*at_ns),
+                    rezone(peers_until)
                 )
             }
             Finding::LateStart {
@@ -142,8 +143,9 @@ impl Finding {
                 peers_from,
                 ..
             } => format!(
-                "{node} started producing data at {}, after its peers (from {peers_from})",
-                fmt_wall(*at_ns)
+                "{node} started producing data at {}, after its peers (from {})",
+                fmt_wall(*at_ns),
+                rezone(peers_from)
             ),
             Finding::Gaps {
                 node,
@@ -206,7 +208,7 @@ pub fn findings(
                 node: names[n].clone(),
                 at: rfc3339(last),
                 at_ns: last,
-                peers_until: fmt_wall(med_last),
+                peers_until: fmt_wall_utc(med_last),
                 ending: ending(&names[n]),
             });
         }
@@ -215,7 +217,7 @@ pub fn findings(
                 node: names[n].clone(),
                 at: rfc3339(first),
                 at_ns: first,
-                peers_from: fmt_wall(med_first),
+                peers_from: fmt_wall_utc(med_first),
             });
         }
     }

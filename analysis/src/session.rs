@@ -243,7 +243,7 @@ impl Reporting<'_> {
             missing::findings(outcome, &self.plan.reported, grace, |n| ending_of(ds, n));
         findings.extend(damage_findings(ds));
         let peers = setup.peers_text(outcome.names.len());
-        Diagnosis::build(
+        let mut diagnosis = Diagnosis::build(
             outcome,
             ReportInput {
                 data: self.data.clone(),
@@ -256,7 +256,17 @@ impl Reporting<'_> {
                 peers,
                 by_program: setup.settings.by_program,
             },
-        )
+        );
+        // Seed 003: the I/O layers' characteristics, compared bottom-up across the peers.
+        if let Some(t) = crate::layers::table(&ds.nodes) {
+            let layers = diagnosis.metric(Metric::LAYERS);
+            let since = |node: &str| {
+                let n = layers?.nodes.iter().find(|n| n.node == node)?;
+                n.anomalous_windows.first().map(|w| w.start_ns)
+            };
+            diagnosis.layers = crate::layers::bottom_up(&t, &since);
+        }
+        diagnosis
     }
 
     /// The state of the analysis so far, for [`Progress::live`].

@@ -1,10 +1,14 @@
 //! Wall-clock times and durations as users read and write them: UTC ISO-8601
 //! (`2026-11-22T13:05:00Z`), RFC 3339 with milliseconds for JSON, epoch seconds, offsets from the
 //! start or end of the data (`+30s`, `-2m`), and durations (`30s`, `500ms`). The calendar and the
-//! parsing are `jiff`'s; there is no time-zone database: output is UTC, input accepts a `Z` or
-//! `±HH:MM` suffix (none means UTC).
+//! parsing are `jiff`'s. Output for machines (JSON, [`rfc3339`], [`iso`]) is always UTC. Output for
+//! people ([`fmt_wall`], [`wall_iso`], [`clock`]) is UTC too unless a program asks for the local
+//! zone with [`show_local_time`] (the `culprit` binary does, unless given `--utc`): then times are
+//! local with their offset shown (`2026-11-22 14:05:00+01:00`), and a zone at UTC still reads
+//! `…Z`. Input accepts a `Z` or `±HH:MM` suffix (none means UTC).
 
 use std::fmt;
+use std::sync::RwLock;
 
 use jiff::civil::DateTime;
 use jiff::tz::TimeZone;
@@ -24,6 +28,40 @@ fn utc(ns: u64, pattern: &str) -> String {
     stamp(ns - ns % 1_000_000).strftime(pattern).to_string()
 }
 
+/// The zone of output for people; `None` is UTC.
+static HUMAN_ZONE: RwLock<Option<TimeZone>> = RwLock::new(None);
+
+/// Shows times for people in this system's local zone (`TZ`, else `/etc/localtime`; UTC when
+/// neither can be read) from now on.
+pub fn show_local_time() {
+    let tz = TimeZone::try_system().unwrap_or(TimeZone::UTC);
+    if let Ok(mut z) = HUMAN_ZONE.write() {
+        *z = Some(tz);
+    }
+}
+
+/// `ns` for people by a `strftime` pattern without a zone: in UTC with `Z` appended, or in the
+/// local zone ([`show_local_time`]) with its offset (`+01:00`) appended — `Z` when it is zero.
+/// With `zone_name`, the zone's abbreviation follows instead (` UTC`, ` CET`).
+fn human(ns: u64, pattern: &str, zone_name: bool) -> String {
+    let tz = HUMAN_ZONE.read().ok().and_then(|z| z.clone());
+    let t = stamp(ns - ns % 1_000_000);
+    match tz {
+        None if zone_name => format!("{} UTC", t.strftime(pattern)),
+        None => format!("{}Z", t.strftime(pattern)),
+        Some(tz) => {
+            let z = t.to_zoned_datetime(tz);
+            if zone_name {
+                z.strftime(&format!("{pattern} %Z")).to_string()
+            } else if z.offset() == jiff::tz::Offset::UTC {
+                format!("{}Z", z.strftime(pattern))
+            } else {
+                z.strftime(&format!("{pattern}%:z")).to_string()
+            }
+        }
+    }
+}
+
 /// Wall-clock now, ns since the epoch.
 pub fn now_ns() -> u64 {
     u64::try_from(Timestamp::now().as_nanosecond()).unwrap_or(0)
@@ -38,18 +76,54 @@ pub fn iso(ns: u64) -> String {
     }
 }
 
-/// `13:05:00` (UTC time of day), for compact tables.
-pub fn clock(ns: u64) -> String {
-    utc(ns, "%H:%M:%S")
+/// [`iso`] for people: in the zone of [`show_local_time`] when asked
+/// (`2026-11-22T14:05:00+01:00`).
+pub fn wall_iso(ns: u64) -> String {
+    if (ns % NS) / 1_000_000 == 0 {
+        human(ns, "%Y-%m-%dT%H:%M:%S", false)
+    } else {
+        human(ns, "%Y-%m-%dT%H:%M:%S%.3f", false)
+    }
 }
 
-/// Formats wall-clock ns as `YYYY-MM-DD HH:MM:SS[.fff]Z` (UTC; sub-second digits only when
-/// the time is not on a whole second), for people.
+/// `13:05:00`, time of day for compact tables under a header that shows the zone (UTC, or the
+/// local zone after [`show_local_time`]).
+pub fn clock(ns: u64) -> String {
+    let full = human(ns, "%H:%M:%S", false);
+    full.get(..8).unwrap_or(&full).to_string()
+}
+
+/// `13:05:00 UTC` (or `14:05:00 CET` after [`show_local_time`]): time of day with its zone.
+pub fn clock_zoned(ns: u64) -> String {
+    human(ns, "%H:%M:%S", true)
+}
+
+/// Formats wall-clock ns as `YYYY-MM-DD HH:MM:SS[.fff]Z` (sub-second digits only when the time
+/// is not on a whole second), for people: UTC, or local with its offset after
+/// [`show_local_time`].
 pub fn fmt_wall(ns: u64) -> String {
+    if ns % NS == 0 {
+        human(ns, "%Y-%m-%d %H:%M:%S", false)
+    } else {
+        human(ns, "%Y-%m-%d %H:%M:%S%.3f", false)
+    }
+}
+
+/// [`fmt_wall`] always in UTC, for fields of machine output in that form.
+pub fn fmt_wall_utc(ns: u64) -> String {
     if ns % NS == 0 {
         utc(ns, "%Y-%m-%d %H:%M:%SZ")
     } else {
         utc(ns, "%Y-%m-%d %H:%M:%S%.3fZ")
+    }
+}
+
+/// A time written by [`fmt_wall_utc`], [`iso`] or [`rfc3339`] rewritten by [`fmt_wall`] (for
+/// people); text that is not a time is returned as it is.
+pub fn rezone(text: &str) -> String {
+    match parse_time(text) {
+        Ok(TimeSpec::At(ns)) => fmt_wall(ns),
+        _ => text.to_string(),
     }
 }
 

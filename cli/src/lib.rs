@@ -27,9 +27,11 @@ use clap::{CommandFactory as _, Parser, Subcommand};
 pub mod diagnose;
 pub mod doctor;
 pub mod lab;
+pub mod progress;
 pub mod record;
 pub mod report;
 pub mod sample;
+pub mod style;
 pub mod uprobes;
 
 /// Exit status for an error (like `diff`).
@@ -48,6 +50,13 @@ pub const EXIT_ERROR: i32 = 2;
 struct Cli {
     #[command(subcommand)]
     verb: Verb,
+    /// When to colour verdicts: auto (stdout is a terminal that supports colour and NO_COLOR is
+    /// unset), always, never.
+    #[arg(long, global = true, value_enum, default_value_t, value_name = "WHEN")]
+    color: style::ColorWhen,
+    /// Show times for people in UTC instead of the local time zone (JSON is always UTC).
+    #[arg(long, global = true)]
+    utc: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -93,6 +102,10 @@ where
             return code;
         }
     };
+    style::init(cli.color);
+    if !cli.utc {
+        culprit_analysis::time::show_local_time();
+    }
     let result = match cli.verb {
         Verb::Record(a) if !a.uprobes.is_empty() => uprobes::record(a),
         Verb::Record(a) => record::run(a),

@@ -280,7 +280,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let before = trace_files(&cfg.dir);
     if cfg.sample.is_some() {
         let status = run_sampled(&cfg)?;
-        report_files(&cfg, &before);
+        report_files(&cfg, &before, None);
         return Ok(status);
     }
     let mut cmd = Command::new(program);
@@ -291,17 +291,38 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let mut child = cmd
         .spawn()
         .with_context(|| format!("cannot run {}", program.to_string_lossy()))?;
-    let forward = Forward::to(child.id()).context("cannot forward signals")?;
+    let pid = child.id();
+    let forward = Forward::to(pid).context("cannot forward signals")?;
     let status = child.wait().context("waiting for the program")?;
     drop(forward);
-    report_files(&cfg, &before);
+    report_files(&cfg, &before, Some(pid));
     Ok(exit_code(status))
 }
 
-/// Says on stderr where the trace data went.
-fn report_files(cfg: &Config, before: &[PathBuf]) {
+/// Says on stderr where this run's trace data went. A data root may be shared (several
+/// `record`s with other node names, the sampler, other programs linked with the runtime), so
+/// of the trace files new since the start only those count that this run wrote: the ones in
+/// its node's directory, and the program's own (`pid`) wherever it moved (`culprit_set_node`).
+/// A descendant that changed its node is not counted; another program recording under the same
+/// node name at the same time is.
+fn report_files(cfg: &Config, before: &[PathBuf], pid: Option<u32>) {
+    let node = effective_node(cfg);
+    let ours = |f: &Path| {
+        let in_node = f.parent().and_then(Path::file_name) == Some(OsStr::new(&node));
+        let own = match (pid, f.file_name().map(|n| n.to_string_lossy())) {
+            (Some(p), Some(n)) => matches!(
+                names::parse_data_file_name(&n),
+                Some(names::DataFileName::Trace { pid, .. }) if pid == p
+            ),
+            _ => false,
+        };
+        in_node || own
+    };
     let after = trace_files(&cfg.dir);
-    let new: Vec<_> = after.iter().filter(|f| !before.contains(f)).collect();
+    let new: Vec<_> = after
+        .iter()
+        .filter(|f| !before.contains(f) && ours(f))
+        .collect();
     let mut nodes: Vec<String> = new
         .iter()
         .filter_map(|f| f.parent().map(|p| p.display().to_string()))

@@ -182,8 +182,8 @@ fn print_human(out: &mut dyn std::io::Write, r: &Report, args: &Args) -> std::io
             out,
             "culprit report: {} node(s), {} – {} ({})",
             r.nodes.len(),
-            time::iso(r.from_ns),
-            time::iso(r.to_ns),
+            time::wall_iso(r.from_ns),
+            time::wall_iso(r.to_ns),
             time::duration(r.to_ns - r.from_ns)
         )?;
     } else {

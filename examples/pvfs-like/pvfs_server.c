@@ -13,6 +13,11 @@
  *     With --thread-per-request a new thread does each request's storage work instead (as
  *     file-system servers that start a thread per I/O do: thread churn is the cost measured by
  *     benches/tracer/churn).
+ *   - it marks its own I/O layers at their boundaries (seed 003, Lu & Shen: ADMIT, ISSUE,
+ *     COMPLETE, CALLBACK of each request): "request" (the state machine, from a whole header to
+ *     the response sent), "io-queue" (from io_submit to the completion pushed back) and "disk"
+ *     (the storage work itself), so `culprit diagnose` can compare the layers across servers and
+ *     name the lowest one that is anomalous.
  *
  * Usage: pvfs_server --dir DIR [--port N] [--bind ADDR] [--threads N] [--thread-per-request]
  * Stops on SIGTERM/SIGINT and prints its counters on stderr.
@@ -38,6 +43,18 @@
 #include <unistd.h>
 
 #include "proto.h"
+
+/* culprit's I/O layer marks (include/culprit.h of culprit; declared here so the server builds
+ * from this directory alone). Weak: without the runtime they are null and nothing is marked. */
+int culprit_io_layer(const char *name) __attribute__((weak));
+int culprit_io_admit(int, uint64_t, int, uint64_t, uint64_t, uint64_t) __attribute__((weak));
+int culprit_io_issue(int, uint64_t, int, uint64_t, uint64_t, uint64_t) __attribute__((weak));
+int culprit_io_complete(int, uint64_t, int, uint64_t, uint64_t, uint64_t) __attribute__((weak));
+int culprit_io_callback(int, uint64_t, int, uint64_t, uint64_t, uint64_t) __attribute__((weak));
+#define CULPRIT_IO_OTHER 0
+#define CULPRIT_IO_READ 1
+#define CULPRIT_IO_WRITE 2
+#define CULPRIT_IO_NO_OFFSET UINT64_MAX
 
 #define MAX_CONNS 1024
 #define META_SLOTS 4096u
@@ -93,6 +110,39 @@ static void die(const char *what)
 {
     fprintf(stderr, "pvfs_server: %s: %s\n", what, strerror(errno));
     exit(1);
+}
+
+/* ---- I/O layer marks ------------------------------------------------------------------------ */
+
+/* Layer ids, top-down; -1 when the runtime is absent. */
+static int layer_request = -1, layer_queue = -1, layer_disk = -1;
+
+static void layers_init(void) __attribute__((no_instrument_function));
+static void layers_init(void)
+{
+    if (!culprit_io_layer)
+        return;
+    layer_request = culprit_io_layer("request");
+    layer_queue = culprit_io_layer("io-queue");
+    layer_disk = culprit_io_layer("disk");
+}
+
+typedef int (*io_mark_fn)(int, uint64_t, int, uint64_t, uint64_t, uint64_t);
+
+/* Marks `c`'s request (its id is the connection: one request in flight per connection) at
+ * `layer` with `fn`, one of culprit_io_admit & co. Not traced itself: the function profile
+ * stays the server's. */
+static void io_mark(io_mark_fn fn, int layer, const struct conn *c, uint64_t bytes)
+    __attribute__((no_instrument_function));
+static void io_mark(io_mark_fn fn, int layer, const struct conn *c, uint64_t bytes)
+{
+    if (!fn || layer < 0)
+        return;
+    const struct req_hdr *r = &c->req;
+    int data = r->op == OP_READ || r->op == OP_WRITE;
+    int op = r->op == OP_READ ? CULPRIT_IO_READ : r->op == OP_WRITE ? CULPRIT_IO_WRITE : CULPRIT_IO_OTHER;
+    fn(layer, (uint64_t)(uintptr_t)c, op, r->handle, data ? r->offset : CULPRIT_IO_NO_OFFSET,
+       data ? bytes : 0);
 }
 
 /* ---- storage (runs on I/O threads) ---------------------------------------------------------- */
@@ -241,6 +291,8 @@ static void io_execute(struct conn *c)
     struct req_hdr *r = &c->req;
     int64_t rc = 0;
     uint64_t value = 0, handle = r->handle;
+    io_mark(culprit_io_admit, layer_disk, c, r->len);
+    io_mark(culprit_io_issue, layer_disk, c, r->len);
     switch (r->op) {
     case OP_WRITE:
         rc = io_pwrite(handle, c->buf, proto_round_up(r->len), r->offset);
@@ -266,10 +318,15 @@ static void io_execute(struct conn *c)
     c->resp.handle = handle;
     c->resp.value = rc < 0 ? 0 : value;
     c->data_len = (r->op == OP_READ && rc >= 0) ? r->len : 0;
+    uint64_t done = rc < 0 ? 0 : r->len;
+    io_mark(culprit_io_complete, layer_disk, c, done);
+    io_mark(culprit_io_callback, layer_disk, c, done);
 }
 
 static void io_complete_push(struct io_job *job)
 {
+    io_mark(culprit_io_complete, layer_queue, job->conn, job->conn->req.len);
+    io_mark(culprit_io_callback, layer_queue, job->conn, job->conn->req.len);
     pthread_mutex_lock(&done_mu);
     job->next = done_head;
     done_head = job;
@@ -311,6 +368,7 @@ static void io_queue_push(struct io_job *job)
 static void *io_request_thread(void *arg)
 {
     struct io_job *job = arg;
+    io_mark(culprit_io_issue, layer_queue, job->conn, job->conn->req.len);
     io_execute(job->conn);
     io_complete_push(job);
     atomic_fetch_sub(&requests_in_threads, 1);
@@ -319,6 +377,7 @@ static void *io_request_thread(void *arg)
 
 static void io_submit(struct io_job *job)
 {
+    io_mark(culprit_io_admit, layer_queue, job->conn, job->conn->req.len);
     if (thread_per_request) {
         pthread_attr_t attr;
         pthread_t t;
@@ -339,6 +398,7 @@ static void *io_worker(void *arg)
     (void)arg;
     struct io_job *job;
     while ((job = io_queue_pop()) != NULL) {
+        io_mark(culprit_io_issue, layer_queue, job->conn, job->conn->req.len);
         io_execute(job->conn);
         io_complete_push(job);
     }
@@ -409,6 +469,7 @@ static void sm_dispatch(struct conn *c)
     c->state = ST_WAIT_IO;
     net_watch(c, 0); /* the client sends nothing more until it has our answer */
     atomic_fetch_add(&stat_requests, 1);
+    io_mark(culprit_io_issue, layer_request, c, c->req.len);
     io_submit(job);
 }
 
@@ -425,6 +486,7 @@ static int sm_start_request(struct conn *c)
         need = 1;
     if (sm_reserve(c, need) != 0)
         return -1;
+    io_mark(culprit_io_admit, layer_request, c, r->len);
     c->payload_got = 0;
     c->payload_want = r->op == OP_WRITE ? r->len : r->op == OP_CREATE ? r->namelen : 0;
     if (r->op == OP_WRITE)
@@ -484,6 +546,7 @@ static int sm_send_response(struct conn *c)
         if (c->data_sent < c->data_len)
             return 0;
     }
+    io_mark(culprit_io_callback, layer_request, c, c->req.len);
     c->state = ST_RECV_HEADER;
     net_watch(c, EPOLLIN);
     return 0;
@@ -492,6 +555,7 @@ static int sm_send_response(struct conn *c)
 /* A request's storage work finished: start sending its response. */
 static void sm_complete(struct conn *c)
 {
+    io_mark(culprit_io_complete, layer_request, c, c->req.len);
     c->state = ST_SEND_RESPONSE;
     c->resp_sent = 0;
     c->data_sent = 0;
@@ -629,6 +693,7 @@ int main(int argc, char **argv)
     if (!storage_dir || port <= 0 || nthreads <= 0 || nthreads > 64)
         usage();
     mkdir(storage_dir, 0755);
+    layers_init();
     char meta_path[4096];
     snprintf(meta_path, sizeof meta_path, "%s/meta.db", storage_dir);
     meta_fd = open(meta_path, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0644);

@@ -382,6 +382,8 @@ pub enum Record<'a> {
     Stacks(StacksRec<'a>),
     /// Black-box OS metrics of a node for an interval.
     OsMetrics(OsMetricsRec<'a>),
+    /// A stretch of layer-boundary I/O events.
+    Layers(crate::layers::LayersRec<'a>),
     /// A record kind this reader does not know (written by a newer compatible writer).
     Unknown {
         /// The kind number.
@@ -1124,6 +1126,7 @@ fn decode_payload(kind: RecordKind, p: &[u8]) -> Result<Record<'_>, &'static str
                 entries: entries_slice(p, EVENTS_FIXED_SIZE, n, EVENTS_ENTRY_SIZE)?,
             })
         }
+        RecordKind::Layers => Record::Layers(crate::layers::decode(p)?),
         RecordKind::OsMetrics => {
             if p.len() < OS_METRICS_FIXED_SIZE {
                 return Err("os metrics record too short");

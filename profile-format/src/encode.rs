@@ -5,6 +5,7 @@ use crate::crc::record_crc;
 use crate::decode::{
     EdgeEntry, EventEntry, Histogram, IntervalEntry, OsMetricEntry, SampleEntry, UnwoundEntry,
 };
+use crate::layers::{LayerDesc, LayerEvent, LayersHead, MAX_LAYER_NAME};
 use crate::layout::*;
 
 /// Description of a loaded object for an [`RecordKind::Object`] record.
@@ -127,12 +128,17 @@ impl RecordBuf {
         self.buf.is_empty()
     }
 
+    /// Appends the records of `other`.
+    pub fn append(&mut self, other: &RecordBuf) {
+        self.buf.extend_from_slice(&other.buf);
+    }
+
     /// Forgets the encoded records, keeping the allocation.
     pub fn clear(&mut self) {
         self.buf.clear();
     }
 
-    fn begin(&mut self, kind: RecordKind, flags: u16) -> usize {
+    pub(crate) fn begin(&mut self, kind: RecordKind, flags: u16) -> usize {
         let start = self.buf.len();
         self.buf.extend_from_slice(&(kind as u16).to_le_bytes());
         self.buf.extend_from_slice(&flags.to_le_bytes());
@@ -140,7 +146,7 @@ impl RecordBuf {
         start
     }
 
-    fn finish(&mut self, start: usize) {
+    pub(crate) fn finish(&mut self, start: usize) {
         let padded = pad8(self.buf.len() - start);
         self.buf.resize(start + padded, 0);
         let len = padded as u32;
@@ -152,15 +158,19 @@ impl RecordBuf {
         self.buf[start + 8..start + 12].copy_from_slice(&crc.to_le_bytes());
     }
 
-    fn u32(&mut self, v: u32) {
+    pub(crate) fn u32(&mut self, v: u32) {
         self.buf.extend_from_slice(&v.to_le_bytes());
     }
 
-    fn u64(&mut self, v: u64) {
+    pub(crate) fn u64(&mut self, v: u64) {
         self.buf.extend_from_slice(&v.to_le_bytes());
     }
 
-    fn patch_u32(&mut self, at: usize, v: u32) {
+    pub(crate) fn bytes(&mut self, b: &[u8]) {
+        self.buf.extend_from_slice(b);
+    }
+
+    pub(crate) fn patch_u32(&mut self, at: usize, v: u32) {
         self.buf[at..at + 4].copy_from_slice(&v.to_le_bytes());
     }
 
@@ -469,4 +479,56 @@ fn escape_into(v: &str, out: &mut Vec<u8>) {
             _ => out.push(b),
         }
     }
+}
+
+impl RecordBuf {
+    /// Appends a [`RecordKind::Layers`] record: the layer table, then the events (each event's
+    /// `layer` is an id of the table). Returns the number of events written.
+    pub fn layers<'l>(
+        &mut self,
+        head: &LayersHead,
+        layers: impl IntoIterator<Item = &'l LayerDesc<'l>>,
+        events: impl IntoIterator<Item = LayerEvent>,
+    ) -> u32 {
+        let start = self.begin(RecordKind::Layers, 0);
+        self.u64(head.span_start_ns);
+        self.u64(head.span_end_ns);
+        self.u32(0);
+        let nl_at = self.len();
+        self.u32(0);
+        let ne_at = self.len();
+        self.u32(0);
+        self.u32(head.dropped);
+        let mut nl = 0u32;
+        for l in layers {
+            let name = truncated(&l.name, MAX_LAYER_NAME);
+            self.bytes(&l.id.to_le_bytes());
+            self.bytes(&(name.len() as u16).to_le_bytes());
+            self.bytes(&l.level.to_le_bytes());
+            self.bytes(name.as_bytes());
+            self.bytes(&[0u8; 8][..pad8(name.len()) - name.len()]);
+            nl += 1;
+        }
+        let mut ne = 0u32;
+        for e in events {
+            self.bytes(&e.to_bytes());
+            ne += 1;
+        }
+        self.patch_u32(nl_at, nl);
+        self.patch_u32(ne_at, ne);
+        self.finish(start);
+        ne
+    }
+}
+
+/// `s` cut to at most `max` bytes at a character boundary.
+fn truncated(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
 }

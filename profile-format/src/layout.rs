@@ -19,7 +19,8 @@ pub const MAGIC: [u8; 8] = *b"CULPRIT\0";
 /// counted in `lost_frames` before). Older readers skip the new kinds. Version 4: a record's
 /// CRC covers its header (kind, flags, length, reserved word) as well as its payload
 /// ([`HEADER_CRC_SINCE`]), so a flipped kind is damage, not a record silently skipped; readers
-/// of version 1 cannot check such a CRC, hence [`MIN_READER_VERSION`] 2.
+/// of version 1 cannot check such a CRC, hence [`MIN_READER_VERSION`] 2. Version 4 also added
+/// [`RecordKind::Layers`] (layer-boundary I/O events), which older readers skip.
 pub const FORMAT_VERSION: u16 = 4;
 /// Oldest reader version able to read what this crate writes.
 pub const MIN_READER_VERSION: u16 = 2;
@@ -192,6 +193,9 @@ pub enum RecordKind {
     Histograms = 11,
     /// One interval's sampled call chains (sampler, `--call-graph fp`).
     Stacks = 12,
+    /// A stretch of layer-boundary I/O events (seed 003): the tracer's C API and C-library
+    /// calls, the sampler's system-call and block tracepoints ([`crate::layers`]).
+    Layers = 14,
 }
 
 impl RecordKind {
@@ -210,6 +214,7 @@ impl RecordKind {
             10 => Self::Edges,
             11 => Self::Histograms,
             12 => Self::Stacks,
+            14 => Self::Layers,
             _ => return None,
         })
     }

@@ -75,6 +75,7 @@
 //! | [`RecordKind::Edges`] | tracer | one interval's caller → callee edges: calls, exclusive and inclusive ns |
 //! | [`RecordKind::Histograms`] | tracer | one interval's call-duration histograms (log2 buckets of ns), per function |
 //! | [`RecordKind::Stacks`] | sampler | one interval's sampled call chains per program (`--call-graph fp`) |
+//! | [`RecordKind::Layers`] | both | a stretch of layer-boundary I/O events (seed 003): per event its time, layer, ADMIT/ISSUE/COMPLT/CALLBACK, request, object, offset, bytes ([`layers`]) |
 //! | [`RecordKind::End`] | both | clean end: nothing follows |
 //!
 //! The tracer writes an interval's Unwound, Edges and Histograms records (kinds 9–11; the
@@ -90,6 +91,7 @@
 mod crc;
 pub mod decode;
 pub mod encode;
+pub mod layers;
 pub mod layout;
 pub mod names;
 pub mod os_metrics;
@@ -105,4 +107,8 @@ pub use decode::{
     Records, SampleEntry, SamplesRec, StackEntry, StacksRec, StringsRec, UnwoundEntry, UnwoundRec,
 };
 pub use encode::{IntervalHead, IntervalRef, ObjectDesc, OsMetricsHead, RecordBuf, SamplesHead};
+pub use layers::{
+    layer_kind, layer_level, layer_op, LayerDesc, LayerEvent, LayersHead, LayersRec,
+    LAYERS_FIXED_SIZE, LAYER_EVENT_SIZE, MAX_LAYER_NAME, NO_OFFSET,
+};
 pub use layout::*;

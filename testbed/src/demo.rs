@@ -245,9 +245,9 @@ pub fn run_demo(cfg: &DemoConfig, tools: &Tools, out: &mut dyn Write) -> Result<
     })
 }
 
-/// `HH:MM:SS` (UTC) of a Unix time.
+/// `HH:MM:SS UTC` (or in the local zone `culprit` shows) of a Unix time.
 pub fn clock(t: f64) -> String {
-    format!("{} UTC", culprit_analysis::time::clock((t * 1e9) as u64))
+    culprit_analysis::time::clock_zoned((t * 1e9) as u64)
 }
 
 fn random_below(n: usize) -> usize {

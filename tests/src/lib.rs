@@ -64,9 +64,12 @@ pub fn runtime_lib() -> PathBuf {
     profile_dir().join("libculprit_rt.so")
 }
 
-/// A `Command` for the built `culprit` binary.
+/// A `Command` for the built `culprit` binary, with times for people in UTC (`TZ=UTC`) so
+/// tests that compare text do not depend on the machine's zone.
 pub fn culprit() -> Command {
-    Command::new(culprit_bin())
+    let mut cmd = Command::new(culprit_bin());
+    cmd.env("TZ", "UTC");
+    cmd
 }
 
 /// A temporary directory removed on drop (kept when `CULPRIT_KEEP_TEST_DIRS` is set).

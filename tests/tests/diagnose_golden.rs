@@ -45,3 +45,143 @@ fn human_and_json_reports() {
     let text = String::from_utf8_lossy(&json.stdout).replace(data, "DATA");
     check("diagnose.json", &text);
 }
+
+fn read_golden(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("golden")
+        .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The golden dataset in a new directory, and the golden file `name`.
+fn golden_dataset(dir: &str, name: &str) -> (TempDir, String) {
+    let dir = TempDir::new(dir);
+    write_peer_samples(dir.path(), true, true);
+    (dir, read_golden(name))
+}
+
+/// `s` without ANSI SGR escape codes (`ESC [ … m`).
+fn strip_sgr(s: &str) -> String {
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(i) = rest.find("\x1b[") {
+        out.push_str(&rest[..i]);
+        match rest[i..].find('m') {
+            Some(j) => rest = &rest[i + j + 1..],
+            None => return out,
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[test]
+fn colour_only_when_asked_or_on_a_terminal() {
+    let (dir, golden) = golden_dataset("diag-colour", "diagnose-human.txt");
+    let data = dir.path().to_str().unwrap();
+    // Forced: escape codes around the verdict words, and nothing else changed.
+    let always = culprit()
+        .args(["diagnose", data, "--color", "always"])
+        .output()
+        .unwrap();
+    assert_eq!(always.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&always.stdout);
+    assert!(text.contains("\x1b["), "no escape codes:\n{text}");
+    assert!(
+        text.contains("FAULTY\x1b[0m"),
+        "verdict not coloured:\n{text}"
+    );
+    assert_eq!(strip_sgr(&text), golden);
+    // CLICOLOR_FORCE forces colour when piped ...
+    let forced = culprit()
+        .args(["diagnose", data])
+        .env("CLICOLOR_FORCE", "1")
+        .env_remove("NO_COLOR")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&forced.stdout).contains("FAULTY\x1b[0m"));
+    // ... but piped (auto), NO_COLOR (even with CLICOLOR_FORCE) and never are plain text.
+    for (args, force, no_color) in [
+        (vec!["diagnose", data], false, false),
+        (vec!["diagnose", data], true, true),
+        (vec!["diagnose", data, "--color=never"], true, false),
+        (vec!["--color", "auto", "diagnose", data], true, true),
+    ] {
+        let mut cmd = culprit();
+        cmd.args(&args)
+            .env_remove("CLICOLOR_FORCE")
+            .env_remove("NO_COLOR");
+        if force {
+            cmd.env("CLICOLOR_FORCE", "1");
+        }
+        if no_color {
+            cmd.env("NO_COLOR", "1");
+        }
+        let out = cmd.output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(!text.contains('\x1b'), "{args:?}: escape codes:\n{text}");
+        // No progress drawn either: stderr is not a terminal.
+        assert_eq!(String::from_utf8_lossy(&out.stderr), "", "{args:?}");
+        assert_eq!(text, golden, "{args:?}");
+    }
+}
+
+#[test]
+fn times_for_people_are_local_unless_utc() {
+    let (dir, golden) = golden_dataset("diag-zone", "diagnose-human.txt");
+    let data = dir.path().to_str().unwrap();
+    let golden_json = read_golden("diagnose.json");
+    let run = |zone: &str, extra: &[&str]| {
+        let out = culprit()
+            .args(["diagnose", data])
+            .args(extra)
+            .env("TZ", zone)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{zone} {extra:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // Paris is UTC+1 on 2024-01-01: the data's 00:00:00Z is 01:00:00+01:00.
+    let paris = run("Europe/Paris", &[]);
+    assert!(
+        paris.starts_with(
+            "culprit diagnose: 4 nodes (io0, io1, io2, io3); 2024-01-01 01:00:00+01:00 – \
+             2024-01-01 01:06:00+01:00\n"
+        ),
+        "{paris}"
+    );
+    assert_ne!(paris, golden);
+    assert_eq!(run("Europe/Paris", &["--utc"]), golden);
+    // JSON stays UTC whatever the zone.
+    let json = run("Europe/Paris", &["--json"]).replace(data, "DATA");
+    assert_eq!(json, golden_json);
+}
+
+/// On a terminal (a pseudo-terminal from util-linux's `script`), `diagnose` draws its progress
+/// on stderr and clears it; the report itself is unchanged.
+#[test]
+fn progress_on_a_terminal() {
+    let have = std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !require(have, "`script` (util-linux) for a pseudo-terminal") {
+        return;
+    }
+    let (dir, _) = golden_dataset("diag-progress", "diagnose-human.txt");
+    let cmd = format!(
+        "{} diagnose {} --color never >/dev/null",
+        culprit_bin().display(),
+        dir.path().display()
+    );
+    let out = std::process::Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .env("TZ", "UTC")
+        .output()
+        .unwrap();
+    // The exit status of culprit (1: a faulty node) comes back through script -e.
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let tty = String::from_utf8_lossy(&out.stdout);
+    assert!(tty.contains("diagnosing"), "no progress drawn: {tty:?}");
+    assert!(tty.contains("% of the data"), "{tty:?}");
+}

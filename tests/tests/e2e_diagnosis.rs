@@ -2,7 +2,8 @@
 //! (LD_PRELOAD, one CULPRIT_NODE each), the machine sampled by one `culprit sample` assigning
 //! samples to nodes, `culprit train` on two fault-free runs, then `culprit diagnose` on a second
 //! fault-free run (nothing may be flagged) and on a run whose node io2 has its disk throttled to
-//! a quarter (io2 must be flagged, with its blocking writes on top of the time metric).
+//! a quarter (io2 must be flagged, with its blocking writes on top of the time metric, and its
+//! disk named as the lowest anomalous I/O layer of the server's own layers, seed 003).
 //!
 //! Shortened windows (WinSize 10 s, WinShift 5 s, k = 3; 1 s intervals); the algorithm is seed
 //! 000's. Budget: about three and a half minutes. Needs root (CI provides it).
@@ -186,6 +187,16 @@ fn diagnosis_flags_the_faulty_node_and_nothing_without_a_fault() {
         time_top.contains(&"io_pwrite"),
         "io_pwrite among the top time functions: {time_top:?}"
     );
+    // Seed 003 bottom-up on the servers' own layers (request → io-queue → disk): the throttled
+    // node's lowest anomalous layer is its disk, and no fault-free node has one.
+    eprintln!("I/O layers: {:#?}", v.diagnosis.layers);
+    let named: Vec<(&str, &str)> = v
+        .diagnosis
+        .layers
+        .iter()
+        .map(|f| (f.node.as_str(), f.layer.as_str()))
+        .collect();
+    assert_eq!(named, [("io2", "disk")], "{report}");
     assert_eq!(
         cluster::leftovers(cluster::PREFIX_STEM)
             .iter()

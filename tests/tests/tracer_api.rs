@@ -183,3 +183,35 @@ fn record_warns_about_an_uninstrumented_program() {
     );
     assert_eq!(stdout(&o), "");
 }
+
+/// In a shared data root, `record`'s closing line counts only the files of its own run: not a
+/// file another writer (here: a later command of the same shell, under node `other`) adds to
+/// the root meanwhile, nor files there from before.
+#[test]
+fn record_counts_only_its_own_files() {
+    let tmp = TempDir::new("rt-record-shared");
+    let exe = build(tmp.path(), "tracee.c", "tracee", "-O2", Link::Preload);
+    let data = tmp.join("data");
+    std::fs::create_dir_all(data.join("old")).unwrap();
+    std::fs::write(data.join("old/trace-7-1.cul"), b"").unwrap();
+    let out = run(culprit()
+        .args(["record", "-o"])
+        .arg(&data)
+        .args(["--node", "rec2", "--", "sh", "-c"])
+        .arg(r#""$0" leaf 10 && mkdir -p "$1/other" && : > "$1/other/trace-99-1.cul""#)
+        .arg(&exe)
+        .arg(&data));
+    let err = stderr(&out);
+    let mine = std::fs::read_dir(data.join("rec2"))
+        .unwrap()
+        .flatten()
+        .filter(|f| f.file_name().to_string_lossy().starts_with("trace-"))
+        .count();
+    assert!(mine >= 1, "{err}");
+    let plural = if mine == 1 { "" } else { "s" };
+    assert!(
+        err.contains(&format!("culprit: {mine} trace file{plural} written to ")),
+        "{mine} own files: {err}"
+    );
+    assert!(!err.contains("other") && !err.contains("old"), "{err}");
+}

@@ -12,6 +12,8 @@ pub const DEFAULT_DIR: &str = "culprit-data";
 /// Default `CULPRIT_INTERVAL_MS`.
 pub const DEFAULT_INTERVAL_MS: u64 = 1000;
 const MAX_INTERVAL_MS: u64 = 3_600_000;
+/// The variable that turns on the C library's I/O events.
+pub const IO_VAR: &str = "CULPRIT_IO";
 
 /// Validated configuration.
 #[derive(Clone, Debug)]
@@ -32,6 +34,8 @@ pub struct Config {
     pub graph: bool,
     /// `CULPRIT_HIST=1`: record call-duration histograms.
     pub hist: bool,
+    /// `CULPRIT_IO=1`: record the C library's I/O calls on files as layer events (`io`).
+    pub io: bool,
 }
 
 fn var(name: &str) -> Option<String> {
@@ -72,6 +76,7 @@ impl Config {
         };
         let graph = flag("CULPRIT_GRAPH", warnings);
         let hist = flag("CULPRIT_HIST", warnings);
+        let io = flag(IO_VAR, warnings);
         let include_raw = var("CULPRIT_INCLUDE").unwrap_or_default();
         let exclude_raw = var("CULPRIT_EXCLUDE").unwrap_or_default();
         Config {
@@ -86,6 +91,7 @@ impl Config {
             exclude_raw,
             graph,
             hist,
+            io,
         }
     }
 

@@ -121,9 +121,14 @@ pub fn for_each_symbol(
 /// True when the object at `path` refers to `__cyg_profile_func_enter` without defining it
 /// (it was compiled with `-finstrument-functions`).
 pub fn calls_hooks(path: &Path) -> bool {
+    refers_to(path, &[b"__cyg_profile_func_enter"])
+}
+
+/// True when the object at `path` refers to one of `names` without defining it.
+pub fn refers_to(path: &Path, names: &[&[u8]]) -> bool {
     let mut found = false;
     let _ = for_each_symbol(path, Tables::Dynamic, |s| {
-        found |= !s.defined && s.name == b"__cyg_profile_func_enter";
+        found |= !s.defined && names.contains(&s.name);
     });
     found
 }

@@ -46,7 +46,7 @@ use std::collections::HashMap;
 use culprit_format::procfs::Proc;
 use culprit_format::{
     end_reason, info_keys, interval_flags, names, object_flags, procfs, records_at, EdgeEntry,
-    Histogram, IntervalEntry, IntervalHead, IntervalRef, ObjectDesc, Record, RecordBuf,
+    Histogram, IntervalEntry, IntervalHead, IntervalRef, LayersHead, ObjectDesc, Record, RecordBuf,
     UnwoundEntry, HIST_BUCKETS,
 };
 
@@ -56,7 +56,7 @@ use crate::config::Config;
 use crate::control::{req, CURRENT_FILE, CURRENT_NODE, DONE, NODE_REQUEST, PENDING, REQ};
 use crate::objects::{Obj, Tracker};
 use crate::output::{TraceOut, WriteError};
-use crate::{decide, pool, procinfo, sys};
+use crate::{decide, io, pool, procinfo, sys};
 
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
 
@@ -123,6 +123,8 @@ pub struct Flusher {
     failing: Option<(u64, String)>,
     idle: Vec<pool::Idle>,
     buf: RecordBuf,
+    /// Where the last Layers record's span ended (see `io`).
+    io_span: u64,
 }
 
 impl Flusher {
@@ -158,6 +160,7 @@ impl Flusher {
             failing: None,
             idle: Vec::new(),
             buf: RecordBuf::new(),
+            io_span: start_ns,
         }
     }
 
@@ -679,9 +682,24 @@ impl Flusher {
         }
     }
 
+    /// Commits the layer events the threads marked since the last call (see `io`), when there
+    /// are any: every 100 ms, so a crash loses at most that much of them.
+    fn write_layers(&mut self) {
+        let mut rec = RecordBuf::new();
+        // Ticks become ns with the ratio measured so far (the first interval's would otherwise
+        // use the 1 ns per tick it starts with).
+        self.cal.refine();
+        if !io::drain_into(&mut rec, &self.cal, &mut self.io_span) || !self.ensure_open() {
+            return;
+        }
+        self.buf.append(&rec);
+        self.commit();
+    }
+
     /// The process exits (`exit`, `_exit`): the last interval and the end marker. A forked
     /// child that counted nothing leaves no file.
     fn exit(&mut self, now: u64) {
+        self.write_layers();
         self.collect();
         let nothing = self.agg.is_empty() && self.unaccounted == Unaccounted::default();
         if self.out.is_none() && nothing {
@@ -697,6 +715,7 @@ impl Flusher {
     /// storing in [`DONE`] the value of `REQ` it read before taking the bits. It sleeps only
     /// when every request it has seen is acknowledged, so none waits for the next interval.
     pub fn run(mut self) {
+        io::thread_off();
         let mut next_checkpoint = (sys::realtime_ns() / CHECKPOINT_NS + 1) * CHECKPOINT_NS;
         loop {
             let seen = REQ.load(Acquire);
@@ -712,6 +731,7 @@ impl Flusher {
                 self.switch_node(now);
             }
             if pending & req::FLUSH != 0 {
+                self.write_layers();
                 self.write_partial(now);
             }
             if pending & req::EXIT != 0 {
@@ -722,6 +742,7 @@ impl Flusher {
                 return;
             }
             if now >= next_checkpoint {
+                self.write_layers();
                 self.checkpoint();
                 next_checkpoint = (now / CHECKPOINT_NS + 1) * CHECKPOINT_NS;
             }
@@ -761,6 +782,18 @@ fn carry_over(queue: &[u8]) -> Vec<u8> {
             Ok(Record::Histograms(h)) => {
                 let hs: Vec<Histogram> = h.entries().collect();
                 buf.histograms(&extra_ref(h.interval), &hs);
+            }
+            Ok(Record::Layers(l)) => {
+                let layers: Vec<_> = l.layers().collect();
+                buf.layers(
+                    &LayersHead {
+                        span_start_ns: l.span_start_ns,
+                        span_end_ns: l.span_end_ns,
+                        dropped: l.dropped,
+                    },
+                    &layers,
+                    l.events(),
+                );
             }
             Ok(Record::End(e)) => buf.end(e.end_ns, e.reason),
             Ok(_) => {}

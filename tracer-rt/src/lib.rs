@@ -59,6 +59,7 @@ pub mod decide;
 pub mod elf;
 pub mod flusher;
 pub mod glob;
+pub mod io;
 pub mod objects;
 pub mod output;
 pub mod pool;

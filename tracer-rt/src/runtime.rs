@@ -12,7 +12,7 @@ use crate::control::{
 use crate::flusher::{Flusher, Origin};
 use crate::output::WriteError;
 use crate::sys::{self, Publish};
-use crate::{block, decide, elf, objects, pool};
+use crate::{block, decide, elf, io, objects, pool};
 
 static CONFIG: Publish<Config> = Publish::new();
 
@@ -60,10 +60,17 @@ pub fn start() {
     }
     let objs = objects::scan();
     // A program (and its libraries) that never calls the hooks is left alone: no file, no
-    // thread. This keeps `culprit record -- sh -c …` from writing files for the shell.
-    if !objs
-        .iter()
-        .any(|o| o.has_file() && elf::calls_hooks(o.path.as_ref()))
+    // thread. This keeps `culprit record -- sh -c …` from writing files for the shell. One that
+    // marks layer events, or whose C-library I/O is to be recorded (`CULPRIT_IO=1`), is traced.
+    let io_asked = std::env::var_os(crate::config::IO_VAR).is_some_and(|v| v == "1");
+    if !io_asked
+        && !objs.iter().any(|o| {
+            o.has_file()
+                && elf::refers_to(
+                    o.path.as_ref(),
+                    &[b"__cyg_profile_func_enter", b"culprit_io_layer"],
+                )
+        })
     {
         STATE.store(state::OFF, Release);
         return;
@@ -119,6 +126,9 @@ pub fn start() {
         return;
     }
     STATE.store(state::ACTIVE, Release);
+    if !io::enable(cfg.io) && cfg.io {
+        say("cannot set up I/O layer events; recording function calls only");
+    }
     if !sys::spawn_detached::<block::ThreadBlock>(Box::new(move || flusher.run())) {
         say("cannot start the flusher thread; running untraced");
         STATE.store(state::OFF, Release);
@@ -244,6 +254,7 @@ extern "C" fn after_fork_child() {
         return;
     }
     pool::after_fork(pool::current());
+    io::after_fork();
     PENDING.store(0, Relaxed);
     REQ.store(0, Relaxed);
     DONE.store(0, Relaxed);

@@ -169,6 +169,8 @@ pub struct TraceFile {
     pub intervals: Vec<TraceInterval>,
     /// The checkpoint found at the last read, not yet known to be usable.
     pub(super) checkpoint: Option<TraceInterval>,
+    /// Layer-boundary I/O events, in file order (`analysis::layers` reads them).
+    pub layers: Vec<LayerStretch>,
     /// The last of `intervals` is the checkpoint.
     pub(super) provisional: bool,
     pub(super) consumed: u64,
@@ -195,6 +197,35 @@ impl TraceFile {
             .rev()
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_str())
+    }
+}
+
+/// One Layers record (record kind 14): a stretch of layer-boundary I/O events as a writer
+/// collected them, with the layers its events name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LayerStretch {
+    /// Wall-clock span the events were collected over.
+    pub span: (u64, u64),
+    /// Events the writer lost in the stretch.
+    pub dropped: u32,
+    /// (id, name, level) of the layers the events name.
+    pub layers: Vec<(u16, Arc<str>, i32)>,
+    /// The events (not sorted across threads).
+    pub events: Vec<culprit_format::LayerEvent>,
+}
+
+impl LayerStretch {
+    /// Decodes a Layers record.
+    pub fn of(rec: &culprit_format::LayersRec<'_>) -> LayerStretch {
+        LayerStretch {
+            span: (rec.span_start_ns, rec.span_end_ns),
+            dropped: rec.dropped,
+            layers: rec
+                .layers()
+                .map(|d| (d.id, Arc::from(d.name.as_ref()), d.level))
+                .collect(),
+            events: rec.events().collect(),
+        }
     }
 }
 
@@ -287,6 +318,8 @@ pub struct SampleFile {
     pub events: Vec<EventInterval>,
     /// OS metric intervals in file order (their interval is independent of the samples').
     pub os: Vec<OsInterval>,
+    /// Layer-boundary I/O events (system calls, block layer), in file order.
+    pub layers: Vec<LayerStretch>,
     pub(super) consumed: u64,
     pub(super) strings: HashMap<u32, Arc<str>>,
 }
@@ -330,6 +363,7 @@ pub(super) fn empty_trace() -> TraceFile {
         exec_successor: None,
         intervals: Vec::new(),
         checkpoint: None,
+        layers: Vec::new(),
         provisional: false,
         consumed: DATA_OFFSET,
         objects: Vec::new(),
@@ -347,6 +381,7 @@ pub(super) fn empty_samples() -> SampleFile {
         intervals: Vec::new(),
         events: Vec::new(),
         os: Vec::new(),
+        layers: Vec::new(),
         consumed: DATA_OFFSET,
         strings: HashMap::new(),
     }

@@ -27,8 +27,9 @@ mod symbols;
 
 use files::{empty_samples, empty_trace, merge_edges, merge_hists, merge_trace_entries};
 pub use files::{
-    EventCount, EventInterval, FileStatus, NodeData, OsInterval, OsValue, SampleCount, SampleFile,
-    SampleInterval, TraceEdge, TraceEntry, TraceFile, TraceHist, TraceInterval,
+    EventCount, EventInterval, FileStatus, LayerStretch, NodeData, OsInterval, OsValue,
+    SampleCount, SampleFile, SampleInterval, TraceEdge, TraceEntry, TraceFile, TraceHist,
+    TraceInterval,
 };
 pub use names::{EventId, FuncId, FuncKey, Interner, Names, OsMetricId, OsMetricKey, ProgramId};
 pub use source::{DirSource, NodeListing, ReadAt, Source};
@@ -159,7 +160,9 @@ impl Dataset {
             )));
         }
         Err(Error::Data(format!(
-            "no node data found in {} (expected DATA/<node>/*.cul)",
+            "no node data found in {}: expected one directory per node, DATA/<node>/, holding \
+             trace-*.cul files (from `culprit record`) or samples-*.cul files (from `culprit \
+             sample`)",
             self.source.describe()
         )))
     }
@@ -541,6 +544,7 @@ impl Dataset {
             Record::End(e) => {
                 t.end_ns = Some(e.end_ns);
             }
+            Record::Layers(l) => t.layers.push(LayerStretch::of(&l)),
             _ => {}
         }
     }
@@ -641,6 +645,7 @@ impl Dataset {
                 stats.new_intervals += 1;
             }
             Record::End(e) => s.end_ns = Some(e.end_ns),
+            Record::Layers(l) => s.layers.push(LayerStretch::of(&l)),
             _ => {}
         }
     }

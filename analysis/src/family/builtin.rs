@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use super::layers::Layers;
 use super::sampler::{Events, Samples};
 use super::tracer::{Count, EdgeCount, EdgeTime, Latency, Time};
 use super::{Features, Metric, MetricFamily};
@@ -24,6 +25,7 @@ pub fn for_features(features: Features) -> Vec<Arc<dyn MetricFamily>> {
         time,
         Arc::new(Events),
         Arc::new(Latency),
+        Arc::new(Layers),
     ]
 }
 

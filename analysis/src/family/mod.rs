@@ -8,7 +8,8 @@
 //! also bring its own WinSize and WinShift.
 //!
 //! Built in: [`sampler::Samples`] and [`sampler::Events`] (from `culprit sample`),
-//! [`tracer::Count`] and [`tracer::Time`] (from the tracing runtime). A new family implements
+//! [`tracer::Count`] and [`tracer::Time`] (from the tracing runtime), [`tracer::Latency`], and
+//! [`layers::Layers`] (layer-boundary I/O events). A new family implements
 //! [`MetricFamily`] (and a [`FamilyReader`] for its records), gets a [`Metric`] name, and is
 //! listed in [`builtin::all`] and [`Metric::BUILTIN`].
 
@@ -25,6 +26,7 @@ use crate::error::Result;
 use crate::model::{CompIdx, CompLabel, CompValue, Interval, IntervalData};
 
 pub mod builtin;
+pub mod layers;
 pub mod sampler;
 pub mod tracer;
 
@@ -45,14 +47,17 @@ impl Metric {
     /// Call-duration distributions per function, from the tracer's histograms
     /// (`CULPRIT_HIST=1`), compared with the CDF distance.
     pub const LATENCY: Metric = Metric("latency");
+    /// Time per I/O layer and stage of the requests completed, per second (seed 003), ms.
+    pub const LAYERS: Metric = Metric("layers");
 
     /// The built-in metrics, in report order.
-    pub const BUILTIN: [Metric; 5] = [
+    pub const BUILTIN: [Metric; 6] = [
         Metric::SAMPLES,
         Metric::COUNT,
         Metric::TIME,
         Metric::EVENTS,
         Metric::LATENCY,
+        Metric::LAYERS,
     ];
 
     /// A metric called `name` (a family's identity; names are unique).
@@ -108,7 +113,7 @@ impl<'de> Deserialize<'de> for Metric {
         let s = String::deserialize(d)?;
         Metric::from_name(&s).ok_or_else(|| {
             serde::de::Error::custom(format!(
-                "unknown metric {s:?} (this culprit knows samples, count, time, events, latency)"
+                "unknown metric {s:?} (this culprit knows samples, count, time, events, latency, layers)"
             ))
         })
     }

@@ -9,13 +9,15 @@ use culprit_analysis::diagnosis::ClosedWindow;
 use culprit_analysis::distance::Distance;
 use culprit_analysis::family::Features;
 use culprit_analysis::live::LiveStatus;
-use culprit_analysis::plan::{Progress, Quiet};
+use culprit_analysis::plan::Progress;
 use culprit_analysis::score::ScoreKind;
 use culprit_analysis::session::{self, DiagnoseRequest, Follow};
 use culprit_analysis::setup::{Overrides, Setup, TrainedThresholds};
 use culprit_analysis::thresholds::{ThresholdRule, Weighting};
 use culprit_analysis::time::{fmt_dur, parse_duration_ns};
 use culprit_analysis::train::{self, TrainingRun};
+
+use crate::progress::Bar;
 
 pub mod openmetrics;
 pub mod render;
@@ -67,7 +69,7 @@ pub struct AnalysisArgs {
     /// recorded with CULPRIT_GRAPH=1; root cause then names the edge) [default: functions]
     #[arg(long, value_enum)]
     pub features: Option<Features>,
-    /// Metrics to analyse, comma-separated: samples,count,time,events,latency [default: all
+    /// Metrics to analyse, comma-separated: samples,count,time,events,latency,layers [default: all
     /// with data]
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub metrics: Vec<String>,
@@ -171,7 +173,9 @@ impl AnalysisArgs {
 pub fn run_train(args: TrainArgs) -> anyhow::Result<i32> {
     let setup = Setup::resolve(&args.analysis.overrides(), None)?;
     let runs = args.data.iter().map(|p| TrainingRun::dir(p)).collect();
-    let training = train::train(&setup, runs, args.threshold_rule, &mut Quiet)?;
+    let mut bar = Bar::new("training");
+    let training = train::train(&setup, runs, args.threshold_rule, &mut bar)?;
+    drop(bar);
     let file = &training.file;
     file.save(&args.out)?;
     let stdout = std::io::stdout();
@@ -254,7 +258,8 @@ pub fn run_diagnose(args: DiagnoseArgs) -> anyhow::Result<i32> {
         };
         session::diagnose(&setup, trained.as_ref(), req, &mut live)?
     } else {
-        session::diagnose(&setup, trained.as_ref(), req, &mut Quiet)?
+        let mut bar = Bar::new("diagnosing");
+        session::diagnose(&setup, trained.as_ref(), req, &mut bar)?
     };
     if args.json && args.follow {
         // After the window events' JSON lines: the report on one line too.

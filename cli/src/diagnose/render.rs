@@ -11,6 +11,8 @@ use culprit_analysis::diagnosis::{
 use culprit_analysis::time::{fmt_dur, fmt_wall, parse_time, TimeSpec};
 use culprit_analysis::Diagnosis;
 
+use crate::style::verdict as paint;
+
 /// A value in a metric's unit, for people; milliseconds read as durations.
 pub fn fmt_value(unit: &str, v: f64) -> String {
     match unit {
@@ -95,8 +97,9 @@ pub fn print_human(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
         )?,
         (None, _) => writeln!(
             out,
-            "thresholds: UNTRAINED — robust per-window rule (docs/thresholds.md); train on \
-             fault-free runs with `culprit train` for sharper verdicts"
+            "thresholds: {} — robust per-window rule (docs/thresholds.md); train on \
+             fault-free runs with `culprit train` for sharper verdicts",
+            paint("UNTRAINED", 0)
         )?,
     }
     writeln!(out)?;
@@ -112,7 +115,7 @@ pub fn print_human(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
                 out,
                 "VERDICT: {} is {} — {}",
                 v.node,
-                v.combined.verdict.word(),
+                paint(v.combined.verdict.word(), 0),
                 v.combined.reason
             )?;
         }
@@ -125,11 +128,12 @@ pub fn print_human(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
         writeln!(
             out,
             "{}: {} — {}",
-            v.combined.verdict.word(),
+            paint(v.combined.verdict.word(), 0),
             v.node,
             v.combined.reason
         )?;
     }
+    print_layers(r, out)?;
     writeln!(out)?;
     // Verdict table.
     let w = r.nodes.iter().map(|n| n.len()).max().unwrap_or(4).max(4);
@@ -147,9 +151,9 @@ pub fn print_human(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
                 Some(MetricStatus::Ok) => "ok",
                 _ => "-",
             };
-            write!(out, "  {word:<10}")?;
+            write!(out, "  {}", paint(word, 10))?;
         }
-        writeln!(out, "  {}", v.combined.verdict.word())?;
+        writeln!(out, "  {}", paint(v.combined.verdict.word(), 0))?;
     }
     if !r.findings.is_empty() {
         writeln!(out)?;
@@ -334,6 +338,55 @@ pub fn print_window(ev: &ClosedWindow, k: usize, out: &mut impl Write) -> std::i
         )?;
     }
     Ok(())
+}
+
+/// The bottom-up I/O layer findings (seed 003), one line per node.
+fn print_layers(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
+    for f in &r.layers {
+        let Some(lowest) = f.layers.first() else {
+            continue;
+        };
+        let what: Vec<String> = lowest
+            .anomalies
+            .iter()
+            .map(|a| {
+                format!(
+                    "{} {} {} vs the peers' {} {} ({} of {} s)",
+                    a.characteristic.name(),
+                    num(a.node_value),
+                    a.unit,
+                    num(a.peers_value),
+                    a.unit,
+                    a.slots_anomalous,
+                    a.slots_compared
+                )
+            })
+            .collect();
+        write!(
+            out,
+            "I/O LAYERS: {} — lowest anomalous layer {}: {}",
+            f.node,
+            f.layer,
+            what.join(", ")
+        )?;
+        let above: Vec<&str> = f.layers[1..].iter().map(|l| l.layer.as_str()).collect();
+        if !above.is_empty() {
+            write!(out, "; also anomalous above it: {}", above.join(", "))?;
+        }
+        writeln!(out)?;
+    }
+    Ok(())
+}
+
+/// A value with three significant digits or so.
+fn num(v: f64) -> String {
+    if v.abs() >= 100.0 {
+        format!("{v:.0}")
+    } else if v.abs() >= 1.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.3}")
+    }
 }
 
 #[cfg(test)]

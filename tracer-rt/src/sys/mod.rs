@@ -14,6 +14,8 @@ use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize};
 
 pub mod ffi;
 pub mod hooks;
+pub mod interpose;
+pub mod io;
 
 // ---------------------------------------------------------------------------------------------
 // Thread-local words.
@@ -263,18 +265,18 @@ impl<T: Zeroable> OnceRef<T> {
 
 /// A lock-free list of `&'static T`, only ever appended to, with room for `N`.
 #[derive(Debug)]
-pub struct Registry<T: ThreadData, const N: usize> {
+pub struct Registry<T: Zeroable, const N: usize> {
     items: [AtomicPtr<T>; N],
     len: AtomicUsize,
 }
 
-impl<T: ThreadData, const N: usize> Default for Registry<T, N> {
+impl<T: Zeroable, const N: usize> Default for Registry<T, N> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<T: ThreadData, const N: usize> Registry<T, N> {
+impl<T: Zeroable, const N: usize> Registry<T, N> {
     /// Empty.
     pub const fn new() -> Self {
         Registry {
