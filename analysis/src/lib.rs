@@ -19,7 +19,8 @@
 //! * [`combine`], [`missing`], [`resource`] — the combined verdict, missing-data findings, and
 //!   the resource at fault (seed 001's checklist); [`stacks`] — where each thread is, stuck
 //!   calls and a stopped node's last call; [`paused`] — nodes stopped by a signal, not slow;
-//! * [`diagnosis`] — the typed [`Diagnosis`], serialised as the JSON report;
+//! * [`diagnosis`] — the typed [`Diagnosis`], serialised as the JSON report; [`live`] — a
+//!   diagnosis in progress at one moment (`--follow`);
 //! * [`setup`] — options resolved into settings; [`plan`] — what diagnosis and training share
 //!   (the metrics to run, the analyzer, [`plan::Progress`]); [`session`] and [`train`] — settings
 //!   to a diagnosis or a thresholds file, offline or following a run in progress;
@@ -45,6 +46,7 @@ pub mod feed;
 pub mod filter;
 pub mod latency;
 pub mod layers;
+pub mod live;
 pub mod missing;
 pub mod model;
 pub mod paused;

@@ -11,6 +11,7 @@ use crate::diagnosis::ClosedWindow;
 use crate::error::{Error, Result};
 use crate::family::{KeepSettings, Metric, Windows};
 use crate::feed::{self, Survey};
+use crate::live::LiveStatus;
 use crate::policy::{Policy, Weights};
 use crate::score::NormalProfiles;
 use crate::setup::Setup;
@@ -251,6 +252,18 @@ pub trait Progress {
 
     /// `--follow` stopped: every writer ended, or the time limit passed.
     fn stopped_following(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    /// `--follow`: true when [`Progress::live`] is wanted (each call copies the analysis so
+    /// far and builds the interim report).
+    fn wants_live(&self) -> bool {
+        false
+    }
+
+    /// `--follow`: the diagnosis as it stands — when following starts, after windows close, and
+    /// once more at the end ([`LiveStatus::finished`]).
+    fn live(&mut self, _status: LiveStatus) -> std::io::Result<()> {
         Ok(())
     }
 }

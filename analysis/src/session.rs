@@ -7,12 +7,13 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::analyzer::{Analyzer, MIN_NODES};
+use crate::analyzer::{Analyzer, Outcome, MIN_NODES};
 use crate::data::{Dataset, DirSource, FileStatus, NodeData, Source};
 use crate::diagnosis::{ClosedWindow, Diagnosis, OsSettings, ReportInput};
 use crate::error::{Error, Result};
 use crate::family::Metric;
 use crate::feed::{self, Feeder, Survey};
+use crate::live::LiveStatus;
 use crate::missing::{self, Ending, Finding};
 use crate::plan::{
     build_analyzer, check_nodes, dedup, keep_settings, outcome_notes, plan_metrics, MetricPlan,
@@ -210,8 +211,17 @@ pub fn diagnose(
         }
     }
     let mut feeder = Feeder::new(&analyzer, setup.settings.by_program);
+    let reporting = Reporting {
+        setup,
+        survey: &survey,
+        plan: &plan,
+        trained,
+        data: req.data,
+        top: req.top,
+        notes,
+    };
     match req.follow {
-        Some(f) => follow(f, &survey, &mut ds, &mut analyzer, &mut feeder, progress)?,
+        Some(f) => follow(f, &reporting, &mut ds, &mut analyzer, &mut feeder, progress)?,
         None => {
             let span = data_span(&ds);
             feeder.feed(
@@ -228,49 +238,7 @@ pub fn diagnose(
         }
     }
     let outcome = analyzer.into_outcome();
-    outcome_notes(
-        &outcome,
-        setup,
-        &keep_settings(setup, &survey).0,
-        &mut notes,
-    );
-    let coarsest = survey.coarsest.values().copied().max().unwrap_or(NS_PER_S);
-    let grace = missing::grace(setup.settings.win_shift_ns, coarsest);
-    let mut findings = activity_findings(
-        &ds,
-        missing::findings(&outcome, &plan.reported, grace, |n| ending_of(&ds, n)),
-    );
-    findings.extend(damage_findings(&ds));
-    let peers = setup.peers_text(outcome.names.len());
-    let levels = DatasetLevels::new(&ds);
-    let mut diagnosis = Diagnosis::build(
-        &outcome,
-        ReportInput {
-            data: req.data,
-            thresholds_file: trained.map(|t| t.name.clone()),
-            reported: &plan.reported,
-            findings,
-            notes: dedup(notes),
-            warnings: ds.warnings.clone(),
-            top: req.top,
-            peers,
-            by_program: setup.settings.by_program,
-            os: OsSettings {
-                windows: setup.os_windows(),
-                smoothing: setup.settings.smoothing.unwrap_or(DEFAULT_SMOOTHING),
-            },
-            levels: Some(&levels),
-        },
-    );
-    // Seed 003: the I/O layers' characteristics, compared bottom-up across the peers.
-    if let Some(t) = crate::layers::table(&ds.nodes) {
-        let layers = diagnosis.metric(Metric::LAYERS);
-        let since = |node: &str| {
-            let n = layers?.nodes.iter().find(|n| n.node == node)?;
-            n.anomalous_windows.first().map(|w| w.start_ns)
-        };
-        diagnosis.layers = crate::layers::bottom_up(&t, &since);
-    }
+    let diagnosis = reporting.report(&outcome, &ds);
     // "No node flagged" must mean that nodes were compared and found alike: with fewer windows
     // than a verdict needs (k), say so instead (a stopped node needs no window).
     let complete = outcome
@@ -293,6 +261,88 @@ pub fn diagnose(
         });
     }
     Ok(diagnosis)
+}
+
+/// What the report says besides the analysis' outcome; one [`Reporting::report`] builds the
+/// final report and, in `--follow`, the interim ones.
+struct Reporting<'a> {
+    setup: &'a Setup,
+    survey: &'a Survey,
+    plan: &'a MetricPlan,
+    trained: Option<&'a TrainedThresholds>,
+    data: Vec<String>,
+    top: usize,
+    notes: Vec<String>,
+}
+
+impl Reporting<'_> {
+    /// The report of `outcome` on the data `ds`.
+    fn report(&self, outcome: &Outcome, ds: &Dataset) -> Diagnosis {
+        let setup = self.setup;
+        let mut notes = self.notes.clone();
+        outcome_notes(
+            outcome,
+            setup,
+            &keep_settings(setup, self.survey).0,
+            &mut notes,
+        );
+        let coarsest = self
+            .survey
+            .coarsest
+            .values()
+            .copied()
+            .max()
+            .unwrap_or(NS_PER_S);
+        let grace = missing::grace(setup.settings.win_shift_ns, coarsest);
+        let mut findings = activity_findings(
+            ds,
+            missing::findings(outcome, &self.plan.reported, grace, |n| ending_of(ds, n)),
+        );
+        findings.extend(damage_findings(ds));
+        let peers = setup.peers_text(outcome.names.len());
+        let levels = DatasetLevels::new(ds);
+        let mut diagnosis = Diagnosis::build(
+            outcome,
+            ReportInput {
+                data: self.data.clone(),
+                thresholds_file: self.trained.map(|t| t.name.clone()),
+                reported: &self.plan.reported,
+                findings,
+                notes: dedup(notes),
+                warnings: ds.warnings.clone(),
+                top: self.top,
+                peers,
+                by_program: setup.settings.by_program,
+                os: OsSettings {
+                    windows: setup.os_windows(),
+                    smoothing: setup.settings.smoothing.unwrap_or(DEFAULT_SMOOTHING),
+                },
+                levels: Some(&levels),
+            },
+        );
+        // Seed 003: the I/O layers' characteristics, compared bottom-up across the peers.
+        if let Some(t) = crate::layers::table(&ds.nodes) {
+            let layers = diagnosis.metric(Metric::LAYERS);
+            let since = |node: &str| {
+                let n = layers?.nodes.iter().find(|n| n.node == node)?;
+                n.anomalous_windows.first().map(|w| w.start_ns)
+            };
+            diagnosis.layers = crate::layers::bottom_up(&t, &since);
+        }
+        diagnosis
+    }
+
+    /// The state of the analysis so far, for [`Progress::live`].
+    fn live(&self, analyzer: &Analyzer, ds: &Dataset, finished: bool) -> LiveStatus {
+        let outcome = analyzer.outcome();
+        let report = self.report(&outcome, ds);
+        LiveStatus::new(
+            &outcome,
+            report,
+            |n| ending_of(ds, n) == Ending::Damaged,
+            finished,
+        )
+    }
 }
 
 /// First start and last end of the data (for progress).
@@ -440,7 +490,9 @@ fn has_any_record(setup: &Setup, node: &NodeData) -> bool {
 }
 
 /// Opens the data of a run that may have just started: waits (up to the limit) until at least
-/// [`MIN_NODES`] nodes have written a record.
+/// [`MIN_NODES`] nodes have written a record — of each metric asked for with `--metrics`, since
+/// the metrics analysed are planned from the data present when following starts (a sampler
+/// writes its first profile later than the tracer).
 fn wait_for_nodes(source: Box<dyn Source>, setup: &Setup, f: Follow) -> Result<Dataset> {
     let started = Instant::now();
     let limit = f.limit.unwrap_or(Duration::MAX);
@@ -448,7 +500,16 @@ fn wait_for_nodes(source: Box<dyn Source>, setup: &Setup, f: Follow) -> Result<D
     loop {
         if ds.refresh().is_ok() {
             let with_records = ds.nodes.iter().filter(|n| has_any_record(setup, n)).count();
-            if with_records >= MIN_NODES {
+            let asked_for_present = setup.metrics.iter().flatten().all(|&m| {
+                let family = setup.family(m);
+                let with = ds
+                    .nodes
+                    .iter()
+                    .filter(|n| feed::has_records(family.as_ref(), n))
+                    .count();
+                with >= MIN_NODES
+            });
+            if with_records >= MIN_NODES && asked_for_present {
                 return Ok(ds);
             }
         }
@@ -465,21 +526,33 @@ fn wait_for_nodes(source: Box<dyn Source>, setup: &Setup, f: Follow) -> Result<D
 /// `--follow`: the offline path, fed after each refresh of the dataset.
 fn follow(
     f: Follow,
-    survey: &Survey,
+    reporting: &Reporting<'_>,
     ds: &mut Dataset,
     analyzer: &mut Analyzer,
     feeder: &mut Feeder,
     progress: &mut dyn Progress,
 ) -> Result<()> {
     let started = Instant::now();
-    let finest = survey.slots.values().copied().min().unwrap_or(NS_PER_S);
+    let finest = reporting
+        .survey
+        .slots
+        .values()
+        .copied()
+        .min()
+        .unwrap_or(NS_PER_S);
     let poll = Duration::from_nanos((finest / 4).clamp(20_000_000, 1_000_000_000));
     progress.following(ds.nodes.len()).map_err(Error::Output)?;
     let no_chunks = |_: &Analyzer, _, _| Ok(());
+    let mut first = true;
     loop {
         feeder.feed(ds, analyzer, None, no_chunks)?;
         let events = analyzer.advance(Some(now_ns()));
         report_windows(analyzer, &events, progress)?;
+        if progress.wants_live() && (first || !events.is_empty()) {
+            let status = reporting.live(analyzer, ds, false);
+            progress.live(status).map_err(Error::Output)?;
+        }
+        first = false;
         let all_ended = ds.nodes.iter().all(|n| {
             n.traces.iter().all(|t| t.status != FileStatus::Open)
                 && n.samples.iter().all(|s| s.status != FileStatus::Open)
@@ -494,5 +567,9 @@ fn follow(
     feeder.feed(ds, analyzer, None, no_chunks)?;
     let events = analyzer.advance(None);
     report_windows(analyzer, &events, progress)?;
+    if progress.wants_live() {
+        let status = reporting.live(analyzer, ds, true);
+        progress.live(status).map_err(Error::Output)?;
+    }
     progress.stopped_following().map_err(Error::Output)
 }

@@ -8,9 +8,18 @@
 //! alike, not identical: different disks, different shares of metadata), and `z ~ N(0, 1)` is
 //! fresh noise. A fault multiplies some functions of one node by a factor for a while.
 
-use crate::analyzer::Analyzer;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::analyzer::{Analyzer, AnalyzerConfig, MetricConfig};
+use crate::diagnosis::{Diagnosis, OsSettings, ReportInput};
+use crate::distance::Distance;
+use crate::family::tracer::Time;
+use crate::family::{KeepRule, Metric, Windows};
+use crate::live::LiveStatus;
 use crate::model::{CompLabel, Interval, IntervalData};
-use crate::score::SplitMix64;
+use crate::policy::Policy;
+use crate::score::{Peers, ScoreKind, SplitMix64};
 use crate::time::NS_PER_S;
 
 /// A fault: node `node` does `factor` times the usual amount of function `func` during
@@ -196,5 +205,61 @@ impl Scenario {
                 .expect("synthetic data fits the windows");
         });
         analyzer.advance(None);
+    }
+
+    /// The state `diagnose --follow` would report at the end of this scenario: the time family
+    /// alone, 6 s windows every 3 s, k = 3, every node held to the trained threshold
+    /// `threshold`; `damaged(node)` marks nodes with a damaged file.
+    pub fn live_status(&self, threshold: f64, damaged: impl Fn(&str) -> bool) -> LiveStatus {
+        let cfg = AnalyzerConfig {
+            windows: Windows {
+                size_ns: 6 * NS_PER_S,
+                shift_ns: 3 * NS_PER_S,
+            },
+            k: 3,
+            distance: Distance::Manhattan,
+            score: ScoreKind::MedianNode,
+            peers: Peers::Auto,
+            keep_scores: true,
+        };
+        let metric = MetricConfig {
+            family: Arc::new(Time),
+            slot_ns: NS_PER_S,
+            lag_ns: 2 * NS_PER_S,
+            keep: KeepRule::AtLeast(1.0),
+            policy: Policy::Trained {
+                by_node: HashMap::new(),
+                fallback: threshold,
+                shared: None,
+            },
+            weights: None,
+            normal: None,
+        };
+        let mut a = Analyzer::new(cfg, vec![metric]);
+        self.feed(&mut a, 0);
+        let outcome = a.outcome();
+        let report = Diagnosis::build(
+            &outcome,
+            ReportInput {
+                data: Vec::new(),
+                thresholds_file: None,
+                reported: &[Metric::TIME],
+                findings: Vec::new(),
+                notes: Vec::new(),
+                warnings: Vec::new(),
+                top: 3,
+                peers: String::new(),
+                by_program: false,
+                os: OsSettings {
+                    windows: Windows {
+                        size_ns: 6 * NS_PER_S,
+                        shift_ns: 3 * NS_PER_S,
+                    },
+                    smoothing: 1,
+                },
+                levels: None,
+            },
+        );
+        LiveStatus::new(&outcome, report, damaged, false)
     }
 }

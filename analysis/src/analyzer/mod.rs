@@ -108,6 +108,15 @@ impl Analyzer {
         self.metrics.iter().map(|m| &m.result)
     }
 
+    /// What the analysis has found so far (a copy: the analysis goes on).
+    pub fn outcome(&self) -> Outcome {
+        Outcome {
+            config: self.cfg.clone(),
+            names: self.names.clone(),
+            metrics: self.results().cloned().collect(),
+        }
+    }
+
     /// What the analysis found.
     pub fn into_outcome(self) -> Outcome {
         Outcome {

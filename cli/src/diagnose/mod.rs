@@ -8,6 +8,7 @@ use std::time::Duration;
 use culprit_analysis::diagnosis::ClosedWindow;
 use culprit_analysis::distance::Distance;
 use culprit_analysis::family::Features;
+use culprit_analysis::live::LiveStatus;
 use culprit_analysis::plan::Progress;
 use culprit_analysis::policy::Pool;
 use culprit_analysis::score::ScoreKind;
@@ -19,7 +20,9 @@ use culprit_analysis::train::{self, TrainingRun};
 
 use crate::progress::Bar;
 
+pub mod openmetrics;
 pub mod render;
+pub mod serve;
 
 /// Exit status when a culprit is found.
 pub const EXIT_CULPRIT: i32 = 1;
@@ -128,6 +131,7 @@ pub struct TrainArgs {
     after_help = "Examples:\n  culprit diagnose DATA/ --thresholds thresholds.json\n  \
     culprit diagnose DATA/ --json > report.json\n  culprit diagnose DATA/ --follow\n  \
     culprit diagnose DATA/ --html report.html   # open it in a browser\n\n\
+    culprit diagnose DATA/ --follow --metrics-listen 9464   # Prometheus scrapes :9464/metrics\n\n\
     Exit status: 0 no node flagged, 1 a faulty (or stopped) node found, 2 error."
 )]
 pub struct DiagnoseArgs {
@@ -153,6 +157,11 @@ pub struct DiagnoseArgs {
     /// With --follow: stop after this long
     #[arg(long = "for", value_name = "DUR", value_parser = parse_duration_ns)]
     pub for_: Option<u64>,
+    /// With --follow: serve the diagnosis as it stands as OpenMetrics at
+    /// http://ADDR/metrics (PORT or :PORT binds 127.0.0.1; HOST:PORT as given; families:
+    /// docs/alerting.md)
+    #[arg(long, value_name = "ADDR", requires = "follow")]
+    pub metrics_listen: Option<String>,
     /// Rows of each root-cause table
     #[arg(long, default_value_t = 10, value_name = "N")]
     pub top: usize,
@@ -279,6 +288,18 @@ pub fn run_diagnose(args: DiagnoseArgs) -> anyhow::Result<i32> {
     req.follow = args.follow.then(|| Follow {
         limit: args.for_.map(Duration::from_nanos),
     });
+    // Bound before anything else, so that a busy port is the first thing said.
+    let server = match &args.metrics_listen {
+        Some(spec) => {
+            let s = serve::MetricsServer::start(spec)?;
+            eprintln!(
+                "culprit: serving OpenMetrics on http://{}/metrics",
+                s.addr()
+            );
+            Some(s)
+        }
+        None => None,
+    };
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let diagnosis = if args.follow {
@@ -286,6 +307,7 @@ pub fn run_diagnose(args: DiagnoseArgs) -> anyhow::Result<i32> {
             out: &mut out,
             json: args.json,
             setup: &setup,
+            server: server.as_ref(),
         };
         session::diagnose(&setup, trained.as_ref(), req, &mut live)?
     } else {
@@ -333,6 +355,8 @@ struct Live<'a, W: std::io::Write> {
     out: &'a mut W,
     json: bool,
     setup: &'a Setup,
+    /// `--metrics-listen`: where the diagnosis as it stands is served.
+    server: Option<&'a serve::MetricsServer>,
 }
 
 impl<W: std::io::Write> Progress for Live<'_, W> {
@@ -361,6 +385,17 @@ impl<W: std::io::Write> Progress for Live<'_, W> {
             }
         }
         self.out.flush()
+    }
+
+    fn wants_live(&self) -> bool {
+        self.server.is_some()
+    }
+
+    fn live(&mut self, status: LiveStatus) -> std::io::Result<()> {
+        if let Some(s) = self.server {
+            s.publish(status);
+        }
+        Ok(())
     }
 
     fn stopped_following(&mut self) -> std::io::Result<()> {
