@@ -306,7 +306,7 @@ fn human_report() {
     );
     let line = text
         .lines()
-        .skip_while(|l| !l.contains("top functions"))
+        .skip_while(|l| !l.contains("top functions ("))
         .find(|l| l.trim_start().starts_with("1  "))
         .unwrap_or_else(|| panic!("no top-ten table: {text}"));
     // Every node ranked, the culprit first.
