@@ -30,20 +30,24 @@ fn diagnose(root: &Path, extra: &[&str]) -> Output {
 /// The lines of the human report from the verdict to the warnings (the header names the data
 /// directory).
 fn verdict_lines(o: &Output) -> Vec<String> {
-    let mut in_ranking = false;
+    let mut skipping = false;
     text(&o.stdout)
         .lines()
         .skip_while(|l| !l.starts_with("VERDICT"))
-        .take_while(|l| !l.starts_with("io2 · ") && !l.starts_with("warning: "))
-        // The ranking of suspects (scores vary with the data) is checked by ranking_rows.
+        .take_while(|l| {
+            !(l.starts_with("io2 · ") && !l.contains(" · resource: "))
+                && !l.starts_with("warning: ")
+        })
+        // The ranking of suspects (scores vary with the data) is checked by ranking_rows; the
+        // resource blocks (`io2 · resource: …`) by the resource tests.
         .filter(|l| {
-            if l.starts_with("suspects, most suspicious first") {
-                in_ranking = true;
-            } else if in_ranking && l.is_empty() {
-                in_ranking = false;
+            if l.starts_with("suspects, most suspicious first") || l.contains(" · resource: ") {
+                skipping = true;
+            } else if skipping && l.is_empty() {
+                skipping = false;
                 return false;
             }
-            !in_ranking
+            !skipping
         })
         .map(str::to_string)
         .collect()
