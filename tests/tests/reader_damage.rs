@@ -35,8 +35,7 @@ fn verdict_lines(o: &Output) -> Vec<String> {
         .lines()
         .skip_while(|l| !l.starts_with("VERDICT"))
         .take_while(|l| {
-            !(l.starts_with("io2 · ") && !l.contains(" · resource: "))
-                && !l.starts_with("warning: ")
+            (!l.starts_with("io2 · ") || l.contains(" · resource: ")) && !l.starts_with("warning: ")
         })
         // The ranking of suspects (scores vary with the data) is checked by ranking_rows; the
         // resource blocks (`io2 · resource: …`) by the resource tests.
