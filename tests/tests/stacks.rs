@@ -208,7 +208,10 @@ fn a_stuck_thread_and_a_killed_node_are_named_with_their_last_call() {
     }
     let f = finding(&r, "stuck", "io2").expect("a stuck finding");
     assert_eq!(f["call"]["function"], "dbpf_pwrite");
-    assert_eq!(f["call"]["thread"], 3, "the second worker: {f:#}");
+    // A worker, not the main thread. Serial numbers follow the threads' first traced calls,
+    // whose order the scheduler decides, so the stuck worker is not always number 3.
+    let thread = f["call"]["thread"].as_u64().unwrap();
+    assert!(thread >= 2, "a worker thread: {f:#}");
     assert!(f["call"]["running_s"].as_f64().unwrap() >= 10.0, "{f:#}");
     let f = finding(&r, "stopped", "io3").expect("a stopped finding");
     assert_eq!(f["ending"], "no-end-marker", "{f:#}");
@@ -216,7 +219,9 @@ fn a_stuck_thread_and_a_killed_node_are_named_with_their_last_call() {
     let human = diagnose(&data, &SHORT_WINDOWS);
     let human = String::from_utf8_lossy(&human.stdout);
     assert!(
-        human.contains("io2 is STUCK — thread 3 stuck in dbpf_pwrite for"),
+        human.contains(&format!(
+            "io2 is STUCK — thread {thread} stuck in dbpf_pwrite for"
+        )),
         "{human}"
     );
     assert!(human.contains("io3 is STOPPED"), "{human}");
