@@ -650,6 +650,8 @@ struct TickCtx {
     tick: u64,
     /// Boot-time clock ticks of the previous tick (`None` on the first).
     prev_boot_ticks: Option<u64>,
+    /// Boot-time clock ticks of the collector's first tick (`None` on the first).
+    first_boot_ticks: Option<u64>,
     /// Boot-time clock ticks since which new tasks have delay accounting.
     delay_since: Option<u64>,
     /// The interval's span in clock ticks.
@@ -658,11 +660,12 @@ struct TickCtx {
     boot_ticks: u64,
 }
 
-/// True when a task that started at `start` (clock ticks after boot) began after the previous
-/// tick: all of its counters belong to this interval. Older tasks seen for the first time
-/// (a process that just joined the node) only set a baseline.
-fn born_since(start: u64, prev_boot_ticks: Option<u64>) -> bool {
-    prev_boot_ticks.is_some_and(|p| start >= p)
+/// True when a task that started at `start` (clock ticks after boot) began at or after `since`
+/// (a tick's boot-time clock ticks): all of its counters are new. Older tasks seen for the
+/// first time (a process that joined the node, or one found at the first tick) only set a
+/// baseline.
+fn born_since(start: u64, since: Option<u64>) -> bool {
+    since.is_some_and(|p| start >= p)
 }
 
 impl Procs {
@@ -705,7 +708,7 @@ impl Procs {
 
     /// Reads the node's processes and threads, adding this interval's increments to `sums`.
     fn read_node(&mut self, pids: &[u32], cx: &TickCtx, want_sockets: bool, sums: &mut ProcSums) {
-        let (tick, prev_boot_ticks) = (cx.tick, cx.prev_boot_ticks);
+        let tick = cx.tick;
         let mut fd_dir = String::new();
         for &pid in pids {
             let Some(lead) = self.read((pid, pid), TaskFile::Stat, tick, parse::task_stat) else {
@@ -726,7 +729,11 @@ impl Procs {
                     },
                 );
             }
-            let born = !known && born_since(lead.starttime, prev_boot_ticks);
+            // A process started after the collector's first tick counts its I/O from its
+            // birth, even when it joins the node's list a tick or two late (its fork seen late
+            // by a sampler starved on a busy host): a late baseline lost a second of a new
+            // writer's bytes. The bytes before the tick it is found in land in that tick.
+            let born = !known && born_since(lead.starttime, cx.first_boot_ticks);
             let io = self.read((pid, pid), TaskFile::Io, tick, parse::proc_io);
             let e = self.procs.get_mut(&pid).expect("inserted above");
             e.seen = tick;
@@ -992,6 +999,7 @@ pub struct Collector {
     socks: SockCache,
     tick: u64,
     prev_boot_ticks: Option<u64>,
+    first_boot_ticks: Option<u64>,
     prev_delayacct: bool,
     /// Boot-time clock ticks since which new tasks have delay accounting (`None`: it is off).
     delay_since: Option<u64>,
@@ -1069,6 +1077,7 @@ impl Collector {
             socks: SockCache::default(),
             tick: 0,
             prev_boot_ticks: None,
+            first_boot_ticks: None,
             prev_delayacct: false,
             delay_since: None,
             ms_per_tick: 1000.0 / culprit_format::procfs::clock_ticks_per_sec() as f64,
@@ -1119,6 +1128,7 @@ impl Collector {
         let cx = TickCtx {
             tick,
             prev_boot_ticks: self.prev_boot_ticks,
+            first_boot_ticks: self.first_boot_ticks,
             delay_since: self.delay_since,
             span_ticks: span * 1000.0 / self.ms_per_tick,
             boot_ticks,
@@ -1327,6 +1337,7 @@ impl Collector {
             }
         }
         self.prev_boot_ticks = Some(boot_ticks);
+        self.first_boot_ticks.get_or_insert(boot_ticks);
         self.prev_delayacct = delayacct;
         outs.into_iter().map(|o| o.map(|o| o.vals)).collect()
     }
