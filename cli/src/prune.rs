@@ -288,11 +288,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     }
     let mut out = std::io::stdout().lock();
     let o = pass(&a.data, &policy, a.dry_run, a.quiet, &mut out)?;
-    Ok(if o.failed.is_empty() {
-        0
-    } else {
-        crate::EXIT_ERROR
-    })
+    // A file that could not be deleted is an error: the crate's exit status 2.
+    Ok(if o.failed.is_empty() { 0 } else { 2 })
 }
 
 /// `culprit sample --keep / --max-size`: a thread pruning `paths` every `every` until `stop`,

@@ -81,7 +81,7 @@ pub fn parse_duration_ns(s: &str) -> Result<u64, String> {
         }
     };
     let ns = v * mult;
-    if !ns.is_finite() || ns < 1.0 || ns > 1e19 {
+    if !ns.is_finite() || !(1.0..=1e19).contains(&ns) {
         return Err(format!("{s:?} is out of range"));
     }
     Ok(ns as u64)
@@ -112,7 +112,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         _ => return Err(format!("unknown unit {unit:?} in {s:?} (use K, M, G, T)")),
     };
     let b = v * mult;
-    if !b.is_finite() || b < 1.0 || b > 1e19 {
+    if !b.is_finite() || !(1.0..=1e19).contains(&b) {
         return Err(format!("{s:?} is out of range"));
     }
     Ok(b as u64)

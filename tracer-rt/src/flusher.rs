@@ -26,7 +26,7 @@
 //!
 //! With `CULPRIT_ROTATE` (a period, on wall-clock multiples) or `CULPRIT_ROTATE_SIZE`, the
 //! flusher moves to a new piece (`trace-<pid>-<start_ns>.r<n>.cul`) at an interval boundary
-//! once one is due, never in the hooks: see [`Flusher::maybe_rotate`] and
+//! once one is due, never in the hooks: see `Flusher::maybe_rotate` and
 //! `culprit_format::rotation`. Deleting old pieces is `culprit prune`'s job, never the
 //! runtime's.
 //!
