@@ -383,6 +383,19 @@ fn sampler_rotating_every_second_keeps_every_interval_once() {
     let _lock = machine_lock();
     let tmp = TempDir::new("rot-sampler");
     let data = tmp.join("data");
+    // A finished sampler file of ten days ago: `--keep 7d` deletes it while sampling.
+    std::fs::create_dir_all(data.join("s1")).unwrap();
+    let old = culprit_format::writer::FileWriter::create_unique(
+        &data.join("s1"),
+        |seq| culprit_format::names::samples_file_name(1_000_000_000, seq),
+        culprit_format::FileKind::Samples,
+        1_000_000_000,
+        1,
+    )
+    .unwrap()
+    .finish(2_000_000_000, end_reason::DONE)
+    .unwrap();
+    age(&old, 10);
     let out = run_ok(culprit().arg("sample").arg("-o").arg(&data).args([
         "--node",
         "s1",
@@ -397,9 +410,12 @@ fn sampler_rotating_every_second_keeps_every_interval_once() {
         "--no-os-metrics",
         "--tracepoints",
         "none",
-        "--quiet",
+        "--keep",
+        "7d",
     ]));
-    let _ = out;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!old.exists(), "{stderr}");
+    assert!(stderr.contains("older than --keep"), "{stderr}");
     let ps = pieces(&data.join("s1"), "samples-");
     assert!(ps.len() >= 8, "about ten pieces expected: {ps:#?}");
     let all = assert_chain(
@@ -418,4 +434,95 @@ fn sampler_rotating_every_second_keeps_every_interval_once() {
     assert_eq!(samples[0]["intervals"].as_u64().unwrap(), all.len() as u64);
     assert_eq!(samples[0]["total"].as_u64(), Some(total), "{}", samples[0]);
     assert_eq!(samples[0]["status"], "ended");
+}
+
+/// `diagnose --follow` over peers that rotate every second sees the same history as an
+/// offline `diagnose` afterwards: it follows each process into its new pieces (a rotated piece
+/// is not a writer that ended), and ends only when the processes do.
+#[test]
+fn diagnose_follow_reads_rotating_peers_to_their_end() {
+    let tmp = TempDir::new("rot-follow");
+    let exe = build(tmp.path(), "rotate.c", "rotate", "-O0", Link::Preload);
+    let data = tmp.join("data");
+    let start = |node: &str| {
+        traced(&exe, Link::Preload, &data, node)
+            .env("CULPRIT_ROTATE", "1s")
+            .env("CULPRIT_INTERVAL_MS", "100")
+            .args(["80", "1000", "100"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let children: Vec<_> = ["r1", "r2", "r3"].iter().map(|n| start(n)).collect();
+    // Until every node has its first file.
+    let mut waited = 0;
+    while ["r1", "r2", "r3"]
+        .iter()
+        .any(|n| !data.join(n).is_dir() || cul_files(&data.join(n)).is_empty())
+    {
+        std::thread::sleep(Duration::from_millis(100));
+        waited += 1;
+        assert!(waited < 100, "no data after 10 s");
+    }
+    let windows = [
+        "--win-size",
+        "1s",
+        "--win-shift",
+        "500ms",
+        "--min-time",
+        "1ms",
+    ];
+    let follow = culprit()
+        .arg("diagnose")
+        .arg(&data)
+        .args(["--follow", "--for", "120s", "--json"])
+        .args(windows)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    for mut c in children {
+        assert!(c.wait().unwrap().success());
+    }
+    let t0 = std::time::Instant::now();
+    let out = follow.wait_with_output().unwrap();
+    // It ended because the writers did, not at --for.
+    assert!(
+        t0.elapsed() < Duration::from_secs(60),
+        "--follow did not end with the processes"
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let live: serde_json::Value =
+        serde_json::from_str(text.lines().last().expect("the report line")).unwrap();
+    let offline = culprit()
+        .arg("diagnose")
+        .arg(&data)
+        .arg("--json")
+        .args(windows)
+        .output()
+        .unwrap();
+    let offline: serde_json::Value = serde_json::from_slice(&offline.stdout).unwrap();
+    assert_eq!(live["from"], offline["from"], "{live}");
+    assert_eq!(live["to"], offline["to"], "{live}");
+    let stopped = |d: &serde_json::Value| {
+        d["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["kind"] == "stopped" || f["kind"] == "gaps")
+            .count()
+    };
+    assert_eq!(stopped(&live), 0, "{live}");
+    assert_eq!(stopped(&offline), 0, "{offline}");
+    // Each node's history spans the whole run (about 8 s), not its first piece.
+    let from = live["from"].as_str().unwrap();
+    let to = live["to"].as_str().unwrap();
+    assert_ne!(from, to);
+    let json = stdout_json(&run_ok(culprit().arg("report").arg(&data).arg("--json")));
+    for n in json["nodes"].as_array().unwrap() {
+        let p = &n["processes"].as_array().unwrap()[0];
+        assert_eq!(n["processes"].as_array().unwrap().len(), 1, "{n}");
+        let span_ns = p["last_ns"].as_u64().unwrap() - p["first_ns"].as_u64().unwrap();
+        assert!(span_ns >= 7_000_000_000, "{p}");
+    }
 }
