@@ -119,7 +119,8 @@ pub struct Args {
     /// epoch, at an interval boundary), e.g. 1h; readers join the pieces.
     #[arg(long, value_name = "DURATION", value_parser = crate::prune::parse_age)]
     pub rotate: Option<Duration>,
-    /// Start a new piece once a node's file holds SIZE (e.g. 100M), at an interval boundary.
+    /// Start a new piece of every node's file once the largest holds SIZE (e.g. 100M), at an
+    /// interval boundary.
     #[arg(long, value_name = "SIZE", value_parser = culprit_format::rotation::parse_size)]
     pub rotate_size: Option<u64>,
     /// Retention: every minute, delete finished data files of the data root last written

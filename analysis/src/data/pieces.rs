@@ -191,3 +191,99 @@ impl Piece for SampleFile {
         self.strings = next.strings;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::files::{empty_samples, empty_trace, TraceInterval};
+    use super::*;
+
+    fn piece(name: &str, continues: Option<&str>, n: u32, starts: &[u64]) -> TraceFile {
+        let mut t = empty_trace();
+        t.path = PathBuf::from("/d").join(name);
+        t.pid = 7;
+        t.info.push(("pid".into(), "7".into()));
+        if let Some(c) = continues {
+            t.info.push((info_keys::CONTINUES.into(), c.into()));
+            t.info.push((info_keys::PIECE.into(), n.to_string()));
+        }
+        t.intervals = starts
+            .iter()
+            .map(|&s| TraceInterval {
+                start_ns: s,
+                dur_ns: 1,
+                flags: 0,
+                threads: 1,
+                lost_frames: 0,
+                overflows: 0,
+                dropped: 0,
+                entries: Vec::new(),
+                edges: None,
+                edge_drops: 0,
+                hists: None,
+            })
+            .collect();
+        t
+    }
+
+    fn rotated(mut t: TraceFile) -> TraceFile {
+        t.rotated_end = Some(1);
+        t.status = FileStatus::Ended;
+        t
+    }
+
+    #[test]
+    fn pieces_fold_into_the_first_in_order() {
+        let p0 = rotated(piece("trace-7-1.cul", None, 0, &[0, 1]));
+        let p1 = rotated(piece(
+            "trace-7-1.r000001.cul",
+            Some("trace-7-1.cul"),
+            1,
+            &[2, 3],
+        ));
+        let p2 = piece(
+            "trace-7-1.r000002.cul",
+            Some("trace-7-1.r000001.cul"),
+            2,
+            &[4],
+        );
+        // A continuation of a replaced file (no rotation end): stays apart.
+        let other = piece("trace-8-5.cul", None, 0, &[0]);
+        let replaced = piece("trace-8-9.cul", Some("trace-8-5.cul"), 0, &[1]);
+        // Given in any order.
+        let mut files = vec![p2, other, p0, replaced, p1];
+        join(&mut files);
+        assert_eq!(files.len(), 3);
+        let head = files
+            .iter()
+            .find(|t| t.path.ends_with("trace-7-1.cul"))
+            .unwrap();
+        let starts: Vec<u64> = head.intervals.iter().map(|i| i.start_ns).collect();
+        assert_eq!(starts, vec![0, 1, 2, 3, 4]);
+        assert_eq!(head.pieces.len(), 2);
+        assert!(head.current_path().ends_with("trace-7-1.r000002.cul"));
+        assert_eq!(head.status, FileStatus::Open);
+        assert!(joined(&mut files, Path::new("/d/trace-7-1.r000001.cul")));
+        assert!(!joined(&mut files, Path::new("/d/trace-7-1.cul")));
+    }
+
+    #[test]
+    fn a_rotated_piece_without_its_successor_reads_as_open() {
+        let mut files = vec![rotated(piece("trace-7-1.cul", None, 0, &[0]))];
+        join(&mut files);
+        assert_eq!(files[0].status, FileStatus::Open);
+        assert_eq!(files[0].end_ns, None);
+        // Its successor arrives at a later refresh.
+        files.push(piece(
+            "trace-7-1.r000001.cul",
+            Some("trace-7-1.cul"),
+            1,
+            &[1],
+        ));
+        join(&mut files);
+        assert_eq!(files.len(), 1);
+        assert_eq!(files[0].intervals.len(), 2);
+        let mut s: Vec<SampleFile> = vec![empty_samples()];
+        join(&mut s);
+        assert_eq!(s.len(), 1);
+    }
+}
