@@ -42,7 +42,7 @@ pub struct Args {
     /// Say what would be deleted, delete nothing.
     #[arg(long)]
     pub dry_run: bool,
-    /// Print only the summary (and errors).
+    /// Print only the summary, and only when something was deleted (errors always).
     #[arg(short, long)]
     pub quiet: bool,
 }

@@ -526,3 +526,34 @@ fn diagnose_follow_reads_rotating_peers_to_their_end() {
         assert!(span_ns >= 7_000_000_000, "{p}");
     }
 }
+
+/// `CULPRIT_ROTATE_SIZE` rotates by size (at interval boundaries, counts still exact); a value
+/// the runtime cannot read is one warning line and no rotation, never a broken program.
+#[test]
+fn rotation_by_size_and_a_bad_setting() {
+    let tmp = TempDir::new("rot-size");
+    let exe = build(tmp.path(), "rotate.c", "rotate", "-O0", Link::Preload);
+    let data = tmp.join("data");
+    // 100 ms intervals; a piece is 68 KiB before its records (header page, stacks region),
+    // so 72K rotates every few kB of records.
+    let out = run(traced(&exe, Link::Preload, &data, "n1")
+        .env("CULPRIT_INTERVAL_MS", "100")
+        .env("CULPRIT_ROTATE_SIZE", "72K")
+        .args(["30", "1000", "100"]));
+    assert_eq!(stderr(&out), "");
+    let ps = pieces(&data.join("n1"), "trace-");
+    assert!(ps.len() >= 2, "{ps:#?}");
+    let all = assert_chain(&ps, &["pid", "proc_start_ns"], &[end_reason::EXIT]);
+    let calls: u64 = all.iter().map(|iv| iv.2).sum();
+    assert_eq!(calls, 30 * 1000 + 2 * 30 + 1);
+
+    let data = tmp.join("bad");
+    let out = run(traced(&exe, Link::Preload, &data, "n1")
+        .env("CULPRIT_ROTATE", "often")
+        .args(["3", "10", "10"]));
+    assert_eq!(stdout(&out), "done 30\n");
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("CULPRIT_ROTATE"), "{err}");
+    assert_eq!(cul_files(&data.join("n1")).len(), 1);
+}
