@@ -148,7 +148,7 @@ pub struct ProcessReport {
     pub program: String,
     /// Executable path.
     pub exe: String,
-    /// Data file(s).
+    /// Data file(s): a rotated process's pieces, oldest first.
     pub files: Vec<String>,
     /// `ended`, `running`, `stopped` (no end marker: killed or crashed), `exec` (the image
     /// was replaced by `exec`; its successor has its own file), or `damaged`.
@@ -563,11 +563,12 @@ fn trace_reports(
                 .info(culprit_format::info_keys::EXE)
                 .unwrap_or("")
                 .to_string(),
+            // A rotated process's pieces, in order, are its files.
             files: files
                 .iter()
-                .map(|t| {
-                    t.path
-                        .file_name()
+                .flat_map(|t| std::iter::once(&t.path).chain(&t.pieces))
+                .map(|p| {
+                    p.file_name()
                         .map(|n| n.to_string_lossy().into_owned())
                         .unwrap_or_default()
                 })

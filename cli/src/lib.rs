@@ -10,6 +10,7 @@
 //! * `sample` — the system-wide perf_event sampler daemon;
 //! * `report` — per-node, per-process function profiles from a data directory;
 //! * `export` — the data as folded stacks, pprof, Chrome trace JSON, CSV or Parquet;
+//! * `prune` — retention: delete the oldest finished data files beyond an age or a size;
 //! * `train` / `diagnose` — peer-comparison diagnosis;
 //! * `doctor` — what this machine allows (perf access, events, tracefs, namespaces…);
 //! * `demo`, `experiment` — the live demo and the accuracy experiment on an emulated cluster
@@ -30,6 +31,7 @@ pub mod doctor;
 pub mod export;
 pub mod lab;
 pub mod progress;
+pub mod prune;
 pub mod record;
 pub mod report;
 pub mod sample;
@@ -72,6 +74,8 @@ enum Verb {
     Report(report::Args),
     /// Export the data as folded stacks, pprof, Chrome trace JSON, CSV or Parquet.
     Export(export::Args),
+    /// Delete the oldest finished data files beyond an age or a total size (retention).
+    Prune(prune::Args),
     /// Learn per-node anomaly thresholds from fault-free runs.
     Train(diagnose::TrainArgs),
     /// Find the faulty node among peers and the functions that show it.
@@ -117,6 +121,7 @@ where
         Verb::Sample(a) => sample::run(a),
         Verb::Report(a) => report::run(a),
         Verb::Export(a) => export::run(a),
+        Verb::Prune(a) => prune::run(a),
         Verb::Train(a) => diagnose::run_train(a),
         Verb::Diagnose(a) => diagnose::run_diagnose(a),
         Verb::Doctor(a) => doctor::run(a),

@@ -115,6 +115,22 @@ pub struct Args {
     /// CPU at the rate it is called.
     #[arg(long, value_name = "PERCENT", default_value_t = 5.0)]
     pub uprobe_budget: f64,
+    /// Start a new piece of each node's file every DURATION (on multiples of it since the
+    /// epoch, at an interval boundary), e.g. 1h; readers join the pieces.
+    #[arg(long, value_name = "DURATION", value_parser = crate::prune::parse_age)]
+    pub rotate: Option<Duration>,
+    /// Start a new piece of every node's file once the largest holds SIZE (e.g. 100M), at an
+    /// interval boundary.
+    #[arg(long, value_name = "SIZE", value_parser = culprit_format::rotation::parse_size)]
+    pub rotate_size: Option<u64>,
+    /// Retention: every minute, delete finished data files of the data root last written
+    /// longer ago than AGE (e.g. 7d), as `culprit prune --keep` does.
+    #[arg(long, value_name = "AGE", value_parser = crate::prune::parse_age)]
+    pub keep: Option<Duration>,
+    /// Retention: every minute, delete the oldest finished data files until the data root
+    /// takes at most SIZE (e.g. 5G), as `culprit prune --max-size` does.
+    #[arg(long, value_name = "SIZE", value_parser = culprit_format::rotation::parse_size)]
+    pub max_size: Option<u64>,
     /// Print nothing but errors.
     #[arg(short, long)]
     pub quiet: bool,
@@ -181,6 +197,12 @@ pub fn config(a: &Args) -> anyhow::Result<Config> {
         None => a.interval,
     };
     c.duration = a.duration;
+    c.rotate = culprit_format::rotation::Rotate {
+        every_ns: a
+            .rotate
+            .map(|d| (d.as_nanos() as u64).max(c.interval.as_nanos() as u64)),
+        max_bytes: a.rotate_size,
+    };
     c.scope = match (a.pid, &a.cgroup) {
         (Some(p), _) => Scope::Pid(p),
         (None, Some(g)) if !culprit_sampler::nodes::cgroup_exists(g) => {
@@ -273,7 +295,31 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     }
     drop(err);
     let probes = probes.map(|p| crate::uprobes::spawn_system(p, &cfg, a.uprobe_budget, stop));
+    let policy = crate::prune::Policy {
+        keep: a.keep,
+        max_bytes: a.max_size,
+    };
+    // Retention runs beside the sampler; it never deletes a file being written (the
+    // sampler's own included: its writer runs).
+    let (prune_stop, pruner) = if policy.enabled() {
+        let flag: &'static std::sync::atomic::AtomicBool =
+            Box::leak(Box::new(std::sync::atomic::AtomicBool::new(false)));
+        let h = crate::prune::spawn(
+            vec![cfg.data_dir.clone()],
+            policy,
+            Duration::from_secs(60),
+            flag,
+            a.quiet,
+        );
+        (Some(flag), Some(h))
+    } else {
+        (None, None)
+    };
     let s = sampler.run(stop);
+    if let (Some(flag), Some(h)) = (prune_stop, pruner) {
+        flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = h.join();
+    }
     if let Some(p) = probes {
         // The sampler ended (duration, signal or error): the probes end with it.
         stop.store(true, std::sync::atomic::Ordering::SeqCst);

@@ -372,6 +372,17 @@ impl Dir {
         Ok(f)
     }
 
+    /// Removes the file `name` (one path component) from this directory: the name itself,
+    /// never what a link points to (`unlinkat`). For retention (`culprit prune`).
+    pub fn remove_file(&self, name: &str) -> Result<(), Error> {
+        let path = self.path.join(name);
+        if name.contains('/') || name == "." || name == ".." {
+            return Err(refused(&path, "a file name must be one path component"));
+        }
+        let c = cstr(&path, OsStr::new(name))?;
+        sys::unlinkat(self.file.as_fd(), &c).map_err(|e| io_err("remove", &path, e))
+    }
+
     /// This directory's `node.info`, when it is a regular file (not a link) owned by the
     /// effective user or root and writable by its owner only; `None` otherwise (or when it is
     /// absent, too large or not a node metadata file). Keys that are not `[a-z0-9_]+` are

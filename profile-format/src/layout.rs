@@ -308,6 +308,9 @@ pub mod end_reason {
     pub const SIGNAL: u32 = 2;
     /// The writer's run ended as configured (sampler `--duration`).
     pub const DONE: u32 = 3;
+    /// Not an end: the writer went on in a new piece of the same history (rotation; see
+    /// `rotation`). Readers join the pieces and must not call the writer ended or stopped.
+    pub const ROTATED: u32 = 4;
 }
 
 /// Fixed part of an [`RecordKind::Interval`] payload, in bytes.
@@ -432,6 +435,11 @@ pub mod info_keys {
     /// Uprobes: how time was measured: `none` (counts only: time fields are zero) or
     /// `uretprobes` (entry and return probes).
     pub const UPROBE_TIME: &str = "uprobe_time";
+    /// Name of the file (same directory) this file continues: the writer's previous piece
+    /// (rotation), or a file that was removed or replaced under the tracer.
+    pub const CONTINUES: &str = "continues";
+    /// Rotation: this file's piece number (absent or 0 for a writer's first file).
+    pub const PIECE: &str = "piece";
 }
 
 /// Rounds `n` up to the record alignment.

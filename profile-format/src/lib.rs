@@ -22,6 +22,9 @@
 //!   is when probing began).
 //! * `samples-<start_ns>.cul` — one per run of the sampler for this node: IP samples, kernel
 //!   event counts and OS metrics.
+//! * `….r<n>.cul` — piece `n` of a rotated writer's history ([`rotation`]): same identity,
+//!   Info [`info_keys::CONTINUES`] names the previous piece; the previous piece ends with
+//!   [`end_reason::ROTATED`].
 //! * `node.info` — small `key=value` text file describing the node ([`names::NodeInfo`]).
 //!
 //! Directories whose names start with `_` (such as [`names::UNASSIGNED_DIR`]) are not nodes:
@@ -102,6 +105,7 @@ pub mod names;
 pub mod os_metrics;
 pub mod procfs;
 pub mod read;
+pub mod rotation;
 pub mod stacks;
 pub mod writer;
 

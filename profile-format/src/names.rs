@@ -116,14 +116,14 @@ impl NodeInfo {
 /// What a file name in a node directory is, judging by its name alone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DataFileName {
-    /// `trace-<pid>-<start_ns>[.<seq>].cul`.
+    /// `trace-<pid>-<start_ns>[.<seq>][.r<piece>].cul`.
     Trace {
         /// Process id.
         pid: u32,
         /// Runtime start, wall-clock ns.
         start_ns: u64,
     },
-    /// `samples-<start_ns>[.<seq>].cul`.
+    /// `samples-<start_ns>[.<seq>][.r<piece>].cul`.
     Samples {
         /// Sampler start, wall-clock ns.
         start_ns: u64,
@@ -133,6 +133,11 @@ pub enum DataFileName {
 /// Classifies a file name; `None` for files that are not culprit data files.
 pub fn parse_data_file_name(name: &str) -> Option<DataFileName> {
     let stem = name.strip_suffix(".cul")?;
+    // A rotated piece (`.r<n>`, see `rotation`) belongs to the same writer.
+    let stem = match stem.rsplit_once(".r") {
+        Some((s, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => s,
+        _ => stem,
+    };
     let stem = match stem.rsplit_once('.') {
         Some((s, seq)) if seq.bytes().all(|b| b.is_ascii_digit()) => s,
         _ => stem,
@@ -192,6 +197,10 @@ mod tests {
         let n = samples_file_name(9, 0);
         assert_eq!(
             parse_data_file_name(&n),
+            Some(DataFileName::Samples { start_ns: 9 })
+        );
+        assert_eq!(
+            parse_data_file_name("samples-9.r000002.cul"),
             Some(DataFileName::Samples { start_ns: 9 })
         );
         assert_eq!(parse_data_file_name("node.info"), None);

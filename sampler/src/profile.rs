@@ -16,10 +16,11 @@ use std::sync::Arc;
 
 use culprit_datadir::Dir;
 use culprit_format::names::{self, NodeInfo};
+use culprit_format::rotation::{self, Rotate};
 use culprit_format::writer::FileWriter;
 use culprit_format::{
-    end_reason, interval_flags, samples_flags, EventEntry, FileKind, IntervalRef, OsMetricEntry,
-    RecordBuf, SampleEntry, SamplesHead,
+    end_reason, info_keys, interval_flags, samples_flags, EventEntry, FileKind, IntervalRef,
+    OsMetricEntry, RecordBuf, SampleEntry, SamplesHead,
 };
 
 use rustc_hash::FxHashMap;
@@ -442,6 +443,8 @@ pub struct RunInfo {
 #[derive(Debug)]
 struct NodeFile {
     writer: FileWriter,
+    /// The name of the run's first file for this node, once rotated.
+    first: Option<String>,
     strings: HashMap<Arc<str>, u32>,
     new_strings: Vec<(u32, Arc<str>)>,
     event_sid: u32,
@@ -456,6 +459,53 @@ struct NodeFile {
 }
 
 impl NodeFile {
+    /// Creates `dir/<name_for(seq)>` with its Info record (the run's pairs, the node, then
+    /// `extra`) and a fresh string table holding the event and tracepoint names.
+    fn create(
+        dir: &Dir,
+        node: &str,
+        info: &RunInfo,
+        name_for: impl Fn(u32) -> String,
+        created_ns: u64,
+        extra: &[(&str, String)],
+    ) -> io::Result<NodeFile> {
+        let (file, name) = dir.create_file(name_for).map_err(datadir_error)?;
+        let path = dir.path().join(name);
+        let mut writer = FileWriter::from_file(
+            file,
+            path.clone(),
+            FileKind::Samples,
+            created_ns,
+            std::process::id(),
+        )
+        .map_err(|e| io::Error::new(e.kind(), format!("write {}: {e}", path.display())))?;
+        let mut buf = RecordBuf::new();
+        let mut pairs: Vec<(&str, &str)> = vec![(info_keys::NODE, node)];
+        pairs.extend(info.pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        pairs.extend(extra.iter().map(|(k, v)| (*k, v.as_str())));
+        buf.info(pairs);
+        writer.append(&buf)?;
+        let mut f = NodeFile {
+            writer,
+            first: None,
+            strings: HashMap::new(),
+            new_strings: Vec::new(),
+            event_sid: 0,
+            tp_sids: Vec::new(),
+            loc_sids: FxHashMap::default(),
+            prog_sids: Vec::new(),
+            bytes: 0,
+            samples: 0,
+        };
+        f.event_sid = f.sid(&Arc::from(info.event.as_str()));
+        f.tp_sids = info
+            .tracepoints
+            .iter()
+            .map(|t| f.sid(&Arc::from(t.as_str())))
+            .collect();
+        Ok(f)
+    }
+
     fn prog_sid(&mut self, prog: ProgId, tracker: &Tracker) -> u32 {
         let i = prog as usize;
         if i >= self.prog_sids.len() {
@@ -520,6 +570,11 @@ pub struct Output {
     info: RunInfo,
     buf: RecordBuf,
     intervals: u64,
+    data_dir: PathBuf,
+    rotate: Rotate,
+    piece_start_ns: u64,
+    piece: u32,
+    rotations: u64,
 }
 
 impl Output {
@@ -537,43 +592,14 @@ impl Output {
         let root = Dir::open_root(data_dir, true).map_err(datadir_error)?;
         for node in nodes {
             let dir = root.node(node, true).map_err(datadir_error)?;
-            let (file, name) = dir
-                .create_file(|seq| names::samples_file_name(start_ns, seq))
-                .map_err(datadir_error)?;
-            let path = dir.path().join(name);
-            let mut writer = FileWriter::from_file(
-                file,
-                path.clone(),
-                FileKind::Samples,
+            let f = NodeFile::create(
+                &dir,
+                node,
+                &info,
+                |seq| names::samples_file_name(start_ns, seq),
                 start_ns,
-                std::process::id(),
-            )
-            .map_err(|e| io::Error::new(e.kind(), format!("write {}: {e}", path.display())))?;
-            let mut f = NodeFile {
-                writer: {
-                    let mut buf = RecordBuf::new();
-                    let mut pairs: Vec<(&str, &str)> =
-                        vec![(culprit_format::info_keys::NODE, node.as_str())];
-                    pairs.extend(info.pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-                    buf.info(pairs);
-                    writer.append(&buf)?;
-                    writer
-                },
-                strings: HashMap::new(),
-                new_strings: Vec::new(),
-                event_sid: 0,
-                tp_sids: Vec::new(),
-                loc_sids: FxHashMap::default(),
-                prog_sids: Vec::new(),
-                bytes: 0,
-                samples: 0,
-            };
-            f.event_sid = f.sid(&Arc::from(info.event.as_str()));
-            f.tp_sids = info
-                .tracepoints
-                .iter()
-                .map(|t| f.sid(&Arc::from(t.as_str())))
-                .collect();
+                &[],
+            )?;
             files.push(f);
             if names::is_node_name(node) {
                 write_node_info(&dir, &info).map_err(datadir_error)?;
@@ -585,7 +611,96 @@ impl Output {
             info,
             buf: RecordBuf::with_capacity(64 << 10),
             intervals: 0,
+            data_dir: data_dir.to_path_buf(),
+            rotate: Rotate::default(),
+            piece_start_ns: start_ns,
+            piece: 0,
+            rotations: 0,
         })
+    }
+
+    /// Moves every node's file to a new piece at interval boundaries as `rotate` says
+    /// (`culprit sample --rotate / --rotate-size`; `culprit_format::rotation`).
+    pub fn set_rotate(&mut self, rotate: Rotate) {
+        self.rotate = rotate;
+    }
+
+    /// Pieces started so far (rotations of all nodes' files together).
+    pub fn rotations(&self) -> u64 {
+        self.rotations
+    }
+
+    /// The files being written now.
+    pub fn current_paths(&self) -> Vec<PathBuf> {
+        self.files
+            .iter()
+            .map(|f| f.writer.path().to_path_buf())
+            .collect()
+    }
+
+    /// At the interval boundary `boundary_ns` (every interval before it written): a new piece
+    /// for every node when one is due. The new piece is made first (Info with `continues` and
+    /// `piece`, its own string table), then the old one gets its End record
+    /// (`end_reason::ROTATED`). A node whose new piece cannot be made goes on in its old file,
+    /// with the failure noted in it (Info `trouble`), and tries again at the next rotation.
+    fn maybe_rotate(&mut self, boundary_ns: u64) -> io::Result<()> {
+        let biggest = self.files.iter().map(|f| f.writer.committed_end()).max();
+        if !self.rotate.enabled()
+            || !self
+                .rotate
+                .due(self.piece_start_ns, boundary_ns, biggest.unwrap_or(0))
+        {
+            return Ok(());
+        }
+        self.piece += 1;
+        self.piece_start_ns = boundary_ns;
+        let root = Dir::open_root(&self.data_dir, true).map_err(datadir_error);
+        for (f, node) in self.files.iter_mut().zip(&self.nodes) {
+            let dir = match &root {
+                Ok(root) => root.node(node, true).map_err(datadir_error),
+                Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
+            };
+            let made = dir.and_then(|dir| {
+                let old = f
+                    .writer
+                    .path()
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                let first = f.first.clone().unwrap_or_else(|| old.clone());
+                let piece = self.piece;
+                let mut next = NodeFile::create(
+                    &dir,
+                    node,
+                    &self.info,
+                    |seq| rotation::piece_name(&first, piece + seq),
+                    boundary_ns,
+                    &[
+                        (info_keys::CONTINUES, old),
+                        (info_keys::PIECE, piece.to_string()),
+                    ],
+                )?;
+                next.first = Some(first);
+                next.bytes = f.bytes;
+                next.samples = f.samples;
+                Ok(next)
+            });
+            match made {
+                Ok(next) => {
+                    let old = std::mem::replace(f, next);
+                    old.writer.finish(boundary_ns, end_reason::ROTATED)?;
+                    self.rotations += 1;
+                }
+                Err(e) => {
+                    let mut b = RecordBuf::new();
+                    let note =
+                        format!("{boundary_ns}: cannot start a new piece ({e}); this file goes on");
+                    b.info([("trouble", note.as_str())]);
+                    f.writer.append(&b)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Writes one closed interval for every node: new strings, the Samples record, the Events
@@ -721,7 +836,7 @@ impl Output {
             f.samples += total;
         }
         self.intervals += 1;
-        Ok(())
+        self.maybe_rotate(c.start_ns + c.dur_ns)
     }
 
     /// Writes one interval of OS metrics: for every node with values, its new strings and an

@@ -92,6 +92,8 @@ pub struct Config {
     pub mount_tracefs: bool,
     /// Black-box OS metrics per node ([`crate::os`]); `None` turns them off.
     pub os_metrics: Option<OsConfig>,
+    /// When each node's file moves to a new piece (`--rotate`, `--rotate-size`).
+    pub rotate: culprit_format::rotation::Rotate,
 }
 
 /// Default profile interval (seed 000: 10 s).
@@ -123,6 +125,7 @@ impl Config {
             call_graph: CallGraph::None,
             mount_tracefs: true,
             os_metrics: Some(OsConfig::default()),
+            rotate: culprit_format::rotation::Rotate::default(),
         }
     }
 }
@@ -476,6 +479,13 @@ impl Sampler {
             (info_keys::KERNEL.into(), procfs::kernel_release()),
             (info_keys::BOOT_ID.into(), procfs::boot_id()),
             (info_keys::PID.into(), std::process::id().to_string()),
+            // With the pid, what tells a live sampler's file from a dead one's (retention).
+            (
+                info_keys::PROC_START_NS.into(),
+                procfs::start_ns(procfs::Proc::This)
+                    .unwrap_or(0)
+                    .to_string(),
+            ),
             (info_keys::EVENT.into(), self.sampling.event.name.into()),
         ];
         match self.sampling.rate {
@@ -554,6 +564,7 @@ impl Sampler {
             Output::create(&self.config.data_dir, self.nodes.names(), start_wall, info).map_err(
                 io_err(format!("write to {}", self.config.data_dir.display())),
             )?;
+        output.set_rotate(self.config.rotate);
         let tracker = Tracker::new(self.nodes.clone(), true);
         let intervals = Intervals::new(
             interval_ns,

@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use culprit_format::names;
+use culprit_format::rotation::{self, Rotate};
 
 use crate::decide::Filters;
 use crate::glob::parse_list;
@@ -36,6 +37,26 @@ pub struct Config {
     pub hist: bool,
     /// `CULPRIT_IO=1`: record the C library's I/O calls on files as layer events (`io`).
     pub io: bool,
+    /// `CULPRIT_ROTATE` / `CULPRIT_ROTATE_SIZE`: when the flusher moves to a new piece
+    /// (`culprit_format::rotation`).
+    pub rotate: Rotate,
+}
+
+/// A rotation setting: `None` when unset or empty; an invalid value is warned about and
+/// ignored (no rotation rather than a wrong one).
+fn spec(
+    name: &str,
+    parse: fn(&str) -> Result<u64, String>,
+    warnings: &mut Vec<String>,
+) -> Option<u64> {
+    let v = var(name).filter(|v| !v.trim().is_empty())?;
+    match parse(&v) {
+        Ok(x) => Some(x),
+        Err(e) => {
+            warnings.push(format!("{name}: {e}; not rotating by it"));
+            None
+        }
+    }
 }
 
 fn var(name: &str) -> Option<String> {
@@ -77,6 +98,11 @@ impl Config {
         let graph = flag("CULPRIT_GRAPH", warnings);
         let hist = flag("CULPRIT_HIST", warnings);
         let io = flag(IO_VAR, warnings);
+        let rotate = Rotate {
+            every_ns: spec("CULPRIT_ROTATE", rotation::parse_duration_ns, warnings)
+                .map(|ns| ns.max(interval_ms * 1_000_000)),
+            max_bytes: spec("CULPRIT_ROTATE_SIZE", rotation::parse_size, warnings),
+        };
         let include_raw = var("CULPRIT_INCLUDE").unwrap_or_default();
         let exclude_raw = var("CULPRIT_EXCLUDE").unwrap_or_default();
         Config {
@@ -92,6 +118,7 @@ impl Config {
             graph,
             hist,
             io,
+            rotate,
         }
     }
 

@@ -24,6 +24,12 @@
 //! hold their addresses, and unloaded ones an `UNLOADED` record after it. A clean exit (and
 //! `_exit`) writes the last partial interval, an `End` record, and marks the file ended.
 //!
+//! With `CULPRIT_ROTATE` (a period, on wall-clock multiples) or `CULPRIT_ROTATE_SIZE`, the
+//! flusher moves to a new piece (`trace-<pid>-<start_ns>.r<n>.cul`) at an interval boundary
+//! once one is due, never in the hooks: see `Flusher::maybe_rotate` and
+//! `culprit_format::rotation`. Deleting old pieces is `culprit prune`'s job, never the
+//! runtime's.
+//!
 //! # Checkpoints: what a crash can lose
 //!
 //! Every [`CHECKPOINT_NS`] (100 ms) the flusher takes the threads' counts and writes the
@@ -72,9 +78,9 @@ use culprit_format::stacks::{
     encode_slot, thread_flags, StackFrame, StacksSnapshot, ThreadStack, STACK_FRAMES,
 };
 use culprit_format::{
-    end_reason, info_keys, interval_flags, names, object_flags, procfs, records_at, EdgeEntry,
-    Histogram, IntervalEntry, IntervalHead, IntervalRef, LayersHead, ObjectDesc, Record, RecordBuf,
-    UnwoundEntry, WakeupsRec, HIST_BUCKETS,
+    end_reason, info_keys, interval_flags, names, object_flags, procfs, records_at, rotation,
+    EdgeEntry, Histogram, IntervalEntry, IntervalHead, IntervalRef, LayersHead, ObjectDesc, Record,
+    RecordBuf, UnwoundEntry, WakeupsRec, HIST_BUCKETS,
 };
 
 use crate::block::{self, mode, state, Delta, EdgeDelta, OpenCall, Unaccounted};
@@ -99,8 +105,6 @@ pub const TROUBLE_KEY: &str = "trouble";
 /// A timed wake-up later than this counts as late (`Wakeups` records). Scheduling delays of a
 /// sleeping thread that wakes stay well below it even beside `stress-ng --cpu 2` here.
 pub const LATE_SLACK_NS: u64 = 2_000_000;
-/// Info key naming the file a new file continues (the old one was removed or replaced).
-pub const CONTINUES_KEY: &str = "continues";
 
 /// Where this process image's tracing comes from (for the `Info` record).
 #[derive(Clone, Debug)]
@@ -159,6 +163,14 @@ pub struct Flusher {
     wakeups: WakeupsRec,
     /// Stack snapshots written.
     stack_seq: u64,
+    /// Rotation (`CULPRIT_ROTATE`): the number of the piece being written (0: the first).
+    piece: u32,
+    /// When the piece being written began (wall-clock ns).
+    piece_start_ns: u64,
+    /// The name of the first piece and of the previous one, once rotated.
+    rotated: Option<(String, String)>,
+    /// After a rotation that failed, no new try before this interval boundary.
+    rotate_retry_ns: u64,
 }
 
 impl Flusher {
@@ -197,6 +209,10 @@ impl Flusher {
             io_span: start_ns,
             wakeups: WakeupsRec::default(),
             stack_seq: 0,
+            piece: 0,
+            piece_start_ns: start_ns,
+            rotated: None,
+            rotate_retry_ns: 0,
         }
     }
 
@@ -284,11 +300,18 @@ impl Flusher {
     pub fn open_file(&mut self) -> Result<(), WriteError> {
         let pid = std::process::id();
         let start_ns = self.start_ns;
+        let piece = self.piece;
+        let first = self.rotated.as_ref().map(|(first, _)| first.as_str());
         let (mut out, dir) = TraceOut::create(
             &self.cfg.root,
             &self.node,
-            |seq| names::trace_file_name(pid, start_ns, seq),
-            start_ns,
+            |seq| match first {
+                // A later piece keeps the writer's identity in its name (`rotation`); a name
+                // taken (never, short of a clash of pid and start) moves on to the next number.
+                Some(first) if piece > 0 => rotation::piece_name(first, piece + seq),
+                _ => names::trace_file_name(pid, start_ns, seq),
+            },
+            self.piece_start_ns,
             pid,
         )?;
         let mut buf = RecordBuf::new();
@@ -345,12 +368,20 @@ impl Flusher {
             (info_keys::KERNEL, procfs::kernel_release()),
             (info_keys::BOOT_ID, procfs::boot_id()),
         ];
+        if let (Some((_, prev)), true) = (&self.rotated, self.piece > 0) {
+            // A later piece: the process facts above are the same; it continues the previous
+            // piece (the origin was recorded in the first).
+            pairs.push((info_keys::CONTINUES, prev.clone()));
+            pairs.push((info_keys::PIECE, self.piece.to_string()));
+            buf.info(pairs.iter().map(|(k, v)| (*k, v.as_str())));
+            return;
+        }
         match &self.origin {
             Origin::Start => {}
             Origin::Forked(f) => pairs.push((info_keys::FORKED_FROM, f.clone())),
             Origin::Exec(f) => pairs.push((info_keys::EXEC_FROM, f.clone())),
             Origin::Renamed(f) => pairs.push(("node_changed_from", f.clone())),
-            Origin::Replaced(f) => pairs.push((CONTINUES_KEY, f.clone())),
+            Origin::Replaced(f) => pairs.push((info_keys::CONTINUES, f.clone())),
         }
         buf.info(pairs.iter().map(|(k, v)| (*k, v.as_str())));
     }
@@ -449,6 +480,7 @@ impl Flusher {
         let kept = carry_over(&std::mem::take(&mut self.queue));
         self.origin = Origin::Replaced(old);
         self.start_ns = now;
+        self.new_history(now);
         if let Err(e) = self.open_file() {
             self.open_failed(e);
             return false;
@@ -458,6 +490,71 @@ impl Flusher {
         self.queue.extend_from_slice(self.buf.as_bytes());
         self.buf.clear();
         true
+    }
+
+    /// A new file that starts its own history (a new node, a file replaced under us): its
+    /// pieces are numbered from 0 again.
+    fn new_history(&mut self, now: u64) {
+        self.piece = 0;
+        self.piece_start_ns = now;
+        self.rotated = None;
+    }
+
+    /// At the interval boundary `boundary` (every interval before it written): moves to a new
+    /// piece when `CULPRIT_ROTATE` / `CULPRIT_ROTATE_SIZE` say so. The new piece is made first,
+    /// with the same safe creation as the first file, its Info record (`continues`, `piece`)
+    /// and every loaded object; only then does the old one get its End record
+    /// (`end_reason::ROTATED`: continued, not ended). If the new piece cannot be made, the old
+    /// file goes on and the failure is noted in it (tried again one rotation period later).
+    /// Nothing is rotated while writes fail (records are queued).
+    fn maybe_rotate(&mut self, boundary: u64) {
+        let r = self.cfg.rotate;
+        if !r.enabled() || self.failed || !self.queue.is_empty() || boundary < self.rotate_retry_ns
+        {
+            return;
+        }
+        let Some(size) = self.out.as_ref().map(TraceOut::size) else {
+            return;
+        };
+        if !r.due(self.piece_start_ns, boundary, size) {
+            return;
+        }
+        let Some(old) = self.out.take() else { return };
+        let old_name = old.name().to_string();
+        let saved = (self.piece, self.piece_start_ns, self.rotated.clone());
+        let first = self
+            .rotated
+            .as_ref()
+            .map_or_else(|| old_name.clone(), |(first, _)| first.clone());
+        self.piece += 1;
+        self.piece_start_ns = boundary;
+        self.rotated = Some((first, old_name.clone()));
+        if let Err(e) = self.open_file() {
+            (self.piece, self.piece_start_ns, self.rotated) = saved;
+            self.out = Some(old);
+            CURRENT_FILE.set(old_name);
+            let retry = r.every_ns.unwrap_or(0).max(60 * self.cfg.interval_ns);
+            self.rotate_retry_ns = boundary.saturating_add(retry);
+            self.note(
+                sys::realtime_ns(),
+                &format!("cannot start a new piece ({e}); this file goes on"),
+            );
+            return;
+        }
+        // The new piece's name, read back: `open_file` may have moved to a free number.
+        if let Some(name) = self.file_name() {
+            self.piece = rotation::split_piece(&name).1.max(self.piece);
+        }
+        let mut end = RecordBuf::new();
+        end.end(boundary, end_reason::ROTATED);
+        if let Err(e) = old.finish(end.as_bytes()) {
+            // The old piece lacks its end marker: readers see it as a writer that stopped
+            // there; the new piece says so.
+            self.note(
+                sys::realtime_ns(),
+                &format!("the previous piece {old_name} could not be marked continued: {e}"),
+            );
+        }
     }
 
     /// Takes every thread's counts since the last call into `agg`, and frees the blocks of
@@ -651,6 +748,7 @@ impl Flusher {
             self.write_interval(self.open_start, flags);
             self.open_start = end;
             self.observed_from = end;
+            self.maybe_rotate(end);
             let mut add_late = HashMap::new();
             let un = pool::release_idle(&mut self.idle, |addr, d: Delta| {
                 *add_late.entry(addr).or_default() += d;
@@ -787,6 +885,7 @@ impl Flusher {
         self.out = None;
         self.node = node;
         self.start_ns = now;
+        self.new_history(now);
         if let Some(old) = old {
             self.origin = Origin::Renamed(old);
         }

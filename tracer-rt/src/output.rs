@@ -111,6 +111,11 @@ impl TraceOut {
         ))
     }
 
+    /// Bytes committed so far (header page and stacks region included).
+    pub fn size(&self) -> u64 {
+        self.end
+    }
+
     /// The file's name.
     pub fn name(&self) -> &str {
         &self.name

@@ -181,9 +181,19 @@ pub struct TraceFile {
     pub stacks: Option<StackSnapshot>,
     /// The flusher's wake-ups and their lateness, per interval (format version 4).
     pub wakeups: Vec<culprit_format::WakeupsRec>,
+    /// Later pieces of a rotated process joined into this one, oldest first (`path` is the
+    /// first piece, the identity); reading goes on in the last ([`TraceFile::current_path`]).
+    pub pieces: Vec<PathBuf>,
+    /// The piece read now ended by rotation at this time; its successor is not joined yet.
+    pub(super) rotated_end: Option<u64>,
 }
 
 impl TraceFile {
+    /// The file being read now: the last piece of a rotated process, else [`TraceFile::path`].
+    pub fn current_path(&self) -> &std::path::Path {
+        self.pieces.last().unwrap_or(&self.path)
+    }
+
     /// True when the process that writes this file still runs (on this machine, same boot,
     /// same start time).
     pub fn writer_alive(&self) -> bool {
@@ -375,11 +385,20 @@ pub struct SampleFile {
     pub os: Vec<OsInterval>,
     /// Layer-boundary I/O events (system calls, block layer), in file order.
     pub layers: Vec<LayerStretch>,
+    /// Later pieces of a rotated sampler run joined into this one, oldest first (as
+    /// [`TraceFile::pieces`]).
+    pub pieces: Vec<PathBuf>,
+    pub(super) rotated_end: Option<u64>,
     pub(super) consumed: u64,
     pub(super) strings: HashMap<u32, Arc<str>>,
 }
 
 impl SampleFile {
+    /// The file being read now: the last piece of a rotated run, else [`SampleFile::path`].
+    pub fn current_path(&self) -> &std::path::Path {
+        self.pieces.last().unwrap_or(&self.path)
+    }
+
     /// The value of an info key.
     pub fn info(&self, key: &str) -> Option<&str> {
         self.info
@@ -425,6 +444,8 @@ pub(super) fn empty_trace() -> TraceFile {
         addr_cache: HashMap::new(),
         stacks: None,
         wakeups: Vec::new(),
+        pieces: Vec::new(),
+        rotated_end: None,
     }
 }
 
@@ -439,6 +460,8 @@ pub(super) fn empty_samples() -> SampleFile {
         events: Vec::new(),
         os: Vec::new(),
         layers: Vec::new(),
+        pieces: Vec::new(),
+        rotated_end: None,
         consumed: DATA_OFFSET,
         strings: HashMap::new(),
     }

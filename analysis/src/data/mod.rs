@@ -18,10 +18,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use culprit_format::read::{OpenError, StreamReader, StreamState};
-use culprit_format::{info_keys, object_flags, samples_flags, FileKind, IntervalRec, Record};
+use culprit_format::{
+    info_keys, object_flags, rotation, samples_flags, FileKind, IntervalRec, Record,
+};
 
 mod files;
 pub mod names;
+mod pieces;
 pub mod source;
 mod stacks;
 mod symbols;
@@ -252,6 +255,12 @@ impl Dataset {
     fn refresh_node(&mut self, idx: usize, streams: &[PathBuf], stats: &mut RefreshStats) {
         for path in streams {
             let path = path.clone();
+            // A piece joined into its writer's history is read through it.
+            if pieces::joined(&mut self.nodes[idx].traces, &path)
+                || pieces::joined(&mut self.nodes[idx].samples, &path)
+            {
+                continue;
+            }
             let known_t = self.nodes[idx].traces.iter().position(|t| t.path == path);
             let known_s = self.nodes[idx].samples.iter().position(|t| t.path == path);
             match (known_t, known_s) {
@@ -294,6 +303,8 @@ impl Dataset {
             }
         }
         let node = &mut self.nodes[idx];
+        pieces::join(&mut node.traces);
+        pieces::join(&mut node.samples);
         node.traces.sort_by_key(|t| (t.created_ns, t.pid));
         // Link exec chains: the successor names its predecessor's file in `exec_from`.
         let links: Vec<(String, PathBuf)> = node
@@ -303,7 +314,7 @@ impl Dataset {
             .collect();
         for (from, succ) in links {
             if let Some(t) = node.traces.iter_mut().find(|t| {
-                t.path
+                t.current_path()
                     .file_name()
                     .is_some_and(|n| n.to_string_lossy() == from)
             }) {
@@ -380,7 +391,7 @@ impl Dataset {
 
     /// Re-reads the newest intact stack snapshot of `t` (kept when none can be read now).
     fn read_stacks(&mut self, t: &mut TraceFile) {
-        let Ok(f) = self.source.open(&t.path) else {
+        let Ok(f) = self.source.open(t.current_path()) else {
             return;
         };
         let Some(snap) = stacks::read_snapshot(&*f) else {
@@ -604,6 +615,7 @@ impl Dataset {
                 }
             }
             Record::Wakeups(w) => t.wakeups.push(w),
+            Record::End(e) if rotation::is_rotated(e.reason) => t.rotated_end = Some(e.end_ns),
             Record::End(e) => {
                 t.end_ns = Some(e.end_ns);
             }
@@ -747,6 +759,7 @@ impl Dataset {
                 s.os.push(os);
                 stats.new_intervals += 1;
             }
+            Record::End(e) if rotation::is_rotated(e.reason) => s.rotated_end = Some(e.end_ns),
             Record::End(e) => s.end_ns = Some(e.end_ns),
             Record::Layers(l) => s.layers.push(LayerStretch::of(&l)),
             _ => {}
@@ -802,7 +815,8 @@ trait Stream {
 
 impl Stream for TraceFile {
     fn parts(&mut self) -> (&Path, &mut u64, &mut FileStatus) {
-        (&self.path, &mut self.consumed, &mut self.status)
+        let current = self.pieces.last().unwrap_or(&self.path);
+        (current, &mut self.consumed, &mut self.status)
     }
     fn record(ds: &mut Dataset, f: &mut Self, rec: Record<'_>, stats: &mut RefreshStats) {
         ds.trace_record(f, rec, stats);
@@ -811,7 +825,8 @@ impl Stream for TraceFile {
 
 impl Stream for SampleFile {
     fn parts(&mut self) -> (&Path, &mut u64, &mut FileStatus) {
-        (&self.path, &mut self.consumed, &mut self.status)
+        let current = self.pieces.last().unwrap_or(&self.path);
+        (current, &mut self.consumed, &mut self.status)
     }
     fn record(ds: &mut Dataset, f: &mut Self, rec: Record<'_>, stats: &mut RefreshStats) {
         ds.samples_record(f, rec, stats);
