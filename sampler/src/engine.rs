@@ -78,6 +78,15 @@ enum TpKey {
         stopped: bool,
         next: u32,
     },
+    SysEnter {
+        fd: u64,
+        count: u64,
+        pos: u64,
+        write: bool,
+    },
+    SysExit {
+        ret: i64,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -202,6 +211,7 @@ pub struct Engine {
     block_owner: FxHashMap<(u32, u64), NodeIdx>,
     early_facts: FxHashMap<u32, ProcFacts>,
     stops: Stops,
+    syscalls: crate::syscalls::Pairing,
     /// Counters.
     pub stats: EngineStats,
 }
@@ -275,6 +285,7 @@ impl Engine {
             block_owner: FxHashMap::default(),
             early_facts: FxHashMap::default(),
             stops: Stops::default(),
+            syscalls: crate::syscalls::Pairing::default(),
             stats: EngineStats::default(),
         }
     }
@@ -423,6 +434,28 @@ impl Engine {
                     .is_some_and(|s| s & tracefs::STOPPED_STATES != 0),
                 next: tracefs::read_uint(raw, next_pid).unwrap_or(0) as u32,
             },
+            Decoder::SysEnter {
+                fd,
+                count,
+                pos,
+                write,
+            } => match (
+                tracefs::read_uint(raw, fd),
+                tracefs::read_uint(raw, count),
+                tracefs::read_uint(raw, pos),
+            ) {
+                (Some(fd), Some(count), Some(pos)) => TpKey::SysEnter {
+                    fd,
+                    count,
+                    pos,
+                    write: *write,
+                },
+                _ => TpKey::None,
+            },
+            Decoder::SysExit { ret } => match tracefs::read_uint(raw, ret) {
+                Some(r) => TpKey::SysExit { ret: r as i64 },
+                None => TpKey::None,
+            },
             Decoder::Block { dev, sector, .. } => {
                 match (
                     tracefs::read_uint(raw, dev),
@@ -521,9 +554,26 @@ impl Engine {
                     self.stats.events += 1;
                     self.intervals.event(wall, node, tp as usize);
                 }
-                if let TpKey::Switch { stopped, next } = key {
-                    self.stops
-                        .switch(&mut self.intervals, wall, node, pid, tid, stopped, next);
+                match key {
+                    TpKey::Switch { stopped, next } => {
+                        self.stops
+                            .switch(&mut self.intervals, wall, node, pid, tid, stopped, next);
+                    }
+                    // Seed 003's system-call layer: only the calls of a node's processes.
+                    TpKey::SysEnter {
+                        fd,
+                        count,
+                        pos,
+                        write,
+                    } if node.is_some() => self.syscalls.enter(wall, tid, fd, count, pos, write),
+                    TpKey::SysExit { ret } => {
+                        if let (Some(node), Some(evs)) =
+                            (node, self.syscalls.exit(wall, pid, tid, ret))
+                        {
+                            self.intervals.layer_events(wall, node, evs);
+                        }
+                    }
+                    _ => {}
                 }
             }
             Ev::Mmap(m) => self
@@ -591,7 +641,9 @@ impl Engine {
     /// The node a tracepoint hit belongs to (see [`crate::nodes`] and [`Decoder`]).
     fn tp_node(&mut self, tp: u16, pid: u32, key: TpKey) -> Option<NodeIdx> {
         match key {
-            TpKey::None | TpKey::Switch { .. } => self.tracker.node_of(pid),
+            TpKey::None | TpKey::Switch { .. } | TpKey::SysEnter { .. } | TpKey::SysExit { .. } => {
+                self.tracker.node_of(pid)
+            }
             TpKey::Tcp {
                 saddr,
                 sport,

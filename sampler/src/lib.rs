@@ -125,6 +125,7 @@ mod sampler;
 pub mod symbolize;
 #[allow(unsafe_code)]
 mod sys;
+pub mod syscalls;
 pub mod tracefs;
 pub mod uprobe;
 

@@ -18,8 +18,8 @@ use culprit_datadir::Dir;
 use culprit_format::names::{self, NodeInfo};
 use culprit_format::writer::FileWriter;
 use culprit_format::{
-    end_reason, interval_flags, samples_flags, EventEntry, FileKind, IntervalRef, OsMetricEntry,
-    RecordBuf, SampleEntry, SamplesHead,
+    end_reason, interval_flags, samples_flags, EventEntry, FileKind, IntervalRef, LayerDesc,
+    LayerEvent, LayersHead, OsMetricEntry, RecordBuf, SampleEntry, SamplesHead,
 };
 
 use rustc_hash::FxHashMap;
@@ -66,7 +66,14 @@ struct NodeAcc {
     /// Threads switched out stopped, and ns stopped (see [`STOPPED_EVENT`]).
     stopped: u64,
     stopped_ns: u64,
+    /// System-call layer events ([`crate::syscalls`]), in the order their calls ended.
+    layers: Vec<LayerEvent>,
+    /// Those not kept (more than [`LAYER_EVENTS_MAX`] in the interval).
+    layers_dropped: u64,
 }
+
+/// Most layer events a node keeps per interval (56 bytes each in the file).
+pub const LAYER_EVENTS_MAX: usize = 1 << 20;
 
 #[derive(Debug, Default)]
 struct Acc {
@@ -192,6 +199,16 @@ impl Intervals {
     /// Counts one occurrence of tracepoint `event` on `node`.
     pub fn event(&mut self, wall_ns: u64, node: NodeIdx, event: usize) {
         self.acc(wall_ns).nodes[node as usize].events[event] += 1;
+    }
+
+    /// Keeps the ISSUE and COMPLT of a system call of `node` that ended at `wall_ns`.
+    pub fn layer_events(&mut self, wall_ns: u64, node: NodeIdx, evs: [LayerEvent; 2]) {
+        let n = &mut self.acc(wall_ns).nodes[node as usize];
+        if n.layers.len() + 2 > LAYER_EVENTS_MAX {
+            n.layers_dropped += 2;
+        } else {
+            n.layers.extend(evs);
+        }
     }
 
     /// Counts a thread of `node` switched out stopped.
@@ -714,6 +731,21 @@ impl Output {
                     stacks
                         .iter()
                         .map(|((prog, frames), count)| (*prog, *count, frames.as_slice())),
+                );
+            }
+            if !missed && (!n.layers.is_empty() || n.layers_dropped > 0) {
+                self.buf.layers(
+                    &LayersHead {
+                        span_start_ns: c.start_ns,
+                        span_end_ns: c.start_ns + c.dur_ns,
+                        dropped: n.layers_dropped.min(u64::from(u32::MAX)) as u32,
+                    },
+                    &[LayerDesc {
+                        id: crate::syscalls::LAYER_ID,
+                        level: crate::syscalls::LAYER_LEVEL,
+                        name: crate::syscalls::LAYER_NAME.into(),
+                    }],
+                    n.layers.iter().copied(),
                 );
             }
             f.writer.append(&self.buf)?;

@@ -178,6 +178,23 @@ pub enum Decoder {
         /// `next_pid` field.
         next_pid: Field,
     },
+    /// Entry of `pread64` / `pwrite64` (`syscalls:sys_enter_*`): to the caller's node, and an
+    /// ISSUE of the system-call layer once its exit is seen ([`crate::syscalls`]).
+    SysEnter {
+        /// `fd` field.
+        fd: Field,
+        /// `count` field.
+        count: Field,
+        /// `pos` field.
+        pos: Field,
+        /// The call writes.
+        write: bool,
+    },
+    /// Exit of `pread64` / `pwrite64` (`syscalls:sys_exit_*`): the COMPLT.
+    SysExit {
+        /// `ret` field.
+        ret: Field,
+    },
     /// A TCP retransmit: attributed by the socket's addresses.
     Tcp {
         /// `family` field.
@@ -218,6 +235,20 @@ impl Decoder {
                     prev_state,
                     next_pid,
                 };
+            }
+        }
+        if crate::syscalls::TRACEPOINTS.contains(&tp.name.as_str()) {
+            if tp.name.contains(":sys_enter_") {
+                if let (Some(fd), Some(count), Some(pos)) = (f("fd"), f("count"), f("pos")) {
+                    return Decoder::SysEnter {
+                        fd,
+                        count,
+                        pos,
+                        write: crate::syscalls::writes(&tp.name),
+                    };
+                }
+            } else if let Some(ret) = f("ret") {
+                return Decoder::SysExit { ret };
             }
         }
         if tp.name.starts_with("tcp:") {
