@@ -79,9 +79,11 @@ pub struct Args {
     /// block:block_rq_complete, sched:sched_switch).
     #[arg(long, value_name = "LIST")]
     pub tracepoints: Option<String>,
-    /// Record the system-call layer of the I/O stack (seed 003): every pread64/pwrite64 of a
-    /// node's processes, entry and exit (adds the syscalls:sys_enter/exit_pread64 and
-    /// pwrite64 tracepoints; `culprit report --layers` shows it as layer `syscall`).
+    /// Record the system-call and block layers of the I/O stack (seed 003): every
+    /// pread64/pwrite64 of a node's processes, entry and exit (adds the
+    /// syscalls:sys_enter/exit_pread64 and pwrite64 tracepoints), and the device requests they
+    /// queued (from the block tracepoints); `culprit report --layers` shows them as layers
+    /// `syscall` and `block`.
     #[arg(long)]
     pub layers: bool,
     /// Ring buffer data pages per CPU (a power of two; default: 2 s of records at the rate,
@@ -246,7 +248,10 @@ pub fn config(a: &Args) -> anyhow::Result<Config> {
                 .map(|s| s.to_string())
                 .collect()
         });
-        for t in culprit_sampler::syscalls::TRACEPOINTS {
+        let wanted = culprit_sampler::syscalls::TRACEPOINTS
+            .iter()
+            .chain(culprit_sampler::blocklayer::TRACEPOINTS);
+        for t in wanted {
             if !tps.iter().any(|x| x == t) {
                 tps.push(t.to_string());
             }

@@ -111,6 +111,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod blocklayer;
 pub mod engine;
 pub mod event;
 pub mod launch;

@@ -740,11 +740,21 @@ impl Output {
                         span_end_ns: c.start_ns + c.dur_ns,
                         dropped: n.layers_dropped.min(u64::from(u32::MAX)) as u32,
                     },
-                    &[LayerDesc {
-                        id: crate::syscalls::LAYER_ID,
-                        level: crate::syscalls::LAYER_LEVEL,
-                        name: crate::syscalls::LAYER_NAME.into(),
-                    }],
+                    &[
+                        LayerDesc {
+                            id: crate::syscalls::LAYER_ID,
+                            level: crate::syscalls::LAYER_LEVEL,
+                            name: crate::syscalls::LAYER_NAME.into(),
+                        },
+                        LayerDesc {
+                            id: crate::blocklayer::LAYER_ID,
+                            level: crate::blocklayer::LAYER_LEVEL,
+                            name: crate::blocklayer::LAYER_NAME.into(),
+                        },
+                    ]
+                    .into_iter()
+                    .filter(|d| n.layers.iter().any(|e| e.layer == d.id))
+                    .collect::<Vec<_>>(),
                     n.layers.iter().copied(),
                 );
             }

@@ -168,6 +168,14 @@ pub enum Decoder {
         learns: bool,
         /// This tracepoint is where requests end (forgets the owner).
         forgets: bool,
+        /// This tracepoint is where requests go to the device (`block_rq_issue`).
+        issues: bool,
+        /// `nr_sector` field (the block layer's request size).
+        nr_sector: Option<Field>,
+        /// `rwbs` field (read, write, flush… flags as letters).
+        rwbs: Option<Field>,
+        /// `error` field (of completions).
+        error: Option<Field>,
     },
     /// A context switch (`sched:sched_switch`), to the node of the task switched out; its
     /// `prev_state` tells a thread stopped by a signal or a tracer (T, t), `next_pid` the
@@ -226,6 +234,10 @@ impl Decoder {
                     sector,
                     learns: tp.name == "block:block_bio_queue",
                     forgets: tp.name == "block:block_rq_complete",
+                    issues: tp.name == "block:block_rq_issue",
+                    nr_sector: f("nr_sector"),
+                    rwbs: f("rwbs"),
+                    error: f("error"),
                 };
             }
         }
