@@ -71,6 +71,14 @@ pub fn print(
                     .map_or(String::new(), |p| format!(" {p}"))
             )?;
             table(&mut out, &p.layers)?;
+            if p.dropped_events > 0 {
+                writeln!(
+                    out,
+                    "  ({} marks dropped: requests missing their last event count as \
+                     outstanding until the data ends)",
+                    p.dropped_events
+                )?;
+            }
             for s in &p.serialised {
                 writeln!(out, "  SERIALISED: {}", serial::describe(s))?;
             }

@@ -45,6 +45,10 @@ pub struct ProcessLayers {
     pub layers: Vec<LayerSummary>,
     /// Serialising layers of the process (seed 003 §4.2).
     pub serialised: Vec<Serialisation>,
+    /// Marks the runtime dropped in the process (a thread's ring full, a signal handler
+    /// inside a mark): a request missing its closing event stays outstanding until the data
+    /// ends.
+    pub dropped_events: u64,
 }
 
 /// One node's processes with layer events.
@@ -158,7 +162,15 @@ pub fn build(ds: &Dataset, opts: &LayersOptions) -> Option<LayersReport> {
                     total,
                 });
             }
+            let dropped_events = n
+                .traces
+                .iter()
+                .filter(|t| t.pid == pid)
+                .flat_map(|t| &t.layers)
+                .map(|s| u64::from(s.dropped))
+                .sum();
             processes.push(ProcessLayers {
+                dropped_events,
                 pid,
                 program: programs.get(&pid).cloned(),
                 layers: out,
