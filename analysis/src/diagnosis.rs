@@ -76,6 +76,10 @@ pub struct Diagnosis {
     /// layer, the lowest one (absent when no node marked layer events or none is anomalous).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub layers: Vec<crate::layers::LayerFinding>,
+    /// Layers that serialise their requests (seed 003 §4.2, one process's adjacent layers
+    /// compared, no peers needed): absent when none does.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub serialised: Vec<crate::layers::serial::Serialisation>,
 }
 
 fn schema<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
@@ -550,6 +554,7 @@ impl Diagnosis {
             notes,
             warnings: input.warnings,
             layers: Vec::new(),
+            serialised: Vec::new(),
         }
     }
 }

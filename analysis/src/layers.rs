@@ -31,6 +31,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::data::{LayerStretch, NodeData};
 
+pub mod report;
+pub mod serial;
+
 /// Length of a slot, ns.
 pub const SLOT_NS: u64 = 1_000_000_000;
 /// How far from the peers' median a characteristic must stray, as a factor.
@@ -258,8 +261,22 @@ pub fn characteristics(
     slots: usize,
     end: u64,
 ) -> Vec<Characteristics> {
+    characteristics_in(reqs, layer, origin, SLOT_NS, slots, end)
+}
+
+/// [`characteristics`] over slots of `slot_ns` (`culprit report --layers` takes the whole range
+/// as one slot).
+pub fn characteristics_in(
+    reqs: &[Request],
+    layer: &str,
+    origin: u64,
+    slot_ns: u64,
+    slots: usize,
+    end: u64,
+) -> Vec<Characteristics> {
+    let slot_ns = slot_ns.max(1);
     let mut out = vec![Characteristics::default(); slots];
-    let slot_of = |t: u64| (t.saturating_sub(origin) / SLOT_NS) as usize;
+    let slot_of = |t: u64| (t.saturating_sub(origin) / slot_ns) as usize;
     #[derive(Default)]
     struct Acc {
         lat: (f64, u64),
@@ -318,7 +335,7 @@ pub fn characteristics(
                 if s >= slots {
                     break;
                 }
-                let slot_end = origin + (s as u64 + 1) * SLOT_NS;
+                let slot_end = origin + (s as u64 + 1) * slot_ns;
                 let stop = to.min(slot_end);
                 if n > 0 {
                     most[s] = most[s].max(n as u32);
@@ -346,9 +363,9 @@ pub fn characteristics(
         c.reply_ms = mean(a.reply);
         c.avg_size = (c.requests > 0).then(|| c.bytes as f64 / c.requests as f64);
         c.sequential = (a.seq.1 > 0).then(|| a.seq.0 as f64 / a.seq.1 as f64);
-        c.concurrency = integral[s] / SLOT_NS as f64;
+        c.concurrency = integral[s] / slot_ns as f64;
         c.max_concurrency = most[s];
-        c.idle = 1.0 - busy[s] as f64 / SLOT_NS as f64;
+        c.idle = 1.0 - busy[s] as f64 / slot_ns as f64;
         c.throughput_mb_s = (busy[s] > 0).then(|| c.bytes as f64 / 1e6 / (busy[s] as f64 / 1e9));
     }
     out

@@ -328,6 +328,8 @@ impl Reporting<'_> {
                 n.anomalous_windows.first().map(|w| w.start_ns)
             };
             diagnosis.layers = crate::layers::bottom_up(&t, &since);
+            // Seed 003 §4.2: a layer issuing one request at a time below many outstanding.
+            diagnosis.serialised = crate::layers::serial::find(&ds.nodes);
         }
         diagnosis
     }

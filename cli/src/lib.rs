@@ -30,6 +30,7 @@ pub mod diagnose;
 pub mod doctor;
 pub mod export;
 pub mod lab;
+pub mod layers;
 pub mod progress;
 pub mod prune;
 pub mod record;

@@ -24,6 +24,7 @@ use crate::diagnose::render::group_digits;
     culprit report DATA --from +60s --to +120s --program pvfs-server\n  \
     culprit report DATA --graph                # traced with CULPRIT_GRAPH=1\n  \
     culprit report DATA --stacks --node io2    # where each thread is now\n  \
+    culprit report DATA --layers               # I/O layers side by side (seed 003)\n  \
     culprit report DATA --callers io_pread --callees handle_request\n  \
     culprit report DATA --json | jq '.nodes[0].processes[0].functions[0]'\n\n\
     With CULPRIT_HIST=1 at record time the function tables show p50/p90/p99/max call durations.")]
@@ -85,6 +86,13 @@ pub struct Args {
     /// Show the callees of this function (name or glob; repeatable; needs CULPRIT_GRAPH=1).
     #[arg(long, value_name = "FUNCTION")]
     pub callees: Vec<String>,
+    /// Show the I/O layers (seed 003): each process's layers side by side with their
+    /// characteristics over the range, and the layers that serialise their requests.
+    #[arg(long)]
+    pub layers: bool,
+    /// With --layers --json: also each layer's characteristics per second (`series`).
+    #[arg(long, requires = "layers")]
+    pub layer_series: bool,
     /// Print JSON (schema culprit-report/1, see docs/report-json.md).
     #[arg(long)]
     pub json: bool,
@@ -108,6 +116,17 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         return crate::stacks::print(&ds, args.json);
     }
     let parse = |t: &Option<String>| t.as_deref().map(time::parse_time).transpose();
+    if args.layers {
+        return crate::layers::print(
+            &ds,
+            &args.pids,
+            &args.programs,
+            parse(&args.from)?,
+            parse(&args.to)?,
+            args.layer_series,
+            args.json,
+        );
+    }
     let opts = ReportOptions {
         programs: args.programs.clone(),
         pids: args.pids.clone(),

@@ -79,6 +79,13 @@ pub struct Args {
     /// block:block_rq_complete, sched:sched_switch).
     #[arg(long, value_name = "LIST")]
     pub tracepoints: Option<String>,
+    /// Record the system-call and block layers of the I/O stack (seed 003): every
+    /// pread64/pwrite64 of a node's processes, entry and exit (adds the
+    /// syscalls:sys_enter/exit_pread64 and pwrite64 tracepoints), and the device requests they
+    /// queued (from the block tracepoints); `culprit report --layers` shows them as layers
+    /// `syscall` and `block`.
+    #[arg(long)]
+    pub layers: bool,
     /// Ring buffer data pages per CPU (a power of two; default: 2 s of records at the rate,
     /// 64 to 4096 pages).
     #[arg(long, value_name = "N")]
@@ -256,6 +263,23 @@ pub fn config(a: &Args) -> anyhow::Result<Config> {
                 .collect()
         }
     });
+    if a.layers {
+        let mut tps = c.tracepoints.take().unwrap_or_else(|| {
+            culprit_sampler::tracefs::DEFAULT_TRACEPOINTS
+                .iter()
+                .map(|s| s.to_string())
+                .collect()
+        });
+        let wanted = culprit_sampler::syscalls::TRACEPOINTS
+            .iter()
+            .chain(culprit_sampler::blocklayer::TRACEPOINTS);
+        for t in wanted {
+            if !tps.iter().any(|x| x == t) {
+                tps.push(t.to_string());
+            }
+        }
+        c.tracepoints = Some(tps);
+    }
     c.ring_pages = a.ring_pages.unwrap_or(0);
     c.call_graph = a.call_graph.unwrap_or_default();
     c.mount_tracefs = !a.no_mount;

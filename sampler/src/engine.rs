@@ -67,6 +67,12 @@ enum TpKey {
     Block {
         dev: u32,
         sector: u64,
+        /// Bytes its sectors cover (0 when the tracepoint has no `nr_sector`).
+        bytes: u64,
+        /// From `rwbs`: a write, a read, or neither (a flush).
+        write: Option<bool>,
+        /// A completion with an error.
+        error: bool,
     },
     Tcp {
         saddr: IpAddr,
@@ -77,6 +83,15 @@ enum TpKey {
     Switch {
         stopped: bool,
         next: u32,
+    },
+    SysEnter {
+        fd: u64,
+        count: u64,
+        pos: u64,
+        write: bool,
+    },
+    SysExit {
+        ret: i64,
     },
 }
 
@@ -199,9 +214,15 @@ pub struct Engine {
     tps: Vec<TpSpec>,
     pending: Vec<Timed>,
     snapshot: Option<(u64, Vec<ProcInfo>)>,
-    block_owner: FxHashMap<(u32, u64), NodeIdx>,
+    /// (device, sector) → the node, process and thread that queued the request.
+    block_owner: FxHashMap<(u32, u64), (NodeIdx, u32, u32)>,
     early_facts: FxHashMap<u32, ProcFacts>,
     stops: Stops,
+    syscalls: crate::syscalls::Pairing,
+    blocks: crate::blocklayer::Pairing,
+    /// The system-call and block layers are recorded (`culprit sample --layers`: the
+    /// system-call tracepoints are among the engine's).
+    io_layers: bool,
     /// Counters.
     pub stats: EngineStats,
 }
@@ -265,6 +286,9 @@ impl Engine {
         clock: ClockMap,
         tps: Vec<TpSpec>,
     ) -> Engine {
+        let io_layers = tps
+            .iter()
+            .any(|t| crate::syscalls::TRACEPOINTS.contains(&t.name.as_str()));
         Engine {
             tracker,
             intervals,
@@ -275,6 +299,9 @@ impl Engine {
             block_owner: FxHashMap::default(),
             early_facts: FxHashMap::default(),
             stops: Stops::default(),
+            syscalls: crate::syscalls::Pairing::default(),
+            blocks: crate::blocklayer::Pairing::default(),
+            io_layers,
             stats: EngineStats::default(),
         }
     }
@@ -423,7 +450,36 @@ impl Engine {
                     .is_some_and(|s| s & tracefs::STOPPED_STATES != 0),
                 next: tracefs::read_uint(raw, next_pid).unwrap_or(0) as u32,
             },
-            Decoder::Block { dev, sector, .. } => {
+            Decoder::SysEnter {
+                fd,
+                count,
+                pos,
+                write,
+            } => match (
+                tracefs::read_uint(raw, fd),
+                tracefs::read_uint(raw, count),
+                tracefs::read_uint(raw, pos),
+            ) {
+                (Some(fd), Some(count), Some(pos)) => TpKey::SysEnter {
+                    fd,
+                    count,
+                    pos,
+                    write: *write,
+                },
+                _ => TpKey::None,
+            },
+            Decoder::SysExit { ret } => match tracefs::read_uint(raw, ret) {
+                Some(r) => TpKey::SysExit { ret: r as i64 },
+                None => TpKey::None,
+            },
+            Decoder::Block {
+                dev,
+                sector,
+                nr_sector,
+                rwbs,
+                error,
+                ..
+            } => {
                 match (
                     tracefs::read_uint(raw, dev),
                     tracefs::read_uint(raw, sector),
@@ -431,6 +487,18 @@ impl Engine {
                     (Some(d), Some(s)) => TpKey::Block {
                         dev: d as u32,
                         sector: s,
+                        bytes: nr_sector
+                            .as_ref()
+                            .and_then(|f| tracefs::read_uint(raw, f))
+                            .map_or(0, |n| n * crate::blocklayer::SECTOR),
+                        write: rwbs
+                            .as_ref()
+                            .and_then(|f| raw.get(f.offset..f.offset + f.size))
+                            .and_then(crate::blocklayer::rwbs_writes),
+                        error: error
+                            .as_ref()
+                            .and_then(|f| tracefs::read_uint(raw, f))
+                            .is_some_and(|e| e as u32 != 0),
                     },
                     _ => TpKey::None,
                 }
@@ -516,14 +584,34 @@ impl Engine {
                 None => self.stats.out_of_scope += 1,
             },
             Ev::Tp { tp, pid, tid, key } => {
-                let node = self.tp_node(tp, pid, key);
+                if self.io_layers {
+                    self.block_layer(tp, key, wall);
+                }
+                let node = self.tp_node(tp, pid, tid, key);
                 if let Some(node) = node {
                     self.stats.events += 1;
                     self.intervals.event(wall, node, tp as usize);
                 }
-                if let TpKey::Switch { stopped, next } = key {
-                    self.stops
-                        .switch(&mut self.intervals, wall, node, pid, tid, stopped, next);
+                match key {
+                    TpKey::Switch { stopped, next } => {
+                        self.stops
+                            .switch(&mut self.intervals, wall, node, pid, tid, stopped, next);
+                    }
+                    // Seed 003's system-call layer: only the calls of a node's processes.
+                    TpKey::SysEnter {
+                        fd,
+                        count,
+                        pos,
+                        write,
+                    } if node.is_some() => self.syscalls.enter(wall, tid, fd, count, pos, write),
+                    TpKey::SysExit { ret } => {
+                        if let (Some(node), Some(evs)) =
+                            (node, self.syscalls.exit(wall, pid, tid, ret))
+                        {
+                            self.intervals.layer_events(wall, node, evs);
+                        }
+                    }
+                    _ => {}
                 }
             }
             Ev::Mmap(m) => self
@@ -588,10 +676,45 @@ impl Engine {
         locs.into_boxed_slice()
     }
 
+    /// Seed 003's block layer ([`crate::blocklayer`]): a request of a node's process goes to
+    /// the device or completes. Called before [`Engine::tp_node`] forgets its owner.
+    fn block_layer(&mut self, tp: u16, key: TpKey, wall: u64) {
+        let TpKey::Block {
+            dev,
+            sector,
+            bytes,
+            write,
+            error,
+        } = key
+        else {
+            return;
+        };
+        let (issues, forgets) = match self.tps.get(tp as usize).map(|s| &s.decoder) {
+            Some(Decoder::Block {
+                issues, forgets, ..
+            }) => (*issues, *forgets),
+            _ => return,
+        };
+        if issues {
+            if let (Some(&(node, pid, tid)), Some(write)) =
+                (self.block_owner.get(&(dev, sector)), write)
+            {
+                self.blocks
+                    .issue(wall, dev, sector, node, pid, tid, bytes, write);
+            }
+        } else if forgets {
+            if let Some((node, evs)) = self.blocks.complete(wall, dev, sector, error) {
+                self.intervals.layer_events(wall, node, evs);
+            }
+        }
+    }
+
     /// The node a tracepoint hit belongs to (see [`crate::nodes`] and [`Decoder`]).
-    fn tp_node(&mut self, tp: u16, pid: u32, key: TpKey) -> Option<NodeIdx> {
+    fn tp_node(&mut self, tp: u16, pid: u32, tid: u32, key: TpKey) -> Option<NodeIdx> {
         match key {
-            TpKey::None | TpKey::Switch { .. } => self.tracker.node_of(pid),
+            TpKey::None | TpKey::Switch { .. } | TpKey::SysEnter { .. } | TpKey::SysExit { .. } => {
+                self.tracker.node_of(pid)
+            }
             TpKey::Tcp {
                 saddr,
                 sport,
@@ -602,7 +725,7 @@ impl Engine {
                 .nodes()
                 .by_endpoints(saddr, sport, daddr, dport)
                 .or_else(|| self.tracker.node_of(pid)),
-            TpKey::Block { dev, sector } => {
+            TpKey::Block { dev, sector, .. } => {
                 let (learns, forgets) = match self.tps.get(tp as usize).map(|s| &s.decoder) {
                     Some(Decoder::Block {
                         learns, forgets, ..
@@ -614,7 +737,7 @@ impl Engine {
                     if self.block_owner.len() >= BLOCK_OWNERS_MAX {
                         self.block_owner.clear();
                     }
-                    self.block_owner.insert((dev, sector), node);
+                    self.block_owner.insert((dev, sector), (node, pid, tid));
                     return Some(node);
                 }
                 if forgets {
@@ -622,14 +745,14 @@ impl Engine {
                     // nothing about who asked for the I/O. One whose request was not seen
                     // queued (before the sampler started, or by a process out of scope) is
                     // not counted rather than charged to a bystander.
-                    return self.block_owner.remove(&(dev, sector));
+                    return self.block_owner.remove(&(dev, sector)).map(|o| o.0);
                 }
                 // Issue runs in whichever context dispatches the queue: a kworker, or any
                 // process that submits to the same device (on one host with emulated nodes, a
                 // peer's server). Like completions, a request not seen queued is not counted
                 // rather than charged to that bystander: with all nodes on one disk, issues
                 // charged by context made a healthy node's block events double its peers'.
-                self.block_owner.get(&(dev, sector)).copied()
+                self.block_owner.get(&(dev, sector)).map(|o| o.0)
             }
         }
     }

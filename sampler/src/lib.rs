@@ -111,6 +111,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod blocklayer;
 pub mod engine;
 pub mod event;
 pub mod launch;
@@ -125,6 +126,7 @@ mod sampler;
 pub mod symbolize;
 #[allow(unsafe_code)]
 mod sys;
+pub mod syscalls;
 pub mod tracefs;
 pub mod uprobe;
 

@@ -20,7 +20,7 @@ use culprit_format::rotation::{self, Rotate};
 use culprit_format::writer::FileWriter;
 use culprit_format::{
     end_reason, info_keys, interval_flags, samples_flags, EventEntry, FileKind, IntervalRef,
-    OsMetricEntry, RecordBuf, SampleEntry, SamplesHead,
+    LayerDesc, LayerEvent, LayersHead, OsMetricEntry, RecordBuf, SampleEntry, SamplesHead,
 };
 
 use rustc_hash::FxHashMap;
@@ -67,7 +67,14 @@ struct NodeAcc {
     /// Threads switched out stopped, and ns stopped (see [`STOPPED_EVENT`]).
     stopped: u64,
     stopped_ns: u64,
+    /// System-call layer events ([`crate::syscalls`]), in the order their calls ended.
+    layers: Vec<LayerEvent>,
+    /// Those not kept (more than [`LAYER_EVENTS_MAX`] in the interval).
+    layers_dropped: u64,
 }
+
+/// Most layer events a node keeps per interval (56 bytes each in the file).
+pub const LAYER_EVENTS_MAX: usize = 1 << 20;
 
 #[derive(Debug, Default)]
 struct Acc {
@@ -193,6 +200,16 @@ impl Intervals {
     /// Counts one occurrence of tracepoint `event` on `node`.
     pub fn event(&mut self, wall_ns: u64, node: NodeIdx, event: usize) {
         self.acc(wall_ns).nodes[node as usize].events[event] += 1;
+    }
+
+    /// Keeps the ISSUE and COMPLT of a system call of `node` that ended at `wall_ns`.
+    pub fn layer_events(&mut self, wall_ns: u64, node: NodeIdx, evs: [LayerEvent; 2]) {
+        let n = &mut self.acc(wall_ns).nodes[node as usize];
+        if n.layers.len() + 2 > LAYER_EVENTS_MAX {
+            n.layers_dropped += 2;
+        } else {
+            n.layers.extend(evs);
+        }
     }
 
     /// Counts a thread of `node` switched out stopped.
@@ -829,6 +846,31 @@ impl Output {
                     stacks
                         .iter()
                         .map(|((prog, frames), count)| (*prog, *count, frames.as_slice())),
+                );
+            }
+            if !missed && (!n.layers.is_empty() || n.layers_dropped > 0) {
+                self.buf.layers(
+                    &LayersHead {
+                        span_start_ns: c.start_ns,
+                        span_end_ns: c.start_ns + c.dur_ns,
+                        dropped: n.layers_dropped.min(u64::from(u32::MAX)) as u32,
+                    },
+                    &[
+                        LayerDesc {
+                            id: crate::syscalls::LAYER_ID,
+                            level: crate::syscalls::LAYER_LEVEL,
+                            name: crate::syscalls::LAYER_NAME.into(),
+                        },
+                        LayerDesc {
+                            id: crate::blocklayer::LAYER_ID,
+                            level: crate::blocklayer::LAYER_LEVEL,
+                            name: crate::blocklayer::LAYER_NAME.into(),
+                        },
+                    ]
+                    .into_iter()
+                    .filter(|d| n.layers.iter().any(|e| e.layer == d.id))
+                    .collect::<Vec<_>>(),
+                    n.layers.iter().copied(),
                 );
             }
             f.writer.append(&self.buf)?;

@@ -168,6 +168,14 @@ pub enum Decoder {
         learns: bool,
         /// This tracepoint is where requests end (forgets the owner).
         forgets: bool,
+        /// This tracepoint is where requests go to the device (`block_rq_issue`).
+        issues: bool,
+        /// `nr_sector` field (the block layer's request size).
+        nr_sector: Option<Field>,
+        /// `rwbs` field (read, write, flush… flags as letters).
+        rwbs: Option<Field>,
+        /// `error` field (of completions).
+        error: Option<Field>,
     },
     /// A context switch (`sched:sched_switch`), to the node of the task switched out; its
     /// `prev_state` tells a thread stopped by a signal or a tracer (T, t), `next_pid` the
@@ -177,6 +185,23 @@ pub enum Decoder {
         prev_state: Field,
         /// `next_pid` field.
         next_pid: Field,
+    },
+    /// Entry of `pread64` / `pwrite64` (`syscalls:sys_enter_*`): to the caller's node, and an
+    /// ISSUE of the system-call layer once its exit is seen ([`crate::syscalls`]).
+    SysEnter {
+        /// `fd` field.
+        fd: Field,
+        /// `count` field.
+        count: Field,
+        /// `pos` field.
+        pos: Field,
+        /// The call writes.
+        write: bool,
+    },
+    /// Exit of `pread64` / `pwrite64` (`syscalls:sys_exit_*`): the COMPLT.
+    SysExit {
+        /// `ret` field.
+        ret: Field,
     },
     /// A TCP retransmit: attributed by the socket's addresses.
     Tcp {
@@ -209,6 +234,10 @@ impl Decoder {
                     sector,
                     learns: tp.name == "block:block_bio_queue",
                     forgets: tp.name == "block:block_rq_complete",
+                    issues: tp.name == "block:block_rq_issue",
+                    nr_sector: f("nr_sector"),
+                    rwbs: f("rwbs"),
+                    error: f("error"),
                 };
             }
         }
@@ -218,6 +247,20 @@ impl Decoder {
                     prev_state,
                     next_pid,
                 };
+            }
+        }
+        if crate::syscalls::TRACEPOINTS.contains(&tp.name.as_str()) {
+            if tp.name.contains(":sys_enter_") {
+                if let (Some(fd), Some(count), Some(pos)) = (f("fd"), f("count"), f("pos")) {
+                    return Decoder::SysEnter {
+                        fd,
+                        count,
+                        pos,
+                        write: crate::syscalls::writes(&tp.name),
+                    };
+                }
+            } else if let Some(ret) = f("ret") {
+                return Decoder::SysExit { ret };
             }
         }
         if tp.name.starts_with("tcp:") {

@@ -570,6 +570,15 @@ fn print_layers(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
         }
         writeln!(out)?;
     }
+    for s in &r.serialised {
+        writeln!(
+            out,
+            "I/O LAYERS: {} pid {} — {}",
+            s.node,
+            s.pid,
+            culprit_analysis::layers::serial::describe(s)
+        )?;
+    }
     Ok(())
 }
 
