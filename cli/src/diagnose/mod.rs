@@ -17,12 +17,11 @@ use culprit_analysis::setup::{Overrides, Setup, TrainedThresholds};
 use culprit_analysis::thresholds::{ThresholdRule, UnseenScale, Weighting};
 use culprit_analysis::time::{fmt_dur, fmt_sig, parse_duration_ns};
 use culprit_analysis::train::{self, TrainingRun};
+use culprit_openmetrics::{ListenError, MetricsServer};
 
 use crate::progress::Bar;
 
-pub mod openmetrics;
 pub mod render;
-pub mod serve;
 
 /// Exit status when a culprit is found.
 pub const EXIT_CULPRIT: i32 = 1;
@@ -291,7 +290,12 @@ pub fn run_diagnose(args: DiagnoseArgs) -> anyhow::Result<i32> {
     // Bound before anything else, so that a busy port is the first thing said.
     let server = match &args.metrics_listen {
         Some(spec) => {
-            let s = serve::MetricsServer::start(spec)?;
+            let s = MetricsServer::start(spec).map_err(|e| match e {
+                ListenError::LocalAddr(_) | ListenError::Thread(_) => {
+                    anyhow::anyhow!("--metrics-listen: {e}")
+                }
+                _ => anyhow::anyhow!("--metrics-listen {e}"),
+            })?;
             eprintln!(
                 "culprit: serving OpenMetrics on http://{}/metrics",
                 s.addr()
@@ -356,7 +360,7 @@ struct Live<'a, W: std::io::Write> {
     json: bool,
     setup: &'a Setup,
     /// `--metrics-listen`: where the diagnosis as it stands is served.
-    server: Option<&'a serve::MetricsServer>,
+    server: Option<&'a MetricsServer>,
 }
 
 impl<W: std::io::Write> Progress for Live<'_, W> {
