@@ -18,9 +18,10 @@ use culprit_sampler::uprobe::run::{process_gone, RunConfig, RunSummary, Session}
 use culprit_sampler::uprobe::system::{SystemConfig, SystemProbes, SystemSummary};
 use culprit_sampler::uprobe::{Plan, ProbeSpec};
 
+use culprit_sampler::launch::runtime::node_or_default;
 use culprit_sampler::launch::Held;
 
-use crate::record::{node_or_default, which, Args};
+use crate::record::{which, Args};
 
 /// Parses every `--uprobes` value (each may hold a comma-separated list).
 pub fn parse_specs(values: &[String]) -> anyhow::Result<Vec<ProbeSpec>> {
