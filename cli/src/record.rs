@@ -127,25 +127,35 @@ pub struct SampleOpts {
     pub event: Option<String>,
 }
 
+/// The data root, absolute: `--output`, else `$CULPRIT_DIR`, else `culprit-data`.
+pub(crate) fn data_dir(output: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let dir = output
+        .or_else(|| std::env::var_os("CULPRIT_DIR").map(PathBuf::from))
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or_else(|| PathBuf::from("culprit-data"));
+    Ok(cwd.join(dir))
+}
+
+/// An error unless `--node` (when given) is a valid node name.
+pub(crate) fn check_node(node: Option<&str>) -> anyhow::Result<()> {
+    match node {
+        Some(n) if !names::is_node_name(n) => bail!(
+            "--node {n:?} is not a valid node name: use 1..{} characters of [A-Za-z0-9._-], \
+             not starting with '.' or '_'",
+            names::MAX_NODE_NAME
+        ),
+        _ => Ok(()),
+    }
+}
+
 impl Config {
     /// Validates the arguments against the environment.
     pub fn from_args(a: Args) -> anyhow::Result<Config> {
-        let cwd = std::env::current_dir().context("cannot read the current directory")?;
-        let dir = a
-            .output
-            .or_else(|| std::env::var_os("CULPRIT_DIR").map(PathBuf::from))
-            .filter(|d| !d.as_os_str().is_empty())
-            .unwrap_or_else(|| PathBuf::from("culprit-data"));
-        let dir = cwd.join(dir);
+        let dir = data_dir(a.output)?;
         let mut env: Vec<(&'static str, OsString)> = vec![("CULPRIT_DIR", dir.clone().into())];
+        check_node(a.node.as_deref())?;
         if let Some(n) = &a.node {
-            if !names::is_node_name(n) {
-                bail!(
-                    "--node {n:?} is not a valid node name: use 1..{} characters of \
-                     [A-Za-z0-9._-], not starting with '.' or '_'",
-                    names::MAX_NODE_NAME
-                );
-            }
             env.push(("CULPRIT_NODE", n.into()));
         }
         if let Some(ms) = a.interval {
