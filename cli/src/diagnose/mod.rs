@@ -330,7 +330,7 @@ pub fn run_diagnose(args: DiagnoseArgs) -> anyhow::Result<i32> {
     }
     out.flush()?;
     if let Some(path) = &args.html {
-        write_html(&diagnosis, path, &Default::default())?;
+        culprit_report_html::write(&diagnosis, path, &Default::default())?;
         eprintln!("culprit: HTML report written to {}", path.display());
     }
     Ok(if diagnosis.culprits.is_empty() {
@@ -338,20 +338,6 @@ pub fn run_diagnose(args: DiagnoseArgs) -> anyhow::Result<i32> {
     } else {
         EXIT_CULPRIT
     })
-}
-
-/// Writes `d` as an HTML page to `path` (to a temporary name first, so a failure leaves no
-/// half page and keeps an older report whole).
-pub fn write_html(
-    d: &culprit_analysis::Diagnosis,
-    path: &std::path::Path,
-    opts: &culprit_report_html::Options,
-) -> anyhow::Result<()> {
-    use anyhow::Context as _;
-    let page = culprit_report_html::render(d, opts)?;
-    let tmp = path.with_extension("html.tmp");
-    std::fs::write(&tmp, page).with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// `--follow`: windows as they close, one line each (JSON Lines with `--json`).
