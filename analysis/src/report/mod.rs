@@ -5,9 +5,12 @@
 //! `docs/report-json.md`). Nothing is computed while rendering.
 
 //!
-//! The types are in `types.rs`, [`build`] in `build.rs`.
+//! The types are in `types.rs`, [`build`] in `build.rs`; the call tree and a function's
+//! neighbours, as `culprit report --graph`, `--callers` and `--callees` show them, in
+//! [`calls`].
 
 mod build;
+pub mod calls;
 mod types;
 
 pub use build::{build, data_span};
