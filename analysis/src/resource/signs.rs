@@ -36,7 +36,7 @@ pub enum Direction {
     Up,
     /// Below its peers.
     Down,
-    /// Within [`MARGIN`] of its peers.
+    /// Within [`MARGIN`](super::MARGIN) of its peers.
     Level,
 }
 
