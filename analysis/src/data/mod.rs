@@ -91,6 +91,15 @@ impl std::fmt::Debug for Dataset {
     }
 }
 
+/// A stretch of wall-clock time, `[start_ns, end_ns)` in ns since the epoch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Span {
+    /// Start.
+    pub start_ns: u64,
+    /// End (exclusive).
+    pub end_ns: u64,
+}
+
 /// What changed in one [`Dataset::refresh`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RefreshStats {
@@ -235,6 +244,35 @@ impl Dataset {
             .retain(|n| !n.traces.is_empty() || !n.samples.is_empty());
         self.nodes.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(stats)
+    }
+
+    /// The earliest interval start and the latest interval end over every node's trace,
+    /// sample, event and OS metric intervals; `None` without any.
+    pub fn span(&self) -> Option<Span> {
+        let mut lo = u64::MAX;
+        let mut hi = 0u64;
+        let mut see = |start_ns: u64, dur_ns: u64| {
+            lo = lo.min(start_ns);
+            hi = hi.max(start_ns + dur_ns);
+        };
+        for n in &self.nodes {
+            for t in &n.traces {
+                t.intervals
+                    .iter()
+                    .for_each(|iv| see(iv.start_ns, iv.dur_ns));
+            }
+            for s in &n.samples {
+                s.intervals
+                    .iter()
+                    .for_each(|iv| see(iv.start_ns, iv.dur_ns));
+                s.events.iter().for_each(|iv| see(iv.start_ns, iv.dur_ns));
+                s.os.iter().for_each(|iv| see(iv.start_ns, iv.dur_ns));
+            }
+        }
+        (lo <= hi).then_some(Span {
+            start_ns: lo,
+            end_ns: hi,
+        })
     }
 
     fn warn(&mut self, w: String) {

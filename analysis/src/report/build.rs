@@ -36,38 +36,10 @@ impl Latency {
     }
 }
 
-/// Earliest interval start and latest interval end over the whole dataset.
-pub fn data_span(ds: &Dataset) -> Option<(u64, u64)> {
-    let mut lo = u64::MAX;
-    let mut hi = 0u64;
-    for n in &ds.nodes {
-        for t in &n.traces {
-            for iv in &t.intervals {
-                lo = lo.min(iv.start_ns);
-                hi = hi.max(iv.start_ns + iv.dur_ns);
-            }
-        }
-        for s in &n.samples {
-            for iv in &s.intervals {
-                lo = lo.min(iv.start_ns);
-                hi = hi.max(iv.start_ns + iv.dur_ns);
-            }
-            for iv in &s.events {
-                lo = lo.min(iv.start_ns);
-                hi = hi.max(iv.start_ns + iv.dur_ns);
-            }
-            for iv in &s.os {
-                lo = lo.min(iv.start_ns);
-                hi = hi.max(iv.start_ns + iv.dur_ns);
-            }
-        }
-    }
-    (lo <= hi).then_some((lo, hi))
-}
-
 /// Builds the report for `ds` as `args` ask.
 pub fn build(ds: &Dataset, args: &ReportOptions) -> Result<Report> {
-    let (lo, hi) = data_span(ds).unwrap_or((0, 0));
+    let span = ds.span().unwrap_or_default();
+    let (lo, hi) = (span.start_ns, span.end_ns);
     let from = args.from.map_or(0, |t| t.resolve(lo, hi));
     let to = args.to.map_or(u64::MAX, |t| t.resolve(lo, hi));
     if from >= to {

@@ -13,7 +13,7 @@ mod build;
 pub mod calls;
 mod types;
 
-pub use build::{build, data_span};
+pub use build::build;
 pub use types::{
     EdgeRow, EventRow, FunctionRow, Latency, NodeReport, Only, OsMetricRow, OsReport,
     ProcessReport, Report, ReportOptions, SampleRow, SamplesReport, SortKey, SCHEMA,
