@@ -214,7 +214,10 @@ pub fn run_train(args: TrainArgs) -> anyhow::Result<i32> {
     let training = train::train(
         &setup,
         runs,
-        (args.threshold_rule, args.unseen_scale),
+        train::Rules {
+            threshold: args.threshold_rule,
+            unseen: args.unseen_scale,
+        },
         &mut bar,
     )?;
     drop(bar);
