@@ -15,16 +15,19 @@ use super::signs::Direction::{self, Down, Up};
 /// show.
 pub const MARGIN: f64 = 1.25;
 
+/// A node's mean level of one instance of an OS metric.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InstanceMean {
+    /// The instance (a device, an interface; `None`: the metric has none).
+    pub instance: Option<String>,
+    /// Mean of its present per-second values.
+    pub mean: f64,
+}
+
 /// Per-second levels of OS metrics, for the directions.
 pub trait Levels: std::fmt::Debug {
     /// The node's mean of each instance's present values of `metric` over `[from, to)`.
-    fn means(
-        &self,
-        node: &str,
-        metric: &str,
-        from_ns: u64,
-        to_ns: u64,
-    ) -> Vec<(Option<String>, f64)>;
+    fn means(&self, node: &str, metric: &str, from_ns: u64, to_ns: u64) -> Vec<InstanceMean>;
 }
 
 /// Levels read from a loaded dataset.
@@ -51,13 +54,7 @@ impl<'a> DatasetLevels<'a> {
 }
 
 impl Levels for DatasetLevels<'_> {
-    fn means(
-        &self,
-        node: &str,
-        metric: &str,
-        from_ns: u64,
-        to_ns: u64,
-    ) -> Vec<(Option<String>, f64)> {
+    fn means(&self, node: &str, metric: &str, from_ns: u64, to_ns: u64) -> Vec<InstanceMean> {
         let Some(ids) = self.by_name.get(metric) else {
             return Vec::new();
         };
@@ -80,7 +77,10 @@ impl Levels for DatasetLevels<'_> {
         ids.iter()
             .zip(acc)
             .filter(|(_, (_, n))| *n > 0)
-            .map(|((_, inst), (s, n))| (inst.clone(), s / n as f64))
+            .map(|((_, inst), (s, n))| InstanceMean {
+                instance: inst.clone(),
+                mean: s / n as f64,
+            })
             .collect()
     }
 }

@@ -31,7 +31,7 @@
 mod levels;
 mod signs;
 
-pub use levels::{DatasetLevels, Levels, MARGIN};
+pub use levels::{DatasetLevels, InstanceMean, Levels, MARGIN};
 pub use signs::{sign_of, Class, Direction, Sign, SIGNS};
 
 use serde::{Deserialize, Serialize};
@@ -289,15 +289,19 @@ fn facts(
         // from its peers speaks for the metric.
         let mine = levels.means(&names[n], sign.metric, from, to);
         let mut best: Option<(f64, Option<String>, f64, f64)> = None;
-        for (inst, v) in mine {
+        for InstanceMean {
+            instance: inst,
+            mean: v,
+        } in mine
+        {
             let mut peers: Vec<f64> = (0..names.len())
                 .filter(|&p| p != n && m.nodes[p].scored > 0)
                 .filter_map(|p| {
                     levels
                         .means(&names[p], sign.metric, from, to)
                         .into_iter()
-                        .find(|(i, _)| *i == inst)
-                        .map(|(_, x)| x)
+                        .find(|x| x.instance == inst)
+                        .map(|x| x.mean)
                 })
                 .collect();
             if peers.is_empty() {
