@@ -12,6 +12,9 @@ use serde::{Deserialize, Serialize};
 /// Mixing weight of the uniform distribution in [`Distance::SymKl`]'s smoothing.
 pub const KL_SMOOTHING: f64 = 1e-3;
 
+/// Unit of CDF distances: Σ|P(i) − Q(i)| over histogram bins.
+pub const CDF_UNIT: &str = "cdf";
+
 /// A distance between two feature vectors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
@@ -73,7 +76,7 @@ impl Distance {
             Distance::Manhattan | Distance::Scaled => metric_unit,
             Distance::Relative => "relative",
             Distance::SymKl => "nats",
-            Distance::Cdf => crate::family::CDF_UNIT,
+            Distance::Cdf => CDF_UNIT,
         }
     }
 

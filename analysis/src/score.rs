@@ -460,12 +460,7 @@ impl Scorer for SuspectScore {
             }
             Some(k) => {
                 let groups = domains(x.rows, k, seed);
-                let mut group_of = vec![0u32; x.rows];
-                for (g, members) in groups.iter().enumerate() {
-                    for &m in members {
-                        group_of[m as usize] = g as u32;
-                    }
-                }
+                let group_of = group_of(&groups, x.rows);
                 par_map(x.rows, k * x.cols, |i| {
                     kth_nearest(d, x, i, &groups[group_of[i] as usize])
                 })
@@ -559,12 +554,7 @@ fn pairwise_all(d: Distance, x: &Matrix) -> Vec<f64> {
 /// window, cut them into groups of `k` to `2k − 1`, score each row against its group only.
 fn pairwise_domains(d: Distance, x: &Matrix, k: usize, seed: u64) -> Vec<f64> {
     let groups = domains(x.rows, k, seed);
-    let mut group_of = vec![0u32; x.rows];
-    for (g, members) in groups.iter().enumerate() {
-        for &m in members {
-            group_of[m as usize] = g as u32;
-        }
-    }
+    let group_of = group_of(&groups, x.rows);
     par_map(x.rows, k * x.cols, |i| {
         let members = &groups[group_of[i] as usize];
         let mut ds: Vec<f64> = members
@@ -575,6 +565,17 @@ fn pairwise_domains(d: Distance, x: &Matrix, k: usize, seed: u64) -> Vec<f64> {
             .collect();
         median_in_place(&mut ds)
     })
+}
+
+/// The group of each of the `n` rows [`domains`] partitioned into `groups`.
+fn group_of(groups: &[Vec<u32>], n: usize) -> Vec<u32> {
+    let mut of = vec![0u32; n];
+    for (g, members) in groups.iter().enumerate() {
+        for &m in members {
+            of[m as usize] = g as u32;
+        }
+    }
+    of
 }
 
 /// Partitions `0..n` into groups of `k..2k−1` members (one group when `n < 2k`), shuffled

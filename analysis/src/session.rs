@@ -223,13 +223,13 @@ pub fn diagnose(
     match req.follow {
         Some(f) => follow(f, &reporting, &mut ds, &mut analyzer, &mut feeder, progress)?,
         None => {
-            let span = data_span(&ds);
+            let span = ds.span().unwrap_or_default();
             feeder.feed(
                 &ds,
                 &mut analyzer,
                 Some(setup.chunk_ns()),
                 |a, events, at| {
-                    progress.analysed(at.min(span.1), span.0, span.1);
+                    progress.analysed(at.min(span.end_ns), span.start_ns, span.end_ns);
                     report_windows(a, &events, progress)
                 },
             )?;
@@ -345,30 +345,6 @@ impl Reporting<'_> {
             finished,
         )
     }
-}
-
-/// First start and last end of the data (for progress).
-fn data_span(ds: &Dataset) -> (u64, u64) {
-    let mut lo = u64::MAX;
-    let mut hi = 0;
-    let mut see = |start: u64, dur: u64| {
-        lo = lo.min(start);
-        hi = hi.max(start + dur);
-    };
-    for n in &ds.nodes {
-        for t in &n.traces {
-            t.intervals
-                .iter()
-                .for_each(|iv| see(iv.start_ns, iv.dur_ns));
-        }
-        for s in &n.samples {
-            s.intervals
-                .iter()
-                .for_each(|iv| see(iv.start_ns, iv.dur_ns));
-            s.events.iter().for_each(|iv| see(iv.start_ns, iv.dur_ns));
-        }
-    }
-    (lo.min(hi), hi)
 }
 
 fn report_windows(

@@ -130,14 +130,27 @@ struct Run {
     plan: MetricPlan,
 }
 
+/// How training turns scores and spreads into thresholds and weights.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rules {
+    /// Which scores a node's threshold is made from (`--threshold-rule`).
+    pub threshold: ThresholdRule,
+    /// The weighting scale of a component training never kept (`--unseen-scale`).
+    pub unseen: UnseenScale,
+}
+
 /// Trains thresholds on fault-free runs; each run is analysed on its own (windows never span
 /// runs).
 pub fn train(
     setup: &Setup,
     runs: Vec<TrainingRun>,
-    (rule, unseen): (ThresholdRule, UnseenScale),
+    rules: Rules,
     progress: &mut dyn Progress,
 ) -> Result<Training> {
+    let Rules {
+        threshold: rule,
+        unseen,
+    } = rules;
     let mut notes = setup.notes.clone();
     let names: Vec<String> = runs.iter().map(|r| r.name.clone()).collect();
     let mut loaded = Vec::new();

@@ -150,7 +150,10 @@ fn a_slow_disk_is_named_and_a_node_without_os_metrics_is_still_compared() {
     let training = train::train(
         &setup,
         runs,
-        (ThresholdRule::Window, UnseenScale::default()),
+        train::Rules {
+            threshold: ThresholdRule::Window,
+            unseen: UnseenScale::default(),
+        },
         &mut Quiet,
     )
     .unwrap();

@@ -283,7 +283,10 @@ fn latency_distributions_show_a_rare_slow_call() {
     let training = train::train(
         &setup,
         vec![TrainingRun::dir(&healthy)],
-        (ThresholdRule::Window, UnseenScale::default()),
+        train::Rules {
+            threshold: ThresholdRule::Window,
+            unseen: UnseenScale::default(),
+        },
         &mut Quiet,
     )
     .unwrap();

@@ -1,13 +1,8 @@
 //! `culprit record`: run a program built with `-finstrument-functions` with the tracing
 //! runtime (`libculprit_rt.so`) injected through `LD_PRELOAD`.
 //!
-//! The runtime is found without the user naming it: `$CULPRIT_RT_LIB` if set (an explicit
-//! override wins), else next to the `culprit` executable (where cargo builds both, and where
-//! `scripts/install` puts neither), else in `<exe dir>/../lib/` (an installed layout:
-//! `PREFIX/bin/culprit`, `PREFIX/lib/libculprit_rt.so`), else in the Debian package's
-//! multiarch library directory (`/usr/bin/culprit`, `/usr/lib/x86_64-linux-gnu/` holding
-//! `libculprit_rt.so.0`, the name the runtime is loaded by; the unversioned name is the
-//! link-time symlink).
+//! The runtime is found without the user naming it ([`culprit_sampler::launch::runtime`] says
+//! where it looks; `$CULPRIT_RT_LIB` overrides).
 //!
 //! SIGINT and SIGTERM sent to `culprit` by another process are forwarded to the program (one
 //! typed at the terminal already reaches it: same process group). The exit status is the
@@ -20,6 +15,9 @@ use std::process::Command;
 
 use anyhow::{bail, Context as _};
 use culprit_format::names;
+use culprit_sampler::launch::runtime::{
+    calls_hooks, find_runtime, node_or_default, trace_files, written_by, RT_LIB_VAR,
+};
 use culprit_sampler::launch::{exit_code, Forward, Held};
 
 /// Arguments of `culprit record`.
@@ -129,83 +127,35 @@ pub struct SampleOpts {
     pub event: Option<String>,
 }
 
-/// Environment variable naming the runtime library explicitly.
-pub const RT_LIB_VAR: &str = "CULPRIT_RT_LIB";
-/// File name of the runtime library.
-pub const RT_LIB_NAME: &str = "libculprit_rt.so";
-/// The runtime's soname, as the Debian package installs it (`scripts/package` links it in).
-pub const RT_SONAME: &str = "libculprit_rt.so.0";
+/// The data root, absolute: `--output`, else `$CULPRIT_DIR`, else `culprit-data`.
+pub(crate) fn data_dir(output: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let dir = output
+        .or_else(|| std::env::var_os("CULPRIT_DIR").map(PathBuf::from))
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or_else(|| PathBuf::from("culprit-data"));
+    Ok(cwd.join(dir))
+}
 
-/// The Debian multiarch directory name of this build's target (`/usr/lib/<triplet>/`, where
-/// the package installs the runtime), for the architectures Debian names this way.
-const MULTIARCH: Option<&str> = if cfg!(all(target_arch = "x86_64", target_env = "gnu")) {
-    Some("x86_64-linux-gnu")
-} else if cfg!(all(target_arch = "aarch64", target_env = "gnu")) {
-    Some("aarch64-linux-gnu")
-} else if cfg!(all(target_arch = "riscv64", target_env = "gnu")) {
-    Some("riscv64-linux-gnu")
-} else if cfg!(all(
-    target_arch = "powerpc64",
-    target_endian = "little",
-    target_env = "gnu"
-)) {
-    Some("powerpc64le-linux-gnu")
-} else if cfg!(all(target_arch = "s390x", target_env = "gnu")) {
-    Some("s390x-linux-gnu")
-} else {
-    None
-};
-
-/// Where the runtime library is, given the directory of the `culprit` executable and the
-/// value of [`RT_LIB_VAR`].
-pub fn find_runtime(exe_dir: Option<&Path>, explicit: Option<&OsStr>) -> anyhow::Result<PathBuf> {
-    if let Some(p) = explicit.filter(|p| !p.is_empty()) {
-        let p = PathBuf::from(p);
-        if p.is_file() {
-            return Ok(p);
-        }
-        bail!("{RT_LIB_VAR}={} is not a file", p.display());
+/// An error unless `--node` (when given) is a valid node name.
+pub(crate) fn check_node(node: Option<&str>) -> anyhow::Result<()> {
+    match node {
+        Some(n) if !names::is_node_name(n) => bail!(
+            "--node {n:?} is not a valid node name: use 1..{} characters of [A-Za-z0-9._-], \
+             not starting with '.' or '_'",
+            names::MAX_NODE_NAME
+        ),
+        _ => Ok(()),
     }
-    let mut tried = Vec::new();
-    if let Some(d) = exe_dir {
-        let mut cands = vec![d.join(RT_LIB_NAME), d.join("../lib").join(RT_LIB_NAME)];
-        if let Some(triplet) = MULTIARCH {
-            cands.push(d.join("../lib").join(triplet).join(RT_SONAME));
-        }
-        for cand in cands {
-            if cand.is_file() {
-                return Ok(cand);
-            }
-            tried.push(cand.display().to_string());
-        }
-    }
-    bail!(
-        "cannot find {RT_LIB_NAME} (looked in {}); build it with `cargo build -p culprit-rt`, \
-         install culprit (the Debian package from scripts/package, or scripts/install), or \
-         set {RT_LIB_VAR}=/path/to/{RT_LIB_NAME}",
-        tried.join(", ")
-    )
 }
 
 impl Config {
     /// Validates the arguments against the environment.
     pub fn from_args(a: Args) -> anyhow::Result<Config> {
-        let cwd = std::env::current_dir().context("cannot read the current directory")?;
-        let dir = a
-            .output
-            .or_else(|| std::env::var_os("CULPRIT_DIR").map(PathBuf::from))
-            .filter(|d| !d.as_os_str().is_empty())
-            .unwrap_or_else(|| PathBuf::from("culprit-data"));
-        let dir = cwd.join(dir);
+        let dir = data_dir(a.output)?;
         let mut env: Vec<(&'static str, OsString)> = vec![("CULPRIT_DIR", dir.clone().into())];
+        check_node(a.node.as_deref())?;
         if let Some(n) = &a.node {
-            if !names::is_node_name(n) {
-                bail!(
-                    "--node {n:?} is not a valid node name: use 1..{} characters of \
-                     [A-Za-z0-9._-], not starting with '.' or '_'",
-                    names::MAX_NODE_NAME
-                );
-            }
             env.push(("CULPRIT_NODE", n.into()));
         }
         if let Some(ms) = a.interval {
@@ -299,30 +249,10 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     Ok(exit_code(status))
 }
 
-/// Says on stderr where this run's trace data went. A data root may be shared (several
-/// `record`s with other node names, the sampler, other programs linked with the runtime), so
-/// of the trace files new since the start only those count that this run wrote: the ones in
-/// its node's directory, and the program's own (`pid`) wherever it moved (`culprit_set_node`).
-/// A descendant that changed its node is not counted; another program recording under the same
-/// node name at the same time is.
+/// Says on stderr where this run's trace data went: the trace files new since the start that
+/// this run wrote ([`written_by`]).
 fn report_files(cfg: &Config, before: &[PathBuf], pid: Option<u32>) {
-    let node = effective_node(cfg);
-    let ours = |f: &Path| {
-        let in_node = f.parent().and_then(Path::file_name) == Some(OsStr::new(&node));
-        let own = match (pid, f.file_name().map(|n| n.to_string_lossy())) {
-            (Some(p), Some(n)) => matches!(
-                names::parse_data_file_name(&n),
-                Some(names::DataFileName::Trace { pid, .. }) if pid == p
-            ),
-            _ => false,
-        };
-        in_node || own
-    };
-    let after = trace_files(&cfg.dir);
-    let new: Vec<_> = after
-        .iter()
-        .filter(|f| !before.contains(f) && ours(f))
-        .collect();
+    let new = written_by(&cfg.dir, before, &effective_node(cfg), pid);
     let mut nodes: Vec<String> = new
         .iter()
         .filter_map(|f| f.parent().map(|p| p.display().to_string()))
@@ -348,14 +278,6 @@ fn report_files(cfg: &Config, before: &[PathBuf], pid: Option<u32>) {
 /// The node name the runtime will use: `--node`, else `$CULPRIT_NODE`, else the host name.
 fn effective_node(cfg: &Config) -> String {
     node_or_default(cfg.node.as_deref())
-}
-
-/// `node` if given, else `$CULPRIT_NODE`, else the host name, as a valid node name.
-pub(crate) fn node_or_default(node: Option<&str>) -> String {
-    node.map(str::to_string)
-        .or_else(|| std::env::var("CULPRIT_NODE").ok().filter(|n| !n.is_empty()))
-        .map(|n| names::sanitize_node_name(&n))
-        .unwrap_or_else(culprit_sampler::default_node_name)
 }
 
 /// `record --sample`: like `perf record -- CMD`, the program is forked but held before `exec`
@@ -400,86 +322,7 @@ fn run_sampled(cfg: &Config) -> anyhow::Result<i32> {
     Ok(status)
 }
 
-/// Every `trace-*.cul` under `dir/<node>/`.
-fn trace_files(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let Ok(nodes) = std::fs::read_dir(dir) else {
-        return out;
-    };
-    for n in nodes.flatten() {
-        let Ok(files) = std::fs::read_dir(n.path()) else {
-            continue;
-        };
-        for f in files.flatten() {
-            let name = f.file_name();
-            if matches!(
-                names::parse_data_file_name(&name.to_string_lossy()),
-                Some(names::DataFileName::Trace { .. })
-            ) {
-                out.push(f.path());
-            }
-        }
-    }
-    out
-}
-
 /// Resolves a program name the way `execvp` does.
 pub(crate) fn which(program: &OsStr) -> Option<PathBuf> {
     which::which(program).ok()
-}
-
-/// Whether the ELF file at `path` refers to `__cyg_profile_func_enter` (as every object built
-/// with `-finstrument-functions` does); `None` when it is not an ELF file or cannot be read.
-pub fn calls_hooks(path: &Path) -> Option<bool> {
-    culprit_sampler::symbolize::names_dynamic_symbol(path, "__cyg_profile_func_enter")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn runtime_search_order() {
-        let tmp = std::env::temp_dir().join(format!("culprit-rec-{}", std::process::id()));
-        let bin = tmp.join("bin");
-        std::fs::create_dir_all(&bin).unwrap();
-        std::fs::create_dir_all(tmp.join("lib")).unwrap();
-        let err = find_runtime(Some(&bin), None).unwrap_err().to_string();
-        assert!(err.contains(RT_LIB_VAR), "{err}");
-        if let Some(triplet) = MULTIARCH {
-            // The Debian package's layout: the soname in the multiarch directory.
-            let multi = tmp.join("lib").join(triplet);
-            std::fs::create_dir_all(&multi).unwrap();
-            std::fs::write(multi.join(RT_SONAME), b"x").unwrap();
-            assert_eq!(
-                find_runtime(Some(&bin), None).unwrap(),
-                bin.join("../lib").join(triplet).join(RT_SONAME)
-            );
-        }
-        std::fs::write(tmp.join("lib").join(RT_LIB_NAME), b"x").unwrap();
-        assert!(find_runtime(Some(&bin), None)
-            .unwrap()
-            .ends_with("lib/libculprit_rt.so"));
-        std::fs::write(bin.join(RT_LIB_NAME), b"x").unwrap();
-        assert_eq!(
-            find_runtime(Some(&bin), None).unwrap(),
-            bin.join(RT_LIB_NAME)
-        );
-        let other = tmp.join("other.so");
-        std::fs::write(&other, b"x").unwrap();
-        assert_eq!(
-            find_runtime(Some(&bin), Some(other.as_os_str())).unwrap(),
-            other
-        );
-        assert!(find_runtime(Some(&bin), Some(OsStr::new("/nonexistent.so"))).is_err());
-        let _ = std::fs::remove_dir_all(&tmp);
-    }
-
-    #[test]
-    fn hook_reference_check() {
-        // The test binary itself is ELF and not instrumented; a text file is not ELF.
-        let exe = std::env::current_exe().unwrap();
-        assert_eq!(calls_hooks(&exe), Some(false));
-        assert_eq!(calls_hooks(Path::new("/etc/hostname")), None);
-    }
 }

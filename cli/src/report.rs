@@ -10,7 +10,8 @@ use std::path::PathBuf;
 use anyhow::bail;
 
 use culprit_analysis::data::{Dataset, LoadOptions};
-use culprit_analysis::report::{self, EdgeRow, OsReport, ProcessReport, Report, ReportOptions};
+use culprit_analysis::report::calls::{call_tree, neighbours, Side, TreeMark};
+use culprit_analysis::report::{self, OsReport, ProcessReport, Report, ReportOptions};
 pub use culprit_analysis::report::{Only, SortKey, SCHEMA};
 use culprit_analysis::time;
 
@@ -424,9 +425,8 @@ fn no_graph(out: &mut dyn std::io::Write) -> std::io::Result<()> {
     )
 }
 
-/// The call graph: from each function without a traced caller, its callees, indented. Edges
-/// are caller → callee pairs (as gprof's), so a function's subtree is the same under every
-/// caller: it is expanded once, later occurrences end in `…`; recursion ends in `(recursive)`.
+/// The call graph: from each function without a traced caller, its callees, indented
+/// ([`call_tree`]); a subtree expanded above ends in `…`, recursion in `(recursive)`.
 fn print_graph(out: &mut dyn std::io::Write, p: &ProcessReport) -> std::io::Result<()> {
     let Some(edges) = &p.edges else {
         return no_graph(out);
@@ -440,12 +440,22 @@ fn print_graph(out: &mut dyn std::io::Write, p: &ProcessReport) -> std::io::Resu
         "  {:>12}  {:>10}  {:>10}  function",
         "calls", "total", "self"
     )?;
-    let mut expanded: std::collections::HashSet<&str> = std::collections::HashSet::new();
-    let mut roots: Vec<&EdgeRow> = edges.iter().filter(|e| e.caller.is_none()).collect();
-    roots.sort_by_key(|e| std::cmp::Reverse(e.total_ns));
-    let mut path: Vec<&str> = Vec::new();
-    for r in roots {
-        graph_node(out, edges, r, 0, &mut path, &mut expanded)?;
+    for l in call_tree(edges) {
+        let mark = match l.mark {
+            TreeMark::None => "",
+            TreeMark::Again => " …",
+            TreeMark::Recursive => " (recursive)",
+        };
+        writeln!(
+            out,
+            "  {:>12}  {:>10}  {:>10}  {}{}{}",
+            group_digits(l.edge.calls),
+            time::duration(l.edge.total_ns),
+            time::duration(l.edge.self_ns),
+            "  ".repeat(l.depth),
+            l.edge.callee,
+            mark
+        )?;
     }
     if p.edge_drops > 0 {
         writeln!(
@@ -455,61 +465,6 @@ fn print_graph(out: &mut dyn std::io::Write, p: &ProcessReport) -> std::io::Resu
         )?;
     }
     Ok(())
-}
-
-fn graph_node<'a>(
-    out: &mut dyn std::io::Write,
-    edges: &'a [EdgeRow],
-    e: &'a EdgeRow,
-    depth: usize,
-    path: &mut Vec<&'a str>,
-    expanded: &mut std::collections::HashSet<&'a str>,
-) -> std::io::Result<()> {
-    let name = e.callee.as_str();
-    let recursive = path.contains(&name);
-    let again = !recursive && expanded.contains(name);
-    let has_children = edges
-        .iter()
-        .any(|x| x.caller.as_deref() == Some(name) && x.callee != name);
-    let mark = if recursive {
-        " (recursive)"
-    } else if again && has_children {
-        " …"
-    } else {
-        ""
-    };
-    writeln!(
-        out,
-        "  {:>12}  {:>10}  {:>10}  {}{}{}",
-        group_digits(e.calls),
-        time::duration(e.total_ns),
-        time::duration(e.self_ns),
-        "  ".repeat(depth),
-        name,
-        mark
-    )?;
-    if recursive || again || depth >= 64 {
-        return Ok(());
-    }
-    expanded.insert(name);
-    path.push(name);
-    let mut children: Vec<&EdgeRow> = edges
-        .iter()
-        .filter(|x| x.caller.as_deref() == Some(name))
-        .collect();
-    children.sort_by_key(|e| std::cmp::Reverse(e.total_ns));
-    for c in children {
-        graph_node(out, edges, c, depth + 1, path, expanded)?;
-    }
-    path.pop();
-    Ok(())
-}
-
-/// Which neighbours `print_neighbours` lists.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Side {
-    Callers,
-    Callees,
 }
 
 /// The callers (or callees) of the functions matching `pattern` (a name or a glob).
@@ -522,14 +477,7 @@ fn print_neighbours(
     let Some(edges) = &p.edges else {
         return no_graph(out);
     };
-    let matches = |f: &str| glob(pattern, f);
-    let rows: Vec<&EdgeRow> = edges
-        .iter()
-        .filter(|e| match side {
-            Side::Callers => matches(&e.callee),
-            Side::Callees => e.caller.as_deref().is_some_and(matches),
-        })
-        .collect();
+    let rows = neighbours(edges, pattern, side);
     let what = match side {
         Side::Callers => "callers",
         Side::Callees => "callees",
@@ -562,18 +510,4 @@ fn print_neighbours(
         )?;
     }
     Ok(())
-}
-
-/// `*` and `?` globs (a name without them matches itself).
-fn glob(pattern: &str, name: &str) -> bool {
-    fn go(p: &[u8], n: &[u8]) -> bool {
-        match (p.first(), n.first()) {
-            (None, None) => true,
-            (Some(b'*'), _) => go(&p[1..], n) || (!n.is_empty() && go(p, &n[1..])),
-            (Some(b'?'), Some(_)) => go(&p[1..], &n[1..]),
-            (Some(a), Some(b)) if a == b => go(&p[1..], &n[1..]),
-            _ => false,
-        }
-    }
-    go(pattern.as_bytes(), name.as_bytes())
 }

@@ -92,7 +92,7 @@ pub struct Args {
     pub ring_pages: Option<usize>,
     /// Record call chains: `fp` (kernel and user, walked through frame pointers; user code
     /// needs -fno-omit-frame-pointer for whole chains).
-    #[arg(short = 'g', long, value_name = "MODE", value_parser = parse_call_graph)]
+    #[arg(short = 'g', long, value_name = "MODE", value_parser = str::parse::<culprit_sampler::CallGraph>)]
     pub call_graph: Option<culprit_sampler::CallGraph>,
     /// Do not mount tracefs when it is not mounted (kernel events are then not counted).
     #[arg(long)]
@@ -146,20 +146,6 @@ pub struct Args {
 /// Parses `10s`, `500ms`, `2m`, `1h`, `1.5s`, or a plain number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     culprit_analysis::time::parse_duration_ns(s).map(Duration::from_nanos)
-}
-
-/// `--call-graph`: `fp`. DWARF unwinding (copying user stacks into the ring and unwinding
-/// them with CFI, as `perf record --call-graph dwarf` does) is not offered: it multiplies the
-/// ring traffic by the stack copy (8 KiB per sample by default).
-fn parse_call_graph(s: &str) -> Result<culprit_sampler::CallGraph, String> {
-    match s {
-        "fp" => Ok(culprit_sampler::CallGraph::Fp),
-        "none" => Ok(culprit_sampler::CallGraph::None),
-        "dwarf" | "lbr" => Err(format!(
-            "{s} call graphs are not supported; use fp (build with -fno-omit-frame-pointer)"
-        )),
-        _ => Err(format!("unknown call graph mode {s:?}; use fp")),
-    }
 }
 
 fn split_rule<'a>(flag: &str, v: &'a str) -> anyhow::Result<(&'a str, &'a str)> {

@@ -24,9 +24,7 @@ pub fn print(ds: &Dataset, json: bool) -> anyhow::Result<i32> {
              interval of a traced process"
         )?;
     }
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
+    let now = time::now_ns();
     for p in &procs {
         let when = match p.state {
             ProcessState::Running => format!(

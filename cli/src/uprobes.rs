@@ -9,18 +9,18 @@
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt as _;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{bail, Context as _};
 use culprit_format::procfs::{self, Proc};
 use culprit_sampler::uprobe::run::{process_gone, RunConfig, RunSummary, Session};
-use culprit_sampler::uprobe::system::{SystemConfig, SystemProbes, SystemSummary};
+use culprit_sampler::uprobe::system::{ring_pages, SystemConfig, SystemProbes, SystemSummary};
 use culprit_sampler::uprobe::{Plan, ProbeSpec};
 
+use culprit_sampler::launch::runtime::node_or_default;
 use culprit_sampler::launch::Held;
 
-use crate::record::{node_or_default, which, Args};
+use crate::record::{check_node, data_dir, which, Args};
 
 /// Parses every `--uprobes` value (each may hold a comma-separated list).
 pub fn parse_specs(values: &[String]) -> anyhow::Result<Vec<ProbeSpec>> {
@@ -73,39 +73,17 @@ fn interval_ns(a: &Args) -> anyhow::Result<u64> {
     Ok(ms * 1_000_000)
 }
 
-fn data_dir(a: &Args) -> anyhow::Result<PathBuf> {
-    let cwd = std::env::current_dir().context("cannot read the current directory")?;
-    let dir = a
-        .output
-        .clone()
-        .or_else(|| std::env::var_os("CULPRIT_DIR").map(PathBuf::from))
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or_else(|| PathBuf::from("culprit-data"));
-    Ok(cwd.join(dir))
-}
-
-fn node(a: &Args) -> anyhow::Result<String> {
-    if let Some(n) = &a.node {
-        if !culprit_format::names::is_node_name(n) {
-            bail!(
-                "--node {n:?} is not a valid node name: use 1..{} characters of [A-Za-z0-9._-], \
-                 not starting with '.' or '_'",
-                culprit_format::names::MAX_NODE_NAME
-            );
-        }
-    }
-    Ok(node_or_default(a.node.as_deref()))
-}
-
 /// Runs `culprit record --uprobes …` (with CMD or `--attach`).
 pub fn record(a: Args) -> anyhow::Result<i32> {
     let specs = parse_specs(&a.uprobes)?;
     if a.uprobe_budget.is_nan() || a.uprobe_budget <= 0.0 {
         bail!("--uprobe-budget must be a positive percentage");
     }
+    let data_dir = data_dir(a.output.clone())?;
+    check_node(a.node.as_deref())?;
     let cfg = RunConfig {
-        data_dir: data_dir(&a)?,
-        node: node(&a)?,
+        data_dir,
+        node: node_or_default(a.node.as_deref()),
         interval_ns: interval_ns(&a)?,
         duration: None,
         budget_percent: a.uprobe_budget,
@@ -213,28 +191,17 @@ pub fn open_system(
     Ok(Some(probes))
 }
 
-/// Runs the system-wide probes on their own thread until `stop` or the sampler's duration.
-/// Uprobe files use 1 s intervals (the tracer's default), or the sampler's when shorter.
+/// Runs the system-wide probes on their own thread until `stop` or the sampler's duration
+/// ([`SystemConfig::beside`] the sampler's settings).
 pub fn spawn_system(
     probes: SystemProbes,
     cfg: &culprit_sampler::Config,
     budget: f64,
     stop: &'static AtomicBool,
 ) -> std::thread::JoinHandle<anyhow::Result<SystemSummary>> {
-    let data_dir = cfg.data_dir.clone();
-    let interval_ns = (cfg.interval.as_nanos() as u64).clamp(10_000_000, 1_000_000_000);
-    let until_ns = cfg
-        .duration
-        .map(|d| culprit_sampler::uprobe::run::now_ns() + d.as_nanos() as u64);
-    let nodes = culprit_sampler::nodes::Nodes::new(&cfg.node, &cfg.node_rules, cfg.scope.clone());
+    let cfg = SystemConfig::beside(cfg, budget);
     std::thread::spawn(move || {
-        let cfg = SystemConfig {
-            data_dir,
-            nodes: nodes.map_err(anyhow::Error::msg)?,
-            interval_ns,
-            budget_percent: budget,
-            until_ns,
-        };
+        let cfg = cfg.map_err(anyhow::Error::msg)?;
         probes
             .run(&cfg, stop, &mut warn_line)
             .map_err(anyhow::Error::new)
@@ -253,15 +220,5 @@ pub fn join_system(h: std::thread::JoinHandle<anyhow::Result<SystemSummary>>, qu
         Ok(Ok(_)) => {}
         Ok(Err(e)) => eprintln!("culprit: warning: uprobe counting stopped: {e:#}"),
         Err(_) => eprintln!("culprit: warning: the uprobe thread panicked"),
-    }
-}
-
-/// The uprobe rings' pages: as configured, or the sampler's smallest default (0 = sized by the
-/// sampler from its own rate, which says nothing about uprobe hits).
-fn ring_pages(configured: usize) -> usize {
-    if configured == 0 {
-        culprit_sampler::DEFAULT_RING_PAGES
-    } else {
-        configured
     }
 }

@@ -125,8 +125,9 @@ pub struct Dir {
     shared_mode: Option<u32>,
 }
 
-/// `p` made absolute against the current directory.
-fn absolute(p: &Path) -> PathBuf {
+/// `p` made absolute against the current directory (as it was given when that cannot be
+/// read).
+pub fn absolute(p: &Path) -> PathBuf {
     if p.is_absolute() {
         return p.to_path_buf();
     }

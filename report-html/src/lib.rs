@@ -15,6 +15,7 @@
 #![deny(unsafe_code)]
 
 use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 
 use culprit_analysis::combine::Verdict;
 use culprit_analysis::diagnosis::{MetricReport, NodeReport};
@@ -32,6 +33,14 @@ pub enum Error {
         what: String,
         /// The library's message.
         why: String,
+    },
+    /// The page could not be written.
+    #[error("cannot write {}: {reason}", .path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// What the system said.
+        reason: std::io::Error,
     },
 }
 
@@ -317,6 +326,21 @@ table{border-collapse:collapse}td,th{padding:3px 10px;border-bottom:1px solid #e
 .verdict{font-size:18px;padding:10px 14px;border:2px solid #b01010;background:#fff3f3;\
 border-radius:6px}.verdict.none{border-color:#2a7a2a;background:#f3fff3}\
 .chart svg{max-width:100%;height:auto}.note{color:#666;font-size:13px}";
+
+/// Writes the page of `d` to `path` (to a temporary name first, so a failure leaves no half
+/// page and keeps an older report whole).
+pub fn write(d: &Diagnosis, path: &Path, opts: &Options) -> Result<(), Error> {
+    let page = render(d, opts)?;
+    let tmp = path.with_extension("html.tmp");
+    std::fs::write(&tmp, page).map_err(|reason| Error::Write {
+        path: tmp.clone(),
+        reason,
+    })?;
+    std::fs::rename(&tmp, path).map_err(|reason| Error::Write {
+        path: path.to_path_buf(),
+        reason,
+    })
+}
 
 /// The report page for `d`.
 pub fn render(d: &Diagnosis, opts: &Options) -> Result<String, Error> {

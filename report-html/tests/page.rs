@@ -3,7 +3,7 @@
 //! the SVG charts), a chart per scored metric.
 
 use culprit_analysis::Diagnosis;
-use culprit_report_html::{render, Options};
+use culprit_report_html::{render, write, Options};
 
 fn golden() -> Diagnosis {
     let p = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/golden/diagnose.json");
@@ -73,4 +73,27 @@ fn the_page_holds_the_verdict_and_a_chart_per_scored_metric() {
         );
     }
     assert!(page.contains("the fault was injected into <b>io2</b>"));
+}
+
+/// The page is written whole under its name, nothing left beside it; a directory that does not
+/// exist is one line of error naming the file.
+#[test]
+fn the_page_is_written_whole_or_not_at_all() {
+    let d = golden();
+    let dir = std::env::temp_dir().join(format!("culprit-html-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("report.html");
+    write(&d, &path, &Options::default()).unwrap();
+    let page = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(page, render(&d, &Options::default()).unwrap());
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
+    assert_eq!(left.len(), 1, "{left:?}");
+    let missing = dir.join("no-such-dir").join("report.html");
+    let e = write(&d, &missing, &Options::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("cannot write "), "{e}");
+    assert!(e.contains("no-such-dir"), "{e}");
+    assert!(!e.contains('\n'), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -249,6 +249,24 @@ pub enum CallGraph {
     Fp,
 }
 
+impl std::str::FromStr for CallGraph {
+    type Err = String;
+
+    /// `fp` or `none`. DWARF unwinding (copying user stacks into the ring and unwinding them
+    /// with CFI, as `perf record --call-graph dwarf` does) is not offered: it multiplies the
+    /// ring traffic by the stack copy (8 KiB per sample by default).
+    fn from_str(s: &str) -> Result<CallGraph, String> {
+        match s {
+            "fp" => Ok(CallGraph::Fp),
+            "none" => Ok(CallGraph::None),
+            "dwarf" | "lbr" => Err(format!(
+                "{s} call graphs are not supported; use fp (build with -fno-omit-frame-pointer)"
+            )),
+            _ => Err(format!("unknown call graph mode {s:?}; use fp")),
+        }
+    }
+}
+
 /// Deepest call chain asked for (the kernel's default `kernel.perf_event_max_stack`).
 pub const MAX_STACK: u16 = 127;
 

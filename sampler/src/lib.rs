@@ -107,11 +107,12 @@
 //!
 //! System-wide sampling needs root, CAP_PERFMON (or CAP_SYS_ADMIN), or
 //! `kernel.perf_event_paranoid` ≤ 0 (−1 for tracepoint fields); [`Error::Permission`] says so.
-//! `culprit doctor` checks what a machine allows ([`probe`]).
+//! `culprit doctor` checks what a machine allows ([`doctor`], [`probe`]).
 
 #![deny(unsafe_code)]
 
 pub mod blocklayer;
+pub mod doctor;
 pub mod engine;
 pub mod event;
 pub mod launch;

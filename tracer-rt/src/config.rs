@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
+use culprit_datadir::absolute;
 use culprit_format::names;
 use culprit_format::rotation::{self, Rotate};
 
@@ -69,6 +70,7 @@ impl Config {
         let dir = var("CULPRIT_DIR")
             .filter(|d| !d.is_empty())
             .unwrap_or_else(|| DEFAULT_DIR.to_string());
+        // Absolute now: daemons `chdir("/")` later.
         let root = absolute(Path::new(&dir));
         let node = match var("CULPRIT_NODE").filter(|n| !n.is_empty()) {
             Some(n) => {
@@ -137,16 +139,5 @@ fn flag(name: &str, warnings: &mut Vec<String>) -> bool {
             warnings.push(format!("{name}={v:?} is neither 0 nor 1; using 0"));
             false
         }
-    }
-}
-
-/// `p` made absolute against the current directory (daemons `chdir("/")` later).
-fn absolute(p: &Path) -> PathBuf {
-    if p.is_absolute() {
-        return p.to_path_buf();
-    }
-    match std::env::current_dir() {
-        Ok(cwd) => cwd.join(p),
-        Err(_) => p.to_path_buf(),
     }
 }

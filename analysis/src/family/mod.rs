@@ -162,8 +162,7 @@ impl Features {
 
 /// Unit of weighted scores: each component counts in typical fault-free deviations.
 pub const WEIGHTED_UNIT: &str = "deviations";
-/// Unit of CDF distances: Σ|P(i) − Q(i)| over histogram bins.
-pub const CDF_UNIT: &str = "cdf";
+pub use crate::distance::CDF_UNIT;
 /// Unit of distances between profiles (seed 002's suspect score): shares of a node's total
 /// (or of the window's median node's), Σ|pᵢ − qᵢ| of two profiles.
 pub const PROFILE_UNIT: &str = "share";

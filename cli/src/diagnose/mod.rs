@@ -17,12 +17,11 @@ use culprit_analysis::setup::{Overrides, Setup, TrainedThresholds};
 use culprit_analysis::thresholds::{ThresholdRule, UnseenScale, Weighting};
 use culprit_analysis::time::{fmt_dur, fmt_sig, parse_duration_ns};
 use culprit_analysis::train::{self, TrainingRun};
+use culprit_openmetrics::{ListenError, MetricsServer};
 
 use crate::progress::Bar;
 
-pub mod openmetrics;
 pub mod render;
-pub mod serve;
 
 /// Exit status when a culprit is found.
 pub const EXIT_CULPRIT: i32 = 1;
@@ -215,7 +214,10 @@ pub fn run_train(args: TrainArgs) -> anyhow::Result<i32> {
     let training = train::train(
         &setup,
         runs,
-        (args.threshold_rule, args.unseen_scale),
+        train::Rules {
+            threshold: args.threshold_rule,
+            unseen: args.unseen_scale,
+        },
         &mut bar,
     )?;
     drop(bar);
@@ -291,7 +293,12 @@ pub fn run_diagnose(args: DiagnoseArgs) -> anyhow::Result<i32> {
     // Bound before anything else, so that a busy port is the first thing said.
     let server = match &args.metrics_listen {
         Some(spec) => {
-            let s = serve::MetricsServer::start(spec)?;
+            let s = MetricsServer::start(spec).map_err(|e| match e {
+                ListenError::LocalAddr(_) | ListenError::Thread(_) => {
+                    anyhow::anyhow!("--metrics-listen: {e}")
+                }
+                _ => anyhow::anyhow!("--metrics-listen {e}"),
+            })?;
             eprintln!(
                 "culprit: serving OpenMetrics on http://{}/metrics",
                 s.addr()
@@ -326,7 +333,7 @@ pub fn run_diagnose(args: DiagnoseArgs) -> anyhow::Result<i32> {
     }
     out.flush()?;
     if let Some(path) = &args.html {
-        write_html(&diagnosis, path, &Default::default())?;
+        culprit_report_html::write(&diagnosis, path, &Default::default())?;
         eprintln!("culprit: HTML report written to {}", path.display());
     }
     Ok(if diagnosis.culprits.is_empty() {
@@ -336,27 +343,13 @@ pub fn run_diagnose(args: DiagnoseArgs) -> anyhow::Result<i32> {
     })
 }
 
-/// Writes `d` as an HTML page to `path` (to a temporary name first, so a failure leaves no
-/// half page and keeps an older report whole).
-pub fn write_html(
-    d: &culprit_analysis::Diagnosis,
-    path: &std::path::Path,
-    opts: &culprit_report_html::Options,
-) -> anyhow::Result<()> {
-    use anyhow::Context as _;
-    let page = culprit_report_html::render(d, opts)?;
-    let tmp = path.with_extension("html.tmp");
-    std::fs::write(&tmp, page).with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
-}
-
 /// `--follow`: windows as they close, one line each (JSON Lines with `--json`).
 struct Live<'a, W: std::io::Write> {
     out: &'a mut W,
     json: bool,
     setup: &'a Setup,
     /// `--metrics-listen`: where the diagnosis as it stands is served.
-    server: Option<&'a serve::MetricsServer>,
+    server: Option<&'a MetricsServer>,
 }
 
 impl<W: std::io::Write> Progress for Live<'_, W> {

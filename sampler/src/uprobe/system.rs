@@ -67,6 +67,35 @@ pub struct SystemConfig {
     pub until_ns: Option<u64>,
 }
 
+impl SystemConfig {
+    /// The probes' settings beside a sampler run of `cfg` (`culprit sample --uprobes`): its
+    /// data root, nodes and scope, and end; 1 s intervals (the tracer's default), or the
+    /// sampler's when shorter (10 ms at least).
+    pub fn beside(cfg: &crate::Config, budget_percent: f64) -> Result<SystemConfig, String> {
+        let until_ns = cfg
+            .duration
+            .map(|d| super::run::now_ns() + d.as_nanos() as u64);
+        Ok(SystemConfig {
+            data_dir: cfg.data_dir.clone(),
+            nodes: Nodes::new(&cfg.node, &cfg.node_rules, cfg.scope.clone())?,
+            interval_ns: (cfg.interval.as_nanos() as u64).clamp(10_000_000, 1_000_000_000),
+            budget_percent,
+            until_ns,
+        })
+    }
+}
+
+/// The pages of the uprobe rings beside a sampler configured with `configured` ring pages: as
+/// many, or the sampler's smallest default when it sizes its rings itself (0: from its own
+/// rate, which says nothing about uprobe hits).
+pub fn ring_pages(configured: usize) -> usize {
+    if configured == 0 {
+        crate::DEFAULT_RING_PAGES
+    } else {
+        configured
+    }
+}
+
 /// Opened system-wide probes.
 #[derive(Debug)]
 pub struct SystemProbes {

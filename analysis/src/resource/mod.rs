@@ -24,23 +24,26 @@
 //! machine (`disk.*`, `net.*`, `tcp.*`, `cpu.*`) as for servers sharing a host (`cg.*`,
 //! `proc.*`, per-namespace `net.*` and `tcp.*`).
 
-use std::collections::HashMap;
+//!
+//! The catalogue of signs is `signs.rs`; the levels the directions are read from, `levels.rs`;
+//! the checklist itself is here.
+
+mod levels;
+mod signs;
+
+pub use levels::{DatasetLevels, InstanceMean, Levels, MARGIN};
+pub use signs::{sign_of, Class, Direction, Sign, SIGNS};
 
 use serde::{Deserialize, Serialize};
 
 use crate::analyzer::{MetricResult, Outcome};
 use crate::combine::Combined;
-use crate::data::Dataset;
 use crate::family::Metric;
 use crate::model::PeerIdx;
 use crate::score::median_in_place;
-
-/// A level differs from the peers' when it is at least this factor above (or below) the median
-/// of theirs: above the ordinary imbalance of fault-free peers (on the testbed their CPU seconds
-/// differ by up to 24 % over a run, their disk bytes by under 7 %: docs/accuracy.md, "Balance of
-/// the fault-free runs"), so a direction is never read from a difference healthy peers also
-/// show.
-pub const MARGIN: f64 = 1.25;
+use levels::direction;
+use signs::Class::*;
+use signs::Direction::{Down, Up};
 
 /// Retransmits are a sign of loss when at least this share of the node's segments are
 /// retransmitted. Retransmits grow with traffic (a node flooding a link retransmits what the
@@ -51,136 +54,6 @@ pub const LOSS_SHARE: f64 = 0.01;
 
 /// Metrics counting retransmits, judged by their share of the node's segments.
 const RETRANSMITS: [&str; 3] = ["tcp.retrans", "tcp.retrans_segs", "tcp:tcp_retransmit_skb"];
-
-/// What a metric tells about a resource.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Class {
-    /// Bytes or requests to and from block devices.
-    StorageThroughput,
-    /// Time requests take, queues, time blocked on I/O.
-    StorageLatency,
-    /// Traffic received.
-    Received,
-    /// Traffic sent.
-    Sent,
-    /// Signs of lost packets: retransmits, drops, smaller windows, longer round trips.
-    Loss,
-    /// CPU time used.
-    CpuUse,
-    /// Time runnable but waiting for a CPU.
-    CpuWait,
-    /// CPU withheld: CFS throttling, hypervisor steal.
-    CpuLimit,
-}
-
-/// Which way of a metric points at the node.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Direction {
-    /// Above its peers.
-    Up,
-    /// Below its peers.
-    Down,
-    /// Within [`MARGIN`] of its peers.
-    Level,
-}
-
-/// One line of the table: a metric, its class, the direction that points at the node, and the
-/// words for it in a verdict.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Sign {
-    /// OS metric or kernel event name.
-    pub metric: &'static str,
-    /// Its class.
-    pub class: Class,
-    /// The direction that points at the node.
-    pub trouble: Direction,
-    /// Words in a verdict ("I/O delay").
-    pub words: &'static str,
-}
-
-const fn sign(metric: &'static str, class: Class, trouble: Direction, words: &'static str) -> Sign {
-    Sign {
-        metric,
-        class,
-        trouble,
-        words,
-    }
-}
-
-use Class::*;
-use Direction::{Down, Up};
-
-/// The metrics the checklist reads. Anything else (thread and process counts, context
-/// switches, request counts and sizes: [`crate::family::os::NOT_COMPARED`]) is context, never a
-/// step's evidence — so is the *smallest* congestion window, which also falls when the node
-/// opens a connection that has not sent yet (a new connection starts at 10 segments, and a
-/// network hog's sink never sends): the median window speaks for loss.
-pub const SIGNS: &[Sign] = &[
-    // A whole machine's block devices (sysstat's names).
-    sign("disk.rd_sec", StorageThroughput, Up, "read throughput"),
-    sign("disk.wr_sec", StorageThroughput, Up, "write throughput"),
-    sign("disk.await", StorageLatency, Up, "await"),
-    sign("disk.avgqu_sz", StorageLatency, Up, "I/O queue"),
-    sign("disk.util", StorageLatency, Up, "disk busy time"),
-    sign("cpu.iowait", StorageLatency, Up, "iowait"),
-    sign("cpu.blocked", StorageLatency, Up, "threads blocked on I/O"),
-    // A node's cgroup and processes on a shared host.
-    sign("cg.rd_bytes", StorageThroughput, Up, "read throughput"),
-    sign("cg.wr_bytes", StorageThroughput, Up, "write throughput"),
-    sign("proc.rd_bytes", StorageThroughput, Up, "read throughput"),
-    sign("proc.wr_bytes", StorageThroughput, Up, "write throughput"),
-    sign("proc.blkio_delay", StorageLatency, Up, "I/O delay"),
-    sign("proc.blocked", StorageLatency, Up, "threads blocked on I/O"),
-    // Network: the node's interfaces and TCP.
-    sign("net.rxbyt", Received, Up, "received bytes"),
-    sign("net.rxpck", Received, Up, "received packets"),
-    sign("tcp.in_segs", Received, Up, "received segments"),
-    sign("net.txbyt", Sent, Up, "sent bytes"),
-    sign("net.txpck", Sent, Up, "sent packets"),
-    sign("tcp.out_segs", Sent, Up, "sent segments"),
-    sign("tcp.retrans", Loss, Up, "retransmits"),
-    sign("tcp.retrans_segs", Loss, Up, "retransmits"),
-    sign("tcp.cwnd_med", Loss, Down, "cwnd"),
-    sign("tcp.rtt_med", Loss, Up, "round trip"),
-    sign("tcp.rtt_max", Loss, Up, "longest round trip"),
-    sign("net.rxdrop", Loss, Up, "receive drops"),
-    sign("net.txdrop", Loss, Up, "send drops"),
-    sign("net.rxerr", Loss, Up, "receive errors"),
-    sign("net.txerr", Loss, Up, "send errors"),
-    // CPU.
-    sign("cg.cpu", CpuUse, Up, "CPU"),
-    sign("proc.cpu", CpuUse, Up, "CPU"),
-    sign("cpu.user", CpuUse, Up, "user CPU"),
-    sign("cpu.sys", CpuUse, Up, "system CPU"),
-    sign("proc.runq_delay", CpuWait, Up, "run-queue wait"),
-    sign("proc.runnable", CpuWait, Up, "runnable threads"),
-    sign("cpu.runnable", CpuWait, Up, "runnable threads"),
-    sign("cg.throttled", CpuLimit, Up, "throttled periods"),
-    sign("cg.throttled_time", CpuLimit, Up, "throttled time"),
-    sign("cpu.steal", CpuLimit, Up, "steal"),
-    // Kernel events (the `events` metric).
-    sign("tcp:tcp_retransmit_skb", Loss, Up, "retransmit events"),
-    sign(
-        "block:block_rq_issue",
-        StorageThroughput,
-        Up,
-        "block requests",
-    ),
-    sign("block:block_bio_queue", StorageThroughput, Up, "block I/O"),
-    sign(
-        "block:block_rq_complete",
-        StorageThroughput,
-        Up,
-        "block requests",
-    ),
-];
-
-/// The sign of `metric`, if the checklist reads it.
-pub fn sign_of(metric: &str) -> Option<&'static Sign> {
-    SIGNS.iter().find(|s| s.metric == metric)
-}
 
 /// The resources the checklist names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -329,92 +202,6 @@ pub struct Resource {
     pub functions: Vec<String>,
 }
 
-/// Per-second levels of OS metrics, for the directions.
-pub trait Levels: std::fmt::Debug {
-    /// The node's mean of each instance's present values of `metric` over `[from, to)`.
-    fn means(
-        &self,
-        node: &str,
-        metric: &str,
-        from_ns: u64,
-        to_ns: u64,
-    ) -> Vec<(Option<String>, f64)>;
-}
-
-/// Levels read from a loaded dataset.
-#[derive(Debug)]
-pub struct DatasetLevels<'a> {
-    ds: &'a Dataset,
-    by_name: HashMap<&'a str, Vec<(u32, Option<String>)>>,
-}
-
-impl<'a> DatasetLevels<'a> {
-    /// The levels of `ds`.
-    pub fn new(ds: &'a Dataset) -> Self {
-        let names = &ds.names.os_metrics;
-        let mut by_name: HashMap<&str, Vec<(u32, Option<String>)>> = HashMap::new();
-        for id in 0..names.len() as u32 {
-            let k = names.get(id);
-            by_name
-                .entry(&*k.name)
-                .or_default()
-                .push((id, k.instance.as_ref().map(|s| s.to_string())));
-        }
-        DatasetLevels { ds, by_name }
-    }
-}
-
-impl Levels for DatasetLevels<'_> {
-    fn means(
-        &self,
-        node: &str,
-        metric: &str,
-        from_ns: u64,
-        to_ns: u64,
-    ) -> Vec<(Option<String>, f64)> {
-        let Some(ids) = self.by_name.get(metric) else {
-            return Vec::new();
-        };
-        let Some(n) = self.ds.nodes.iter().find(|n| n.name == node) else {
-            return Vec::new();
-        };
-        let mut acc = vec![(0.0f64, 0u64); ids.len()];
-        for f in &n.samples {
-            for iv in f.os.iter().filter(|iv| {
-                !iv.missed() && iv.start_ns >= from_ns && iv.start_ns + iv.dur_ns <= to_ns
-            }) {
-                for (i, (id, _)) in ids.iter().enumerate() {
-                    if let Some(v) = iv.get(*id).filter(|v| v.is_finite() && *v >= 0.0) {
-                        acc[i].0 += v;
-                        acc[i].1 += 1;
-                    }
-                }
-            }
-        }
-        ids.iter()
-            .zip(acc)
-            .filter(|(_, (_, n))| *n > 0)
-            .map(|((_, inst), (s, n))| (inst.clone(), s / n as f64))
-            .collect()
-    }
-}
-
-/// Where the node's level is, given its ratio to its peers' (`None`: peers at 0).
-fn direction(node: f64, peers: f64) -> (Direction, Option<f64>) {
-    if peers <= 0.0 {
-        return (if node > 0.0 { Up } else { Direction::Level }, None);
-    }
-    let r = node / peers;
-    let d = if r >= MARGIN {
-        Up
-    } else if r <= 1.0 / MARGIN {
-        Down
-    } else {
-        Direction::Level
-    };
-    (d, Some(r))
-}
-
 /// A function as people read it: `compress_block [server]`, `tcp_sendmsg [kernel.kallsyms]`.
 fn function_label(l: &crate::model::CompLabel) -> String {
     let mut s = String::new();
@@ -502,15 +289,19 @@ fn facts(
         // from its peers speaks for the metric.
         let mine = levels.means(&names[n], sign.metric, from, to);
         let mut best: Option<(f64, Option<String>, f64, f64)> = None;
-        for (inst, v) in mine {
+        for InstanceMean {
+            instance: inst,
+            mean: v,
+        } in mine
+        {
             let mut peers: Vec<f64> = (0..names.len())
                 .filter(|&p| p != n && m.nodes[p].scored > 0)
                 .filter_map(|p| {
                     levels
                         .means(&names[p], sign.metric, from, to)
                         .into_iter()
-                        .find(|(i, _)| *i == inst)
-                        .map(|(_, x)| x)
+                        .find(|x| x.instance == inst)
+                        .map(|x| x.mean)
                 })
                 .collect();
             if peers.is_empty() {

@@ -1,5 +1,5 @@
 //! The HTTP endpoint of `diagnose --follow --metrics-listen ADDR`: `GET /metrics` answers the
-//! latest [`LiveStatus`] as OpenMetrics text ([`super::openmetrics`]); nothing else is served.
+//! latest [`LiveStatus`] as OpenMetrics text ([`crate::exposition`]); nothing else is served.
 //!
 //! Deliberately small: one thread, std's `TcpListener`, one request per connection, requests
 //! read with a size cap and timeouts (a slow or hostile client holds the thread for at most
@@ -11,11 +11,10 @@ use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use anyhow::{bail, Context as _};
 use culprit_analysis::live::LiveStatus;
 use culprit_analysis::time::now_ns;
 
-use super::openmetrics;
+use crate::exposition;
 
 /// Longest time a client may take to send its request or read the answer.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(5);
@@ -24,6 +23,42 @@ pub const MAX_REQUEST: usize = 8192;
 
 /// The status the endpoint serves, shared with the diagnosis.
 pub type Shared = Arc<Mutex<Option<Arc<LiveStatus>>>>;
+
+/// Why the endpoint could not start. The messages name the address as given (`spec`); the
+/// command line puts its option's name in front.
+#[derive(Debug, thiserror::Error)]
+pub enum ListenError {
+    /// Not an address.
+    #[error("{spec}: not PORT, :PORT or HOST:PORT ({reason})")]
+    Address {
+        /// The address as given.
+        spec: String,
+        /// What resolving it said.
+        reason: std::io::Error,
+    },
+    /// A name that resolves to nothing.
+    #[error("{spec}: the name resolves to no address")]
+    NoAddress {
+        /// The address as given.
+        spec: String,
+    },
+    /// The address could not be bound.
+    #[error("{spec}: cannot listen on {addr}: {why}")]
+    Listen {
+        /// The address as given.
+        spec: String,
+        /// The address resolved.
+        addr: SocketAddr,
+        /// Why, in words.
+        why: String,
+    },
+    /// The address bound could not be read back.
+    #[error("the address bound: {0}")]
+    LocalAddr(std::io::Error),
+    /// The server's thread could not start.
+    #[error("start the server thread: {0}")]
+    Thread(std::io::Error),
+}
 
 /// A running endpoint.
 #[derive(Debug)]
@@ -35,7 +70,7 @@ pub struct MetricsServer {
 impl MetricsServer {
     /// Binds `spec` (`PORT`, `:PORT`, `HOST:PORT`; a bare port binds 127.0.0.1) and serves on
     /// a thread of its own until the process exits.
-    pub fn start(spec: &str) -> anyhow::Result<Self> {
+    pub fn start(spec: &str) -> Result<Self, ListenError> {
         let addr = parse_addr(spec)?;
         let listener = TcpListener::bind(addr).map_err(|e| {
             let why = match e.kind() {
@@ -48,11 +83,13 @@ impl MetricsServer {
                 }
                 _ => e.to_string(),
             };
-            anyhow::anyhow!("--metrics-listen {spec}: cannot listen on {addr}: {why}")
+            ListenError::Listen {
+                spec: spec.to_string(),
+                addr,
+                why,
+            }
         })?;
-        let addr = listener
-            .local_addr()
-            .context("--metrics-listen: the address bound")?;
+        let addr = listener.local_addr().map_err(ListenError::LocalAddr)?;
         let status: Shared = Arc::new(Mutex::new(None));
         let shared = Arc::clone(&status);
         std::thread::Builder::new()
@@ -69,7 +106,7 @@ impl MetricsServer {
                     }
                 }
             })
-            .context("--metrics-listen: start the server thread")?;
+            .map_err(ListenError::Thread)?;
         Ok(MetricsServer { addr, status })
     }
 
@@ -86,18 +123,25 @@ impl MetricsServer {
 }
 
 /// `PORT`, `:PORT` (127.0.0.1), or anything `ToSocketAddrs` takes (`HOST:PORT`, `[::1]:PORT`).
-fn parse_addr(spec: &str) -> anyhow::Result<SocketAddr> {
+fn parse_addr(spec: &str) -> Result<SocketAddr, ListenError> {
     let port_only = spec.strip_prefix(':').unwrap_or(spec);
     if let Ok(port) = port_only.parse::<u16>() {
         return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
     }
     let mut addrs = match spec.to_socket_addrs() {
         Ok(a) => a,
-        Err(e) => bail!("--metrics-listen {spec}: not PORT, :PORT or HOST:PORT ({e})"),
+        Err(reason) => {
+            return Err(ListenError::Address {
+                spec: spec.to_string(),
+                reason,
+            })
+        }
     };
     match addrs.next() {
         Some(a) => Ok(a),
-        None => bail!("--metrics-listen {spec}: the name resolves to no address"),
+        None => Err(ListenError::NoAddress {
+            spec: spec.to_string(),
+        }),
     }
 }
 
@@ -118,8 +162,8 @@ fn answer(mut stream: TcpStream, status: &Shared) -> std::io::Result<()> {
                 .clone();
             (
                 "200 OK",
-                openmetrics::CONTENT_TYPE,
-                openmetrics::render(current.as_deref(), now_ns()),
+                exposition::CONTENT_TYPE,
+                exposition::render(current.as_deref(), now_ns()),
             )
         }
         (_, "/metrics") => (
@@ -176,7 +220,7 @@ mod tests {
         );
         assert!(parse_addr("[::1]:9464").unwrap().is_ipv6());
         let e = parse_addr("nonsense").unwrap_err().to_string();
-        assert!(e.starts_with("--metrics-listen nonsense: "), "{e}");
+        assert!(e.starts_with("nonsense: "), "{e}");
         assert!(!e.contains('\n'), "{e}");
     }
 
@@ -191,7 +235,7 @@ mod tests {
             .to_string();
         assert_eq!(
             e,
-            format!("--metrics-listen {addr}: cannot listen on {addr}: address already in use")
+            format!("{addr}: cannot listen on {addr}: address already in use")
         );
         let get = |req: &str| {
             let mut s = TcpStream::connect(addr).unwrap();
@@ -202,7 +246,7 @@ mod tests {
         };
         let ok = get("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
         assert!(ok.starts_with("HTTP/1.1 200 OK\r\n"), "{ok}");
-        assert!(ok.contains(&format!("Content-Type: {}\r\n", openmetrics::CONTENT_TYPE)));
+        assert!(ok.contains(&format!("Content-Type: {}\r\n", exposition::CONTENT_TYPE)));
         assert!(ok.ends_with("# EOF\n"), "{ok}");
         assert!(ok.contains("culprit_build_info{version="), "{ok}");
         let other = get("GET / HTTP/1.1\r\n\r\n");

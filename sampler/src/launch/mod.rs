@@ -2,7 +2,7 @@
 //! before `exec` until the perf events are open on it, so its first instructions are observed
 //! too ([`Held`]); and SIGINT and SIGTERM sent to culprit by another process passed on to it
 //! ([`Forward`]). `culprit record --sample` and `record --uprobes` use both; a plain `record`
-//! forwards only.
+//! forwards only. Where the tracing runtime is and what a traced run wrote: [`runtime`].
 
 use std::fs::File;
 use std::io::{self, Read as _, Write as _};
@@ -18,6 +18,8 @@ use signal_hook::iterator::{Handle, SignalsInfo};
 use signal_hook::low_level::siginfo::Cause;
 
 use crate::sys;
+
+pub mod runtime;
 
 /// A child forked by [`Held::spawn`] and waiting before `exec` until [`Held::release`]. Dropped
 /// without a release, it exits without running anything.

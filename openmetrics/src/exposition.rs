@@ -14,116 +14,131 @@ use culprit_analysis::live::LiveStatus;
 /// The `Content-Type` of the exposition.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// The families: name, type, help. Samples of counters end in `_total`, of info families in
-/// `_info`, of state sets carry a label named after the family.
-pub const FAMILIES: &[(&str, &str, &str)] = &[
-    ("culprit_build", "info", "The culprit serving these metrics."),
-    (
+/// A family of the exposition, as declared in its metadata.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FamilyDoc {
+    /// Name (`culprit_node_score`).
+    pub name: &'static str,
+    /// OpenMetrics type: `gauge`, `counter`, `info`, `stateset`.
+    pub kind: &'static str,
+    /// Help text.
+    pub help: &'static str,
+}
+
+const fn fam(name: &'static str, kind: &'static str, help: &'static str) -> FamilyDoc {
+    FamilyDoc { name, kind, help }
+}
+
+/// The families. Samples of counters end in `_total`, of info families in `_info`, of state
+/// sets carry a label named after the family.
+pub const FAMILIES: &[FamilyDoc] = &[
+    fam("culprit_build", "info", "The culprit serving these metrics."),
+    fam(
         "culprit_following",
         "gauge",
         "1 while diagnose --follow runs, 0 once every writer has ended (or --for passed).",
     ),
-    (
+    fam(
         "culprit_filter_k",
         "gauge",
         "k: a node is faulty on a metric when anomalous in k of its last 2k-1 windows.",
     ),
-    (
+    fam(
         "culprit_window_size_seconds",
         "gauge",
         "WinSize: the length of a diagnosis window.",
     ),
-    (
+    fam(
         "culprit_window_shift_seconds",
         "gauge",
         "WinShift: a window closes every WinShift.",
     ),
-    (
+    fam(
         "culprit_metric",
         "info",
         "A metric analysed, with the unit of its values and of its scores and thresholds.",
     ),
-    (
+    fam(
         "culprit_windows_closed",
         "counter",
         "Windows of the metric closed so far.",
     ),
-    (
+    fam(
         "culprit_window_end_timestamp_seconds",
         "gauge",
         "End of the metric's latest window closed, Unix time.",
     ),
-    (
+    fam(
         "culprit_node_score",
         "gauge",
         "The node's score in the latest window it was scored in (the metric's score unit).",
     ),
-    (
+    fam(
         "culprit_node_threshold",
         "gauge",
         "The threshold the node's latest score was compared with (same unit).",
     ),
-    (
+    fam(
         "culprit_node_score_ratio",
         "gauge",
         "Latest score divided by its threshold: above 1 is anomalous.",
     ),
-    (
+    fam(
         "culprit_node_anomalous",
         "gauge",
         "1 when the node is anomalous in the metric's latest window.",
     ),
-    (
+    fam(
         "culprit_node_faulty",
         "gauge",
         "1 when the node is faulty on the metric as of its latest window (k of the last 2k-1).",
     ),
-    (
+    fam(
         "culprit_node_recent_anomalous_windows",
         "gauge",
         "Anomalous windows among the metric's last 2k-1.",
     ),
-    (
+    fam(
         "culprit_node_anomalous_windows",
         "counter",
         "Anomalous windows of the node so far.",
     ),
-    (
+    fam(
         "culprit_node_scored_windows",
         "counter",
         "Windows the node was scored in so far.",
     ),
-    (
+    fam(
         "culprit_node_verdict",
         "stateset",
         "The node's combined verdict so far (the report's; faulty and stopped set the exit status).",
     ),
-    (
+    fam(
         "culprit_node_culprit",
         "gauge",
         "1 when the combined verdict so far is faulty or stopped.",
     ),
-    (
+    fam(
         "culprit_node_stopped",
         "gauge",
         "1 when the node's data stopped while its peers' went on.",
     ),
-    (
+    fam(
         "culprit_node_damaged",
         "gauge",
         "1 when one of the node's data files is damaged (data before the damage is used).",
     ),
-    (
+    fam(
         "culprit_node_data_age_seconds",
         "gauge",
         "Time since the end of the node's newest data, at scrape time.",
     ),
-    (
+    fam(
         "culprit_top_suspect",
         "info",
         "The node most likely at fault (most severe verdict, then strongest evidence).",
     ),
-    (
+    fam(
         "culprit_node_top_function",
         "info",
         "First row of a faulty or suspect node's root-cause table for the metric.",
@@ -141,10 +156,10 @@ const VERDICTS: [(Verdict, &str); 4] = [
 pub fn render(status: Option<&LiveStatus>, now_ns: u64) -> String {
     let mut fams: Vec<Family> = FAMILIES
         .iter()
-        .map(|&(name, kind, help)| Family {
-            name,
-            kind,
-            help,
+        .map(|d| Family {
+            name: d.name,
+            kind: d.kind,
+            help: d.help,
             samples: Vec::new(),
         })
         .collect();

@@ -1,0 +1,106 @@
+//! Stage 8 of a window, root cause: for an anomalous node, each kept component's distance to
+//! the node's reference, added up over the windows; components that alone deviate more than
+//! the window's typical node count in their own persistence accumulators.
+
+use crate::analyzer::state::MetricState;
+use crate::distance::Distance;
+use crate::model::PeerIdx;
+use crate::score::{median_in_place, median_node, Matrix, Reference, Scores};
+
+use super::window::Features;
+
+/// Where root cause compares a window's nodes.
+pub(super) struct CauseSpace {
+    /// The matrix before profiles (weighted, or the raw sums), when the scorer compared
+    /// profiles; `None`: root cause uses the scored matrix.
+    pub(super) x: Option<Matrix>,
+    /// The median node of `x`, when it is set.
+    pub(super) reference: Option<Scores>,
+    /// [`typical_distance`] in that space.
+    pub(super) typical: f64,
+}
+
+/// The median over the window's nodes of each node's distance to its root-cause reference:
+/// how much a typical node deviates in all components together. A component that alone
+/// deviates more is anomalous in that window (its persistence counts up).
+pub(super) fn typical_distance(x: &Matrix, scores: &Scores, distance: Distance) -> f64 {
+    let mut d: Vec<f64> = (0..x.rows)
+        .map(|i| distance.dist(x.row(i), &scores.reference(x, i)))
+        .collect();
+    median_in_place(&mut d)
+}
+
+/// What root cause compares.
+pub(super) struct RootCauseInput<'a> {
+    pub(super) features: &'a Features,
+    /// The matrix scored.
+    pub(super) x: &'a Matrix,
+    pub(super) scores: &'a Scores,
+    pub(super) distance: Distance,
+    pub(super) reference: Reference,
+    /// [`typical_distance`] of the window.
+    pub(super) typical: f64,
+}
+
+/// Stage 8, root cause: each kept component's distance to the node's reference, in the
+/// distance's terms (sizes and signs in the metric's unit).
+pub(super) fn root_cause(
+    ms: &mut MetricState,
+    input: &RootCauseInput<'_>,
+    ri: usize,
+    node: PeerIdx,
+    raw_median: &mut Option<Vec<f64>>,
+) {
+    let raw = &input.features.sums;
+    let x = input.x;
+    let reference = input.scores.reference(x, ri);
+    let prepared = input.features.cdf.is_some()
+        || input.distance == Distance::SymKl
+        || ms.result.config.weights.is_some();
+    let raw_ref = if !prepared {
+        reference.clone()
+    } else if input.reference == Reference::MedianOfOthers {
+        let mut others = Matrix::default();
+        others.reset(raw.rows - 1, raw.cols);
+        for (oi, j) in (0..raw.rows).filter(|&j| j != ri).enumerate() {
+            others.row_mut(oi).copy_from_slice(raw.row(j));
+        }
+        median_node(&others)
+    } else {
+        raw_median.get_or_insert_with(|| median_node(raw)).clone()
+    };
+    let kept = &ms.result.kept_list;
+    let nr = &mut ms.result.nodes[node];
+    let rr = raw.row(ri);
+    let xr = x.row(ri);
+    // The distance's term of each kept component (a distribution family's component spans
+    // several columns: its bins).
+    let mut terms = vec![0.0; kept.len()];
+    match &input.features.cdf {
+        None => {
+            for (t, (&a, &b)) in terms.iter_mut().zip(xr.iter().zip(&reference)) {
+                *t = input.distance.term(a, b);
+            }
+        }
+        Some((_, comp_of)) => {
+            for (col, &ci) in comp_of.iter().enumerate() {
+                terms[ci as usize] += input.distance.term(xr[col], reference[col]);
+            }
+        }
+    }
+    let mut standing_out = Vec::new();
+    for (ci, &c) in kept.iter().enumerate() {
+        let t = terms[ci];
+        if t > input.typical {
+            standing_out.push(c);
+        }
+        if t == 0.0 && rr[ci] == raw_ref[ci] {
+            continue;
+        }
+        let acc = nr.root_cause.entry(c).or_default();
+        acc.distance += t;
+        acc.node += rr[ci];
+        acc.reference += raw_ref[ci];
+    }
+    nr.functions.window(&standing_out);
+}

@@ -1,0 +1,483 @@
+//! [`Diagnosis::build`]: an analysis' [`Outcome`] into the report — the combination rule
+//! ([`crate::combine`]) applied once per node, findings folded into the verdicts, the resource
+//! at fault examined, nodes ranked, and each metric's root-cause tables.
+
+use crate::analyzer::{MetricResult, Outcome};
+use crate::combine::{combine, evidence, MetricVerdict, Verdict};
+use crate::family::Metric;
+use crate::missing::Finding;
+use crate::model::PeerIdx;
+use crate::persistence::Persistence;
+use crate::policy::Policy;
+use crate::resource;
+use crate::score::median_in_place;
+use crate::time::rfc3339;
+
+use super::{
+    AnomalousWindow, CauseRow, Diagnosis, EpisodeReport, MetricReport, MetricStatus, NodeReport,
+    NodeVerdict, RankedNode, ReportInput, ReportedSettings, ThresholdSource, Thresholds, SCHEMA,
+    SCHEMA_VERSION,
+};
+
+impl Diagnosis {
+    /// Builds the report of an analysis: applies the combination rule, ranks root causes.
+    pub fn build(outcome: &Outcome, input: ReportInput<'_>) -> Diagnosis {
+        let names = &outcome.names;
+        let cfg = &outcome.config;
+        let mut order: Vec<usize> = (0..names.len()).collect();
+        order.sort_by(|&a, &b| names[a].cmp(&names[b]));
+        let metrics: Vec<&MetricResult> = outcome
+            .metrics
+            .iter()
+            .filter(|m| input.reported.contains(&m.metric()))
+            .collect();
+        // Families analysed (all OS metrics are one).
+        let mut analysed_families: Vec<Metric> = metrics
+            .iter()
+            .filter(|m| m.windows > m.unscored)
+            .map(|m| m.config.family.group())
+            .collect();
+        analysed_families.sort();
+        analysed_families.dedup();
+        let analysed = analysed_families.len();
+        let mut unsupervised = None;
+        let mut trained = !metrics.is_empty();
+        for m in &metrics {
+            match &m.config.policy {
+                Policy::Untrained(u) => {
+                    unsupervised = Some(*u);
+                    trained = false;
+                }
+                Policy::Training => trained = false,
+                Policy::Trained { .. } => {}
+            }
+        }
+        let mut verdicts = Vec::new();
+        let mut culprits = Vec::new();
+        let mut since_start: Vec<(usize, Metric)> = Vec::new();
+        for &n in &order {
+            let per: Vec<MetricVerdict> = metrics.iter().map(|m| MetricVerdict::of(m, n)).collect();
+            let stopped = input
+                .findings
+                .iter()
+                .any(|f| f.is_stop() && f.node() == names[n]);
+            let slack = (2 * cfg.k as u64 - 1) * cfg.windows.shift_ns;
+            let mut combined = combine(&per, analysed, stopped, slack);
+            // Stuck and paused say what the deviations are about: they take precedence
+            // (paused over stuck: a stopped process's calls all look stuck).
+            if let Some((v, why)) = input
+                .findings
+                .iter()
+                .filter(|f| f.node() == names[n])
+                .filter_map(|f| f.verdict())
+                .max_by_key(|(v, _)| *v)
+            {
+                combined.verdict = v;
+                combined.reason = why;
+            }
+            // A stopped node's last call (seed 002's last function) belongs in its reason.
+            let last_call = input.findings.iter().find_map(|f| match f {
+                Finding::Stopped {
+                    node, last_call, ..
+                } if *node == names[n] => last_call.as_ref(),
+                _ => None,
+            });
+            if let (Verdict::Stopped, Some(c)) = (combined.verdict, last_call) {
+                combined.reason = format!("{}; last seen: {}", combined.reason, c.describe());
+            }
+            let from_start: Vec<Metric> = metrics
+                .iter()
+                .filter(|m| faulty_from_start(m, n, cfg.k))
+                .map(|m| m.metric())
+                .collect();
+            if combined.verdict.is_culprit() || combined.verdict == Verdict::Suspect {
+                if let Some(&m) = from_start.first() {
+                    if !stopped {
+                        combined.reason.push_str("; different since its data began");
+                        since_start.push((n, m));
+                    }
+                }
+            }
+            let examined = matches!(combined.verdict, Verdict::Faulty | Verdict::Suspect)
+                .then(|| resource::examine(outcome, &metrics, n, input.levels));
+            if let Some((r, moved)) = &examined {
+                resource::demote_shapeless(&mut combined, r, *moved);
+            }
+            let resource = examined.map(|(r, _)| r);
+            let damage: Vec<String> = input
+                .findings
+                .iter()
+                .filter_map(|f| match f {
+                    Finding::Damaged { node, file, reason } if *node == names[n] => {
+                        Some(format!("{file}: {reason}"))
+                    }
+                    _ => None,
+                })
+                .collect();
+            if !damage.is_empty() && combined.verdict == Verdict::Ok {
+                combined.verdict = Verdict::Damaged;
+                combined.reason = format!(
+                    "its data is damaged ({}); the intact part was compared",
+                    damage.join("; ")
+                );
+            }
+            if combined.verdict.is_culprit() {
+                culprits.push(names[n].clone());
+            }
+            verdicts.push(NodeVerdict {
+                node: names[n].clone(),
+                combined,
+                resource,
+            });
+        }
+        let suspects: Vec<&str> = verdicts
+            .iter()
+            .filter(|v| !matches!(v.combined.verdict, Verdict::Ok | Verdict::Damaged))
+            .map(|v| v.node.as_str())
+            .collect();
+        let metrics_out = metrics
+            .iter()
+            .map(|m| metric_report(outcome, m, &order, &suspects, input.top))
+            .collect();
+        let mut notes = input.notes;
+        for &(n, m) in &since_start {
+            let trained_here = metrics
+                .iter()
+                .any(|r| r.metric() == m && matches!(r.config.policy, Policy::Trained { .. }));
+            let how = if trained_here {
+                "leave a node with another role out with --exclude-node, or train with it"
+            } else {
+                "without training, culprit cannot tell these apart: leave a node with another \
+                 role out with --exclude-node, or train on fault-free runs"
+            };
+            notes.push(format!(
+                "{} has differed from its peers on {m} since its data began: a fault older than \
+                 the data, or a node with another role or hardware; {how}",
+                names[n]
+            ));
+        }
+        let ranking = rank_nodes(cfg.k, &metrics, names, &order, &verdicts);
+        let (mut from, mut to) = (None::<u64>, None::<u64>);
+        for m in &metrics {
+            if let Some(r) = m.window_range {
+                from = Some(from.map_or(r.first_ns, |f| f.min(r.first_ns)));
+                let e = r.last_ns + m.windows_ns.size_ns;
+                to = Some(to.map_or(e, |t| t.max(e)));
+            }
+        }
+        Diagnosis {
+            schema: SCHEMA.to_string(),
+            version: SCHEMA_VERSION,
+            data: input.data,
+            trained,
+            thresholds_file: input.thresholds_file,
+            settings: ReportedSettings {
+                win_size_s: cfg.windows.size_ns as f64 / 1e9,
+                win_shift_s: cfg.windows.shift_ns as f64 / 1e9,
+                k: cfg.k,
+                score: cfg.score,
+                distance: cfg.distance,
+                peers: input.peers,
+                by_program: input.by_program,
+                unsupervised,
+                os_win_size_s: input.os.windows.size_ns as f64 / 1e9,
+                os_win_shift_s: input.os.windows.shift_ns as f64 / 1e9,
+                smoothing: input.os.smoothing,
+            },
+            from: from.map(rfc3339),
+            to: to.map(rfc3339),
+            nodes: order.iter().map(|&n| names[n].clone()).collect(),
+            culprits,
+            verdicts,
+            ranking,
+            metrics: metrics_out,
+            findings: input.findings,
+            notes,
+            warnings: input.warnings,
+            layers: Vec::new(),
+            serialised: Vec::new(),
+        }
+    }
+}
+
+/// True when node `n` became faulty on `m` within its first 2k − 1 scored windows: it differed
+/// from its peers from the start of its data, as far as the k-of-(2k − 1) filter can tell (a
+/// change inside its first 2k − 1 windows cannot be told from none). Its first window need not
+/// be anomalous: on a loaded machine the first window of every node is noisy (measured: beside
+/// `stress-ng --cpu 2` a node doing 15× work from its first second lost that label in 4 of 20
+/// runs).
+fn faulty_from_start(m: &MetricResult, n: PeerIdx, k: usize) -> bool {
+    let nm = &m.nodes[n];
+    match (nm.episodes.first(), nm.first_scored_ns) {
+        (Some(e), Some(first)) => {
+            e.first_window_ns <= first + (2 * k as u64 - 2) * m.windows_ns.shift_ns
+        }
+        _ => false,
+    }
+}
+
+/// Median score ÷ threshold of node `n` on `m`: over its anomalous windows, or over all its
+/// windows when none was anomalous.
+fn score_ratio(m: &MetricResult, n: PeerIdx) -> Option<f64> {
+    let nm = &m.nodes[n];
+    if let Some(e) = evidence(nm) {
+        return Some(e);
+    }
+    let mut r: Vec<f64> = nm
+        .scores
+        .iter()
+        .filter(|w| w.threshold > 0.0 && w.threshold.is_finite())
+        .map(|w| w.score / w.threshold)
+        .collect();
+    (!r.is_empty()).then(|| median_in_place(&mut r))
+}
+
+/// The ranking of suspects: every node, most suspicious first.
+fn rank_nodes(
+    k: usize,
+    metrics: &[&MetricResult],
+    names: &[String],
+    order: &[usize],
+    verdicts: &[NodeVerdict],
+) -> Vec<RankedNode> {
+    struct Row<'a> {
+        n: usize,
+        verdict: &'a NodeVerdict,
+        persistence: Persistence,
+        metric: Option<&'a MetricResult>,
+        score: Option<f64>,
+    }
+    let mut rows: Vec<Row<'_>> = order
+        .iter()
+        .zip(verdicts)
+        .map(|(&n, v)| {
+            // The metric on which the node is most persistently anomalous (then: highest score).
+            let best = metrics
+                .iter()
+                .filter(|m| m.nodes[n].scored > 0)
+                .map(|m| (*m, m.nodes[n].persistence, score_ratio(m, n)))
+                .min_by(|a, b| {
+                    a.1.order(&b.1)
+                        .then_with(|| b.2.unwrap_or(0.0).total_cmp(&a.2.unwrap_or(0.0)))
+                });
+            Row {
+                n,
+                verdict: v,
+                persistence: best.map(|b| b.1).unwrap_or_default(),
+                metric: best.map(|b| b.0),
+                score: best.and_then(|b| b.2),
+            }
+        })
+        .collect();
+    // Damage is a finding, not a verdict: a damaged node ranks by its evidence, like an ok one.
+    let suspicion = |v: Verdict| match v {
+        Verdict::Ok | Verdict::Damaged => 0,
+        Verdict::Suspect => 1,
+        Verdict::Faulty => 2,
+        Verdict::Stuck | Verdict::Paused => 3,
+        Verdict::Stopped => 4,
+    };
+    rows.sort_by(|a, b| {
+        suspicion(b.verdict.combined.verdict)
+            .cmp(&suspicion(a.verdict.combined.verdict))
+            .then_with(|| a.persistence.order(&b.persistence))
+            .then_with(|| b.score.unwrap_or(0.0).total_cmp(&a.score.unwrap_or(0.0)))
+            .then_with(|| names[a.n].cmp(&names[b.n]))
+    });
+    rows.iter()
+        .enumerate()
+        .map(|(i, r)| RankedNode {
+            rank: i + 1,
+            node: names[r.n].clone(),
+            verdict: r.verdict.combined.verdict,
+            persistence: r.persistence.peak,
+            metric: r.metric.map(|m| m.metric()),
+            score: r.score,
+            reason: rank_reason(k, r.verdict, r.metric, r.n, r.persistence, r.score),
+        })
+        .collect()
+}
+
+/// One line on why a node is where it is in the ranking.
+fn rank_reason(
+    k: usize,
+    v: &NodeVerdict,
+    m: Option<&MetricResult>,
+    n: PeerIdx,
+    p: Persistence,
+    score: Option<f64>,
+) -> String {
+    let Some(m) = m else {
+        return if v.combined.verdict == Verdict::Ok {
+            "not compared (no window with enough complete data)".to_string()
+        } else {
+            v.combined.reason.clone()
+        };
+    };
+    let metric = m.metric();
+    let words = m.config.family.words();
+    let lead = m
+        .top(n, 1)
+        .into_iter()
+        .next()
+        .filter(|r| r.persistence.peak > 0)
+        .map(|r| {
+            let dir = if r.cause.node >= r.cause.reference {
+                words.more
+            } else {
+                words.less
+            };
+            format!("{dir} in {}", m.comps[r.comp as usize].name)
+        });
+    let anomalous = format!(
+        "anomalous in {} of {} {metric} windows",
+        p.anomalous, p.windows
+    );
+    match v.combined.verdict {
+        Verdict::Ok if p.anomalous == 0 => format!(
+            "like its peers: typically {}× its {metric} threshold",
+            score.map_or("?".to_string(), |s| format!("{s:.2}"))
+        ),
+        Verdict::Ok => format!(
+            "{anomalous}, never {k} of {} in a row: transient",
+            2 * k - 1
+        ),
+        _ => {
+            let mut s = v.combined.reason.clone();
+            if p.anomalous > 0 {
+                s.push_str(&format!("; {anomalous}"));
+            }
+            if let Some(l) = lead {
+                s.push_str(&format!("; {l}"));
+            }
+            s
+        }
+    }
+}
+
+fn metric_report(
+    outcome: &Outcome,
+    m: &MetricResult,
+    order: &[usize],
+    suspects: &[&str],
+    top: usize,
+) -> MetricReport {
+    let names = &outcome.names;
+    let size = m.windows_ns.size_ns;
+    let family = &m.config.family;
+    let words = family.words();
+    let nodes = order
+        .iter()
+        .map(|&n| {
+            let nm = &m.nodes[n];
+            let verdict = if nm.first_ns.is_none() {
+                MetricStatus::NoData
+            } else if nm.faulty() {
+                MetricStatus::Faulty
+            } else {
+                MetricStatus::Ok
+            };
+            let (threshold, threshold_source) = match (&m.config.policy, nm.threshold) {
+                (Policy::Trained { .. }, Some(t)) => (
+                    Some(t.value),
+                    Some(if t.own {
+                        ThresholdSource::Own
+                    } else {
+                        ThresholdSource::Largest
+                    }),
+                ),
+                (Policy::Untrained(_), _) => (None, Some(ThresholdSource::Unsupervised)),
+                _ => (None, None),
+            };
+            let show_top = nm.faulty() || suspects.contains(&names[n].as_str());
+            let top = if show_top && !nm.anomalous.is_empty() {
+                cause_rows(m, n, top, words.more, words.less)
+            } else {
+                Vec::new()
+            };
+            NodeReport {
+                node: names[n].clone(),
+                verdict,
+                threshold,
+                threshold_source,
+                windows_scored: nm.scored,
+                windows_incomplete: nm.incomplete,
+                windows_different: nm.different,
+                max_score: nm.max_score,
+                evidence: evidence(nm),
+                episodes: nm
+                    .episodes
+                    .iter()
+                    .map(|e| EpisodeReport {
+                        from: rfc3339(e.first_window_ns),
+                        to: rfc3339(e.last_window_ns + size),
+                    })
+                    .collect(),
+                anomalous_windows: nm
+                    .anomalous
+                    .iter()
+                    .map(|a| AnomalousWindow {
+                        start: rfc3339(a.start_ns),
+                        end: rfc3339(a.start_ns + size),
+                        start_ns: a.start_ns,
+                        score: a.score,
+                        threshold: a.threshold,
+                    })
+                    .collect(),
+                top,
+                scores: nm.scores.clone(),
+            }
+        })
+        .collect();
+    let weighted = m.config.weights.is_some();
+    MetricReport {
+        metric: m.metric(),
+        family: family.group(),
+        unit: family.unit().to_string(),
+        score_unit: family
+            .score_unit(
+                outcome.config.distance,
+                weighted,
+                outcome.config.score.profiles(),
+            )
+            .to_string(),
+        distance_unit: family
+            .cause_unit(outcome.config.distance, weighted)
+            .to_string(),
+        thresholds: match m.config.policy {
+            Policy::Trained { .. } => Thresholds::Trained,
+            _ => Thresholds::Untrained,
+        },
+        windows: m.windows,
+        unscored_windows: m.unscored,
+        kept: m.kept_list.len(),
+        nodes,
+        windows_ns: (m.windows_ns != outcome.config.windows).then_some(m.windows_ns),
+    }
+}
+
+/// The root-cause table of node `n`.
+fn cause_rows(m: &MetricResult, n: PeerIdx, top: usize, more: &str, less: &str) -> Vec<CauseRow> {
+    m.top(n, top)
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let label = &m.comps[r.comp as usize];
+            let rc = r.cause;
+            let deviation = rc.node - rc.reference;
+            CauseRow {
+                rank: i + 1,
+                function: label.name.to_string(),
+                image: label.image.as_ref().map(|s| s.to_string()),
+                program: label.program.as_ref().map(|s| s.to_string()),
+                distance: rc.distance,
+                node_total: rc.node,
+                median_total: rc.reference,
+                deviation,
+                relative: (rc.reference > 0.0).then(|| deviation / rc.reference),
+                direction: if deviation >= 0.0 { more } else { less }.to_string(),
+                persistence: r.persistence.peak,
+            }
+        })
+        .collect()
+}
