@@ -36,6 +36,8 @@ pub struct Config {
     pub hist: bool,
     /// `CULPRIT_IO=1`: record the C library's I/O calls on files as layer events (`io`).
     pub io: bool,
+    /// `CULPRIT_REQUEST_SAMPLE`: one request in this many is recorded (`requests`).
+    pub request_sample: u32,
 }
 
 fn var(name: &str) -> Option<String> {
@@ -77,6 +79,19 @@ impl Config {
         let graph = flag("CULPRIT_GRAPH", warnings);
         let hist = flag("CULPRIT_HIST", warnings);
         let io = flag(IO_VAR, warnings);
+        let request_sample = match var("CULPRIT_REQUEST_SAMPLE") {
+            None => crate::requests::DEFAULT_SAMPLE_EVERY,
+            Some(v) => match v.trim().parse::<u32>() {
+                Ok(n) if n >= 1 => n,
+                _ => {
+                    warnings.push(format!(
+                        "CULPRIT_REQUEST_SAMPLE={v:?} is not a whole number ≥ 1; using {}",
+                        crate::requests::DEFAULT_SAMPLE_EVERY
+                    ));
+                    crate::requests::DEFAULT_SAMPLE_EVERY
+                }
+            },
+        };
         let include_raw = var("CULPRIT_INCLUDE").unwrap_or_default();
         let exclude_raw = var("CULPRIT_EXCLUDE").unwrap_or_default();
         Config {
@@ -92,6 +107,7 @@ impl Config {
             graph,
             hist,
             io,
+            request_sample,
         }
     }
 
