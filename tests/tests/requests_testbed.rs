@@ -1,6 +1,6 @@
 //! Seed 004 on the emulated cluster: the four PVFS-like servers mark their requests
 //! (`culprit_request_begin/_end`, the storage part handed off to an I/O thread) and are traced
-//! with the default sampling (one request in 10); io2's disk is throttled to a quarter.
+//! with the default sampling (one request in 10: a few dozen requests); io2's disk is throttled to a quarter.
 //! `culprit diagnose --requests`, with no training and no windows, ranks io2's storage method
 //! first: the WRITE requests' category is over-dispersed, and in its request × method matrix
 //! the storage write's column lies far from the low-rank space, with io2's rows in its sparse
@@ -73,7 +73,9 @@ fn a_throttled_disk_ranks_its_nodes_io_method_first() {
     assert_eq!(o.status.code(), Some(1), "{text}");
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let r = &j["requests"];
-    assert!(r["requests"].as_u64().unwrap() > 100, "{text}");
+    // ddw's requests are large (~25 a second over the cluster): one in 10 of 30 s is a few
+    // dozen, enough for one category (10 needed).
+    assert!(r["requests"].as_u64().unwrap() >= 20, "{text}");
     assert_eq!(r["sample_every"], 10, "{text}");
     let top = &r["ranking"][0];
     assert_eq!(top["node"], "io2", "{text}");

@@ -11,8 +11,8 @@
 //!    robust PCA into low-rank and sparse parts, M = L + E ([`rpca`]). A method is anomalous
 //!    when the cosine of M(j) and L(j) is below [`RequestsOptions::cos_threshold`] (seed 004
 //!    §V.B, equation 1); its *replicas* are the nodes of the rows where E is large — at least
-//!    the column's median of M — when they are so in a larger share of the node's rows than
-//!    on the other nodes ([`significant`]).
+//!    the column's median of M — when E on their rows stands out from the other nodes'
+//!    ([`significant`]).
 //! 4. Methods (with their replica) are ranked by the number of categories that flag them
 //!    (seed 004 §V.B), then by the time E puts on them.
 //!
@@ -58,7 +58,7 @@ impl Default for RequestsOptions {
             cv_threshold: 0.3,
             cos_threshold: 0.9,
             min_requests: 10,
-            min_excess: 0.01,
+            min_excess: 0.05,
         }
     }
 }
@@ -149,8 +149,10 @@ pub struct Replica {
     pub large: usize,
     /// Its rows in the category.
     pub rows: usize,
-    /// Σ of E over its rows, ns.
+    /// Σ of E's positive entries over its rows, ns.
     pub excess_ns: f64,
+    /// This node is blamed for the method (see [`significant`]).
+    pub blamed: bool,
 }
 
 /// A method on a replica, ranked.
@@ -244,25 +246,34 @@ pub fn analyze(ds: &Dataset, opts: &RequestsOptions) -> RequestsReport {
 
 /// A replica is blamed for a flagged column when at least this share of its rows are large…
 pub const MIN_SHARE: f64 = 0.1;
-/// … and at least this many times the median share of the other replicas.
-pub const SHARE_RATIO: f64 = 3.0;
+/// … its sparse part per row is at least this many times the other replicas' median…
+pub const EXCESS_RATIO: f64 = 3.0;
+// … and its sparse part holds at least `RequestsOptions::min_excess` of the category's time.
 
-/// The replicas a flagged column blames: those whose share of large entries among their rows
-/// is at least [`MIN_SHARE`] and [`SHARE_RATIO`] × the other replicas' median share. On a
-/// busy machine every node has its preempted calls, spread alike; a slow replica's rows are
-/// large where the others' are not.
+/// The replicas a flagged column blames ([`Replica::blamed`]).
 pub fn significant(replicas: &[Replica]) -> impl Iterator<Item = &Replica> {
-    let share = |r: &Replica| r.large as f64 / r.rows.max(1) as f64;
-    replicas.iter().enumerate().filter_map(move |(k, r)| {
-        let others: Vec<f64> = replicas
+    replicas.iter().filter(|r| r.blamed)
+}
+
+/// Marks the blamed replicas: at least [`MIN_SHARE`] of their rows large, a sparse part per
+/// row at least [`EXCESS_RATIO`] × the other replicas' median, and at least `floor_ns` in all.
+/// On a busy machine every node has its slow calls, spread alike and small; a slow replica's
+/// rows carry the sparse part where the others' do not.
+fn blame(replicas: &mut [Replica], floor_ns: f64) {
+    let per_row = |r: &Replica| r.excess_ns / r.rows.max(1) as f64;
+    let rates: Vec<f64> = replicas.iter().map(per_row).collect();
+    for (k, r) in replicas.iter_mut().enumerate() {
+        let others: Vec<f64> = rates
             .iter()
             .enumerate()
             .filter(|&(q, _)| q != k)
-            .map(|(_, o)| share(o))
+            .map(|(_, &v)| v)
             .collect();
-        let floor = MIN_SHARE.max(SHARE_RATIO * median(others));
-        (share(r) >= floor).then_some(r)
-    })
+        let share = r.large as f64 / r.rows.max(1) as f64;
+        r.blamed = share >= MIN_SHARE
+            && rates[k] > EXCESS_RATIO * median(others)
+            && r.excess_ns >= floor_ns;
+    }
 }
 
 fn mean_cv(xs: &[f64]) -> (f64, f64) {
@@ -367,11 +378,13 @@ fn category(
             }
         }
         let mut replicas: Vec<Replica> = per.into_values().collect();
+        blame(&mut replicas, opts.min_excess * total);
         replicas.sort_by(|a, b| {
-            let sa = a.large as f64 / a.rows.max(1) as f64;
-            let sb = b.large as f64 / b.rows.max(1) as f64;
-            sb.total_cmp(&sa)
-                .then_with(|| b.excess_ns.total_cmp(&a.excess_ns))
+            let ra = a.excess_ns / a.rows.max(1) as f64;
+            let rb = b.excess_ns / b.rows.max(1) as f64;
+            b.blamed
+                .cmp(&a.blamed)
+                .then_with(|| rb.total_cmp(&ra))
                 .then_with(|| a.node.cmp(&b.node))
         });
         let key = ds.names.funcs.get(call.func);
