@@ -1,9 +1,13 @@
 /* Request-sampling benchmark (benches/requests/run): R requests, each a tree of traced calls
  * (handle → step → leaf, `calls` calls in all, `work` loop turns per leaf), optionally marked
- * with culprit_request_begin/_end. Prints ns per request of the timed loop (wall clock) and
- * of the thread's CPU time.
+ * with culprit_request_begin/_end. Prints ns per request spent inside the requests (wall
+ * clock from before begin to after end: the sleeps between requests are left out) and the
+ * thread's CPU time per request (sleeps included).
  *
- *   bench marks|none REQUESTS CALLS WORK */
+ *   bench marks|none REQUESTS CALLS WORK [GAP_US]
+ *
+ * GAP_US: a sleep between requests (outside them), so that a thread's request rate is a
+ * server's and not a tight loop's (the runtime's per-thread ring holds 100 ms of events). */
 #define _GNU_SOURCE
 #include <stdint.h>
 #include <stdio.h>
@@ -44,20 +48,29 @@ __attribute__((no_instrument_function)) static double now(clockid_t c)
 
 int main(int argc, char **argv)
 {
-    if (argc != 5)
+    if (argc != 5 && argc != 6)
         return 2;
+    long gap = argc == 6 ? atol(argv[5]) : 0;
+    struct timespec pause = {gap / 1000000, (gap % 1000000) * 1000};
     int marks = strcmp(argv[1], "marks") == 0 && culprit_request_begin && culprit_request_end;
     long n = atol(argv[2]);
     int calls = atoi(argv[3]), work = atoi(argv[4]);
     double w0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_THREAD_CPUTIME_ID);
+    double inside = 0;
     for (long r = 1; r <= n; r++) {
+        double a = now(CLOCK_MONOTONIC);
         if (marks)
             culprit_request_begin((uint64_t)r, 1, 0);
         handle(calls, work);
         if (marks)
             culprit_request_end((uint64_t)r);
+        inside += now(CLOCK_MONOTONIC) - a;
+        if (gap)
+            nanosleep(&pause, NULL);
     }
     double w1 = now(CLOCK_MONOTONIC), c1 = now(CLOCK_THREAD_CPUTIME_ID);
-    printf("%.1f %.1f\n", (w1 - w0) / n, (c1 - c0) / n);
+    (void)w1;
+    (void)w0;
+    printf("%.1f %.1f\n", inside / n, (c1 - c0) / n);
     return 0;
 }

@@ -27,7 +27,7 @@
 //! | kind | `t_ns` | `a` | `b` | `c` | `depth` |
 //! | --- | --- | --- | --- | --- | --- |
 //! | 1 BEGIN | begin | request id | parent id (0: none) | request type | 0 |
-//! | 2 END | end | request id | 0 | 0 | 0 |
+//! | 2 END | end | request id | 0 | 1 when some of the part's CALL events were lost, else 0 | 0 |
 //! | 3 CALL | the call's entry | function address | inclusive ns | exclusive ns | 1 for a call made directly inside the request, 2 for its callees… |
 
 /// Fixed part of a [`RecordKind::Requests`](crate::RecordKind::Requests) payload, in bytes.
@@ -69,6 +69,9 @@ pub enum RequestEvent {
         tid: u32,
         /// Request id.
         id: u64,
+        /// Some of the part's calls were lost (the writer's buffer was full): its call tree is
+        /// incomplete.
+        lost: bool,
     },
     /// A traced call returned inside the open request of its thread.
     Call {
@@ -98,7 +101,12 @@ impl RequestEvent {
                 parent,
                 rtype,
             } => (t_ns, id, parent, rtype, tid, request_kind::BEGIN, 0),
-            RequestEvent::End { t_ns, tid, id } => (t_ns, id, 0, 0, tid, request_kind::END, 0),
+            RequestEvent::End {
+                t_ns,
+                tid,
+                id,
+                lost,
+            } => (t_ns, id, 0, lost as u64, tid, request_kind::END, 0),
             RequestEvent::Call {
                 t_ns,
                 tid,
@@ -136,6 +144,7 @@ impl RequestEvent {
                 t_ns,
                 tid,
                 id: u64at(8),
+                lost: u64at(24) & 1 != 0,
             },
             request_kind::CALL => RequestEvent::Call {
                 t_ns,

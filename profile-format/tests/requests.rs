@@ -33,6 +33,7 @@ fn events() -> Vec<RequestEvent> {
             t_ns: 1_900,
             tid: 7,
             id: 1 << 32 | 4,
+            lost: true,
         },
     ]
 }

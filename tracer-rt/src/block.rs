@@ -236,6 +236,8 @@ pub struct ThreadBlock {
     req_base: AtomicU32,
     /// The open request's id.
     req_id: AtomicU64,
+    /// Some of the open request's calls could not be recorded (the ring was full).
+    req_lost: AtomicU32,
     stack: [Frame; STACK_DEPTH],
     table: [Slot; TABLE_CAP + 1],
     bases: [SlotBase; TABLE_CAP],
@@ -1183,16 +1185,18 @@ impl ThreadBlock {
     pub fn request_open(&self, id: u64) {
         self.req_id.store(id, Relaxed);
         self.req_base.store(self.top_index() as u32, Relaxed);
+        self.req_lost.store(0, Relaxed);
         self.req_on.store(1, Relaxed);
     }
 
-    /// Closes the open request if it is `id` (true), else leaves it open.
-    pub fn request_close(&self, id: u64) -> bool {
+    /// Closes the open request if it is `id`: `Some(lost)`, `lost` when some of its calls
+    /// could not be recorded; `None` (left open) otherwise.
+    pub fn request_close(&self, id: u64) -> Option<bool> {
         if self.req_on.load(Relaxed) == 0 || self.req_id.load(Relaxed) != id {
-            return false;
+            return None;
         }
         self.req_on.store(0, Relaxed);
-        true
+        Some(self.req_lost.load(Relaxed) != 0)
     }
 
     /// The id of the open sampled request, if any.
@@ -1210,12 +1214,16 @@ impl ThreadBlock {
         }
         let f = &self.stack[i];
         let addr = self.table[slot].addr.load(Relaxed) & !SLOW_KEY;
-        crate::io::request_event(crate::io::RequestMark::Call {
+        let kept = crate::io::request_event(crate::io::RequestMark::Call {
             func: addr as u64,
             depth: (i - base).min(u16::MAX as usize) as u16,
             t0: f.t.load(Relaxed),
             incl: elapsed,
             excl,
         });
+        if !kept {
+            // Its call tree is incomplete: the END says so, and readers leave the part out.
+            self.req_lost.store(1, Relaxed);
+        }
     }
 }

@@ -108,9 +108,9 @@ pub fn end(id: u64) -> i32 {
     match b.request_open_id() {
         Some(open) if open == id => {
             // The calls of the request are recorded before its end: close it first, then mark.
-            b.request_close(id);
+            let lost = b.request_close(id).unwrap_or(false);
             sys::set_tls_cur(b.idle_word());
-            io::request_event(io::RequestMark::End { id });
+            io::request_event(io::RequestMark::End { id, lost });
             io::code::OK
         }
         Some(_) => code::NOT_OPEN,

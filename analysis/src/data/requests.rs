@@ -30,6 +30,8 @@ pub enum RequestMark {
         tid: u32,
         /// Request id.
         id: u64,
+        /// Some of its calls were lost: the call tree is incomplete.
+        lost: bool,
     },
     /// A call returned inside the thread's open request.
     Call {
@@ -80,7 +82,17 @@ pub(super) fn stretch(
                 parent,
                 rtype,
             },
-            RequestEvent::End { t_ns, tid, id } => RequestMark::End { t_ns, tid, id },
+            RequestEvent::End {
+                t_ns,
+                tid,
+                id,
+                lost,
+            } => RequestMark::End {
+                t_ns,
+                tid,
+                id,
+                lost,
+            },
             RequestEvent::Call {
                 t_ns,
                 tid,

@@ -90,7 +90,8 @@ impl Request {
 /// What assembly found besides the requests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AssemblyStats {
-    /// Parts without an end (the process died, or the data stops inside them).
+    /// Parts without an end (the process died, or the data stops inside them), or with calls
+    /// lost (the writer's buffer was full).
     pub unfinished: usize,
     /// Events the writers lost (their buffers were full).
     pub dropped: u64,
@@ -178,15 +179,21 @@ pub fn assemble(nodes: &[NodeData]) -> (Vec<Request>, AssemblyStats) {
                                 });
                             }
                         }
-                        RequestMark::End { t_ns, tid, id } => match open.remove(&tid) {
-                            Some(mut p) if p.id == id => {
+                        RequestMark::End {
+                            t_ns,
+                            tid,
+                            id,
+                            lost,
+                        } => match open.remove(&tid) {
+                            Some(p) if p.id != id => {
+                                open.insert(tid, p);
+                            }
+                            Some(_) if lost => stats.unfinished += 1,
+                            Some(mut p) => {
                                 p.end_ns = t_ns.max(p.start_ns);
                                 // Recorded at return: entry order is depth-first order.
                                 p.calls.sort_by_key(|c| (c.t_ns, c.depth));
                                 parts.push(p);
-                            }
-                            Some(p) => {
-                                open.insert(tid, p);
                             }
                             None => {}
                         },

@@ -309,6 +309,8 @@ pub enum RequestMark {
     End {
         /// Its id.
         id: u64,
+        /// Some of its calls could not be recorded.
+        lost: bool,
     },
     /// A call returned inside it (times in ticks).
     Call {
@@ -327,7 +329,7 @@ pub enum RequestMark {
 
 /// Pushes a request event into this thread's ring (claimed at the first); false when it was
 /// dropped or the thread records nothing. Ring slots are reused as (t, req, obj, offset,
-/// bytes) = BEGIN (now, id, parent, type, 0), END (now, id, 0, 0, 0), CALL (entry, function,
+/// bytes) = BEGIN (now, id, parent, type, 0), END (now, id, 0, lost, 0), CALL (entry, function,
 /// inclusive, exclusive, depth) under a layer id no real layer has.
 #[inline]
 pub fn request_event(m: RequestMark) -> bool {
@@ -344,11 +346,11 @@ pub fn request_event(m: RequestMark) -> bool {
             op: 0,
             fd: 0,
         },
-        RequestMark::End { id } => RawEvent {
+        RequestMark::End { id, lost } => RawEvent {
             t: now(),
             req: id,
             obj: 0,
-            offset: 0,
+            offset: lost as u64,
             bytes: 0,
             layer: REQUEST_LAYER,
             kind: request_kind::END,
@@ -445,6 +447,7 @@ pub fn drain_into(
                     t_ns: wall(e.t),
                     tid,
                     id: e.req,
+                    lost: e.offset != 0,
                 },
                 _ => RequestEvent::Call {
                     t_ns: wall(e.t),
