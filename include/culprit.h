@@ -133,6 +133,34 @@ int culprit_io_complete(int layer, uint64_t req, int op, uint64_t obj, uint64_t 
 int culprit_io_callback(int layer, uint64_t req, int op, uint64_t obj, uint64_t offset,
                         uint64_t bytes);
 
+/* Requests (seed 004, CloudDiag): mark where a request begins and ends on a thread, and
+ * `culprit diagnose --requests` finds the anomalous method and node from the latencies of the
+ * calls made in sampled requests, with no training (docs/requests.md).
+ *
+ *   culprit_request_begin(req_id, REQ_READ, 0);     // the thread that receives the request
+ *   ... handle it: traced calls are recorded while a sampled request is open ...
+ *   culprit_request_end(req_id);
+ *
+ *   // a part handed off to another thread (or process, or node), with its own id:
+ *   culprit_request_begin(part_id, REQ_READ, req_id); // parent = the root request's id
+ *   ... culprit_request_end(part_id);
+ *
+ * `id` identifies the request among those of the program (seed 004 §IV: a node number and a
+ * counter); `type` is the program's kind of request (requests are grouped by call tree, the
+ * type is reported with them); `parent` is 0 for a request's root and the root request's id
+ * for a part handed off elsewhere (seed 004's MID), so the parts form one call tree. One
+ * request in CULPRIT_REQUEST_SAMPLE (default 10) is recorded, decided by a hash of the root
+ * id, so all parts of a request are sampled alike. One sampled request may be open per
+ * thread at a time.
+ *
+ * culprit_request_begin returns 1 (sampled: recorded), 0 (not sampled), -1 (not tracing),
+ * -3 (dropped: the thread's buffer was full) or -5 (another sampled request is open on this
+ * thread). culprit_request_end returns 0, -1 (not tracing) or -2 (another sampled request is
+ * open on this thread). Unsampled requests cost a hash; while a sampled one is open, traced
+ * calls take the runtime's general path (README "Performance"). Not async-signal-safe. */
+int culprit_request_begin(uint64_t id, uint64_t type, uint64_t parent);
+int culprit_request_end(uint64_t id);
+
 /* The hooks gcc's -finstrument-functions calls; defined by the runtime. Never call them. */
 void __cyg_profile_func_enter(void *fn, void *call_site) __attribute__((no_instrument_function));
 void __cyg_profile_func_exit(void *fn, void *call_site) __attribute__((no_instrument_function));

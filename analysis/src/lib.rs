@@ -25,6 +25,7 @@
 //!   (the metrics to run, the analyzer, [`plan::Progress`]); [`session`] and [`train`] — settings
 //!   to a diagnosis or a thresholds file, offline or following a run in progress;
 //!   [`thresholds`] — the thresholds file;
+//! * [`requests`] — seed 004's request categories and robust PCA (`diagnose --requests`);
 //! * [`feed`] — a dataset into the analyzer; [`synth`] — generated peer groups (tests,
 //!   benchmarks); [`time`] — times and durations as people read them.
 //!
@@ -54,6 +55,7 @@ pub mod persistence;
 pub mod plan;
 pub mod policy;
 pub mod report;
+pub mod requests;
 pub mod resource;
 pub mod score;
 pub mod session;

@@ -386,6 +386,8 @@ pub enum Record<'a> {
     OsMetrics(OsMetricsRec<'a>),
     /// A stretch of layer-boundary I/O events.
     Layers(crate::layers::LayersRec<'a>),
+    /// A stretch of sampled requests and their calls (tracer).
+    Requests(crate::requests::RequestsRec<'a>),
     /// The flusher's wake-ups in an interval and how late they came (tracer).
     Wakeups(WakeupsRec),
     /// A record kind this reader does not know (written by a newer compatible writer).
@@ -1162,6 +1164,7 @@ fn decode_payload(kind: RecordKind, p: &[u8]) -> Result<Record<'_>, &'static str
             })
         }
         RecordKind::Layers => Record::Layers(crate::layers::decode(p)?),
+        RecordKind::Requests => Record::Requests(crate::requests::decode(p)?),
         RecordKind::OsMetrics => {
             if p.len() < OS_METRICS_FIXED_SIZE {
                 return Err("os metrics record too short");

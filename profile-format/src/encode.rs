@@ -535,6 +535,32 @@ impl RecordBuf {
     }
 }
 
+impl RecordBuf {
+    /// Appends a [`RecordKind::Requests`] record. Returns the number of events written.
+    pub fn requests(
+        &mut self,
+        head: &crate::requests::RequestsHead,
+        events: impl IntoIterator<Item = crate::requests::RequestEvent>,
+    ) -> u32 {
+        let start = self.begin(RecordKind::Requests, 0);
+        self.u64(head.span_start_ns);
+        self.u64(head.span_end_ns);
+        self.u32(0);
+        let ne_at = self.len();
+        self.u32(0);
+        self.u32(head.dropped);
+        self.u32(head.sample_every);
+        let mut ne = 0u32;
+        for e in events {
+            self.bytes(&e.to_bytes());
+            ne += 1;
+        }
+        self.patch_u32(ne_at, ne);
+        self.finish(start);
+        ne
+    }
+}
+
 /// `s` cut to at most `max` bytes at a character boundary.
 fn truncated(s: &str, max: usize) -> &str {
     if s.len() <= max {

@@ -23,8 +23,9 @@ pub const MAGIC: [u8; 8] = *b"CULPRIT\0";
 /// [`RecordKind::Layers`] (layer-boundary I/O events), which older readers skip. Version 5 added
 /// the trace file's stacks region (header fields `stacks_offset` and `stacks_len`, before
 /// `data_offset`: older readers skip it; see [`crate::stacks`]) and the tracer's
-/// [`RecordKind::Wakeups`] (older readers skip the kind).
-pub const FORMAT_VERSION: u16 = 5;
+/// [`RecordKind::Wakeups`] (older readers skip the kind). Version 6 added the tracer's
+/// [`RecordKind::Requests`] (sampled requests and their calls; older readers skip the kind).
+pub const FORMAT_VERSION: u16 = 6;
 /// Oldest reader version able to read what this crate writes.
 pub const MIN_READER_VERSION: u16 = 2;
 /// Reader version this crate implements: it reads files whose `min_reader_version` is at most
@@ -225,6 +226,9 @@ pub enum RecordKind {
     /// A stretch of layer-boundary I/O events (seed 003): the tracer's C API and C-library
     /// calls ([`crate::layers`]).
     Layers = 14,
+    /// A stretch of sampled requests and the calls made in them (seed 004): the tracer's
+    /// `culprit_request_*` C API ([`crate::requests`]).
+    Requests = 15,
 }
 
 impl RecordKind {
@@ -245,6 +249,7 @@ impl RecordKind {
             12 => Self::Stacks,
             13 => Self::Wakeups,
             14 => Self::Layers,
+            15 => Self::Requests,
             _ => return None,
         })
     }

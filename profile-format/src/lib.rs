@@ -79,6 +79,7 @@
 //! | [`RecordKind::Histograms`] | tracer | one interval's call-duration histograms (log2 buckets of ns), per function |
 //! | [`RecordKind::Stacks`] | sampler | one interval's sampled call chains per program (`--call-graph fp`) |
 //! | [`RecordKind::Layers`] | both | a stretch of layer-boundary I/O events (seed 003): per event its time, layer, ADMIT/ISSUE/COMPLT/CALLBACK, request, object, offset, bytes ([`layers`]) |
+//! | [`RecordKind::Requests`] | tracer | a stretch of sampled requests (seed 004): per event its time, thread, BEGIN (id, parent id, type) / END / CALL (function, depth, inclusive and exclusive ns) ([`requests`]); since format version 6 |
 //! | [`RecordKind::Wakeups`] | tracer | one interval's flusher wake-ups and how late they came (a stopped or starved process) |
 //! | [`RecordKind::End`] | both | clean end: nothing follows |
 //!
@@ -107,6 +108,7 @@ pub mod os_metrics;
 pub mod procfs;
 pub mod read;
 pub mod rotation;
+pub mod requests;
 pub mod stacks;
 pub mod writer;
 
@@ -124,3 +126,6 @@ pub use layers::{
     LAYERS_FIXED_SIZE, LAYER_EVENT_SIZE, MAX_LAYER_NAME, NO_OFFSET,
 };
 pub use layout::*;
+pub use requests::{
+    request_kind, RequestEvent, RequestsHead, RequestsRec, REQUESTS_FIXED_SIZE, REQUEST_EVENT_SIZE,
+};

@@ -229,6 +229,15 @@ pub struct ThreadBlock {
     tid: AtomicU32,
     /// 1 for the process's first traced thread, 2 for the next… (set when claimed).
     serial: AtomicU32,
+    /// A sampled request is open in this thread (`crate::requests`): every call takes the
+    /// general path, which records the calls that return inside it. Written by the owner only.
+    req_on: AtomicU32,
+    /// The top frame's index when the request began: calls above it are the request's.
+    req_base: AtomicU32,
+    /// The open request's id.
+    req_id: AtomicU64,
+    /// Some of the open request's calls could not be recorded (the ring was full).
+    req_lost: AtomicU32,
     stack: [Frame; STACK_DEPTH],
     table: [Slot; TABLE_CAP + 1],
     bases: [SlotBase; TABLE_CAP],
@@ -473,7 +482,8 @@ impl ThreadBlock {
     pub fn idle_word(&'static self) -> usize {
         if self.pauses.load(Relaxed) > 0 {
             hot::PAUSED.word()
-        } else if mode::get() != 0 || self.over.load(Relaxed) > 0 {
+        } else if mode::get() != 0 || self.over.load(Relaxed) > 0 || self.req_on.load(Relaxed) != 0
+        {
             hot::GENERAL.word()
         } else {
             self as *const ThreadBlock as usize
@@ -620,6 +630,9 @@ impl ThreadBlock {
     #[inline(always)]
     fn account(&self, slot: usize, elapsed: u64, excl: u64, i: usize, unwound: bool) {
         let s = &self.table[slot];
+        if self.req_on.load(Relaxed) != 0 {
+            self.request_call(slot, elapsed, excl, i);
+        }
         bump(&s.excl, excl);
         if unwound {
             bump(&s.unwound, 1);
@@ -879,6 +892,7 @@ impl ThreadBlock {
     pub fn reset_for_owner(&self) -> bool {
         self.pauses.store(0, Relaxed);
         self.over.store(0, Relaxed);
+        self.req_on.store(0, Relaxed);
         // Index 0 is a sentinel root frame, so every real frame has a parent to pass time to;
         // it is above every stack pointer, so never abandoned, and its slot is never matched.
         let s = &self.stack[0];
@@ -1160,6 +1174,56 @@ mod vec_free {
 
         pub fn is_empty(&self) -> bool {
             !self.any
+        }
+    }
+}
+
+/// The open request of a block's owner (`crate::requests`): set and read by the owner only.
+impl ThreadBlock {
+    /// Opens sampled request `id` at the current stack depth (the caller then sets the
+    /// thread-local word to [`Self::idle_word`], which sends every call to the general path).
+    pub fn request_open(&self, id: u64) {
+        self.req_id.store(id, Relaxed);
+        self.req_base.store(self.top_index() as u32, Relaxed);
+        self.req_lost.store(0, Relaxed);
+        self.req_on.store(1, Relaxed);
+    }
+
+    /// Closes the open request if it is `id`: `Some(lost)`, `lost` when some of its calls
+    /// could not be recorded; `None` (left open) otherwise.
+    pub fn request_close(&self, id: u64) -> Option<bool> {
+        if self.req_on.load(Relaxed) == 0 || self.req_id.load(Relaxed) != id {
+            return None;
+        }
+        self.req_on.store(0, Relaxed);
+        Some(self.req_lost.load(Relaxed) != 0)
+    }
+
+    /// The id of the open sampled request, if any.
+    pub fn request_open_id(&self) -> Option<u64> {
+        (self.req_on.load(Relaxed) != 0).then(|| self.req_id.load(Relaxed))
+    }
+
+    /// A call of `slot` (frame `i`) returned inside the open request: recorded when it was
+    /// entered after the request began (above its base frame).
+    #[cold]
+    fn request_call(&self, slot: usize, elapsed: u64, excl: u64, i: usize) {
+        let base = self.req_base.load(Relaxed) as usize;
+        if i <= base {
+            return;
+        }
+        let f = &self.stack[i];
+        let addr = self.table[slot].addr.load(Relaxed) & !SLOW_KEY;
+        let kept = crate::io::request_event(crate::io::RequestMark::Call {
+            func: addr as u64,
+            depth: (i - base).min(u16::MAX as usize) as u16,
+            t0: f.t.load(Relaxed),
+            incl: elapsed,
+            excl,
+        });
+        if !kept {
+            // Its call tree is incomplete: the END says so, and readers leave the part out.
+            self.req_lost.store(1, Relaxed);
         }
     }
 }

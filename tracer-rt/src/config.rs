@@ -38,6 +38,8 @@ pub struct Config {
     pub hist: bool,
     /// `CULPRIT_IO=1`: record the C library's I/O calls on files as layer events (`io`).
     pub io: bool,
+    /// `CULPRIT_REQUEST_SAMPLE`: one request in this many is recorded (`requests`).
+    pub request_sample: u32,
     /// `CULPRIT_ROTATE` / `CULPRIT_ROTATE_SIZE`: when the flusher moves to a new piece
     /// (`culprit_format::rotation`).
     pub rotate: Rotate,
@@ -105,6 +107,19 @@ impl Config {
                 .map(|ns| ns.max(interval_ms * 1_000_000)),
             max_bytes: spec("CULPRIT_ROTATE_SIZE", rotation::parse_size, warnings),
         };
+        let request_sample = match var("CULPRIT_REQUEST_SAMPLE") {
+            None => crate::requests::DEFAULT_SAMPLE_EVERY,
+            Some(v) => match v.trim().parse::<u32>() {
+                Ok(n) if n >= 1 => n,
+                _ => {
+                    warnings.push(format!(
+                        "CULPRIT_REQUEST_SAMPLE={v:?} is not a whole number ≥ 1; using {}",
+                        crate::requests::DEFAULT_SAMPLE_EVERY
+                    ));
+                    crate::requests::DEFAULT_SAMPLE_EVERY
+                }
+            },
+        };
         let include_raw = var("CULPRIT_INCLUDE").unwrap_or_default();
         let exclude_raw = var("CULPRIT_EXCLUDE").unwrap_or_default();
         Config {
@@ -121,6 +136,7 @@ impl Config {
             hist,
             io,
             rotate,
+            request_sample,
         }
     }
 

@@ -904,7 +904,8 @@ impl Flusher {
         // Ticks become ns with the ratio measured so far (the first interval's would otherwise
         // use the 1 ns per tick it starts with).
         self.cal.refine();
-        if !io::drain_into(&mut rec, &self.cal, &mut self.io_span) || !self.ensure_open() {
+        let every = crate::requests::sample_every();
+        if !io::drain_into(&mut rec, &self.cal, &mut self.io_span, every) || !self.ensure_open() {
             return;
         }
         self.buf.append(&rec);

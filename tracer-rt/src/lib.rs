@@ -22,6 +22,7 @@
 //! | `CULPRIT_CLOCK` | `monotonic` forces `clock_gettime` instead of the TSC | TSC if invariant |
 //! | `CULPRIT_GRAPH` | `1`: record caller → callee edges | `0` |
 //! | `CULPRIT_HIST` | `1`: record call-duration histograms (log2 buckets of ns) | `0` |
+//! | `CULPRIT_REQUEST_SAMPLE` | record one request in N ([`requests`]) | `10` |
 //!
 //! # Design constraints
 //!
@@ -64,6 +65,7 @@ pub mod objects;
 pub mod output;
 pub mod pool;
 pub mod procinfo;
+pub mod requests;
 pub mod runtime;
 #[allow(unsafe_code)]
 pub mod sys;

@@ -125,6 +125,7 @@ pub fn start() {
         STATE.store(state::OFF, Release);
         return;
     }
+    crate::requests::set_sample_every(cfg.request_sample);
     STATE.store(state::ACTIVE, Release);
     if !io::enable(cfg.io) && cfg.io {
         say("cannot set up I/O layer events; recording function calls only");

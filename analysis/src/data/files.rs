@@ -171,6 +171,8 @@ pub struct TraceFile {
     pub(super) checkpoint: Option<TraceInterval>,
     /// Layer-boundary I/O events, in file order (`analysis::layers` reads them).
     pub layers: Vec<LayerStretch>,
+    /// Sampled requests' events, in file order (`analysis::requests` reads them).
+    pub requests: Vec<super::requests::RequestStretch>,
     /// The last of `intervals` is the checkpoint.
     pub(super) provisional: bool,
     pub(super) consumed: u64,
@@ -438,6 +440,7 @@ pub(super) fn empty_trace() -> TraceFile {
         intervals: Vec::new(),
         checkpoint: None,
         layers: Vec::new(),
+        requests: Vec::new(),
         provisional: false,
         consumed: DATA_OFFSET,
         objects: Vec::new(),

@@ -25,6 +25,7 @@ mod files;
 pub mod names;
 mod pieces;
 mod records;
+mod requests;
 pub mod source;
 mod stacks;
 mod symbols;
@@ -36,6 +37,7 @@ pub use files::{
     TraceEntry, TraceFile, TraceHist, TraceInterval,
 };
 pub use names::{EventId, FuncId, FuncKey, Interner, Names, OsMetricId, OsMetricKey, ProgramId};
+pub use requests::{RequestMark, RequestStretch};
 pub use source::{DirSource, NodeListing, ReadAt, Source};
 pub use stacks::process_state;
 use symbols::Symbols;
@@ -308,13 +310,13 @@ impl Dataset {
                         self.unreadable.retain(|u| u.path != path);
                         stats.new_files += 1;
                         self.read_trace(&mut t, stats);
-                        self.nodes[idx].traces.push(t);
+                        self.nodes[idx].traces.push(*t);
                     }
                     Ok(Some(Opened::Samples(mut s))) => {
                         self.unreadable.retain(|u| u.path != path);
                         stats.new_files += 1;
                         self.read_samples(&mut s, stats);
-                        self.nodes[idx].samples.push(s);
+                        self.nodes[idx].samples.push(*s);
                     }
                     Err(e) => {
                         self.warn(format!("skipping {}: {e}", path.display()));
@@ -380,22 +382,22 @@ impl Dataset {
                 t.pid = h.pid;
                 t.created_ns = h.created_ns;
                 t.consumed = h.data_offset;
-                Opened::Trace(t)
+                Opened::Trace(Box::new(t))
             }
             FileKind::Samples => {
                 let mut s = empty_samples();
                 s.path = path.to_path_buf();
                 s.created_ns = h.created_ns;
                 s.consumed = h.data_offset;
-                Opened::Samples(s)
+                Opened::Samples(Box::new(s))
             }
         }))
     }
 }
 
 enum Opened {
-    Trace(TraceFile),
-    Samples(SampleFile),
+    Trace(Box<TraceFile>),
+    Samples(Box<SampleFile>),
 }
 
 /// Adds a warning unless it was given already.

@@ -286,6 +286,10 @@ impl Dataset {
                 t.end_ns = Some(e.end_ns);
             }
             Record::Layers(l) => t.layers.push(LayerStretch::of(&l)),
+            Record::Requests(r) => {
+                let s = super::requests::stretch(&r, |addr| self.trace_func(t, addr));
+                t.requests.push(s);
+            }
             _ => {}
         }
     }

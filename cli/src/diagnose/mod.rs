@@ -22,6 +22,7 @@ use culprit_openmetrics::{ListenError, MetricsServer};
 use crate::progress::Bar;
 
 pub mod render;
+pub mod requests;
 
 /// Exit status when a culprit is found.
 pub const EXIT_CULPRIT: i32 = 1;
@@ -176,6 +177,19 @@ pub struct DiagnoseArgs {
     /// than in any training window (for measurements: docs/thresholds.md)
     #[arg(long, hide = true)]
     pub no_shared_discount: bool,
+    /// Seed 004's request analysis instead: the anomalous method and node from the calls of
+    /// sampled requests (culprit_request_begin/_end), by call-tree categories and robust PCA;
+    /// needs no thresholds (docs/requests.md)
+    #[arg(long, conflicts_with_all = ["thresholds", "follow", "html"])]
+    pub requests: bool,
+    /// With --requests: a category is anomalous above this coefficient of variation of its
+    /// latencies [default: 0.3]
+    #[arg(long, value_name = "CV", requires = "requests")]
+    pub requests_cv: Option<f64>,
+    /// With --requests: a method is anomalous below this cosine between its latencies and
+    /// their low-rank part [default: 0.9]
+    #[arg(long, value_name = "COS", requires = "requests")]
+    pub requests_cos: Option<f64>,
     #[command(flatten)]
     pub analysis: AnalysisArgs,
 }
@@ -273,6 +287,29 @@ pub fn run_train(args: TrainArgs) -> anyhow::Result<i32> {
 
 /// Runs `culprit diagnose`.
 pub fn run_diagnose(args: DiagnoseArgs) -> anyhow::Result<i32> {
+    if args.requests {
+        let a = &args.analysis;
+        let mut opts = culprit_analysis::requests::RequestsOptions::default();
+        if let Some(cv) = args.requests_cv {
+            opts.cv_threshold = cv;
+        }
+        if let Some(cos) = args.requests_cos {
+            opts.cos_threshold = cos;
+        }
+        let found = requests::run(requests::RequestsRun {
+            data: args.data.clone(),
+            load: culprit_analysis::data::LoadOptions {
+                include_unassigned: false,
+                symfs: a.symfs.clone(),
+                nodes: a.nodes.clone(),
+                exclude: a.exclude_node.clone(),
+            },
+            opts,
+            json: args.json,
+            top: args.top,
+        })?;
+        return Ok(if found { EXIT_CULPRIT } else { 0 });
+    }
     if args.for_.is_some() && !args.follow {
         anyhow::bail!("--for limits --follow: give both, or neither");
     }

@@ -27,7 +27,10 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
-use culprit_format::{layer_kind, layer_op, LayerDesc, LayerEvent, LayersHead, RecordBuf};
+use culprit_format::{
+    layer_kind, layer_op, request_kind, LayerDesc, LayerEvent, LayersHead, RecordBuf, RequestEvent,
+    RequestsHead,
+};
 
 use crate::clock::{self, Calibration};
 use crate::sys::io::{RING_NONE, RING_OFF};
@@ -286,17 +289,116 @@ pub fn fd_closed(fd: i32) {
     }
 }
 
+/// The pseudo-layer id of request events in the rings (`crate::requests`): no real layer has it
+/// (there are at most `layers::MAX_LAYERS`).
+const REQUEST_LAYER: u16 = u16::MAX;
+
+/// A request event to push into the thread's ring (`crate::requests`).
+#[derive(Clone, Copy, Debug)]
+pub enum RequestMark {
+    /// A sampled request begins.
+    Begin {
+        /// Its id.
+        id: u64,
+        /// The request it continues (0: none).
+        parent: u64,
+        /// Its type.
+        rtype: u64,
+    },
+    /// It ends.
+    End {
+        /// Its id.
+        id: u64,
+        /// Some of its calls could not be recorded.
+        lost: bool,
+    },
+    /// A call returned inside it (times in ticks).
+    Call {
+        /// The function.
+        func: u64,
+        /// Depth below the request's start (1: called directly inside it).
+        depth: u16,
+        /// Entry time.
+        t0: u64,
+        /// Inclusive ticks.
+        incl: u64,
+        /// Exclusive ticks.
+        excl: u64,
+    },
+}
+
+/// Pushes a request event into this thread's ring (claimed at the first); false when it was
+/// dropped or the thread records nothing. Ring slots are reused as (t, req, obj, offset,
+/// bytes) = BEGIN (now, id, parent, type, 0), END (now, id, 0, lost, 0), CALL (entry, function,
+/// inclusive, exclusive, depth) under a layer id no real layer has.
+#[inline]
+pub fn request_event(m: RequestMark) -> bool {
+    let Some(r) = my_ring() else { return false };
+    let e = match m {
+        RequestMark::Begin { id, parent, rtype } => RawEvent {
+            t: now(),
+            req: id,
+            obj: parent,
+            offset: rtype,
+            bytes: 0,
+            layer: REQUEST_LAYER,
+            kind: request_kind::BEGIN,
+            op: 0,
+            fd: 0,
+        },
+        RequestMark::End { id, lost } => RawEvent {
+            t: now(),
+            req: id,
+            obj: 0,
+            offset: lost as u64,
+            bytes: 0,
+            layer: REQUEST_LAYER,
+            kind: request_kind::END,
+            op: 0,
+            fd: 0,
+        },
+        RequestMark::Call {
+            func,
+            depth,
+            t0,
+            incl,
+            excl,
+        } => RawEvent {
+            t: t0,
+            req: func,
+            obj: incl,
+            offset: excl,
+            bytes: depth as u64,
+            layer: REQUEST_LAYER,
+            kind: request_kind::CALL,
+            op: 0,
+            fd: 0,
+        },
+    };
+    r.push(&[e])
+}
+
 /// The flusher's side: drains every ring into one Layers record (with the table of the layers
 /// it names), when there is anything. `span_start` is where the previous record's span ended;
 /// times are converted with `cal` (ticks → ns) against the wall clock now.
-pub fn drain_into(buf: &mut RecordBuf, cal: &Calibration, span_start: &mut u64) -> bool {
+/// `sample_every` is the request sampling rate Requests records carry.
+pub fn drain_into(
+    buf: &mut RecordBuf,
+    cal: &Calibration,
+    span_start: &mut u64,
+    sample_every: u32,
+) -> bool {
     if !ENABLED.load(Acquire) {
         return false;
     }
     let pid = std::process::id();
     let mut raw: Vec<(u32, RawEvent)> = Vec::new();
+    let mut reqs: Vec<(u32, RawEvent)> = Vec::new();
     let mut used = [false; layers::MAX_LAYERS];
     let dropped = ring::drain(|tid, e| {
+        if e.layer == REQUEST_LAYER {
+            return reqs.push((tid, e));
+        }
         if let Some(u) = used.get_mut(e.layer as usize) {
             *u = true;
         }
@@ -323,8 +425,43 @@ pub fn drain_into(buf: &mut RecordBuf, cal: &Calibration, span_start: &mut u64) 
         .collect();
     fds::age();
     let from = std::mem::replace(span_start, now_wall);
-    if events.is_empty() && dropped == 0 {
-        return false;
+    let wall = |t: u64| now_wall.saturating_sub(cal.to_ns(now_t.saturating_sub(t)));
+    let wrote_requests = !reqs.is_empty();
+    if wrote_requests {
+        buf.requests(
+            &RequestsHead {
+                span_start_ns: from,
+                span_end_ns: now_wall,
+                dropped: dropped.min(u32::MAX as u64) as u32,
+                sample_every,
+            },
+            reqs.into_iter().map(|(tid, e)| match e.kind {
+                request_kind::BEGIN => RequestEvent::Begin {
+                    t_ns: wall(e.t),
+                    tid,
+                    id: e.req,
+                    parent: e.obj,
+                    rtype: e.offset,
+                },
+                request_kind::END => RequestEvent::End {
+                    t_ns: wall(e.t),
+                    tid,
+                    id: e.req,
+                    lost: e.offset != 0,
+                },
+                _ => RequestEvent::Call {
+                    t_ns: wall(e.t),
+                    tid,
+                    func: e.req,
+                    depth: e.bytes as u16,
+                    incl_ns: cal.to_ns(e.obj),
+                    excl_ns: cal.to_ns(e.offset),
+                },
+            }),
+        );
+    }
+    if events.is_empty() && (dropped == 0 || wrote_requests) {
+        return wrote_requests;
     }
     let descs: Vec<LayerDesc<'_>> = used
         .iter()

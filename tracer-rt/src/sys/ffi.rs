@@ -66,6 +66,18 @@ pub extern "C" fn culprit_is_active() -> c_int {
     runtime::is_active() as c_int
 }
 
+/// See `culprit_request_begin` in include/culprit.h.
+#[no_mangle]
+pub extern "C" fn culprit_request_begin(id: u64, rtype: u64, parent: u64) -> c_int {
+    std::panic::catch_unwind(|| crate::requests::begin(id, rtype, parent)).unwrap_or(-1)
+}
+
+/// See `culprit_request_end` in include/culprit.h.
+#[no_mangle]
+pub extern "C" fn culprit_request_end(id: u64) -> c_int {
+    std::panic::catch_unwind(|| crate::requests::end(id)).unwrap_or(-1)
+}
+
 static VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "\0");
 
 /// See `culprit_version` in include/culprit.h.
