@@ -107,8 +107,8 @@ pub mod names;
 pub mod os_metrics;
 pub mod procfs;
 pub mod read;
-pub mod rotation;
 pub mod requests;
+pub mod rotation;
 pub mod stacks;
 pub mod writer;
 

@@ -820,7 +820,10 @@ mod tests {
         // and a transient white-box window are what busy fault-free runs show.
         let mut c = combined(
             Verdict::Faulty,
-            &[(Metric::OS, Role::Faulty), (Metric::EVENTS, Role::Corroborates)],
+            &[
+                (Metric::OS, Role::Faulty),
+                (Metric::EVENTS, Role::Corroborates),
+            ],
         );
         assert!(demote_shapeless(&mut c, &resource(Kind::Software), false));
         assert_eq!(c.verdict, Verdict::Suspect);
