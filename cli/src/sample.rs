@@ -4,11 +4,11 @@
 //! which the testbed and `culprit record --sample` drive in-process too.
 
 use std::io::Write as _;
-use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{bail, Context as _};
+use anyhow::bail;
+use culprit_sampler::flags::RuleKind;
 use culprit_sampler::os::OsConfig;
 use culprit_sampler::{Config, NodeRule, Rate, Sampler, Scope};
 
@@ -148,13 +148,6 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     culprit_analysis::time::parse_duration_ns(s).map(Duration::from_nanos)
 }
 
-fn split_rule<'a>(flag: &str, v: &'a str) -> anyhow::Result<(&'a str, &'a str)> {
-    match v.split_once('=') {
-        Some((n, x)) if !n.is_empty() && !x.is_empty() => Ok((n, x)),
-        _ => bail!("{flag} takes NODE=VALUE, got {v:?}"),
-    }
-}
-
 /// The data root: --output, else $CULPRIT_DIR, else ./culprit-data.
 fn output_dir(a: &Args) -> PathBuf {
     a.output
@@ -204,40 +197,16 @@ pub fn config(a: &Args) -> anyhow::Result<Config> {
         (None, Some(g)) => Scope::Cgroup(g.clone()),
         (None, None) => Scope::System,
     };
-    for v in &a.node_cgroup {
-        let (node, path) = split_rule("--node-cgroup", v)?;
-        c.node_rules.push(NodeRule::Cgroup {
-            node: node.into(),
-            path: path.into(),
-        });
-    }
-    for v in &a.node_netns {
-        let (node, path) = split_rule("--node-netns", v)?;
-        c.node_rules.push(NodeRule::Netns {
-            node: node.into(),
-            path: path.into(),
-        });
-    }
-    for v in &a.node_pid {
-        let (node, pid) = split_rule("--node-pid", v)?;
-        let pid = pid
-            .parse()
-            .with_context(|| format!("--node-pid {v}: {pid:?} is not a process id"))?;
-        c.node_rules.push(NodeRule::Pid {
-            node: node.into(),
-            pid,
-        });
-    }
-    for v in &a.node_addr {
-        let (node, addr) = split_rule("--node-addr", v)?;
-        let (addr, port) = parse_endpoint(addr).with_context(|| {
-            format!("--node-addr {v}: {addr:?} is not an IP address or IP:PORT")
-        })?;
-        c.node_rules.push(NodeRule::Addr {
-            node: node.into(),
-            addr,
-            port,
-        });
+    let rules = [
+        (RuleKind::Cgroup, &a.node_cgroup),
+        (RuleKind::Netns, &a.node_netns),
+        (RuleKind::Pid, &a.node_pid),
+        (RuleKind::Addr, &a.node_addr),
+    ];
+    for (kind, values) in rules {
+        for v in values {
+            c.node_rules.push(NodeRule::parse(kind, v)?);
+        }
     }
     c.tracepoints = a.tracepoints.as_ref().map(|t| {
         if t.trim() == "none" {
@@ -250,21 +219,7 @@ pub fn config(a: &Args) -> anyhow::Result<Config> {
         }
     });
     if a.layers {
-        let mut tps = c.tracepoints.take().unwrap_or_else(|| {
-            culprit_sampler::tracefs::DEFAULT_TRACEPOINTS
-                .iter()
-                .map(|s| s.to_string())
-                .collect()
-        });
-        let wanted = culprit_sampler::syscalls::TRACEPOINTS
-            .iter()
-            .chain(culprit_sampler::blocklayer::TRACEPOINTS);
-        for t in wanted {
-            if !tps.iter().any(|x| x == t) {
-                tps.push(t.to_string());
-            }
-        }
-        c.tracepoints = Some(tps);
+        c.tracepoints = Some(culprit_sampler::flags::with_layers(c.tracepoints.take()));
     }
     c.ring_pages = a.ring_pages.unwrap_or(0);
     c.call_graph = a.call_graph.unwrap_or_default();
@@ -276,15 +231,6 @@ pub fn config(a: &Args) -> anyhow::Result<Config> {
         delayacct: a.delayacct,
     });
     Ok(c)
-}
-
-/// `IP`, `IP:PORT` or `[IPv6]:PORT`.
-fn parse_endpoint(s: &str) -> anyhow::Result<(IpAddr, Option<u16>)> {
-    if let Ok(ip) = s.parse::<IpAddr>() {
-        return Ok((ip, None));
-    }
-    let sa: std::net::SocketAddr = s.parse()?;
-    Ok((sa.ip(), Some(sa.port())))
 }
 
 /// Runs `culprit sample`.
@@ -305,7 +251,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     }
     drop(err);
     let probes = probes.map(|p| crate::uprobes::spawn_system(p, &cfg, a.uprobe_budget, stop));
-    let policy = crate::prune::Policy {
+    let policy = culprit_datadir::retention::Policy {
         keep: a.keep,
         max_bytes: a.max_size,
     };
@@ -423,17 +369,5 @@ mod tests {
         assert!(parse_duration("ten").is_err());
         assert!(parse_duration("5 parsecs").is_err());
         assert!(parse_duration("-1s").is_err());
-    }
-
-    #[test]
-    fn endpoints() {
-        let lo: IpAddr = "127.0.0.1".parse().unwrap();
-        assert_eq!(parse_endpoint("127.0.0.1").unwrap(), (lo, None));
-        assert_eq!(parse_endpoint("127.0.0.1:3001").unwrap(), (lo, Some(3001)));
-        let v6: IpAddr = "::1".parse().unwrap();
-        assert_eq!(parse_endpoint("::1").unwrap(), (v6, None));
-        assert_eq!(parse_endpoint("[::1]:80").unwrap(), (v6, Some(80)));
-        assert!(parse_endpoint("127.0.0.1:99999").is_err());
-        assert!(parse_endpoint("host:80").is_err());
     }
 }

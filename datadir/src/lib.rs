@@ -36,6 +36,7 @@ use std::path::{Component, Path, PathBuf};
 
 use culprit_format::names::{NodeInfo, NODE_INFO_FILE};
 
+pub mod retention;
 #[allow(unsafe_code)]
 mod sys;
 

@@ -115,6 +115,7 @@ pub mod blocklayer;
 pub mod doctor;
 pub mod engine;
 pub mod event;
+pub mod flags;
 pub mod launch;
 pub mod nodes;
 pub mod os;
