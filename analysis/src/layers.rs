@@ -38,6 +38,8 @@ pub mod serial;
 pub const SLOT_NS: u64 = 1_000_000_000;
 /// How far from the peers' median a characteristic must stray, as a factor.
 pub const RATIO: f64 = 3.0;
+/// How much longer a request must take than the peers' for a characteristic to count, ms.
+pub const FLOOR_MS: f64 = 1.0;
 /// Fewest comparable slots before a characteristic can be called anomalous.
 pub const MIN_SLOTS: usize = 3;
 /// Fewest other nodes with the layer in a slot for the slot to be compared.
@@ -201,7 +203,8 @@ pub enum Characteristic {
     Queue,
     /// [`Characteristics::below_ms`]: higher, by 1 ms.
     Below,
-    /// [`Characteristics::throughput_mb_s`]: lower, by 1 MB/s.
+    /// [`Characteristics::throughput_mb_s`]: lower, by enough that a request of the node's
+    /// mean size takes 1 ms longer at it.
     Throughput,
 }
 
@@ -242,11 +245,18 @@ impl Characteristic {
         }
     }
 
-    /// True when `v` strays from the reference `r` in the anomalous direction.
-    pub fn anomalous(self, v: f64, r: f64) -> bool {
+    /// True when `v` strays from the reference `r` in the anomalous direction, by [`RATIO`]
+    /// and by [`FLOOR_MS`] per request. Throughput's floor is in time too: a request of the
+    /// node's mean size `avg_size` (bytes) must take [`FLOOR_MS`] longer at `v` than at `r`, so
+    /// a layer that moves its small requests in 10 µs instead of 2 µs (a process whose caches
+    /// went cold while it slept on a slow disk below) is not the layer a 15 ms stall broke in.
+    pub fn anomalous(self, v: f64, r: f64, avg_size: Option<f64>) -> bool {
         match self {
-            Characteristic::Throughput => v * RATIO <= r && r - v >= 1.0,
-            _ => v >= r * RATIO && v - r >= 1.0,
+            Characteristic::Throughput => {
+                let per_request_ms = |mb_s: f64| avg_size.unwrap_or(0.0) / 1e3 / mb_s.max(1e-12);
+                v * RATIO <= r && per_request_ms(v) - per_request_ms(r) >= FLOOR_MS
+            }
+            _ => v >= r * RATIO && v - r >= FLOOR_MS,
         }
     }
 }
@@ -531,7 +541,7 @@ pub fn bottom_up(t: &LayerTable, since: &dyn Fn(&str) -> Option<u64>) -> Vec<Lay
                         continue;
                     }
                     let r = median(&mut others).unwrap_or(0.0);
-                    bad += usize::from(ch.anomalous(v, r));
+                    bad += usize::from(ch.anomalous(v, r, c.avg_size));
                     vals.push(v);
                     refs.push(r);
                 }
@@ -741,5 +751,20 @@ mod tests {
         assert!(bottom_up(&t3, &|_| None).is_empty());
         // Compared from slot 3 on only: two slots are too few.
         assert!(bottom_up(&t, &|_| Some(3 * SLOT_NS)).is_empty());
+    }
+
+    #[test]
+    fn throughput_counts_when_a_request_of_the_mean_size_takes_a_millisecond_longer() {
+        let t = Characteristic::Throughput;
+        // 4 KiB at 400 vs 2000 MB/s: 10 µs vs 2 µs a request, 5× slower but not by 1 ms.
+        assert!(!t.anomalous(400.0, 2000.0, Some(4096.0)));
+        // 4 KiB at 0.27 MB/s: 15 ms a request.
+        assert!(t.anomalous(0.27, 1000.0, Some(4096.0)));
+        // 64 KiB at 32.7 vs 555 MB/s: 2.0 ms vs 0.12 ms.
+        assert!(t.anomalous(32.7, 555.0, Some(65536.0)));
+        // 1 MiB at 400 vs 1000 MB/s: 2.6 ms vs 1.0 ms, but within the ratio.
+        assert!(!t.anomalous(400.0, 1000.0, Some(1048576.0)));
+        // No size (nothing completed): no time difference to speak of.
+        assert!(!t.anomalous(0.27, 1000.0, None));
     }
 }

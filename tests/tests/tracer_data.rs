@@ -357,5 +357,12 @@ fn a_killed_process_keeps_its_edges_and_histograms_in_the_checkpoint() {
         .get(&("main".to_string(), "work".to_string()))
         .copied()
         .unwrap_or(0);
-    assert_eq!(calls_from_main, work["calls"].as_u64().unwrap(), "{e:?}");
+    // The flusher reads the edges, then the histograms, of the running thread without stopping
+    // it: calls that end in between are in one and not yet in the other (on a busy machine the
+    // flusher may be preempted between the two reads for a few time slices: hundreds of calls).
+    let calls = work["calls"].as_u64().unwrap();
+    assert!(
+        calls_from_main.abs_diff(calls) <= calls / 20,
+        "edges {calls_from_main} vs histogram {calls}: {e:?}"
+    );
 }
