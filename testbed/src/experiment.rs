@@ -184,6 +184,14 @@ pub enum ResultLine {
         /// from results recorded before it was measured.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         untrained: Option<BTreeSet<String>>,
+        /// The replica of `diagnose --requests`' top-ranked method (seed 004, per-request
+        /// RPCA); absent from results recorded before it was measured.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        requests: Option<BTreeSet<String>>,
+        /// The nodes whose own interval × function RPCA flagged a function (seed 004 without
+        /// request ids); absent likewise.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        series: Option<BTreeSet<String>>,
         /// The resource named for each culprit of the combined verdict (results written before
         /// resources were named: none).
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -307,6 +315,8 @@ pub fn run_experiment(
                             metrics: BTreeSet::new(),
                             exit: 0,
                             untrained: None,
+                            requests: None,
+                            series: None,
                             resources: BTreeMap::new(),
                         },
                     )?;
@@ -356,13 +366,16 @@ pub fn run_experiment(
             )?;
             let v = diagnose_all(tools, &rec.data_dir, &thresholds, windows)?;
             let untrained = untrained_culprits(tools, &rec.data_dir, windows)?;
+            let req = tools.diagnose_requests(&rec.data_dir)?;
             say(&format!(
-                "  {id}: truth {} {}; flagged {:?} {:?}; untrained {:?}",
+                "  {id}: truth {} {}; flagged {:?} {:?}; untrained {:?}; requests {:?}, series {:?}",
                 rec.fault,
                 rec.faulty_node,
                 v.flagged.get("combined").cloned().unwrap_or_default(),
                 v.resources,
-                untrained
+                untrained,
+                req.requests,
+                req.series
             ));
             append(
                 &results,
@@ -373,6 +386,8 @@ pub fn run_experiment(
                     metrics: v.metrics,
                     exit: v.exit,
                     untrained: Some(untrained),
+                    requests: Some(req.requests),
+                    series: Some(req.series),
                     resources: v.resources,
                 },
             )?;
@@ -649,14 +664,17 @@ pub fn rediagnose(
             {
                 let v = diagnose_all(tools, &record.data_dir, &thresholds, windows)?;
                 let untrained = untrained_culprits(tools, &record.data_dir, windows)?;
+                let req = tools.diagnose_requests(&record.data_dir)?;
                 say(&format!(
-                    "{}: truth {} {}; flagged {:?} {:?}; untrained {:?}",
+                    "{}: truth {} {}; flagged {:?} {:?}; untrained {:?}; requests {:?}, series {:?}",
                     record.id,
                     record.fault,
                     record.faulty_node,
                     v.flagged.get("combined").cloned().unwrap_or_default(),
                     v.resources,
-                    untrained
+                    untrained,
+                    req.requests,
+                    req.series
                 ));
                 append(
                     &path,
@@ -667,6 +685,8 @@ pub fn rediagnose(
                         metrics: v.metrics,
                         exit: v.exit,
                         untrained: Some(untrained),
+                        requests: Some(req.requests),
+                        series: Some(req.series),
                         resources: v.resources,
                     },
                 )?;
@@ -694,7 +714,7 @@ fn untrained_culprits(tools: &Tools, data: &Path, windows: Windows) -> Result<BT
 /// the verdicts of the white-box metrics alone, of the OS metrics alone (`black-box`) and of all
 /// (`combined`), `any` (flagged by at least one metric), and the combined verdict of an
 /// untrained diagnosis (when measured).
-const COLUMNS: [&str; 10] = [
+const COLUMNS: [&str; 12] = [
     "samples",
     "count",
     "time",
@@ -705,6 +725,8 @@ const COLUMNS: [&str; 10] = [
     "combined",
     "any",
     "untrained",
+    "requests",
+    "series",
 ];
 
 /// Renders the tables from result lines.
@@ -762,6 +784,8 @@ pub fn render(lines: &[ResultLine]) -> String {
             flagged,
             metrics,
             untrained,
+            requests,
+            series,
             resources,
             ..
         } = l
@@ -797,7 +821,7 @@ pub fn render(lines: &[ResultLine]) -> String {
         }
         for m in COLUMNS {
             let present = match m {
-                "combined" | "any" | "untrained" => true,
+                "combined" | "any" | "untrained" | "requests" | "series" => true,
                 "white-box" | "black-box" => flagged.contains_key(m),
                 _ => metrics.contains(m),
             };
@@ -806,7 +830,11 @@ pub fn render(lines: &[ResultLine]) -> String {
             }
             let f = match m {
                 "any" => any.clone(),
-                "untrained" => match untrained {
+                "untrained" | "requests" | "series" => match match m {
+                    "untrained" => untrained,
+                    "requests" => requests,
+                    _ => series,
+                } {
                     Some(u) => u.clone(),
                     None => continue,
                 },
@@ -830,7 +858,9 @@ pub fn render(lines: &[ResultLine]) -> String {
     );
     let _ = writeln!(
         s,
-        "of `culprit diagnose` without a thresholds file (goals: TP ≥ 80 %, FP 0).\n"
+        "of `culprit diagnose` without a thresholds file (goals: TP ≥ 80 %, FP 0); `requests`: the\n\
+         replica of `diagnose --requests`' top-ranked method (seed 004, sampled requests); `series`:\n\
+         nodes whose own interval × function RPCA flagged a function (no request ids, no peers).\n"
     );
     let _ = write!(s, "| fault |");
     for m in COLUMNS {
@@ -1188,6 +1218,8 @@ mod tests {
             metrics: ["samples".to_string()].into_iter().collect(),
             exit: 1,
             untrained: None,
+            requests: None,
+            series: None,
             resources: BTreeMap::new(),
         }
     }
@@ -1223,6 +1255,69 @@ mod tests {
         assert_eq!(cells[2], "–", "no TP without a fault: {none}");
     }
 
+    /// The TP and FP cells of column `name` in `row` of the accuracy table `t`.
+    fn cells_of(t: &str, row: &str, name: &str) -> (String, String) {
+        let cells =
+            |l: &str| -> Vec<String> { l.split('|').map(|c| c.trim().to_string()).collect() };
+        let head = t.lines().find(|l| l.starts_with("| fault |")).unwrap();
+        let i = cells(head)
+            .iter()
+            .position(|c| *c == format!("{name} TP"))
+            .unwrap_or_else(|| panic!("no column {name}: {head}"));
+        let r = cells(row);
+        (r[i].clone(), r[i + 1].clone())
+    }
+
+    /// Seed 004's columns: the top-ranked replica of `--requests` and the nodes the
+    /// single-node RPCA flags, counted like the others.
+    #[test]
+    fn request_columns() {
+        let with = |l: ResultLine, req: &[&str], ser: &[&str]| match l {
+            ResultLine::Run {
+                role,
+                record,
+                flagged,
+                metrics,
+                exit,
+                resources,
+                ..
+            } => ResultLine::Run {
+                role,
+                record,
+                flagged,
+                metrics,
+                exit,
+                untrained: None,
+                requests: Some(req.iter().map(|s| s.to_string()).collect()),
+                series: Some(ser.iter().map(|s| s.to_string()).collect()),
+                resources,
+            },
+            other => other,
+        };
+        let lines = vec![
+            with(
+                run_line("faulty", "disk-hog", "io1", &[], &[]),
+                &["io1"],
+                &["io1", "io2"],
+            ),
+            with(run_line("faulty", "disk-hog", "io2", &[], &[]), &[], &[]),
+            with(run_line("clean", "none", "", &[], &[]), &["io3"], &[]),
+        ];
+        let t = render(&lines);
+        let row = t.lines().find(|l| l.starts_with("| disk-hog")).unwrap();
+        let (tp, fp) = cells_of(&t, row, "requests");
+        assert!(tp.starts_with("1/2 (") && fp.starts_with("0/2 ("), "{row}");
+        let (tp, fp) = cells_of(&t, row, "series");
+        assert!(tp.starts_with("1/2 (") && fp.starts_with("1/2 ("), "{row}");
+        let none = t.lines().find(|l| l.starts_with("| none")).unwrap();
+        assert!(
+            cells_of(&t, none, "requests").1.starts_with("1/1 ("),
+            "{none}"
+        );
+        let json = serde_json::to_string(&lines[0]).unwrap();
+        assert!(json.contains("\"series\":[\"io1\",\"io2\"]"), "{json}");
+    }
+
     /// The untrained columns count runs that measured them; older result lines have none.
     #[test]
     fn untrained_columns() {
@@ -1242,6 +1337,8 @@ mod tests {
                 metrics,
                 exit,
                 untrained: Some(u.iter().map(|s| s.to_string()).collect()),
+                requests: None,
+                series: None,
                 resources,
             },
             other => other,
@@ -1254,18 +1351,16 @@ mod tests {
         ];
         let t = render(&lines);
         let row = t.lines().find(|l| l.starts_with("| cpu-hog")).unwrap();
-        // fault | metrics × 2 | combined × 2 | any × 2 | untrained TP | untrained FP: the
-        // last two cells (the row ends with '|').
-        let last_two = |row: &str| {
-            let cells: Vec<String> = row.split('|').map(|c| c.trim().to_string()).collect();
-            let n = cells.len();
-            (cells[n - 3].clone(), cells[n - 2].clone())
-        };
-        let (tp, fp) = last_two(row);
+        let (tp, fp) = cells_of(&t, row, "untrained");
         assert!(tp.starts_with("1/2 ("), "{row}");
         assert!(fp.starts_with("1/2 ("), "{row}");
         let none = t.lines().find(|l| l.starts_with("| none")).unwrap();
-        assert!(last_two(none).1.starts_with("0/1 ("), "{none}");
+        assert!(
+            cells_of(&t, none, "untrained").1.starts_with("0/1 ("),
+            "{none}"
+        );
+        // No run measured seed 004's columns: they say so.
+        assert_eq!(cells_of(&t, row, "requests").0, "–", "{t}");
         let json = serde_json::to_string(&lines[0]).unwrap();
         assert!(json.contains("\"untrained\":[\"io1\"]"), "{json}");
         let old = serde_json::to_string(&lines[2]).unwrap();
@@ -1334,6 +1429,8 @@ mod tests {
             metrics: BTreeSet::new(),
             exit: 0,
             untrained: None,
+            requests: None,
+            series: None,
             resources: BTreeMap::new(),
         };
         let t = render(&[line]);

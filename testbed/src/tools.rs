@@ -11,6 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use culprit_analysis::diagnosis::MetricStatus;
+use culprit_analysis::requests::RequestsReport;
 use culprit_analysis::Diagnosis;
 
 use crate::cluster::{stop_child, Cluster};
@@ -233,6 +234,33 @@ impl Tools {
         Ok(v)
     }
 
+    /// `culprit diagnose DATA --requests --json`: seed 004's analyses, which need no
+    /// thresholds and no windows.
+    pub fn diagnose_requests(&self, data_dir: &Path) -> Result<RequestVerdicts> {
+        let o = self
+            .culprit()
+            .arg("diagnose")
+            .arg(data_dir)
+            .args(["--requests", "--json"])
+            .output()
+            .map_err(|e| Error::io("run culprit diagnose --requests", e))?;
+        let exit = o.status.code().unwrap_or(2);
+        if exit != 0 && exit != 1 {
+            return Err(Error::Command {
+                cmd: "culprit diagnose --requests".into(),
+                detail: String::from_utf8_lossy(&o.stderr).trim().to_string(),
+            });
+        }
+        #[derive(serde::Deserialize)]
+        struct Document {
+            requests: RequestsReport,
+        }
+        let d: Document = serde_json::from_slice(&o.stdout).map_err(|e| {
+            Error::Parse(format!("culprit diagnose --requests --json output ({e})"))
+        })?;
+        Ok(RequestVerdicts::of(&d.requests))
+    }
+
     /// `culprit diagnose DATA [--thresholds FILE]`: the human report.
     pub fn diagnose_text(
         &self,
@@ -295,6 +323,38 @@ impl Drop for SamplerProcess {
         if let Some(mut c) = self.child.take() {
             let _ = crate::sys::kill(c.id(), libc::SIGINT);
             stop_child(&mut c, Duration::from_secs(5));
+        }
+    }
+}
+
+/// The nodes seed 004's two analyses blame in a run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RequestVerdicts {
+    /// The replica of the top-ranked method of `--requests` (per-request RPCA over the
+    /// request × method matrices): none when no method is ranked. The top one only, as a
+    /// user acts on it.
+    pub requests: BTreeSet<String>,
+    /// Nodes whose own interval × function RPCA flagged a function (seed 004 without request
+    /// ids: a single-node anomaly finder).
+    pub series: BTreeSet<String>,
+}
+
+impl RequestVerdicts {
+    /// The verdicts of one report.
+    pub fn of(r: &RequestsReport) -> RequestVerdicts {
+        RequestVerdicts {
+            requests: r
+                .ranking
+                .first()
+                .map(|m| m.node.clone())
+                .into_iter()
+                .collect(),
+            series: r
+                .series
+                .iter()
+                .filter(|n| !n.flagged.is_empty())
+                .map(|n| n.node.clone())
+                .collect(),
         }
     }
 }
