@@ -163,6 +163,8 @@ impl ExperimentConfig {
 }
 
 /// One line of `results.jsonl`.
+// A few hundred lines per experiment, read once: the size of the run variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ResultLine {
