@@ -30,8 +30,9 @@ use crate::io;
 use crate::pool;
 use crate::sys;
 
-/// Default `CULPRIT_REQUEST_SAMPLE`: chosen so that a request of a few dozen traced calls
-/// costs under 5 % on average (benches/requests/run, README "Performance").
+/// Default `CULPRIT_REQUEST_SAMPLE`: a request of a few dozen traced calls and about 10 µs of
+/// work or more costs under 5 % on average (measured +4.2 % at 12 µs, +42 % at 0.9 µs:
+/// benches/requests/run, README "Performance"); shorter requests need one in 100 or more.
 pub const DEFAULT_SAMPLE_EVERY: u32 = 10;
 
 /// One request in this many is recorded (set at start-up).
