@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use culprit_analysis::combine::Verdict;
+use culprit_analysis::combine::{Role, Verdict};
 use culprit_analysis::diagnosis::{MetricStatus, ThresholdSource, WindowLine};
 use culprit_analysis::family::Metric;
 use culprit_analysis::missing::{Ending, Finding};
@@ -385,9 +385,21 @@ fn samples_from_the_real_sampler() {
     assert_eq!(s.verdict, MetricStatus::Faulty, "{s:#?}");
     assert_eq!(s.top[0].function, "checksum_payload", "{s:#?}");
     assert_eq!(s.top[0].direction, "more samples");
+    // The tracer's time sees the same fault: faulty on it too, or (on a loaded machine, where
+    // fewer windows are complete on every node) corroborating the samples.
     let v = r.verdict("srv1").unwrap();
     let by: Vec<&str> = v.combined.metrics.iter().map(|m| m.name()).collect();
-    assert!(by.contains(&"samples") && by.contains(&"time"), "{v:#?}");
+    assert!(by.contains(&"samples"), "{v:#?}");
+    let time = v
+        .combined
+        .families
+        .iter()
+        .find(|c| c.family.name() == "time")
+        .unwrap_or_else(|| panic!("{v:#?}"));
+    assert!(
+        matches!(time.role, Role::Faulty | Role::Corroborates),
+        "{v:#?}"
+    );
 }
 
 /// When the server's idle wait is traced too, extra work also shows as less idle time: both are
