@@ -185,3 +185,74 @@ impl Chunk {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use culprit_format::FileKind;
+
+    fn good() -> Chunk {
+        let h = FileHeader::new(FileKind::Samples, 1, 7);
+        Chunk {
+            node: "web-1".into(),
+            file: "samples-1.cul".into(),
+            offset: DATA_OFFSET,
+            header: chunk_header(&h, DATA_OFFSET + 3),
+            data: b"abc".to_vec(),
+        }
+    }
+
+    fn check(c: &Chunk, subject: &str) -> Result<Chunk, String> {
+        let (h, p) = c.to_message();
+        Chunk::from_message("g", subject, Some(&h), &p)
+    }
+
+    #[test]
+    fn a_chunk_round_trips() {
+        let c = good();
+        assert_eq!(check(&c, "culprit.g.web-1").unwrap(), c);
+        assert_eq!(c.msg_id(), "web-1/samples-1.cul/4096-4099");
+    }
+
+    #[test]
+    fn hostile_messages_are_refused_in_one_line() {
+        let mut cases: Vec<(Chunk, &str, &str)> = Vec::new();
+        let mut c = good();
+        c.node = "..".into();
+        cases.push((c, "culprit.g...", "node name"));
+        let mut c = good();
+        c.file = "../../etc/passwd.cul".into();
+        cases.push((c, "culprit.g.web-1", "file name"));
+        let mut c = good();
+        c.file = "a/b.cul".into();
+        cases.push((c, "culprit.g.web-1", "file name"));
+        cases.push((good(), "culprit.g.other", "published on"));
+        let mut c = good();
+        c.offset = MAX_FILE + 1;
+        c.header = chunk_header(&FileHeader::new(FileKind::Samples, 1, 7), MAX_FILE + 4);
+        cases.push((c, "culprit.g.web-1", "offset"));
+        let mut c = good();
+        c.data = vec![0; MAX_CHUNK + 1];
+        cases.push((c, "culprit.g.web-1", "chunk of"));
+        let mut c = good();
+        c.header[..8].copy_from_slice(b"NOTCULPR");
+        cases.push((c, "culprit.g.web-1", "file header"));
+        let mut c = good();
+        c.header[10] = 99; // min_reader_version
+        cases.push((c, "culprit.g.web-1", "file header"));
+        let mut c = good();
+        c.offset += 1;
+        cases.push((c, "culprit.g.web-1", "committed end"));
+        for (c, subject, says) in cases {
+            let e = check(&c, subject).unwrap_err();
+            assert!(e.contains(says), "{e:?} should say {says:?}");
+            assert!(!e.contains('\n') && e.len() < 300, "{e:?}");
+        }
+        let (mut h, p) = good().to_message();
+        h.insert("Culprit-Ship", "2");
+        let e = Chunk::from_message("g", "culprit.g.web-1", Some(&h), &p).unwrap_err();
+        assert!(e.contains("version 2"), "{e}");
+        let e = Chunk::from_message("g", "culprit.g.web-1", None, &p).unwrap_err();
+        assert!(e.contains("not a culprit chunk"), "{e}");
+    }
+}

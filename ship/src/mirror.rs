@@ -104,3 +104,73 @@ fn mirrored_end(f: &File) -> Option<u64> {
 fn data_offset(header: &[u8; HEADER_LEN]) -> u64 {
     parse_header(header).map_or(DATA_OFFSET, |(h, _)| h.data_offset)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chunk::chunk_header;
+    use culprit_format::{FileHeader, FileKind};
+
+    fn header(end: u64) -> [u8; HEADER_LEN] {
+        chunk_header(&FileHeader::new(FileKind::Samples, 1, 7), end)
+    }
+
+    fn chunk(offset: u64, data: &[u8]) -> Chunk {
+        Chunk {
+            node: "n1".into(),
+            file: "samples-1.cul".into(),
+            offset,
+            header: header(offset + data.len() as u64),
+            data: data.to_vec(),
+        }
+    }
+
+    fn tmp(tag: &str) -> PathBuf {
+        let p = std::env::temp_dir().join(format!("culprit-ship-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        p
+    }
+
+    #[test]
+    fn chunks_land_at_their_offsets_and_resends_are_dropped() {
+        let root = tmp("mirror");
+        let mut m = Mirror::open(&root).unwrap();
+        let d = DATA_OFFSET;
+        assert_eq!(m.apply(&chunk(d, b"abcdefgh")).unwrap(), Applied::Written);
+        assert_eq!(m.apply(&chunk(d, b"abcdefgh")).unwrap(), Applied::Duplicate);
+        // A resend from the same offset that the file grew past: only the new bytes count.
+        assert_eq!(
+            m.apply(&chunk(d, b"abcdefghijklmnop")).unwrap(),
+            Applied::Written
+        );
+        // A hole is refused, nothing written.
+        assert!(matches!(
+            m.apply(&chunk(d + 100, b"zz")),
+            Err(Error::Hostile(_))
+        ));
+        let bytes = std::fs::read(root.join("n1/samples-1.cul")).unwrap();
+        assert_eq!(&bytes[d as usize..], b"abcdefghijklmnop");
+        let (h, _) = parse_header(&bytes[..HEADER_LEN]).unwrap();
+        assert_eq!(h.committed_end, d + 16);
+        // Reopened (the follower restarted): the end comes from the header.
+        let mut m = Mirror::open(&root).unwrap();
+        assert_eq!(m.apply(&chunk(d + 8, b"ijkl")).unwrap(), Applied::Duplicate);
+        assert_eq!(m.apply(&chunk(d + 16, b"qr")).unwrap(), Applied::Written);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_link_in_the_mirror_is_not_followed() {
+        let root = tmp("link");
+        std::fs::create_dir_all(root.join("n1")).unwrap();
+        let outside = root.with_extension("outside");
+        std::fs::write(&outside, b"keep").unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("n1/samples-1.cul")).unwrap();
+        let mut m = Mirror::open(&root).unwrap();
+        let e = m.apply(&chunk(DATA_OFFSET, b"x")).unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        assert_eq!(std::fs::read(&outside).unwrap(), b"keep");
+        std::fs::remove_dir_all(&root).unwrap();
+        std::fs::remove_file(&outside).unwrap();
+    }
+}
