@@ -134,7 +134,8 @@ pub fn is_broker(data: &Path) -> bool {
 
 impl FollowArgs {
     /// When `data` is one broker address with a group (`nats://HOST:PORT/GROUP`): starts
-    /// mirroring, waits for the first node (and two seconds for its peers) and returns the
+    /// mirroring, waits for the first node and its peers (until none is new for two seconds)
+    /// and returns the
     /// follower, whose [`Follower::root`] is the data root to diagnose.
     pub fn start(&self, data: &[PathBuf], follow: bool) -> Result<Option<Follower>, Error> {
         if !data.iter().any(|d| is_broker(d)) {

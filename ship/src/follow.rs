@@ -99,20 +99,22 @@ impl Follower {
         self.status.lock().expect("status").clone()
     }
 
-    /// Waits until a node is mirrored, then `settle` longer for the group's other nodes.
+    /// Waits until a node is mirrored, then until no other node has appeared for `settle`:
+    /// a window that closes before a peer's first record is judged without that peer.
     pub fn wait_for_nodes(&self, settle: Duration) -> Result<usize, Error> {
+        let mut seen = (0, std::time::Instant::now());
         loop {
             let s = self.status();
             if let Some(e) = s.failed {
                 return Err(Error::Broker(e));
             }
-            if s.nodes > 0 {
-                break;
+            if s.nodes != seen.0 {
+                seen = (s.nodes, std::time::Instant::now());
+            } else if s.nodes > 0 && seen.1.elapsed() >= settle {
+                return Ok(s.nodes);
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        std::thread::sleep(settle);
-        Ok(self.status().nodes)
     }
 
     /// Publishes one verdict line (JSON) on `culprit.<group>.verdicts`.

@@ -65,10 +65,18 @@ impl Mirror {
                 let dir = self.root.node(&c.node, true)?;
                 self.nodes.insert(c.node.clone(), dir);
             }
-            let f = self.nodes[&c.node].open_or_create_file(&c.file)?;
             // A new file begins at its data offset (after the header page and, for the
-            // tracer, the stacks region).
-            let end = mirrored_end(&f).unwrap_or_else(|| data_offset(&c.header));
+            // tracer, the stacks region): a first chunk elsewhere creates nothing.
+            let dir = &self.nodes[&c.node];
+            let start = data_offset(&c.header);
+            if c.offset != start && std::fs::symlink_metadata(dir.path().join(&c.file)).is_err() {
+                return Err(Error::Hostile(format!(
+                    "{}/{}: first chunk at offset {}, not at the data offset {start}",
+                    c.node, c.file, c.offset
+                )));
+            }
+            let f = dir.open_or_create_file(&c.file)?;
+            let end = mirrored_end(&f).unwrap_or(start);
             self.files.insert(key.clone(), (f, end));
         }
         let (f, end) = self.files.get_mut(&key).expect("inserted above");
