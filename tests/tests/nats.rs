@@ -25,6 +25,8 @@ const WINDOWS: [&str; 6] = [
 ];
 const NODES: [&str; 4] = ["srv0", "srv1", "srv2", "srv3"];
 const GROUP: &str = "e2e";
+/// The token of the broker that needs one.
+const TOKEN: &str = "t0ken-for-culprit-tests";
 
 /// The tests of this file take turns: four traced servers beside another test's work on two
 /// cores blur who is slow.
@@ -34,12 +36,17 @@ fn turn() -> std::sync::MutexGuard<'static, ()> {
     TURN.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn have_nats_server() -> bool {
-    Command::new("nats-server")
+/// This test's turn and temporary directory; `None` (skipped, said) without nats-server.
+fn start(tag: &str) -> Option<(std::sync::MutexGuard<'static, ()>, TempDir)> {
+    let have = Command::new("nats-server")
         .arg("--version")
         .stdout(Stdio::null())
         .status()
-        .is_ok_and(|s| s.success())
+        .is_ok_and(|s| s.success());
+    if !require(have, "nats-server (scripts/install-deps)") {
+        return None;
+    }
+    Some((turn(), TempDir::new(tag)))
 }
 
 fn free_port() -> u16 {
@@ -50,18 +57,24 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// A `nats-server -js` on 127.0.0.1:`port`, its store in `dir`.
+/// A `nats-server -js` on 127.0.0.1:`port`, its store in `dir`, clients authenticated by
+/// `token` when there is one.
 struct Broker {
     child: Child,
     port: u16,
     dir: PathBuf,
+    token: Option<&'static str>,
 }
 
 impl Broker {
-    fn start(dir: &Path, port: u16) -> Broker {
-        let child = Command::new("nats-server")
-            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
-            .arg(dir)
+    fn start(dir: &Path, port: u16, token: Option<&'static str>) -> Broker {
+        let mut cmd = Command::new("nats-server");
+        cmd.args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+            .arg(dir);
+        if let Some(t) = token {
+            cmd.args(["--auth", t]);
+        }
+        let child = cmd
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -78,6 +91,7 @@ impl Broker {
             child,
             port,
             dir: dir.to_path_buf(),
+            token,
         }
     }
 
@@ -90,7 +104,7 @@ impl Broker {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
         std::thread::sleep(down);
-        let b = Broker::start(&self.dir, self.port);
+        let b = Broker::start(&self.dir, self.port, self.token);
         let old = std::mem::replace(self, b);
         std::mem::forget(old);
     }
@@ -103,9 +117,26 @@ impl Drop for Broker {
     }
 }
 
-fn ship(url: &str, node_dir: &Path) -> Child {
-    culprit()
-        .args(["ship", "--to", url, "--group", GROUP, "--until-ended"])
+/// `culprit` with the broker's token (if any) in the environment.
+fn culprit_for(broker: &Broker) -> Command {
+    let mut c = culprit();
+    c.env_remove("CULPRIT_NATS_TOKEN");
+    if let Some(t) = broker.token {
+        c.env("CULPRIT_NATS_TOKEN", t);
+    }
+    c
+}
+
+fn ship(broker: &Broker, node_dir: &Path) -> Child {
+    culprit_for(broker)
+        .args([
+            "ship",
+            "--to",
+            &broker.url(),
+            "--group",
+            GROUP,
+            "--until-ended",
+        ])
         .arg(node_dir)
         .stderr(Stdio::null())
         .spawn()
@@ -204,11 +235,9 @@ fn stored_verdicts(url: &str) -> Vec<serde_json::Value> {
 /// window's verdict, and its mirror is byte-identical to the nodes' committed data. ~25 s.
 #[test]
 fn ships_and_follows_through_crashes() {
-    if !require(have_nats_server(), "nats-server (scripts/install-deps)") {
+    let Some((_turn, dir)) = start("nats-e2e") else {
         return;
-    }
-    let _turn = turn();
-    let dir = TempDir::new("nats-e2e");
+    };
     let exe = dir.join("srv");
     gcc(
         &[&c_source("diag_server.c")],
@@ -216,7 +245,7 @@ fn ships_and_follows_through_crashes() {
         &["-O0", "-g", "-finstrument-functions"],
     );
     let (data, mirror) = (dir.join("data"), dir.join("mirror"));
-    let mut broker = Broker::start(&dir.join("js"), free_port());
+    let mut broker = Broker::start(&dir.join("js"), free_port(), None);
     let url = broker.url();
     let mut servers: Vec<Child> = NODES
         .iter()
@@ -247,7 +276,7 @@ fn ships_and_follows_through_crashes() {
         assert!(t0.elapsed() < Duration::from_secs(10), "no data appeared");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let mut shippers: Vec<Child> = NODES.iter().map(|n| ship(&url, &data.join(n))).collect();
+    let mut shippers: Vec<Child> = NODES.iter().map(|n| ship(&broker, &data.join(n))).collect();
     // The follower starts once every node shipped (a window closed before a node's first
     // record is judged without it, which the offline diagnosis below would not do).
     let t0 = Instant::now();
@@ -289,7 +318,7 @@ fn ships_and_follows_through_crashes() {
     shippers[1].kill().unwrap();
     shippers[1].wait().unwrap();
     std::thread::sleep(Duration::from_millis(500));
-    shippers[1] = ship(&url, &data.join("srv1"));
+    shippers[1] = ship(&broker, &data.join("srv1"));
     std::thread::sleep(Duration::from_secs(2));
     broker.crash_and_restart(Duration::from_secs(1));
 
@@ -385,13 +414,17 @@ type Raw = (String, Vec<(&'static str, String)>, Vec<u8>);
 
 /// Publishes messages on the group's stream, retrying until the stream exists (the follower
 /// creates it).
-fn publish_raw(url: &str, msgs: Vec<Raw>) {
+fn publish_raw(url: &str, token: Option<&str>, msgs: Vec<Raw>) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     rt.block_on(async {
-        let client = async_nats::connect(url).await.unwrap();
+        let mut o = async_nats::ConnectOptions::new();
+        if let Some(t) = token {
+            o = o.token(t.into());
+        }
+        let client = o.connect(url).await.unwrap();
         let js = async_nats::jetstream::new(client);
         for (subject, headers, payload) in msgs {
             let t0 = Instant::now();
@@ -417,22 +450,42 @@ fn publish_raw(url: &str, msgs: Vec<Raw>) {
     })
 }
 
+/// Without credentials, `ship` refuses a broker on another machine (before any connection);
+/// `--insecure` sends anyway.
+#[test]
+fn a_remote_broker_needs_credentials() {
+    let dir = TempDir::new("nats-remote");
+    std::fs::create_dir_all(dir.join("n1")).unwrap();
+    let out = culprit()
+        .env_remove("CULPRIT_NATS_TOKEN")
+        .args(["ship", "--to", "nats://192.0.2.1:4222", "--group", "g"])
+        .arg(dir.join("n1"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("no credentials") && err.contains("--insecure"),
+        "{err}"
+    );
+}
+
 /// Messages on the stream with a node or file name that is a path, an offset far past the
 /// file's end, a foreign format version or no culprit headers at all are refused, one line
 /// each, and nothing is written outside the mirror root; the real nodes' records shipped
-/// beside them are mirrored whole. ~5 s.
+/// beside them are mirrored whole. The broker wants a token, which every client gets from
+/// CULPRIT_NATS_TOKEN. ~5 s.
 #[test]
 fn hostile_messages_are_refused() {
-    if !require(have_nats_server(), "nats-server (scripts/install-deps)") {
+    let Some((_turn, dir)) = start("nats-hostile") else {
         return;
-    }
-    let _turn = turn();
-    let dir = TempDir::new("nats-hostile");
+    };
     let (data, mirror) = (dir.join("data"), dir.join("mirror"));
     write_peer_samples(&data, true, false);
-    let broker = Broker::start(&dir.join("js"), free_port());
+    let broker = Broker::start(&dir.join("js"), free_port(), Some(TOKEN));
     let url = broker.url();
-    let mut follow = culprit()
+    let mut follow = culprit_for(&broker)
         .arg("diagnose")
         .arg(format!("{url}/{GROUP}"))
         .arg("--mirror")
@@ -472,9 +525,9 @@ fn hostile_messages_are_refused() {
         ),
     ];
     let n_hostile = hostile.len();
-    publish_raw(&url, hostile);
+    publish_raw(&url, Some(TOKEN), hostile);
     let mut shippers: Vec<Child> = (0..4)
-        .map(|n| ship(&url, &data.join(format!("io{n}"))))
+        .map(|n| ship(&broker, &data.join(format!("io{n}"))))
         .collect();
     for s in &mut shippers {
         assert!(wait_for(s, "culprit ship", Duration::from_secs(30)).success());
