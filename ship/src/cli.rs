@@ -77,10 +77,10 @@ impl BrokerArgs {
     acknowledged (.ship-<group>.state in the node directory). Runs until killed. \
     docs/nats.md")]
 pub struct ShipArgs {
-    /// The node's directory (DATA/<node>)
+    /// The node's directory (`DATA/<node>`)
     #[arg(value_name = "NODE_DIR")]
     pub node_dir: PathBuf,
-    /// The broker: nats://HOST[:PORT] or tls://HOST[:PORT]
+    /// The broker: `nats://HOST[:PORT]` or `tls://HOST[:PORT]`
     #[arg(long, value_name = "URL")]
     pub to: String,
     /// The group of peer nodes diagnosed together
