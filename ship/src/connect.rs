@@ -3,11 +3,21 @@
 
 use std::net::IpAddr;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::{Client, ConnectOptions, Event};
 
 use crate::Error;
+
+/// Set when the broker refused this process's credentials: retrying cannot help, and
+/// [`refused`] ends the retries with it.
+static REFUSED: Mutex<Option<String>> = Mutex::new(None);
+
+/// Why the broker refused the credentials, once it did.
+pub(crate) fn refused() -> Option<String> {
+    REFUSED.lock().expect("refused").clone()
+}
 
 /// NATS' port when the address names none.
 pub const DEFAULT_PORT: u16 = 4222;
@@ -132,6 +142,7 @@ impl Broker {
     /// lost and when it is back.
     pub async fn connect(&self, name: &str, who: &'static str) -> Result<Client, Error> {
         let a = &self.auth;
+        let last = Arc::new(Mutex::new(String::new()));
         let mut o = ConnectOptions::new()
             .name(name)
             .retry_on_initial_connect()
@@ -140,14 +151,28 @@ impl Broker {
             .reconnect_delay_callback(|tries| {
                 Duration::from_millis((100u64 << tries.min(6)).min(5_000))
             })
-            .event_callback(move |e| async move {
-                match e {
-                    Event::Disconnected => {
-                        eprintln!("{who}: lost the broker; reconnecting with backoff")
+            .event_callback(move |e| {
+                let last = last.clone();
+                async move {
+                    let line = match e {
+                        Event::Disconnected => "lost the broker; reconnecting with backoff".into(),
+                        Event::Connected => "connected to the broker".into(),
+                        Event::ClientError(e) => {
+                            let e = e.to_string();
+                            if e.contains("authorization violation") {
+                                *REFUSED.lock().expect("refused") =
+                                    Some(format!("the broker refused the credentials ({e})"));
+                            }
+                            format!("broker: {e}")
+                        }
+                        _ => return,
+                    };
+                    // Each state said once, not at every retry.
+                    let mut last = last.lock().expect("last event");
+                    if *last != line {
+                        eprintln!("{who}: {line}");
+                        *last = line;
                     }
-                    Event::Connected => eprintln!("{who}: connected to the broker"),
-                    Event::ClientError(e) => eprintln!("{who}: broker: {e}"),
-                    _ => {}
                 }
             });
         if let Some(t) = &a.token {

@@ -143,7 +143,7 @@ async fn consume(
     let js = jetstream::new(client.clone());
     let verdict_subject = chunk::subject(&cfg.group, chunk::VERDICTS);
     loop {
-        let stream = ensure_stream(&js, &cfg.group, WHO).await;
+        let stream = ensure_stream(&js, &cfg.group, WHO).await?;
         let config = consumer::pull::Config {
             durable_name: Some(cfg.durable.clone()),
             ack_policy: consumer::AckPolicy::Explicit,
@@ -158,14 +158,14 @@ async fn consume(
             Ok(c) => match c.messages().await {
                 Ok(m) => m,
                 Err(e) => {
-                    backoff.failed(&format!("cannot consume: {e}")).await;
+                    backoff.failed(&format!("cannot consume: {e}")).await?;
                     continue;
                 }
             },
             Err(e) => {
                 backoff
                     .failed(&format!("cannot create consumer: {e}"))
-                    .await;
+                    .await?;
                 continue;
             }
         };
@@ -177,10 +177,10 @@ async fn consume(
                         backoff.recovered("receiving");
                         let kind = if kept { AckKind::Ack } else { AckKind::Term };
                         if let Err(e) = m.ack_with(kind).await {
-                            backoff.failed(&format!("acknowledgement lost ({e})")).await;
+                            backoff.failed(&format!("acknowledgement lost ({e})")).await?;
                         }
                     }
-                    Some(Err(e)) => backoff.failed(&format!("consumer: {e}")).await,
+                    Some(Err(e)) => backoff.failed(&format!("consumer: {e}")).await?,
                     None => break,
                 },
                 v = verdicts.recv() => match v {

@@ -54,7 +54,11 @@ pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 
 /// Creates `group`'s stream when it is missing (subjects `culprit.<group>.>`, stored on disk,
 /// [`DUPLICATE_WINDOW`]); retries with backoff, saying so once on stderr as `who`.
-async fn ensure_stream(js: &jetstream::Context, group: &str, who: &str) -> stream::Stream {
+async fn ensure_stream(
+    js: &jetstream::Context,
+    group: &str,
+    who: &str,
+) -> Result<stream::Stream, Error> {
     let mut backoff = Backoff::new(who);
     loop {
         let config = stream::Config {
@@ -67,19 +71,19 @@ async fn ensure_stream(js: &jetstream::Context, group: &str, who: &str) -> strea
         match js.get_or_create_stream(config).await {
             Ok(s) => {
                 backoff.recovered("the stream is there");
-                return s;
+                return Ok(s);
             }
             Err(e) => {
                 backoff
                     .failed(&format!("cannot create stream {group}: {e}"))
-                    .await
+                    .await?
             }
         }
     }
 }
 
 /// Retries with exponential backoff (100 ms to 5 s), saying the first failure and the
-/// recovery once each.
+/// recovery once each; gives up only when the broker refused the credentials.
 #[derive(Debug)]
 struct Backoff<'a> {
     who: &'a str,
@@ -96,13 +100,17 @@ impl<'a> Backoff<'a> {
         }
     }
 
-    async fn failed(&mut self, what: &str) {
+    async fn failed(&mut self, what: &str) -> Result<(), Error> {
+        if let Some(why) = connect::refused() {
+            return Err(Error::Broker(why));
+        }
         if !self.failing {
             eprintln!("{}: {what}; retrying with backoff", self.who);
             self.failing = true;
         }
         tokio::time::sleep(self.delay).await;
         self.delay = (self.delay * 2).min(Duration::from_secs(5));
+        Ok(())
     }
 
     fn recovered(&mut self, what: &str) {

@@ -80,7 +80,7 @@ async fn ship(cfg: &ShipConfig, node: &str, dir: &Dir) -> Result<(), Error> {
         .connect(&format!("culprit ship {node}"), WHO)
         .await?;
     let js = jetstream::new(client);
-    ensure_stream(&js, &cfg.group, WHO).await;
+    ensure_stream(&js, &cfg.group, WHO).await?;
     let subject = chunk::subject(&cfg.group, node);
     eprintln!(
         "{WHO}: shipping {} to {subject} ({} file(s) resumed)",
@@ -121,7 +121,7 @@ async fn ship(cfg: &ShipConfig, node: &str, dir: &Dir) -> Result<(), Error> {
                 header: chunk::chunk_header(&header, end),
                 data,
             };
-            publish(&js, &cfg.group, &subject, &c).await;
+            publish(&js, &cfg.group, &subject, &c).await?;
             let ended = ended && end == header.committed_end;
             acked.insert(name.clone(), Shipped { end, ended });
             save_state(dir, &state_name, &acked)?;
@@ -139,7 +139,7 @@ async fn ship(cfg: &ShipConfig, node: &str, dir: &Dir) -> Result<(), Error> {
 
 /// Publishes `c` until the broker acknowledges it (a resend after a lost acknowledgement has
 /// the same message id, which JetStream drops within its duplicate window).
-async fn publish(js: &Context, group: &str, subject: &str, c: &Chunk) {
+async fn publish(js: &Context, group: &str, subject: &str, c: &Chunk) -> Result<(), Error> {
     let mut backoff = Backoff::new(WHO);
     loop {
         let (headers, payload) = c.to_message();
@@ -153,13 +153,13 @@ async fn publish(js: &Context, group: &str, subject: &str, c: &Chunk) {
         match sent {
             Ok(_) => {
                 backoff.recovered("the broker acknowledges");
-                return;
+                return Ok(());
             }
             Err(e) => {
-                backoff.failed(&format!("not acknowledged ({e})")).await;
+                backoff.failed(&format!("not acknowledged ({e})")).await?;
                 if e.contains("no responders") {
                     // The broker lost the stream (a new store): create it again.
-                    ensure_stream(js, group, WHO).await;
+                    ensure_stream(js, group, WHO).await?;
                 }
             }
         }

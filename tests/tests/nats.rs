@@ -58,7 +58,7 @@ fn free_port() -> u16 {
 }
 
 /// A `nats-server -js` on 127.0.0.1:`port`, its store in `dir`, clients authenticated by
-/// `token` when there is one.
+/// `token` when there is one, `extra` flags (TLS) after.
 struct Broker {
     child: Child,
     port: u16,
@@ -68,11 +68,22 @@ struct Broker {
 
 impl Broker {
     fn start(dir: &Path, port: u16, token: Option<&'static str>) -> Broker {
+        Broker::start_with(dir, port, token, &[])
+    }
+
+    fn start_with(dir: &Path, port: u16, token: Option<&'static str>, extra: &[&Path]) -> Broker {
         let mut cmd = Command::new("nats-server");
         cmd.args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
             .arg(dir);
         if let Some(t) = token {
             cmd.args(["--auth", t]);
+        }
+        if let [cert, key] = extra {
+            cmd.arg("--tls")
+                .arg("--tlscert")
+                .arg(cert)
+                .arg("--tlskey")
+                .arg(key);
         }
         let child = cmd
             .stdout(Stdio::null())
@@ -561,4 +572,123 @@ fn hostile_messages_are_refused() {
         let b = std::fs::read(node_file(&mirror, &node)).unwrap();
         assert_eq!(a, b, "{node}: the mirror differs");
     }
+}
+
+/// Runs openssl with `args` in `dir`.
+fn openssl(dir: &Path, args: &[&str]) {
+    run_ok(Command::new("openssl").current_dir(dir).args(args));
+}
+
+/// Over TLS (a certificate authority made here, the broker's certificate signed by it, given
+/// with --tls-ca) with the right token, a node is shipped whole; with a wrong token `ship`
+/// stops at once with one line saying the broker refused the credentials. ~5 s.
+#[test]
+fn tls_and_token() {
+    let Some((_turn, dir)) = start("nats-tls") else {
+        return;
+    };
+    let d = dir.path();
+    openssl(
+        d,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=culprit test CA",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign",
+        ],
+    );
+    openssl(
+        d,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "srv.key",
+            "-out",
+            "srv.csr",
+            "-subj",
+            "/CN=localhost",
+        ],
+    );
+    std::fs::write(
+        d.join("ext.cnf"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    openssl(
+        d,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "srv.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "srv.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "ext.cnf",
+        ],
+    );
+    let data = dir.join("data");
+    write_peer_samples(&data, false, false);
+    let broker = Broker::start_with(
+        &dir.join("js"),
+        free_port(),
+        Some(TOKEN),
+        &[&dir.join("srv.pem"), &dir.join("srv.key")],
+    );
+    let url = format!("tls://127.0.0.1:{}", broker.port);
+    let ship_with = |token: &str| {
+        culprit()
+            .env("CULPRIT_NATS_TOKEN", token)
+            .args([
+                "ship",
+                "--to",
+                &url,
+                "--group",
+                GROUP,
+                "--until-ended",
+                "--tls-ca",
+            ])
+            .arg(dir.join("ca.pem"))
+            .arg(data.join("io0"))
+            .output()
+            .unwrap()
+    };
+    let o = ship_with(TOKEN);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let state = std::fs::read_to_string(data.join("io0").join(format!(".ship-{GROUP}.state")));
+    let len = std::fs::metadata(node_file(&data, "io0")).unwrap().len();
+    assert!(
+        state.unwrap().ends_with(&format!(" {len} ended\n")),
+        "{err}"
+    );
+    std::fs::remove_file(data.join("io0").join(format!(".ship-{GROUP}.state"))).unwrap();
+    let o = ship_with("not-the-token");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    let last = err.lines().last().unwrap();
+    assert!(last.contains("refused the credentials"), "{err}");
 }
