@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::connect::{Address, Auth, Broker};
+use crate::error::Error;
 use crate::follow::{FollowConfig, Follower};
 use crate::ship::ShipConfig;
-use crate::Error;
 
 /// How to reach the broker (shared by `ship` and `diagnose`).
 #[derive(Clone, Debug, Default, clap::Args)]

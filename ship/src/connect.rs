@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_nats::{Client, ConnectOptions, Event};
 
-use crate::Error;
+use crate::error::Error;
 
 /// Set when the broker refused this process's credentials: retrying cannot help, and
 /// [`refused`] ends the retries with it.

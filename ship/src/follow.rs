@@ -13,8 +13,9 @@ use tokio::sync::mpsc;
 
 use crate::chunk::{self, Chunk};
 use crate::connect::Broker;
+use crate::error::Error;
 use crate::mirror::{Applied, Mirror};
-use crate::{ensure_stream, runtime, Backoff, Error};
+use crate::{ensure_stream, runtime, Backoff};
 
 const WHO: &str = "culprit follow";
 

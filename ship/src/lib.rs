@@ -20,6 +20,7 @@
 pub mod chunk;
 pub mod cli;
 pub mod connect;
+mod error;
 pub mod follow;
 pub mod mirror;
 pub mod ship;
@@ -28,26 +29,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, stream};
 
-/// What went wrong.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum Error {
-    /// Bad options (an address, a name, missing credentials).
-    #[error("{0}")]
-    Usage(String),
-    /// The broker refused or could not be reached.
-    #[error("{0}")]
-    Broker(String),
-    /// A message from the stream that is not written (hostile or damaged).
-    #[error("{0}")]
-    Hostile(String),
-    /// Reading or writing local files.
-    #[error("{0}")]
-    Io(String),
-    /// The data directory or the mirror refused a name or a file.
-    #[error(transparent)]
-    Dir(#[from] culprit_datadir::Error),
-}
+pub use error::Error;
 
 /// How long JetStream remembers message ids to drop resends (its default).
 pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);

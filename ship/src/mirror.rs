@@ -16,7 +16,7 @@ use culprit_datadir::Dir;
 use culprit_format::{decode::parse_header, DATA_OFFSET};
 
 use crate::chunk::{Chunk, HEADER_LEN};
-use crate::Error;
+use crate::error::Error;
 
 /// What [`Mirror::apply`] did with a chunk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -13,7 +13,8 @@ use culprit_format::{decode::parse_header, file_state, FileHeader, DATA_OFFSET};
 
 use crate::chunk::{self, Chunk, HEADER_LEN, MAX_CHUNK};
 use crate::connect::Broker;
-use crate::{ensure_stream, runtime, Backoff, Error};
+use crate::error::Error;
+use crate::{ensure_stream, runtime, Backoff};
 
 /// Largest state file read back.
 const MAX_STATE: u64 = 1 << 20;
