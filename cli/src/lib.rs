@@ -10,6 +10,7 @@
 //! * `sample` — the system-wide perf_event sampler daemon;
 //! * `report` — per-node, per-process function profiles from a data directory;
 //! * `export` — the data as folded stacks, pprof, Chrome trace JSON, CSV or Parquet;
+//! * `ship` — a node's records to NATS JetStream (`diagnose --follow nats://…` reads them);
 //! * `prune` — retention: delete the oldest finished data files beyond an age or a size;
 //! * `train` / `diagnose` — peer-comparison diagnosis;
 //! * `doctor` — what this machine allows (perf access, events, tracefs, namespaces…);
@@ -36,6 +37,7 @@ pub mod prune;
 pub mod record;
 pub mod report;
 pub mod sample;
+pub mod ship;
 pub mod stacks;
 pub mod style;
 pub mod uprobes;
@@ -77,6 +79,8 @@ enum Verb {
     Export(export::Args),
     /// Delete the oldest finished data files beyond an age or a total size (retention).
     Prune(prune::Args),
+    /// Publish a node's records to NATS JetStream for diagnosis on another machine.
+    Ship(ship::Args),
     /// Learn per-node anomaly thresholds from fault-free runs.
     Train(diagnose::TrainArgs),
     /// Find the faulty node among peers and the functions that show it.
@@ -123,6 +127,7 @@ where
         Verb::Report(a) => report::run(a),
         Verb::Export(a) => export::run(a),
         Verb::Prune(a) => prune::run(a),
+        Verb::Ship(a) => ship::run(a),
         Verb::Train(a) => diagnose::run_train(a),
         Verb::Diagnose(a) => diagnose::run_diagnose(a),
         Verb::Doctor(a) => doctor::run(a),

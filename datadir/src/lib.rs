@@ -146,6 +146,14 @@ fn split(path: &Path) -> Result<(&Path, &OsStr), Error> {
     }
 }
 
+/// Refuses a file name that is not one plain path component.
+fn plain_file_name(path: &Path, name: &str) -> Result<(), Error> {
+    if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+        return Err(refused(path, "a file name must be one path component"));
+    }
+    Ok(())
+}
+
 fn is_errno(e: &io::Error, errno: i32) -> bool {
     e.raw_os_error() == Some(errno)
 }
@@ -378,9 +386,7 @@ impl Dir {
     /// never what a link points to (`unlinkat`). For retention (`culprit prune`).
     pub fn remove_file(&self, name: &str) -> Result<(), Error> {
         let path = self.path.join(name);
-        if name.contains('/') || name == "." || name == ".." {
-            return Err(refused(&path, "a file name must be one path component"));
-        }
+        plain_file_name(&path, name)?;
         let c = cstr(&path, OsStr::new(name))?;
         sys::unlinkat(self.file.as_fd(), &c).map_err(|e| io_err("remove", &path, e))
     }
@@ -426,8 +432,16 @@ impl Dir {
     pub fn update_node_info(&self, update: impl FnOnce(&mut NodeInfo)) -> Result<(), Error> {
         let mut info = self.read_node_info().unwrap_or_default();
         update(&mut info);
-        let text = info.to_text();
-        let tmp = format!(".{NODE_INFO_FILE}.{:016x}.tmp", sys::random_u64());
+        self.replace_file(NODE_INFO_FILE, info.to_text().as_bytes())
+    }
+
+    /// Replaces the file `name` (one path component) with `bytes` as one step: written to a new
+    /// file with a random name, then renamed over `name` (which replaces a link, never follows
+    /// it). A reader sees the old content or the new, never a mix.
+    pub fn replace_file(&self, name: &str, bytes: &[u8]) -> Result<(), Error> {
+        let path = self.path.join(name);
+        plain_file_name(&path, name)?;
+        let tmp = format!(".{name}.{:016x}.tmp", sys::random_u64());
         let tmp_path = self.path.join(&tmp);
         let tmp_c = cstr(&tmp_path, OsStr::new(&tmp))?;
         let fd = sys::openat(
@@ -440,15 +454,81 @@ impl Dir {
         let mut f = File::from(fd);
         let written = f
             .set_permissions(Permissions::from_mode(FILE_MODE))
-            .and_then(|()| f.write_all(text.as_bytes()));
+            .and_then(|()| f.write_all(bytes));
         drop(f);
-        let dest = CString::new(NODE_INFO_FILE).expect("no NUL");
+        let dest = cstr(&path, OsStr::new(name))?;
         let res = written.and_then(|()| sys::renameat(self.file.as_fd(), &tmp_c, &dest));
         if let Err(e) = res {
             let _ = sys::unlinkat(self.file.as_fd(), &tmp_c);
-            return Err(io_err("replace", &self.path.join(NODE_INFO_FILE), e));
+            return Err(io_err("replace", &path, e));
         }
         Ok(())
+    }
+
+    /// The content of the regular file `name` (one path component, not a link), `None` when it
+    /// does not exist; refused when it is larger than `max` bytes.
+    pub fn read_small_file(&self, name: &str, max: u64) -> Result<Option<Vec<u8>>, Error> {
+        let path = self.path.join(name);
+        plain_file_name(&path, name)?;
+        let c = cstr(&path, OsStr::new(name))?;
+        let fd = match sys::openat(
+            Some(self.file.as_fd()),
+            &c,
+            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+            0,
+        ) {
+            Ok(fd) => fd,
+            Err(e) if is_errno(&e, libc::ENOENT) => return Ok(None),
+            Err(e) if is_errno(&e, libc::ELOOP) => {
+                return Err(refused(&path, "it is a symbolic link"))
+            }
+            Err(e) => return Err(io_err("open", &path, e)),
+        };
+        let f = File::from(fd);
+        let m = f.metadata().map_err(|e| io_err("inspect", &path, e))?;
+        if !m.is_file() || m.len() > max {
+            return Err(refused(
+                &path,
+                format!("it is not a regular file of at most {max} bytes"),
+            ));
+        }
+        let mut bytes = Vec::new();
+        f.take(max)
+            .read_to_end(&mut bytes)
+            .map_err(|e| io_err("read", &path, e))?;
+        Ok(Some(bytes))
+    }
+
+    /// Opens the regular file `name` (one path component) for reading and writing, creating it
+    /// with mode [`FILE_MODE`] when it does not exist; never through a link, never a device or
+    /// a FIFO. For copies of files written elsewhere (`culprit-ship`'s mirror).
+    pub fn open_or_create_file(&self, name: &str) -> Result<File, Error> {
+        let path = self.path.join(name);
+        plain_file_name(&path, name)?;
+        let c = cstr(&path, OsStr::new(name))?;
+        let fd = sys::openat(
+            Some(self.file.as_fd()),
+            &c,
+            libc::O_RDWR | libc::O_CREAT | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+            FILE_MODE,
+        )
+        .map_err(|e| {
+            if is_errno(&e, libc::ELOOP) {
+                refused(&path, "it is a symbolic link")
+            } else {
+                io_err("open", &path, e)
+            }
+        })?;
+        let f = File::from(fd);
+        let m = f.metadata().map_err(|e| io_err("inspect", &path, e))?;
+        if !m.is_file() {
+            return Err(refused(&path, "it is not a regular file"));
+        }
+        if m.mode() & 0o7777 != FILE_MODE && m.uid() == sys::geteuid() {
+            f.set_permissions(Permissions::from_mode(FILE_MODE))
+                .map_err(|e| io_err("set the mode of", &path, e))?;
+        }
+        Ok(f)
     }
 }
 

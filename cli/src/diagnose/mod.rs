@@ -131,11 +131,13 @@ pub struct TrainArgs {
     after_help = "Examples:\n  culprit diagnose DATA/ --thresholds thresholds.json\n  \
     culprit diagnose DATA/ --json > report.json\n  culprit diagnose DATA/ --follow\n  \
     culprit diagnose DATA/ --html report.html   # open it in a browser\n\n\
-    culprit diagnose DATA/ --follow --metrics-listen 9464   # Prometheus scrapes :9464/metrics\n\n\
+    culprit diagnose DATA/ --follow --metrics-listen 9464   # Prometheus scrapes :9464/metrics\n  \
+    culprit diagnose nats://HOST:4222/GROUP --follow   # records `culprit ship` sends\n\n\
     Exit status: 0 no node flagged, 1 a faulty (or stopped) node found, 2 error."
 )]
 pub struct DiagnoseArgs {
-    /// A data root (one directory per node in it) or node directories
+    /// A data root (one directory per node in it) or node directories; with --follow, a
+    /// NATS JetStream group as nats://HOST:PORT/GROUP or tls://… (docs/nats.md)
     #[arg(required = true, value_name = "DATA")]
     pub data: Vec<PathBuf>,
     /// Trained thresholds (from `culprit train`); without them seed 002's suspect score and an
@@ -190,6 +192,8 @@ pub struct DiagnoseArgs {
     /// their low-rank part [default: 0.9]
     #[arg(long, value_name = "COS", requires = "requests")]
     pub requests_cos: Option<f64>,
+    #[command(flatten)]
+    pub nats: culprit_ship::cli::FollowArgs,
     #[command(flatten)]
     pub analysis: AnalysisArgs,
 }
@@ -318,7 +322,11 @@ pub fn run_diagnose(args: DiagnoseArgs) -> anyhow::Result<i32> {
         None => None,
     };
     let setup = Setup::resolve(&args.analysis.overrides(), trained.as_ref())?;
-    let mut req = DiagnoseRequest::dirs(&args.data, args.top);
+    let nats = args.nats.start(&args.data, args.follow)?;
+    let data = nats
+        .as_ref()
+        .map_or(args.data.clone(), |f| vec![f.root().into()]);
+    let mut req = DiagnoseRequest::dirs(&data, args.top);
     req.pool = match (args.per_node_thresholds, args.threshold_pool) {
         (true, _) => Pool::Own,
         (false, p) => p.unwrap_or_default(),
@@ -352,6 +360,7 @@ pub fn run_diagnose(args: DiagnoseArgs) -> anyhow::Result<i32> {
             json: args.json,
             setup: &setup,
             server: server.as_ref(),
+            nats: nats.as_ref(),
         };
         session::diagnose(&setup, trained.as_ref(), req, &mut live)?
     } else {
@@ -369,6 +378,9 @@ pub fn run_diagnose(args: DiagnoseArgs) -> anyhow::Result<i32> {
         render::print_human(&diagnosis, &mut out)?;
     }
     out.flush()?;
+    if let Some(f) = nats {
+        f.finish(Duration::from_secs(5));
+    }
     if let Some(path) = &args.html {
         culprit_report_html::write(&diagnosis, path, &Default::default())?;
         eprintln!("culprit: HTML report written to {}", path.display());
@@ -387,6 +399,8 @@ struct Live<'a, W: std::io::Write> {
     setup: &'a Setup,
     /// `--metrics-listen`: where the diagnosis as it stands is served.
     server: Option<&'a MetricsServer>,
+    /// `nats://…/GROUP`: where each window's line is published too.
+    nats: Option<&'a culprit_ship::follow::Follower>,
 }
 
 impl<W: std::io::Write> Progress for Live<'_, W> {
@@ -407,6 +421,9 @@ impl<W: std::io::Write> Progress for Live<'_, W> {
 
     fn windows_closed(&mut self, closed: &[ClosedWindow]) -> std::io::Result<()> {
         for w in closed {
+            if let Some(f) = self.nats {
+                f.publish_verdict(serde_json::to_vec(&w.line()).map_err(std::io::Error::other)?);
+            }
             if self.json {
                 serde_json::to_writer(&mut *self.out, &w.line())?;
                 writeln!(self.out)?;

@@ -1,0 +1,22 @@
+//! What went wrong, for the command line to print.
+
+/// What went wrong.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Bad options (an address, a name, missing credentials).
+    #[error("{0}")]
+    Usage(String),
+    /// The broker refused or could not be reached.
+    #[error("{0}")]
+    Broker(String),
+    /// A message from the stream that is not written (hostile or damaged).
+    #[error("{0}")]
+    Hostile(String),
+    /// Reading or writing local files.
+    #[error("{0}")]
+    Io(String),
+    /// The data directory or the mirror refused a name or a file.
+    #[error(transparent)]
+    Dir(#[from] culprit_datadir::Error),
+}
