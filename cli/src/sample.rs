@@ -250,7 +250,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         }
     }
     drop(err);
-    let probes = probes.map(|p| crate::uprobes::spawn_system(p, &cfg, a.uprobe_budget, stop));
+    let probes = probes.map(|p| p.spawn(&cfg, a.uprobe_budget, stop, crate::uprobes::warn_line));
     let policy = culprit_datadir::retention::Policy {
         keep: a.keep,
         max_bytes: a.max_size,

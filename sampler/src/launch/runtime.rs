@@ -1,5 +1,5 @@
 //! The tracing runtime `culprit record` launches a program with: where `libculprit_rt.so` is
-//! ([`find_runtime`]), whether a binary calls its hooks ([`calls_hooks`]), the node name it
+//! ([`find_runtime`], [`preload`]), whether a binary calls its hooks ([`calls_hooks`]), the node name it
 //! will write under ([`node_or_default`]), and which trace files a run wrote
 //! ([`trace_files`], [`written_by`]).
 //!
@@ -11,7 +11,7 @@
 //! `libculprit_rt.so.0`, the name the runtime is loaded by; the unversioned name is the
 //! link-time symlink).
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
 use culprit_format::names;
@@ -92,6 +92,24 @@ pub fn find_runtime(
         }
     }
     Err(RuntimeError::NotFound { tried })
+}
+
+/// The runtime for this `culprit` ([`find_runtime`] from the running executable's directory
+/// and [`RT_LIB_VAR`]), canonical, and the `LD_PRELOAD` value that injects it ahead of any
+/// preload already set.
+pub fn preload() -> Result<(PathBuf, OsString), RuntimeError> {
+    let exe = std::env::current_exe().ok();
+    let runtime = find_runtime(
+        exe.as_deref().and_then(Path::parent),
+        std::env::var_os(RT_LIB_VAR).as_deref(),
+    )?;
+    let runtime = runtime.canonicalize().unwrap_or(runtime);
+    let mut value = runtime.clone().into_os_string();
+    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+        value.push(":");
+        value.push(old);
+    }
+    Ok((runtime, value))
 }
 
 /// Whether the ELF file at `path` refers to `__cyg_profile_func_enter` (as every object built
