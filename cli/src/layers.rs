@@ -5,40 +5,25 @@
 use std::io::Write as _;
 
 use culprit_analysis::data::Dataset;
-use culprit_analysis::layers::report::{self, LayerSummary, LayersOptions, LayersReport};
+use culprit_analysis::layers::report::{self, LayerSummary, LayersOptions};
 use culprit_analysis::layers::serial;
-use culprit_analysis::time::{self, TimeSpec};
+use culprit_analysis::time;
+
+use crate::report::Args;
 
 /// Prints the layers report (JSON: a `LayersReport`, docs/report-json.md).
-#[allow(clippy::too_many_arguments)]
-pub fn print(
-    ds: &Dataset,
-    pids: &[u32],
-    programs: &[String],
-    from: Option<TimeSpec>,
-    to: Option<TimeSpec>,
-    series: bool,
-    json: bool,
-) -> anyhow::Result<i32> {
-    let span = report::span(ds);
-    let (lo, hi) = span.unwrap_or((0, 0));
+pub fn print(ds: &Dataset, args: &Args) -> anyhow::Result<i32> {
+    let parse = |t: &Option<String>| t.as_deref().map(time::parse_time).transpose();
     let opts = LayersOptions {
-        pids: pids.to_vec(),
-        programs: programs.to_vec(),
-        from: from.map(|t| t.resolve(lo, hi)),
-        to: to.map(|t| t.resolve(lo, hi)),
-        series,
+        pids: args.pids.clone(),
+        programs: args.programs.clone(),
+        series: args.layer_series,
+        ..LayersOptions::default()
     };
-    let r = report::build(ds, &opts).unwrap_or(LayersReport {
-        schema: report::SCHEMA,
-        from_ns: opts.from.unwrap_or(lo),
-        to_ns: opts.to.unwrap_or(hi),
-        slot_ns: culprit_analysis::layers::SLOT_NS,
-        nodes: Vec::new(),
-    });
+    let r = report::build_in(ds, opts, parse(&args.from)?, parse(&args.to)?);
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    if json {
+    if args.json {
         serde_json::to_writer_pretty(&mut out, &r)?;
         writeln!(out)?;
         return Ok(0);
@@ -48,7 +33,11 @@ pub fn print(
             out,
             "no I/O layer events{}: mark the program's layers with culprit_io_admit & co. \
              (culprit.h), or trace with CULPRIT_IO=1 (the C library's calls)",
-            if span.is_some() { " in range" } else { "" }
+            if report::span(ds).is_some() {
+                " in range"
+            } else {
+                ""
+            }
         )?;
         return Ok(0);
     }

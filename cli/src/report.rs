@@ -116,18 +116,10 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     if args.stacks {
         return crate::stacks::print(&ds, args.json);
     }
-    let parse = |t: &Option<String>| t.as_deref().map(time::parse_time).transpose();
     if args.layers {
-        return crate::layers::print(
-            &ds,
-            &args.pids,
-            &args.programs,
-            parse(&args.from)?,
-            parse(&args.to)?,
-            args.layer_series,
-            args.json,
-        );
+        return crate::layers::print(&ds, &args);
     }
+    let parse = |t: &Option<String>| t.as_deref().map(time::parse_time).transpose();
     let opts = ReportOptions {
         programs: args.programs.clone(),
         pids: args.pids.clone(),

@@ -1,6 +1,6 @@
 //! Settings as people write them, turned into the sampler's: node rules (`NODE=VALUE`, the
 //! `--node-cgroup / --node-netns / --node-pid / --node-addr` flags of `culprit sample`) and the
-//! tracepoints `--layers` adds (system calls, block layer).
+//! tracepoints of `--tracepoints` and those `--layers` adds (system calls, block layer).
 
 use std::net::{AddrParseError, IpAddr, SocketAddr};
 use std::num::ParseIntError;
@@ -139,6 +139,17 @@ impl Endpoint {
             port: Some(sa.port()),
         })
     }
+}
+
+/// A `--tracepoints` list: comma-separated names, or `none` for no tracepoint.
+pub fn tracepoints(list: &str) -> Vec<String> {
+    if list.trim() == "none" {
+        return Vec::new();
+    }
+    list.split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
 }
 
 /// The tracepoints to open with `--layers`: `base` (the default set when `None`) and those of

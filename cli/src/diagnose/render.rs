@@ -459,21 +459,11 @@ fn short(rfc: &str) -> String {
 
 /// Anomalous windows as wall-clock ranges, overlapping windows merged.
 fn window_ranges(nm: &NodeReport, size: u64) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut cur: Option<(u64, u64, usize)> = None;
-    for a in &nm.anomalous_windows {
-        cur = match cur {
-            Some((s, e, n)) if a.start_ns <= e => Some((s, a.start_ns + size, n + 1)),
-            Some((s, e, n)) => {
-                parts.push(range_text(s, e, n));
-                Some((a.start_ns, a.start_ns + size, 1))
-            }
-            None => Some((a.start_ns, a.start_ns + size, 1)),
-        };
-    }
-    if let Some((s, e, n)) = cur {
-        parts.push(range_text(s, e, n));
-    }
+    let runs = nm.anomalous_runs(size);
+    let mut parts: Vec<String> = runs
+        .iter()
+        .map(|r| range_text(r.start_ns, r.end_ns, r.windows))
+        .collect();
     if parts.len() > 8 {
         let more = parts.len() - 8;
         parts.truncate(8);
