@@ -16,7 +16,7 @@ use anyhow::{bail, Context as _};
 use culprit_format::names;
 use culprit_sampler::launch::{
     self,
-    runtime::{calls_hooks, node_or_default, preload, trace_files, written_by},
+    runtime::{calls_hooks, node_dirs, node_or_default, preload, trace_files, written_by},
 };
 
 /// Arguments of `culprit record`.
@@ -235,12 +235,6 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
 /// `$CULPRIT_NODE`, else the host name).
 fn report_files(cfg: &Config, before: &[PathBuf], pid: Option<u32>) {
     let new = written_by(&cfg.dir, before, &node_or_default(cfg.node.as_deref()), pid);
-    let mut nodes: Vec<String> = new
-        .iter()
-        .filter_map(|f| f.parent().map(|p| p.display().to_string()))
-        .collect();
-    nodes.sort();
-    nodes.dedup();
     if new.is_empty() {
         eprintln!(
             "culprit: no trace data written under {} (see any culprit: line above)",
@@ -251,7 +245,7 @@ fn report_files(cfg: &Config, before: &[PathBuf], pid: Option<u32>) {
             "culprit: {} trace file{} written to {}; see them with `culprit report {}`",
             new.len(),
             if new.len() == 1 { "" } else { "s" },
-            nodes.join(", "),
+            node_dirs(&new).join(", "),
             cfg.dir.display()
         );
     }

@@ -196,7 +196,7 @@ pub struct DiagnoseArgs {
 
 impl AnalysisArgs {
     /// The options as the analysis takes them.
-    fn overrides(&self) -> Overrides {
+    pub(crate) fn overrides(&self) -> Overrides {
         Overrides {
             win_size_ns: self.win_size,
             win_shift_ns: self.win_shift,
@@ -288,26 +288,7 @@ pub fn run_train(args: TrainArgs) -> anyhow::Result<i32> {
 /// Runs `culprit diagnose`.
 pub fn run_diagnose(args: DiagnoseArgs) -> anyhow::Result<i32> {
     if args.requests {
-        let a = &args.analysis;
-        let mut opts = culprit_analysis::requests::RequestsOptions::default();
-        if let Some(cv) = args.requests_cv {
-            opts.cv_threshold = cv;
-        }
-        if let Some(cos) = args.requests_cos {
-            opts.cos_threshold = cos;
-        }
-        let found = requests::run(requests::RequestsRun {
-            data: args.data.clone(),
-            load: culprit_analysis::data::LoadOptions {
-                include_unassigned: false,
-                symfs: a.symfs.clone(),
-                nodes: a.nodes.clone(),
-                exclude: a.exclude_node.clone(),
-            },
-            opts,
-            json: args.json,
-            top: args.top,
-        })?;
+        let found = requests::run(&args)?;
         return Ok(if found { EXIT_CULPRIT } else { 0 });
     }
     if args.for_.is_some() && !args.follow {

@@ -2,27 +2,12 @@
 //! robust PCA; `culprit_analysis::requests`), rendered for people or as JSON
 //! (docs/diagnose-json.md, "--requests"). Needs no thresholds and no windows.
 
-use std::io::Write;
-use std::path::PathBuf;
-
-use culprit_analysis::data::{Dataset, LoadOptions};
+use culprit_analysis::data::Dataset;
 use culprit_analysis::requests::{self, RequestsOptions, RequestsReport};
 use culprit_analysis::time::{fmt_sig, fmt_wall};
+use std::io::Write;
 
-/// What `--requests` was asked for.
-#[derive(Debug)]
-pub struct RequestsRun {
-    /// Data roots or node directories.
-    pub data: Vec<PathBuf>,
-    /// Which nodes, and where the binaries are.
-    pub load: LoadOptions,
-    /// Thresholds.
-    pub opts: RequestsOptions,
-    /// JSON instead of text.
-    pub json: bool,
-    /// Rows of each list.
-    pub top: usize,
-}
+use super::DiagnoseArgs;
 
 /// The JSON document `--requests --json` prints.
 #[derive(Debug, serde::Serialize)]
@@ -31,9 +16,14 @@ struct Document<'a> {
 }
 
 /// Runs the request analysis; true when a method is ranked (exit status 1).
-pub fn run(args: RequestsRun) -> anyhow::Result<bool> {
-    let ds = Dataset::open(&args.data, args.load)?;
-    let opts = args.opts;
+pub fn run(args: &DiagnoseArgs) -> anyhow::Result<bool> {
+    let ds = Dataset::open(&args.data, args.analysis.overrides().load_options())?;
+    let default = RequestsOptions::default();
+    let opts = RequestsOptions {
+        cv_threshold: args.requests_cv.unwrap_or(default.cv_threshold),
+        cos_threshold: args.requests_cos.unwrap_or(default.cos_threshold),
+        ..default
+    };
     let report = requests::analyze(&ds, &opts);
     let stdout = std::io::stdout();
     let mut out = stdout.lock();

@@ -1,7 +1,7 @@
 //! The tracing runtime `culprit record` launches a program with: where `libculprit_rt.so` is
-//! ([`find_runtime`], [`preload`]), whether a binary calls its hooks ([`calls_hooks`]), the node name it
-//! will write under ([`node_or_default`]), and which trace files a run wrote
-//! ([`trace_files`], [`written_by`]).
+//! ([`find_runtime`], [`preload`]), whether a binary calls its hooks ([`calls_hooks`]), the
+//! node name it will write under ([`node_or_default`]), and which trace files a run wrote
+//! ([`trace_files`], [`written_by`], [`node_dirs`]).
 //!
 //! The runtime is found without the user naming it: `$CULPRIT_RT_LIB` if set (an explicit
 //! override wins), else next to the `culprit` executable (where cargo builds both, and where
@@ -172,6 +172,17 @@ pub fn written_by(dir: &Path, before: &[PathBuf], node: &str, pid: Option<u32>) 
         .into_iter()
         .filter(|f| !before.contains(f) && ours(f))
         .collect()
+}
+
+/// The directories holding `files` ([`written_by`]'s), each once, in order.
+pub fn node_dirs(files: &[PathBuf]) -> Vec<String> {
+    let mut dirs: Vec<String> = files
+        .iter()
+        .filter_map(|f| f.parent().map(|p| p.display().to_string()))
+        .collect();
+    dirs.sort();
+    dirs.dedup();
+    dirs
 }
 
 #[cfg(test)]
