@@ -7,23 +7,20 @@ use std::io::Write as _;
 use culprit_analysis::data::Dataset;
 use culprit_analysis::layers::report::{self, LayerSummary, LayersOptions};
 use culprit_analysis::layers::serial;
-use culprit_analysis::time;
+use culprit_analysis::time::{self, TimeSpec};
 
-use crate::report::Args;
-
-/// Prints the layers report (JSON: a `LayersReport`, docs/report-json.md).
-pub fn print(ds: &Dataset, args: &Args) -> anyhow::Result<i32> {
-    let parse = |t: &Option<String>| t.as_deref().map(time::parse_time).transpose();
-    let opts = LayersOptions {
-        pids: args.pids.clone(),
-        programs: args.programs.clone(),
-        series: args.layer_series,
-        ..LayersOptions::default()
-    };
-    let r = report::build_in(ds, opts, parse(&args.from)?, parse(&args.to)?);
+/// Prints the layers report over `from`..`to` (JSON: a `LayersReport`, docs/report-json.md).
+pub fn print(
+    ds: &Dataset,
+    opts: LayersOptions,
+    from: Option<TimeSpec>,
+    to: Option<TimeSpec>,
+    json: bool,
+) -> anyhow::Result<i32> {
+    let r = report::build_in(ds, opts, from, to);
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    if args.json {
+    if json {
         serde_json::to_writer_pretty(&mut out, &r)?;
         writeln!(out)?;
         return Ok(0);

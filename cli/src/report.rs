@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use anyhow::bail;
 
 use culprit_analysis::data::{Dataset, LoadOptions};
+use culprit_analysis::layers::report::LayersOptions;
 use culprit_analysis::report::calls::{call_tree, neighbours, Side, TreeMark};
 use culprit_analysis::report::{self, OsReport, ProcessReport, Report, ReportOptions};
 pub use culprit_analysis::report::{Only, SortKey, SCHEMA};
@@ -116,15 +117,22 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     if args.stacks {
         return crate::stacks::print(&ds, args.json);
     }
-    if args.layers {
-        return crate::layers::print(&ds, &args);
-    }
     let parse = |t: &Option<String>| t.as_deref().map(time::parse_time).transpose();
+    let (from, to) = (parse(&args.from)?, parse(&args.to)?);
+    if args.layers {
+        let opts = LayersOptions {
+            pids: args.pids.clone(),
+            programs: args.programs.clone(),
+            series: args.layer_series,
+            ..LayersOptions::default()
+        };
+        return crate::layers::print(&ds, opts, from, to, args.json);
+    }
     let opts = ReportOptions {
         programs: args.programs.clone(),
         pids: args.pids.clone(),
-        from: parse(&args.from)?,
-        to: parse(&args.to)?,
+        from,
+        to,
         sort: args.sort,
         // JSON has every row.
         limit: if args.json { 0 } else { args.limit },

@@ -5,12 +5,14 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use culprit_analysis::data::Dataset;
 use culprit_analysis::diagnosis::ClosedWindow;
 use culprit_analysis::distance::Distance;
 use culprit_analysis::family::Features;
 use culprit_analysis::live::LiveStatus;
 use culprit_analysis::plan::Progress;
 use culprit_analysis::policy::Pool;
+use culprit_analysis::requests::RequestsOptions;
 use culprit_analysis::score::ScoreKind;
 use culprit_analysis::session::{self, DiagnoseRequest, Follow};
 use culprit_analysis::setup::{Overrides, Setup, TrainedThresholds};
@@ -196,7 +198,7 @@ pub struct DiagnoseArgs {
 
 impl AnalysisArgs {
     /// The options as the analysis takes them.
-    pub(crate) fn overrides(&self) -> Overrides {
+    fn overrides(&self) -> Overrides {
         Overrides {
             win_size_ns: self.win_size,
             win_shift_ns: self.win_shift,
@@ -288,7 +290,7 @@ pub fn run_train(args: TrainArgs) -> anyhow::Result<i32> {
 /// Runs `culprit diagnose`.
 pub fn run_diagnose(args: DiagnoseArgs) -> anyhow::Result<i32> {
     if args.requests {
-        let found = requests::run(&args)?;
+        let found = run_requests(&args)?;
         return Ok(if found { EXIT_CULPRIT } else { 0 });
     }
     if args.for_.is_some() && !args.follow {
@@ -359,6 +361,32 @@ pub fn run_diagnose(args: DiagnoseArgs) -> anyhow::Result<i32> {
     } else {
         EXIT_CULPRIT
     })
+}
+
+/// `diagnose --requests`: seed 004's request analysis, rendered by [`requests`]; true when a
+/// method is ranked (exit status 1).
+fn run_requests(args: &DiagnoseArgs) -> anyhow::Result<bool> {
+    let ds = Dataset::open(&args.data, args.analysis.overrides().load_options())?;
+    let default = RequestsOptions::default();
+    let opts = RequestsOptions {
+        cv_threshold: args.requests_cv.unwrap_or(default.cv_threshold),
+        cos_threshold: args.requests_cos.unwrap_or(default.cos_threshold),
+        ..default
+    };
+    let report = culprit_analysis::requests::analyze(&ds, &opts);
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &requests::Document { requests: &report })?;
+        writeln!(out)?;
+    } else {
+        requests::print_human(&report, &opts, args.top, &mut out)?;
+    }
+    out.flush()?;
+    for w in &ds.warnings {
+        eprintln!("culprit: warning: {w}");
+    }
+    Ok(!report.ranking.is_empty())
 }
 
 /// `--follow`: windows as they close, one line each (JSON Lines with `--json`).

@@ -1,43 +1,18 @@
 //! `culprit diagnose --requests`: seed 004's request analysis (categories by call tree, CV,
 //! robust PCA; `culprit_analysis::requests`), rendered for people or as JSON
-//! (docs/diagnose-json.md, "--requests"). Needs no thresholds and no windows.
+//! (docs/diagnose-json.md, "--requests"). Needs no thresholds and no windows; run by
+//! [`super::run_diagnose`].
 
-use culprit_analysis::data::Dataset;
-use culprit_analysis::requests::{self, RequestsOptions, RequestsReport};
-use culprit_analysis::time::{fmt_sig, fmt_wall};
 use std::io::Write;
 
-use super::DiagnoseArgs;
+use culprit_analysis::requests::{self, RequestsOptions, RequestsReport};
+use culprit_analysis::time::{fmt_sig, fmt_wall};
 
 /// The JSON document `--requests --json` prints.
 #[derive(Debug, serde::Serialize)]
-struct Document<'a> {
-    requests: &'a RequestsReport,
-}
-
-/// Runs the request analysis; true when a method is ranked (exit status 1).
-pub fn run(args: &DiagnoseArgs) -> anyhow::Result<bool> {
-    let ds = Dataset::open(&args.data, args.analysis.overrides().load_options())?;
-    let default = RequestsOptions::default();
-    let opts = RequestsOptions {
-        cv_threshold: args.requests_cv.unwrap_or(default.cv_threshold),
-        cos_threshold: args.requests_cos.unwrap_or(default.cos_threshold),
-        ..default
-    };
-    let report = requests::analyze(&ds, &opts);
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
-    if args.json {
-        serde_json::to_writer_pretty(&mut out, &Document { requests: &report })?;
-        writeln!(out)?;
-    } else {
-        print_human(&report, &opts, args.top, &mut out)?;
-    }
-    out.flush()?;
-    for w in &ds.warnings {
-        eprintln!("culprit: warning: {w}");
-    }
-    Ok(!report.ranking.is_empty())
+pub struct Document<'a> {
+    /// The analysis' result.
+    pub requests: &'a RequestsReport,
 }
 
 fn ms(ns: f64) -> String {
