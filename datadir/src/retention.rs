@@ -389,6 +389,28 @@ impl Drop for Background {
 mod tests {
     use super::*;
 
+    #[test]
+    fn background_passes_at_once_and_stops_when_dropped() {
+        let dir = std::env::temp_dir().join(format!("culprit-bg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let policy = Policy {
+            keep: Some(Duration::from_secs(3600)),
+            max_bytes: None,
+        };
+        let every = Duration::from_secs(3600);
+        let bg = Background::start(vec![dir.clone()], policy, every, move |r| {
+            let _ = tx.send(r.map(|o| o.deleted.len()));
+        });
+        // The first pass runs at once, not after `every`.
+        let first = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+        assert_eq!(first.unwrap(), 0);
+        drop(bg);
+        // Dropped: the thread ended, and with it the report's sender.
+        assert!(rx.recv().is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     fn entry(path: &str, bytes: u64, age_s: u64, live: bool) -> Entry {
         Entry {
             path: PathBuf::from(path),

@@ -177,6 +177,12 @@ mod tests {
     use super::*;
 
     #[test]
+    fn tracepoint_lists() {
+        assert_eq!(tracepoints(" a:b , c:d,,"), vec!["a:b", "c:d"]);
+        assert!(tracepoints(" none ").is_empty());
+    }
+
+    #[test]
     fn endpoints() {
         let ep = |s: &str| Endpoint::parse(s).map(|e| (e.addr, e.port));
         let lo: IpAddr = "127.0.0.1".parse().unwrap();

@@ -309,6 +309,39 @@ mod tests {
     }
 
     #[test]
+    fn observed_and_plain_runs_give_the_exit_code() {
+        let argv: Vec<OsString> = ["sh", "-c", "exit 4"].iter().map(Into::into).collect();
+        let (path, cmd) = command(&argv).unwrap();
+        assert!(path.is_absolute(), "{}", path.display());
+        let mut opened = None;
+        let open = |pid| {
+            opened = Some(pid);
+            Ok::<_, LaunchError>(pid)
+        };
+        let watch = |pid, exited: &AtomicBool| {
+            while !exited.load(Ordering::SeqCst) {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            pid
+        };
+        let (status, watched) = observe(cmd, "sh", open, watch).unwrap();
+        assert_eq!((status, Some(watched)), (4, opened));
+
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "exit 3"]);
+        assert_eq!(run(cmd, "sh").unwrap().1, 3);
+        let missing = run(Command::new("/nonexistent/culprit-test"), "missing").unwrap_err();
+        assert_eq!(missing.to_string(), "cannot run missing");
+        let argv = [OsString::from("culprit-no-such-program")];
+        let e = command(&argv).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "cannot run culprit-no-such-program: not found"
+        );
+        assert!(matches!(command(&[]), Err(LaunchError::NoProgram)));
+    }
+
+    #[test]
     fn exit_codes() {
         use std::os::unix::process::ExitStatusExt as _;
         assert_eq!(exit_code(ExitStatus::from_raw(3 << 8)), 3);
