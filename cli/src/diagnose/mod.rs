@@ -1,5 +1,5 @@
 //! `culprit train` and `culprit diagnose`: options into a [`Setup`], the analysis library
-//! ([`culprit_analysis`]) does the rest; the report is rendered here ([`render`]).
+//! ([`culprit_analysis`]) does the rest; the report for people is `culprit_text`'s.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -23,7 +23,6 @@ use culprit_openmetrics::{ListenError, MetricsServer};
 
 use crate::progress::Bar;
 
-pub mod render;
 pub mod requests;
 
 /// Exit status when a culprit is found.
@@ -349,7 +348,7 @@ pub fn run_diagnose(args: DiagnoseArgs) -> anyhow::Result<i32> {
         serde_json::to_writer_pretty(&mut out, &diagnosis)?;
         writeln!(out)?;
     } else {
-        render::print_human(&diagnosis, &mut out)?;
+        culprit_text::diagnose::print_human(&diagnosis, &mut out)?;
     }
     out.flush()?;
     if let Some(path) = &args.html {
@@ -363,7 +362,7 @@ pub fn run_diagnose(args: DiagnoseArgs) -> anyhow::Result<i32> {
     })
 }
 
-/// `diagnose --requests`: seed 004's request analysis, rendered by [`requests`]; true when a
+/// `diagnose --requests`: seed 004's request analysis, rendered by `culprit_text`; true when a
 /// method is ranked (exit status 1).
 fn run_requests(args: &DiagnoseArgs) -> anyhow::Result<bool> {
     let ds = Dataset::open(&args.data, args.analysis.overrides().load_options())?;
@@ -380,7 +379,7 @@ fn run_requests(args: &DiagnoseArgs) -> anyhow::Result<bool> {
         serde_json::to_writer_pretty(&mut out, &requests::Document { requests: &report })?;
         writeln!(out)?;
     } else {
-        requests::print_human(&report, &opts, args.top, &mut out)?;
+        culprit_text::requests::print_human(&report, &opts, args.top, &mut out)?;
     }
     out.flush()?;
     for w in &ds.warnings {
@@ -420,7 +419,7 @@ impl<W: std::io::Write> Progress for Live<'_, W> {
                 serde_json::to_writer(&mut *self.out, &w.line())?;
                 writeln!(self.out)?;
             } else {
-                render::print_window(w, self.setup.settings.k, self.out)?;
+                culprit_text::diagnose::print_window(w, self.setup.settings.k, self.out)?;
             }
         }
         self.out.flush()
