@@ -86,6 +86,18 @@ pub struct Overrides {
     pub symfs: Option<PathBuf>,
 }
 
+impl Overrides {
+    /// How the data are loaded: these nodes, the binaries under `symfs`.
+    pub fn load_options(&self) -> LoadOptions {
+        LoadOptions {
+            include_unassigned: false,
+            symfs: self.symfs.clone(),
+            nodes: self.nodes.clone(),
+            exclude: self.exclude_nodes.clone(),
+        }
+    }
+}
+
 /// A thresholds file and the name it is known by in messages (its path).
 #[derive(Clone, Debug)]
 pub struct TrainedThresholds {
@@ -371,12 +383,7 @@ impl Setup {
             settings,
             peers,
             metrics,
-            load: LoadOptions {
-                include_unassigned: false,
-                symfs: o.symfs.clone(),
-                nodes: o.nodes.clone(),
-                exclude: o.exclude_nodes.clone(),
-            },
+            load: o.load_options(),
             families,
             notes,
         })

@@ -262,6 +262,24 @@ pub fn fmt_dur(ns: u64) -> String {
     }
 }
 
+/// `1234567` → `1,234,567` (every integer count culprit shows people).
+pub fn group_digits(v: impl Into<i128>) -> String {
+    let v: i128 = v.into();
+    let s = v.unsigned_abs().to_string();
+    let mut out = String::new();
+    for (i, ch) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    if v < 0 {
+        format!("-{out}")
+    } else {
+        out
+    }
+}
+
 /// A measured number for people: three significant digits, no float noise (`8.79`, `1,234`,
 /// `0.0421`); integers up to 99,999 are shown whole. Thresholds, scores, scales.
 pub fn fmt_sig(v: f64) -> String {
@@ -270,16 +288,7 @@ pub fn fmt_sig(v: f64) -> String {
     }
     let a = v.abs();
     if a >= 1000.0 {
-        let r = v.round() as i64;
-        let s = r.unsigned_abs().to_string();
-        let mut out = String::new();
-        for (i, ch) in s.chars().enumerate() {
-            if i > 0 && (s.len() - i) % 3 == 0 {
-                out.push(',');
-            }
-            out.push(ch);
-        }
-        return if r < 0 { format!("-{out}") } else { out };
+        return group_digits(v.round() as i64);
     }
     if a == 0.0 {
         return "0".to_string();
@@ -296,6 +305,16 @@ pub fn fmt_sig(v: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn digits_are_grouped() {
+        assert_eq!(group_digits(0u8), "0");
+        assert_eq!(group_digits(999u64), "999");
+        assert_eq!(group_digits(1000u64), "1,000");
+        assert_eq!(group_digits(1234567u64), "1,234,567");
+        assert_eq!(group_digits(-1234i64), "-1,234");
+        assert_eq!(group_digits(u64::MAX), "18,446,744,073,709,551,615");
+    }
 
     #[test]
     fn significant_digits() {

@@ -26,20 +26,18 @@ use std::ffi::OsString;
 use std::io::Write as _;
 
 use clap::{CommandFactory as _, Parser, Subcommand};
+use culprit_text::style;
 
 pub mod diagnose;
 pub mod doctor;
 pub mod export;
 pub mod lab;
-pub mod layers;
 pub mod progress;
 pub mod prune;
 pub mod record;
 pub mod report;
 pub mod sample;
 pub mod ship;
-pub mod stacks;
-pub mod style;
 pub mod uprobes;
 
 /// Exit status for an error (like `diff`).

@@ -1,6 +1,6 @@
 //! `culprit prune`: the flags, and the lines saying what retention
 //! (`culprit_datadir::retention`) deleted. `culprit sample --keep / --max-size` runs the same
-//! pass every minute ([`spawn`]); the package's `culprit-prune.timer` runs the verb.
+//! pass every minute ([`background`]); the package's `culprit-prune.timer` runs the verb.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -125,17 +125,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     Ok(if o.failed.is_empty() { 0 } else { 2 })
 }
 
-/// `culprit sample --keep / --max-size`: retention of `paths` every `every` until `stop`
-/// ([`retention::spawn`]); lines go to stderr, only when something was deleted or failed (no
-/// summary every minute).
-pub fn spawn(
-    paths: Vec<PathBuf>,
-    policy: Policy,
-    every: Duration,
-    stop: &'static std::sync::atomic::AtomicBool,
-    quiet: bool,
-) -> std::thread::JoinHandle<()> {
-    retention::spawn(paths, policy, every, stop, move |r| match r {
+/// `culprit sample --keep / --max-size`: retention of `paths` every minute until dropped
+/// ([`retention::Background`]); lines go to stderr, only when something was deleted or failed
+/// (no summary every minute).
+pub fn background(paths: Vec<PathBuf>, policy: Policy, quiet: bool) -> retention::Background {
+    let every = Duration::from_secs(60);
+    retention::Background::start(paths, policy, every, move |r| match r {
         Ok(o) if o.deleted.is_empty() && o.failed.is_empty() => {}
         Ok(o) => {
             let mut buf = Vec::new();

@@ -8,17 +8,16 @@
 //! typed at the terminal already reaches it: same process group). The exit status is the
 //! program's, or 128 + the signal that killed it.
 
-use std::ffi::{OsStr, OsString};
-use std::os::unix::process::CommandExt as _;
-use std::path::{Path, PathBuf};
+use std::ffi::OsString;
+use std::path::PathBuf;
 use std::process::Command;
 
 use anyhow::{bail, Context as _};
 use culprit_format::names;
-use culprit_sampler::launch::runtime::{
-    calls_hooks, find_runtime, node_or_default, trace_files, written_by, RT_LIB_VAR,
+use culprit_sampler::launch::{
+    self,
+    runtime::{calls_hooks, node_dirs, node_or_default, preload, trace_files, written_by},
 };
-use culprit_sampler::launch::{exit_code, Forward, Held};
 
 /// Arguments of `culprit record`.
 #[derive(Debug, clap::Args)]
@@ -176,17 +175,7 @@ impl Config {
         if a.hist {
             env.push(("CULPRIT_HIST", "1".into()));
         }
-        let exe = std::env::current_exe().ok();
-        let runtime = find_runtime(
-            exe.as_deref().and_then(Path::parent),
-            std::env::var_os(RT_LIB_VAR).as_deref(),
-        )?;
-        let runtime = runtime.canonicalize().unwrap_or(runtime);
-        let mut preload = runtime.clone().into_os_string();
-        if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
-            preload.push(":");
-            preload.push(old);
-        }
+        let (runtime, preload) = preload()?;
         env.push(("LD_PRELOAD", preload));
         let sample = if a.sample {
             let interval = match &a.sample_interval {
@@ -218,7 +207,7 @@ impl Config {
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let cfg = Config::from_args(args)?;
     let program = &cfg.command[0];
-    if let Some(path) = which(program) {
+    if let Ok(path) = which::which(program) {
         if let Some(false) = calls_hooks(&path) {
             eprintln!(
                 "culprit: warning: {} has no __cyg_profile_func_enter reference (not built with \
@@ -234,31 +223,18 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         return Ok(status);
     }
     let mut cmd = Command::new(program);
-    cmd.args(&cfg.command[1..]);
-    for (k, v) in &cfg.env {
-        cmd.env(k, v);
-    }
-    let mut child = cmd
-        .spawn()
-        .with_context(|| format!("cannot run {}", program.to_string_lossy()))?;
-    let pid = child.id();
-    let forward = Forward::to(pid).context("cannot forward signals")?;
-    let status = child.wait().context("waiting for the program")?;
-    drop(forward);
+    cmd.args(&cfg.command[1..])
+        .envs(cfg.env.iter().map(|(k, v)| (k, v)));
+    let (pid, status) = launch::run(cmd, &program.to_string_lossy())?;
     report_files(&cfg, &before, Some(pid));
-    Ok(exit_code(status))
+    Ok(status)
 }
 
 /// Says on stderr where this run's trace data went: the trace files new since the start that
-/// this run wrote ([`written_by`]).
+/// this run wrote ([`written_by`]) under the node the runtime uses (`--node`, else
+/// `$CULPRIT_NODE`, else the host name).
 fn report_files(cfg: &Config, before: &[PathBuf], pid: Option<u32>) {
-    let new = written_by(&cfg.dir, before, &effective_node(cfg), pid);
-    let mut nodes: Vec<String> = new
-        .iter()
-        .filter_map(|f| f.parent().map(|p| p.display().to_string()))
-        .collect();
-    nodes.sort();
-    nodes.dedup();
+    let new = written_by(&cfg.dir, before, &node_or_default(cfg.node.as_deref()), pid);
     if new.is_empty() {
         eprintln!(
             "culprit: no trace data written under {} (see any culprit: line above)",
@@ -269,46 +245,34 @@ fn report_files(cfg: &Config, before: &[PathBuf], pid: Option<u32>) {
             "culprit: {} trace file{} written to {}; see them with `culprit report {}`",
             new.len(),
             if new.len() == 1 { "" } else { "s" },
-            nodes.join(", "),
+            node_dirs(&new).join(", "),
             cfg.dir.display()
         );
     }
 }
 
-/// The node name the runtime will use: `--node`, else `$CULPRIT_NODE`, else the host name.
-fn effective_node(cfg: &Config) -> String {
-    node_or_default(cfg.node.as_deref())
-}
-
-/// `record --sample`: like `perf record -- CMD`, the program is forked but held before `exec`
-/// until the sampler's events are open and scoped to its process tree, so its first
-/// instructions are sampled too. The sampler runs on this thread; a waiter thread reaps the
-/// program and stops the sampler, which then writes its last (partial) interval.
+/// `record --sample`: the sampler opens on the program's process tree while it is held before
+/// `exec` ([`launch::observe`]), so its first instructions are sampled too; it runs on this
+/// thread until the program exits, then writes its last (partial) interval.
 fn run_sampled(cfg: &Config) -> anyhow::Result<i32> {
     let opts = cfg.sample.as_ref().expect("sampling requested");
-    let program = &cfg.command[0];
-    let path = which(program)
-        .with_context(|| format!("cannot run {}: not found", program.to_string_lossy()))?;
-    let mut cmd = Command::new(&path);
-    cmd.arg0(program).args(&cfg.command[1..]);
+    let (path, mut cmd) = launch::command(&cfg.command)?;
     cmd.envs(cfg.env.iter().map(|(k, v)| (k, v)));
-    let held = Held::spawn(cmd).with_context(|| format!("cannot run {}", path.display()))?;
-    let node = effective_node(cfg);
-    let mut sconf = culprit_sampler::Config::new(&cfg.dir, node);
-    sconf.scope = culprit_sampler::Scope::Pid(held.pid());
-    sconf.interval = opts.interval;
-    sconf.event = opts.event.clone();
-    // On an error the held child is dropped: it exits without running anything.
-    let sampler = culprit_sampler::Sampler::open(sconf).context("cannot sample (--sample)")?;
-    eprintln!("culprit: {}", sampler.describe());
-    for w in sampler.warnings() {
-        eprintln!("culprit: warning: {w}");
-    }
-    let running = held
-        .run()
-        .with_context(|| format!("cannot run {}", path.display()))?;
-    let summary = sampler.run(running.exited());
-    let status = running.wait().context("waiting for the program")?;
+    let open = |pid| -> anyhow::Result<_> {
+        let mut sconf =
+            culprit_sampler::Config::new(&cfg.dir, node_or_default(cfg.node.as_deref()));
+        sconf.scope = culprit_sampler::Scope::Pid(pid);
+        sconf.interval = opts.interval;
+        sconf.event = opts.event.clone();
+        let sampler = culprit_sampler::Sampler::open(sconf).context("cannot sample (--sample)")?;
+        eprintln!("culprit: {}", sampler.describe());
+        for w in sampler.warnings() {
+            eprintln!("culprit: warning: {w}");
+        }
+        Ok(sampler)
+    };
+    let name = path.display().to_string();
+    let (status, summary) = launch::observe(cmd, &name, open, |s, exited| s.run(exited))?;
     match summary {
         Ok(s) => eprintln!(
             "culprit: {} samples ({} lost) in {} interval(s) written under {}",
@@ -320,9 +284,4 @@ fn run_sampled(cfg: &Config) -> anyhow::Result<i32> {
         Err(e) => eprintln!("culprit: warning: sampling stopped early: {e}"),
     }
     Ok(status)
-}
-
-/// Resolves a program name the way `execvp` does.
-pub(crate) fn which(program: &OsStr) -> Option<PathBuf> {
-    which::which(program).ok()
 }

@@ -208,16 +208,10 @@ pub fn config(a: &Args) -> anyhow::Result<Config> {
             c.node_rules.push(NodeRule::parse(kind, v)?);
         }
     }
-    c.tracepoints = a.tracepoints.as_ref().map(|t| {
-        if t.trim() == "none" {
-            Vec::new()
-        } else {
-            t.split(',')
-                .map(|s| s.trim().to_string())
-                .filter(|s| !s.is_empty())
-                .collect()
-        }
-    });
+    c.tracepoints = a
+        .tracepoints
+        .as_deref()
+        .map(culprit_sampler::flags::tracepoints);
     if a.layers {
         c.tracepoints = Some(culprit_sampler::flags::with_layers(c.tracepoints.take()));
     }
@@ -250,32 +244,18 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         }
     }
     drop(err);
-    let probes = probes.map(|p| crate::uprobes::spawn_system(p, &cfg, a.uprobe_budget, stop));
+    let probes = probes.map(|p| p.spawn(&cfg, a.uprobe_budget, stop, crate::uprobes::warn_line));
     let policy = culprit_datadir::retention::Policy {
         keep: a.keep,
         max_bytes: a.max_size,
     };
     // Retention runs beside the sampler; it never deletes a file being written (the
     // sampler's own included: its writer runs).
-    let (prune_stop, pruner) = if policy.enabled() {
-        let flag: &'static std::sync::atomic::AtomicBool =
-            Box::leak(Box::new(std::sync::atomic::AtomicBool::new(false)));
-        let h = crate::prune::spawn(
-            vec![cfg.data_dir.clone()],
-            policy,
-            Duration::from_secs(60),
-            flag,
-            a.quiet,
-        );
-        (Some(flag), Some(h))
-    } else {
-        (None, None)
-    };
+    let pruner = policy
+        .enabled()
+        .then(|| crate::prune::background(vec![cfg.data_dir.clone()], policy, a.quiet));
     let s = sampler.run(stop);
-    if let (Some(flag), Some(h)) = (prune_stop, pruner) {
-        flag.store(true, std::sync::atomic::Ordering::SeqCst);
-        let _ = h.join();
-    }
+    drop(pruner);
     if let Some(p) = probes {
         // The sampler ended (duration, signal or error): the probes end with it.
         stop.store(true, std::sync::atomic::Ordering::SeqCst);

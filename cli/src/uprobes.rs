@@ -7,32 +7,15 @@
 //! on Ctrl-C, or when the process exits, leaving it running as before. `culprit sample
 //! --uprobes BINARY:PATTERN…` counts them in every process beside the samples.
 
-use std::ffi::OsString;
-use std::os::unix::process::CommandExt as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{bail, Context as _};
-use culprit_format::procfs::{self, Proc};
-use culprit_sampler::uprobe::run::{process_gone, RunConfig, RunSummary, Session};
-use culprit_sampler::uprobe::system::{ring_pages, SystemConfig, SystemProbes, SystemSummary};
-use culprit_sampler::uprobe::{Plan, ProbeSpec};
+use culprit_sampler::launch::{self, runtime::node_or_default};
+use culprit_sampler::uprobe::run::{RunConfig, RunSummary, Session};
+use culprit_sampler::uprobe::system::{ring_pages, SystemProbes, SystemSummary};
+use culprit_sampler::uprobe::{Error, Plan, ProbeSpec};
 
-use culprit_sampler::launch::runtime::node_or_default;
-use culprit_sampler::launch::Held;
-
-use crate::record::{check_node, data_dir, which, Args};
-
-/// Parses every `--uprobes` value (each may hold a comma-separated list).
-pub fn parse_specs(values: &[String]) -> anyhow::Result<Vec<ProbeSpec>> {
-    let mut out = Vec::new();
-    for v in values {
-        out.extend(ProbeSpec::parse_list(v).map_err(anyhow::Error::msg)?);
-    }
-    if out.is_empty() {
-        bail!("--uprobes: give at least one [BINARY:]PATTERN");
-    }
-    Ok(out)
-}
+use crate::record::{check_node, data_dir, Args};
 
 /// Says what a probe hit costs here, on stderr.
 fn print_cost(c: culprit_sampler::uprobe::cost::Cost, note: Option<&str>) {
@@ -75,7 +58,7 @@ fn interval_ns(a: &Args) -> anyhow::Result<u64> {
 
 /// Runs `culprit record --uprobes …` (with CMD or `--attach`).
 pub fn record(a: Args) -> anyhow::Result<i32> {
-    let specs = parse_specs(&a.uprobes)?;
+    let specs = ProbeSpec::parse_all(&a.uprobes).map_err(anyhow::Error::msg)?;
     if a.uprobe_budget.is_nan() || a.uprobe_budget <= 0.0 {
         bail!("--uprobe-budget must be a positive percentage");
     }
@@ -94,7 +77,8 @@ pub fn record(a: Args) -> anyhow::Result<i32> {
     }
 }
 
-fn warn_line(w: &str) {
+/// A warning of the counting, on stderr.
+pub fn warn_line(w: &str) {
     eprintln!("culprit: warning: {w}");
 }
 
@@ -118,7 +102,6 @@ fn attach(
         let ns = culprit_analysis::time::parse_duration(d)?;
         cfg.duration = Some(std::time::Duration::from_nanos(ns));
     }
-    let start = procfs::start_ns(Proc::Pid(pid));
     let session =
         Session::attach(pid, specs).with_context(|| format!("cannot attach to process {pid}"))?;
     print_plan(
@@ -129,9 +112,8 @@ fn attach(
     if let Some(why) = session.cost_note() {
         eprintln!("culprit: note: probe cost not measured here ({why}); using the default");
     }
-    let stop = culprit_sampler::stop_on_signals();
     let plan = session.plan().clone();
-    let s = session.run(&cfg, stop, &|| process_gone(pid, start), &mut warn_line)?;
+    let s = session.run_attached(&cfg, &mut warn_line)?;
     summarize(&s, &plan);
     if s.end != culprit_format::end_reason::EXIT {
         eprintln!("culprit: detached from process {pid}; it runs on");
@@ -139,31 +121,31 @@ fn attach(
     Ok(0)
 }
 
-fn spawn(command: &[OsString], specs: &[ProbeSpec], cfg: RunConfig) -> anyhow::Result<i32> {
-    let program = command.first().context("no program given")?;
-    let path = which(program)
-        .with_context(|| format!("cannot run {}: not found", program.to_string_lossy()))?;
-    let mut cmd = std::process::Command::new(&path);
-    cmd.arg0(program).args(&command[1..]);
-    let held = Held::spawn(cmd).with_context(|| format!("cannot run {}", path.display()))?;
-    // On an error the held child is dropped: it exits without running anything.
-    let session =
-        Session::for_held_child(held.pid(), &path, specs).context("cannot place the uprobes")?;
-    print_plan(session.plan(), session.events(), "counting with uprobes");
-    print_cost(session.cost(), session.cost_note());
-    let running = held
-        .run()
-        .with_context(|| format!("cannot run {}", path.display()))?;
-    // Ctrl-C and SIGTERM go to the program (forwarded); counting ends when it exits.
-    let never = AtomicBool::new(false);
-    let plan = session.plan().clone();
-    let result = session.run(
-        &cfg,
-        &never,
-        &|| running.exited().load(Ordering::SeqCst),
-        &mut warn_line,
-    );
-    let status = running.wait().context("waiting for the program")?;
+/// `record --uprobes -- CMD`: the probes are placed while the program is held before `exec`
+/// ([`launch::observe`]); Ctrl-C and SIGTERM go to the program, counting ends when it exits.
+fn spawn(
+    command: &[std::ffi::OsString],
+    specs: &[ProbeSpec],
+    cfg: RunConfig,
+) -> anyhow::Result<i32> {
+    let (path, cmd) = launch::command(command)?;
+    let open = |pid| -> anyhow::Result<_> {
+        let session =
+            Session::for_held_child(pid, &path, specs).context("cannot place the uprobes")?;
+        print_plan(session.plan(), session.events(), "counting with uprobes");
+        print_cost(session.cost(), session.cost_note());
+        Ok(session)
+    };
+    let watch = |session: Session, exited: &AtomicBool| {
+        let plan = session.plan().clone();
+        let gone = || exited.load(Ordering::SeqCst);
+        (
+            session.run(&cfg, &AtomicBool::new(false), &gone, &mut warn_line),
+            plan,
+        )
+    };
+    let name = path.display().to_string();
+    let (status, (result, plan)) = launch::observe(cmd, &name, open, watch)?;
     match result {
         Ok(s) => summarize(&s, &plan),
         Err(e) => eprintln!("culprit: warning: counting stopped early: {e}"),
@@ -181,7 +163,7 @@ pub fn open_system(
     if values.is_empty() {
         return Ok(None);
     }
-    let specs = parse_specs(values)?;
+    let specs = ProbeSpec::parse_all(values).map_err(anyhow::Error::msg)?;
     let probes = SystemProbes::open(&specs, ring_pages(cfg.ring_pages))
         .context("cannot place the uprobes")?;
     if !quiet {
@@ -191,25 +173,8 @@ pub fn open_system(
     Ok(Some(probes))
 }
 
-/// Runs the system-wide probes on their own thread until `stop` or the sampler's duration
-/// ([`SystemConfig::beside`] the sampler's settings).
-pub fn spawn_system(
-    probes: SystemProbes,
-    cfg: &culprit_sampler::Config,
-    budget: f64,
-    stop: &'static AtomicBool,
-) -> std::thread::JoinHandle<anyhow::Result<SystemSummary>> {
-    let cfg = SystemConfig::beside(cfg, budget);
-    std::thread::spawn(move || {
-        let cfg = cfg.map_err(anyhow::Error::msg)?;
-        probes
-            .run(&cfg, stop, &mut warn_line)
-            .map_err(anyhow::Error::new)
-    })
-}
-
 /// Waits for the probes' thread and says what it wrote.
-pub fn join_system(h: std::thread::JoinHandle<anyhow::Result<SystemSummary>>, quiet: bool) {
+pub fn join_system(h: std::thread::JoinHandle<Result<SystemSummary, Error>>, quiet: bool) {
     match h.join() {
         Ok(Ok(s)) if !quiet => eprintln!(
             "culprit: uprobes: {} hit(s) ({} lost) in {} process file(s)",
@@ -218,7 +183,10 @@ pub fn join_system(h: std::thread::JoinHandle<anyhow::Result<SystemSummary>>, qu
             s.files.len()
         ),
         Ok(Ok(_)) => {}
-        Ok(Err(e)) => eprintln!("culprit: warning: uprobe counting stopped: {e:#}"),
+        Ok(Err(e)) => eprintln!(
+            "culprit: warning: uprobe counting stopped: {:#}",
+            anyhow::Error::new(e)
+        ),
         Err(_) => eprintln!("culprit: warning: the uprobe thread panicked"),
     }
 }

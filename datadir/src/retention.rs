@@ -14,6 +14,7 @@ use std::io;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use culprit_format::read::{OpenError, StreamReader};
@@ -332,36 +333,83 @@ pub fn pass(paths: &[PathBuf], policy: &Policy, dry_run: bool) -> Result<Outcome
 }
 
 /// Retention beside a writer (`culprit sample --keep / --max-size`): a thread running
-/// [`pass`] over `paths` every `every` (the first at once) until `stop`, handing each pass's
-/// result to `report`.
-pub fn spawn(
-    paths: Vec<PathBuf>,
-    policy: Policy,
-    every: Duration,
-    stop: &'static AtomicBool,
-    mut report: impl FnMut(Result<Outcome, Error>) + Send + 'static,
-) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
-        // Short sleeps: the writer's end is not held up by a minute's wait.
-        let tick = Duration::from_millis(200);
-        let mut waited = every;
-        loop {
-            if waited >= every {
-                waited = Duration::ZERO;
-                report(pass(&paths, &policy, false));
+/// [`pass`] over the paths every period (the first at once), handing each pass's result to a
+/// report, until the `Background` is dropped.
+#[derive(Debug)]
+pub struct Background {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Background {
+    /// Starts the thread: [`pass`] over `paths` by `policy` every `every`, each result to
+    /// `report`.
+    pub fn start(
+        paths: Vec<PathBuf>,
+        policy: Policy,
+        every: Duration,
+        mut report: impl FnMut(Result<Outcome, Error>) + Send + 'static,
+    ) -> Background {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            // Short sleeps: the writer's end is not held up by a minute's wait.
+            let tick = Duration::from_millis(200);
+            let mut waited = every;
+            loop {
+                if waited >= every {
+                    waited = Duration::ZERO;
+                    report(pass(&paths, &policy, false));
+                }
+                if stopped.load(Ordering::SeqCst) {
+                    return;
+                }
+                std::thread::sleep(tick);
+                waited += tick;
             }
-            if stop.load(Ordering::SeqCst) {
-                return;
-            }
-            std::thread::sleep(tick);
-            waited += tick;
+        });
+        Background {
+            stop,
+            thread: Some(thread),
         }
-    })
+    }
+}
+
+impl Drop for Background {
+    /// Stops the thread and waits for it (a pass under way ends first).
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn background_passes_at_once_and_stops_when_dropped() {
+        let dir = std::env::temp_dir().join(format!("culprit-bg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let policy = Policy {
+            keep: Some(Duration::from_secs(3600)),
+            max_bytes: None,
+        };
+        let every = Duration::from_secs(3600);
+        let bg = Background::start(vec![dir.clone()], policy, every, move |r| {
+            let _ = tx.send(r.map(|o| o.deleted.len()));
+        });
+        // The first pass runs at once, not after `every`.
+        let first = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+        assert_eq!(first.unwrap(), 0);
+        drop(bg);
+        // Dropped: the thread ended, and with it the report's sender.
+        assert!(rx.recv().is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     fn entry(path: &str, bytes: u64, age_s: u64, live: bool) -> Entry {
         Entry {

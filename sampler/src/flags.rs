@@ -1,6 +1,6 @@
 //! Settings as people write them, turned into the sampler's: node rules (`NODE=VALUE`, the
 //! `--node-cgroup / --node-netns / --node-pid / --node-addr` flags of `culprit sample`) and the
-//! tracepoints `--layers` adds (system calls, block layer).
+//! tracepoints of `--tracepoints` and those `--layers` adds (system calls, block layer).
 
 use std::net::{AddrParseError, IpAddr, SocketAddr};
 use std::num::ParseIntError;
@@ -141,6 +141,17 @@ impl Endpoint {
     }
 }
 
+/// A `--tracepoints` list: comma-separated names, or `none` for no tracepoint.
+pub fn tracepoints(list: &str) -> Vec<String> {
+    if list.trim() == "none" {
+        return Vec::new();
+    }
+    list.split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
 /// The tracepoints to open with `--layers`: `base` (the default set when `None`) and those of
 /// the system-call and block layers ([`crate::syscalls`], [`crate::blocklayer`]), each once.
 pub fn with_layers(base: Option<Vec<String>>) -> Vec<String> {
@@ -164,6 +175,12 @@ pub fn with_layers(base: Option<Vec<String>>) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tracepoint_lists() {
+        assert_eq!(tracepoints(" a:b , c:d,,"), vec!["a:b", "c:d"]);
+        assert!(tracepoints(" none ").is_empty());
+    }
 
     #[test]
     fn endpoints() {

@@ -275,6 +275,38 @@ pub struct NodeReport {
     pub scores: Vec<ScoredWindow>,
 }
 
+impl NodeReport {
+    /// The anomalous windows, each `size_ns` long, as runs of overlapping windows, in order.
+    pub fn anomalous_runs(&self, size_ns: u64) -> Vec<WindowRun> {
+        let mut runs: Vec<WindowRun> = Vec::new();
+        for a in &self.anomalous_windows {
+            match runs.last_mut() {
+                Some(r) if a.start_ns <= r.end_ns => {
+                    r.end_ns = a.start_ns + size_ns;
+                    r.windows += 1;
+                }
+                _ => runs.push(WindowRun {
+                    start_ns: a.start_ns,
+                    end_ns: a.start_ns + size_ns,
+                    windows: 1,
+                }),
+            }
+        }
+        runs
+    }
+}
+
+/// Overlapping anomalous windows merged ([`NodeReport::anomalous_runs`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowRun {
+    /// Start of the first window, wall-clock ns.
+    pub start_ns: u64,
+    /// End of the last window.
+    pub end_ns: u64,
+    /// Windows in the run.
+    pub windows: usize,
+}
+
 /// A faulty stretch.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EpisodeReport {

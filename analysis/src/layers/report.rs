@@ -10,6 +10,7 @@ use serde::Serialize;
 use super::serial::{self, Serialisation};
 use super::{characteristics, characteristics_in, requests, stretches, Characteristics, SLOT_NS};
 use crate::data::Dataset;
+use crate::time::TimeSpec;
 
 /// Schema name of the JSON report.
 pub const SCHEMA: &str = "culprit-layers/1";
@@ -99,6 +100,26 @@ pub fn span(ds: &Dataset) -> Option<(u64, u64)> {
         *hi = (*hi).max(e.t_ns);
     }
     lo_hi
+}
+
+/// The report over the range people gave ([`TimeSpec`]s resolved against the layer events'
+/// [`span`]) into `opts.from` / `opts.to`; without layer events in range, one without nodes.
+pub fn build_in(
+    ds: &Dataset,
+    mut opts: LayersOptions,
+    from: Option<TimeSpec>,
+    to: Option<TimeSpec>,
+) -> LayersReport {
+    let (lo, hi) = span(ds).unwrap_or((0, 0));
+    opts.from = from.map(|t| t.resolve(lo, hi));
+    opts.to = to.map(|t| t.resolve(lo, hi));
+    build(ds, &opts).unwrap_or(LayersReport {
+        schema: SCHEMA,
+        from_ns: opts.from.unwrap_or(lo),
+        to_ns: opts.to.unwrap_or(hi),
+        slot_ns: SLOT_NS,
+        nodes: Vec::new(),
+    })
 }
 
 /// The report; `None` when no node has layer events (in range).

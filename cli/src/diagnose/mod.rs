@@ -1,16 +1,18 @@
 //! `culprit train` and `culprit diagnose`: options into a [`Setup`], the analysis library
-//! ([`culprit_analysis`]) does the rest; the report is rendered here ([`render`]).
+//! ([`culprit_analysis`]) does the rest; the report for people is `culprit_text`'s.
 
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use culprit_analysis::data::Dataset;
 use culprit_analysis::diagnosis::ClosedWindow;
 use culprit_analysis::distance::Distance;
 use culprit_analysis::family::Features;
 use culprit_analysis::live::LiveStatus;
 use culprit_analysis::plan::Progress;
 use culprit_analysis::policy::Pool;
+use culprit_analysis::requests::RequestsOptions;
 use culprit_analysis::score::ScoreKind;
 use culprit_analysis::session::{self, DiagnoseRequest, Follow};
 use culprit_analysis::setup::{Overrides, Setup, TrainedThresholds};
@@ -21,7 +23,6 @@ use culprit_openmetrics::{ListenError, MetricsServer};
 
 use crate::progress::Bar;
 
-pub mod render;
 pub mod requests;
 
 /// Exit status when a culprit is found.
@@ -292,26 +293,7 @@ pub fn run_train(args: TrainArgs) -> anyhow::Result<i32> {
 /// Runs `culprit diagnose`.
 pub fn run_diagnose(args: DiagnoseArgs) -> anyhow::Result<i32> {
     if args.requests {
-        let a = &args.analysis;
-        let mut opts = culprit_analysis::requests::RequestsOptions::default();
-        if let Some(cv) = args.requests_cv {
-            opts.cv_threshold = cv;
-        }
-        if let Some(cos) = args.requests_cos {
-            opts.cos_threshold = cos;
-        }
-        let found = requests::run(requests::RequestsRun {
-            data: args.data.clone(),
-            load: culprit_analysis::data::LoadOptions {
-                include_unassigned: false,
-                symfs: a.symfs.clone(),
-                nodes: a.nodes.clone(),
-                exclude: a.exclude_node.clone(),
-            },
-            opts,
-            json: args.json,
-            top: args.top,
-        })?;
+        let found = run_requests(&args)?;
         return Ok(if found { EXIT_CULPRIT } else { 0 });
     }
     if args.for_.is_some() && !args.follow {
@@ -375,7 +357,7 @@ pub fn run_diagnose(args: DiagnoseArgs) -> anyhow::Result<i32> {
         serde_json::to_writer_pretty(&mut out, &diagnosis)?;
         writeln!(out)?;
     } else {
-        render::print_human(&diagnosis, &mut out)?;
+        culprit_text::diagnose::print_human(&diagnosis, &mut out)?;
     }
     out.flush()?;
     if let Some(f) = nats {
@@ -390,6 +372,32 @@ pub fn run_diagnose(args: DiagnoseArgs) -> anyhow::Result<i32> {
     } else {
         EXIT_CULPRIT
     })
+}
+
+/// `diagnose --requests`: seed 004's request analysis, rendered by `culprit_text`; true when a
+/// method is ranked (exit status 1).
+fn run_requests(args: &DiagnoseArgs) -> anyhow::Result<bool> {
+    let ds = Dataset::open(&args.data, args.analysis.overrides().load_options())?;
+    let default = RequestsOptions::default();
+    let opts = RequestsOptions {
+        cv_threshold: args.requests_cv.unwrap_or(default.cv_threshold),
+        cos_threshold: args.requests_cos.unwrap_or(default.cos_threshold),
+        ..default
+    };
+    let report = culprit_analysis::requests::analyze(&ds, &opts);
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &requests::Document { requests: &report })?;
+        writeln!(out)?;
+    } else {
+        culprit_text::requests::print_human(&report, &opts, args.top, &mut out)?;
+    }
+    out.flush()?;
+    for w in &ds.warnings {
+        eprintln!("culprit: warning: {w}");
+    }
+    Ok(!report.ranking.is_empty())
 }
 
 /// `--follow`: windows as they close, one line each (JSON Lines with `--json`).
@@ -428,7 +436,7 @@ impl<W: std::io::Write> Progress for Live<'_, W> {
                 serde_json::to_writer(&mut *self.out, &w.line())?;
                 writeln!(self.out)?;
             } else {
-                render::print_window(w, self.setup.settings.k, self.out)?;
+                culprit_text::diagnose::print_window(w, self.setup.settings.k, self.out)?;
             }
         }
         self.out.flush()

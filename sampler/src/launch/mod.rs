@@ -2,11 +2,15 @@
 //! before `exec` until the perf events are open on it, so its first instructions are observed
 //! too ([`Held`]); and SIGINT and SIGTERM sent to culprit by another process passed on to it
 //! ([`Forward`]). `culprit record --sample` and `record --uprobes` use both; a plain `record`
-//! forwards only. Where the tracing runtime is and what a traced run wrote: [`runtime`].
+//! forwards only ([`run`]); [`observe`] is the held start an observer opens on. Where the
+//! tracing runtime is and what a traced run wrote: [`runtime`].
 
+use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Read as _, Write as _};
 use std::os::fd::AsRawFd as _;
+use std::os::unix::process::CommandExt as _;
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -20,6 +24,71 @@ use signal_hook::low_level::siginfo::Cause;
 use crate::sys;
 
 pub mod runtime;
+
+/// Why a program could not be started or waited for.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LaunchError {
+    /// The command line is empty.
+    #[error("no program given")]
+    NoProgram,
+    /// The program is not on `PATH` (nor a path to a file).
+    #[error("cannot run {0}: not found")]
+    NotFound(String),
+    /// Starting the program failed (fork or `exec`).
+    #[error("cannot run {0}")]
+    Run(String, #[source] io::Error),
+    /// SIGINT and SIGTERM could not be set up to be passed on.
+    #[error("cannot forward signals")]
+    Forward(#[source] io::Error),
+    /// Waiting for the program failed.
+    #[error("waiting for the program")]
+    Wait(#[source] io::Error),
+}
+
+/// The program of `argv` found the way `execvp` finds it, and a command running it with
+/// `argv[0]` as given and the rest of `argv` as its arguments.
+pub fn command(argv: &[OsString]) -> Result<(PathBuf, Command), LaunchError> {
+    let program = argv.first().ok_or(LaunchError::NoProgram)?;
+    let path = which::which(program)
+        .map_err(|_| LaunchError::NotFound(program.to_string_lossy().into_owned()))?;
+    let mut cmd = Command::new(&path);
+    cmd.arg0(program).args(&argv[1..]);
+    Ok((path, cmd))
+}
+
+/// Runs `cmd` to its end, SIGINT and SIGTERM passed on to it ([`Forward`]): its pid and exit
+/// code ([`exit_code`]). Errors call the program `name`.
+pub fn run(mut cmd: Command, name: &str) -> Result<(u32, i32), LaunchError> {
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| LaunchError::Run(name.to_string(), e))?;
+    let pid = child.id();
+    let forward = Forward::to(pid).map_err(LaunchError::Forward)?;
+    let status = child.wait().map_err(LaunchError::Wait)?;
+    drop(forward);
+    Ok((pid, exit_code(status)))
+}
+
+/// Runs `cmd` observed from its first instruction, as `perf record -- CMD` does: the child is
+/// held before `exec` while `open` opens the observer on its pid (on an error the held child is
+/// dropped: it exits without running anything), then released ([`Held::run`]); `watch` runs
+/// on this thread with the flag set once the program has exited. Returns the program's exit
+/// code and what `watch` returned. Errors call the program `name`.
+pub fn observe<O, R, E: From<LaunchError>>(
+    cmd: Command,
+    name: &str,
+    open: impl FnOnce(u32) -> Result<O, E>,
+    watch: impl FnOnce(O, &AtomicBool) -> R,
+) -> Result<(i32, R), E> {
+    let cannot_run = |e| LaunchError::Run(name.to_string(), e);
+    let held = Held::spawn(cmd).map_err(cannot_run)?;
+    let observer = open(held.pid())?;
+    let running = held.run().map_err(cannot_run)?;
+    let watched = watch(observer, running.exited());
+    let status = running.wait().map_err(LaunchError::Wait)?;
+    Ok((status, watched))
+}
 
 /// A child forked by [`Held::spawn`] and waiting before `exec` until [`Held::release`]. Dropped
 /// without a release, it exits without running anything.
@@ -237,6 +306,39 @@ mod tests {
         let e = held.release().unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn observed_and_plain_runs_give_the_exit_code() {
+        let argv: Vec<OsString> = ["sh", "-c", "exit 4"].iter().map(Into::into).collect();
+        let (path, cmd) = command(&argv).unwrap();
+        assert!(path.is_absolute(), "{}", path.display());
+        let mut opened = None;
+        let open = |pid| {
+            opened = Some(pid);
+            Ok::<_, LaunchError>(pid)
+        };
+        let watch = |pid, exited: &AtomicBool| {
+            while !exited.load(Ordering::SeqCst) {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            pid
+        };
+        let (status, watched) = observe(cmd, "sh", open, watch).unwrap();
+        assert_eq!((status, Some(watched)), (4, opened));
+
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "exit 3"]);
+        assert_eq!(run(cmd, "sh").unwrap().1, 3);
+        let missing = run(Command::new("/nonexistent/culprit-test"), "missing").unwrap_err();
+        assert_eq!(missing.to_string(), "cannot run missing");
+        let argv = [OsString::from("culprit-no-such-program")];
+        let e = command(&argv).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "cannot run culprit-no-such-program: not found"
+        );
+        assert!(matches!(command(&[]), Err(LaunchError::NoProgram)));
     }
 
     #[test]

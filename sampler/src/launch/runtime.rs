@@ -1,7 +1,7 @@
 //! The tracing runtime `culprit record` launches a program with: where `libculprit_rt.so` is
-//! ([`find_runtime`]), whether a binary calls its hooks ([`calls_hooks`]), the node name it
-//! will write under ([`node_or_default`]), and which trace files a run wrote
-//! ([`trace_files`], [`written_by`]).
+//! ([`find_runtime`], [`preload`]), whether a binary calls its hooks ([`calls_hooks`]), the
+//! node name it will write under ([`node_or_default`]), and which trace files a run wrote
+//! ([`trace_files`], [`written_by`], [`node_dirs`]).
 //!
 //! The runtime is found without the user naming it: `$CULPRIT_RT_LIB` if set (an explicit
 //! override wins), else next to the `culprit` executable (where cargo builds both, and where
@@ -11,7 +11,7 @@
 //! `libculprit_rt.so.0`, the name the runtime is loaded by; the unversioned name is the
 //! link-time symlink).
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
 use culprit_format::names;
@@ -94,6 +94,24 @@ pub fn find_runtime(
     Err(RuntimeError::NotFound { tried })
 }
 
+/// The runtime for this `culprit` ([`find_runtime`] from the running executable's directory
+/// and [`RT_LIB_VAR`]), canonical, and the `LD_PRELOAD` value that injects it ahead of any
+/// preload already set.
+pub fn preload() -> Result<(PathBuf, OsString), RuntimeError> {
+    let exe = std::env::current_exe().ok();
+    let runtime = find_runtime(
+        exe.as_deref().and_then(Path::parent),
+        std::env::var_os(RT_LIB_VAR).as_deref(),
+    )?;
+    let runtime = runtime.canonicalize().unwrap_or(runtime);
+    let mut value = runtime.clone().into_os_string();
+    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+        value.push(":");
+        value.push(old);
+    }
+    Ok((runtime, value))
+}
+
 /// Whether the ELF file at `path` refers to `__cyg_profile_func_enter` (as every object built
 /// with `-finstrument-functions` does); `None` when it is not an ELF file or cannot be read.
 pub fn calls_hooks(path: &Path) -> Option<bool> {
@@ -154,6 +172,17 @@ pub fn written_by(dir: &Path, before: &[PathBuf], node: &str, pid: Option<u32>) 
         .into_iter()
         .filter(|f| !before.contains(f) && ours(f))
         .collect()
+}
+
+/// The directories holding `files` ([`written_by`]'s), each once, in order.
+pub fn node_dirs(files: &[PathBuf]) -> Vec<String> {
+    let mut dirs: Vec<String> = files
+        .iter()
+        .filter_map(|f| f.parent().map(|p| p.display().to_string()))
+        .collect();
+    dirs.sort();
+    dirs.dedup();
+    dirs
 }
 
 #[cfg(test)]

@@ -111,6 +111,8 @@ pub struct RunSummary {
 #[derive(Debug)]
 pub struct Session {
     pid: u32,
+    /// The attached process's start time: its pid reused is the process gone.
+    start_ns: Option<u64>,
     plan: Plan,
     counters: Counters,
     cost: Cost,
@@ -150,6 +152,7 @@ impl Session {
         let (cost, cost_note) = cost::calibrate_or_fallback(&pmu);
         Ok(Session {
             pid,
+            start_ns: None,
             plan,
             counters,
             cost,
@@ -165,6 +168,7 @@ impl Session {
     /// `/proc/<pid>/map_files/`, so a binary replaced on disk since it started, or one in
     /// another mount namespace, is still the one probed.
     pub fn attach(pid: u32, specs: &[ProbeSpec]) -> Result<Session, Error> {
+        let start_ns = procfs::start_ns(Proc::Pid(pid));
         let pmu = Pmu::detect()?;
         let maps_text = std::fs::read_to_string(format!("/proc/{pid}/maps"))
             .map_err(|_| Error::NoProcess(pid))?;
@@ -222,6 +226,7 @@ impl Session {
         let (cost, cost_note) = cost::calibrate_or_fallback(&pmu);
         Ok(Session {
             pid,
+            start_ns,
             plan,
             counters,
             cost,
@@ -249,6 +254,19 @@ impl Session {
     /// Events open (functions × threads).
     pub fn events(&self) -> usize {
         self.counters.events()
+    }
+
+    /// Counts on the process [attached](Session::attach) to until it exits, SIGINT or SIGTERM
+    /// ([`crate::stop_on_signals`]) or `cfg.duration`; dropping the session then detaches,
+    /// leaving the process running as before.
+    pub fn run_attached(
+        self,
+        cfg: &RunConfig,
+        warn: &mut dyn FnMut(&str),
+    ) -> Result<RunSummary, Error> {
+        let (pid, start_ns) = (self.pid, self.start_ns);
+        let gone = move || process_gone(pid, start_ns);
+        self.run(cfg, crate::stop_on_signals(), &gone, warn)
     }
 
     /// Counts until the process exits (`exited` returns true), `stop` is set, or

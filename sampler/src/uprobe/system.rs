@@ -228,6 +228,22 @@ impl SystemProbes {
         self.cost_note.as_deref()
     }
 
+    /// Counts on a thread of its own beside a sampler run of `cfg` ([`SystemConfig::beside`])
+    /// until `stop` is set or the sampler's duration ends; warnings go to `warn`.
+    pub fn spawn(
+        self,
+        cfg: &crate::Config,
+        budget_percent: f64,
+        stop: &'static AtomicBool,
+        warn: fn(&str),
+    ) -> std::thread::JoinHandle<Result<SystemSummary, Error>> {
+        let cfg = SystemConfig::beside(cfg, budget_percent);
+        std::thread::spawn(move || {
+            let cfg = cfg.map_err(Error::Plan)?;
+            self.run(&cfg, stop, &mut |w| warn(w))
+        })
+    }
+
     /// Counts until `stop` is set or `cfg.until_ns` passes, writing one trace file per
     /// process with hits into `data_dir/<node>/`. Warnings go to `warn`.
     pub fn run(

@@ -54,6 +54,19 @@ impl ProbeSpec {
             .collect()
     }
 
+    /// Parses every value of a repeatable flag (`--uprobes`), each a comma-separated list; an
+    /// error when they hold no spec.
+    pub fn parse_all(values: &[String]) -> Result<Vec<ProbeSpec>, String> {
+        let mut out = Vec::new();
+        for v in values {
+            out.extend(ProbeSpec::parse_list(v)?);
+        }
+        if out.is_empty() {
+            return Err("--uprobes: give at least one [BINARY:]PATTERN".into());
+        }
+        Ok(out)
+    }
+
     /// True when the pattern names one function (no wildcard).
     pub fn is_exact(&self) -> bool {
         !self.pattern.contains(['*', '?'])

@@ -1,5 +1,5 @@
-//! `culprit diagnose`'s report for people: rendered from the typed [`Diagnosis`], nothing
-//! recomputed.
+//! `culprit diagnose`'s report for people ([`print_human`]) and `--follow`'s line per closed
+//! window ([`print_window`]): rendered from the typed [`Diagnosis`], nothing recomputed.
 
 use std::io::Write;
 
@@ -10,7 +10,7 @@ use culprit_analysis::diagnosis::{
 };
 use culprit_analysis::family::Metric;
 use culprit_analysis::resource::{Direction, Observation, Resource};
-use culprit_analysis::time::{fmt_dur, fmt_wall, parse_time, TimeSpec};
+use culprit_analysis::time::{fmt_dur, fmt_wall, group_digits, parse_time, TimeSpec};
 use culprit_analysis::Diagnosis;
 
 use crate::style::verdict as paint;
@@ -145,24 +145,6 @@ fn fmt_score(v: f64) -> String {
         format!("{v:.1}")
     } else {
         format!("{v:.3}")
-    }
-}
-
-/// `1234567` → `1,234,567` (every integer count culprit shows people).
-pub fn group_digits(v: impl Into<i128>) -> String {
-    let v: i128 = v.into();
-    let s = v.unsigned_abs().to_string();
-    let mut out = String::new();
-    for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    if v < 0 {
-        format!("-{out}")
-    } else {
-        out
     }
 }
 
@@ -459,21 +441,11 @@ fn short(rfc: &str) -> String {
 
 /// Anomalous windows as wall-clock ranges, overlapping windows merged.
 fn window_ranges(nm: &NodeReport, size: u64) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut cur: Option<(u64, u64, usize)> = None;
-    for a in &nm.anomalous_windows {
-        cur = match cur {
-            Some((s, e, n)) if a.start_ns <= e => Some((s, a.start_ns + size, n + 1)),
-            Some((s, e, n)) => {
-                parts.push(range_text(s, e, n));
-                Some((a.start_ns, a.start_ns + size, 1))
-            }
-            None => Some((a.start_ns, a.start_ns + size, 1)),
-        };
-    }
-    if let Some((s, e, n)) = cur {
-        parts.push(range_text(s, e, n));
-    }
+    let runs = nm.anomalous_runs(size);
+    let mut parts: Vec<String> = runs
+        .iter()
+        .map(|r| range_text(r.start_ns, r.end_ns, r.windows))
+        .collect();
     if parts.len() > 8 {
         let more = parts.len() - 8;
         parts.truncate(8);
@@ -603,15 +575,5 @@ mod tests {
         assert_eq!(fmt_value("ms", 12.34), "12.3 ms");
         assert_eq!(fmt_value("calls", 1234567.0), "1,234,567 calls");
         assert_eq!(fmt_value("samples", -42.0), "-42 samples");
-    }
-
-    #[test]
-    fn digits_are_grouped() {
-        assert_eq!(group_digits(0u8), "0");
-        assert_eq!(group_digits(999u64), "999");
-        assert_eq!(group_digits(1000u64), "1,000");
-        assert_eq!(group_digits(1234567u64), "1,234,567");
-        assert_eq!(group_digits(-1234i64), "-1,234");
-        assert_eq!(group_digits(u64::MAX), "18,446,744,073,709,551,615");
     }
 }

@@ -11,7 +11,8 @@ use anstyle::{AnsiColor, Style};
 static ON: AtomicBool = AtomicBool::new(false);
 
 /// `--color`: when to colour people's output.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum ColorWhen {
     /// When stdout is a terminal that supports colour and `NO_COLOR` is unset.
     #[default]

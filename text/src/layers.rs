@@ -1,56 +1,28 @@
-//! `culprit report --layers`: each process's I/O layers side by side (seed 003 §3's
+//! `culprit report --layers` for people: each process's I/O layers side by side (seed 003 §3's
 //! characteristics over the range shown, highest layer first) and the layers that serialise
-//! their requests. The content is `culprit_analysis::layers::report`; this renders it.
+//! their requests. The content is `culprit_analysis::layers::report`'s [`LayersReport`].
 
-use std::io::Write as _;
+use std::io::Write;
 
-use culprit_analysis::data::Dataset;
-use culprit_analysis::layers::report::{self, LayerSummary, LayersOptions, LayersReport};
+use culprit_analysis::layers::report::{LayerSummary, LayersReport};
 use culprit_analysis::layers::serial;
-use culprit_analysis::time::{self, TimeSpec};
+use culprit_analysis::time;
 
-/// Prints the layers report (JSON: a `LayersReport`, docs/report-json.md).
-#[allow(clippy::too_many_arguments)]
-pub fn print(
-    ds: &Dataset,
-    pids: &[u32],
-    programs: &[String],
-    from: Option<TimeSpec>,
-    to: Option<TimeSpec>,
-    series: bool,
-    json: bool,
-) -> anyhow::Result<i32> {
-    let span = report::span(ds);
-    let (lo, hi) = span.unwrap_or((0, 0));
-    let opts = LayersOptions {
-        pids: pids.to_vec(),
-        programs: programs.to_vec(),
-        from: from.map(|t| t.resolve(lo, hi)),
-        to: to.map(|t| t.resolve(lo, hi)),
-        series,
-    };
-    let r = report::build(ds, &opts).unwrap_or(LayersReport {
-        schema: report::SCHEMA,
-        from_ns: opts.from.unwrap_or(lo),
-        to_ns: opts.to.unwrap_or(hi),
-        slot_ns: culprit_analysis::layers::SLOT_NS,
-        nodes: Vec::new(),
-    });
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
-    if json {
-        serde_json::to_writer_pretty(&mut out, &r)?;
-        writeln!(out)?;
-        return Ok(0);
-    }
+/// Prints the layers report; `has_events` tells whether the data holds layer events at all
+/// (outside the range too), for the message when the report has none.
+pub fn print_human(
+    r: &LayersReport,
+    has_events: bool,
+    out: &mut impl Write,
+) -> std::io::Result<()> {
     if r.nodes.is_empty() {
         writeln!(
             out,
             "no I/O layer events{}: mark the program's layers with culprit_io_admit & co. \
              (culprit.h), or trace with CULPRIT_IO=1 (the C library's calls)",
-            if span.is_some() { " in range" } else { "" }
+            if has_events { " in range" } else { "" }
         )?;
-        return Ok(0);
+        return Ok(());
     }
     writeln!(
         out,
@@ -70,7 +42,7 @@ pub fn print(
                     .as_deref()
                     .map_or(String::new(), |p| format!(" {p}"))
             )?;
-            table(&mut out, &p.layers)?;
+            table(out, &p.layers)?;
             if p.dropped_events > 0 {
                 writeln!(
                     out,
@@ -84,7 +56,7 @@ pub fn print(
             }
         }
     }
-    Ok(0)
+    Ok(())
 }
 
 type Row = (&'static str, fn(&LayerSummary) -> String);
@@ -119,7 +91,7 @@ const ROWS: &[Row] = &[
 ];
 
 /// Characteristics as rows, layers as columns (highest on the left).
-fn table(out: &mut impl std::io::Write, layers: &[LayerSummary]) -> std::io::Result<()> {
+fn table(out: &mut impl Write, layers: &[LayerSummary]) -> std::io::Result<()> {
     let w = layers
         .iter()
         .map(|l| l.layer.chars().count())

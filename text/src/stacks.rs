@@ -1,22 +1,14 @@
-//! `culprit report --stacks`: where each thread of each traced process is (its last stack if
-//! the process is gone), with how long each open call has been running.
+//! `culprit report --stacks` for people: where each thread of each traced process is (its last
+//! stack if the process is gone), with how long each open call has been running.
 
-use std::io::Write as _;
+use std::io::Write;
 
-use culprit_analysis::data::Dataset;
-use culprit_analysis::stacks::{snapshots, ProcessState};
+use culprit_analysis::stacks::{ProcessNow, ProcessState};
 use culprit_analysis::time;
 
-/// Prints every process's last stack snapshot (JSON: an array of `ProcessNow`).
-pub fn print(ds: &Dataset, json: bool) -> anyhow::Result<i32> {
-    let procs = snapshots(ds);
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
-    if json {
-        serde_json::to_writer_pretty(&mut out, &procs)?;
-        writeln!(out)?;
-        return Ok(0);
-    }
+/// Prints every process's last stack snapshot (`culprit_analysis::stacks::snapshots`); a
+/// running process's snapshot is aged against `now_ns`.
+pub fn print_human(procs: &[ProcessNow], now_ns: u64, out: &mut impl Write) -> std::io::Result<()> {
     if procs.is_empty() {
         writeln!(
             out,
@@ -24,13 +16,12 @@ pub fn print(ds: &Dataset, json: bool) -> anyhow::Result<i32> {
              interval of a traced process"
         )?;
     }
-    let now = time::now_ns();
-    for p in &procs {
+    for p in procs {
         let when = match p.state {
             ProcessState::Running => format!(
                 "snapshot of {} ({} ago)",
                 time::fmt_wall(p.taken_ns),
-                time::duration(now.saturating_sub(p.taken_ns))
+                time::duration(now_ns.saturating_sub(p.taken_ns))
             ),
             _ => format!("last snapshot: {}", time::fmt_wall(p.taken_ns)),
         };
@@ -84,5 +75,5 @@ pub fn print(ds: &Dataset, json: bool) -> anyhow::Result<i32> {
             writeln!(out, "  ({} more threads not in the snapshot)", p.omitted)?;
         }
     }
-    Ok(0)
+    Ok(())
 }
