@@ -1270,11 +1270,15 @@ mod tests {
         (r[i].clone(), r[i + 1].clone())
     }
 
-    /// Seed 004's columns: the top-ranked replica of `--requests` and the nodes the
-    /// single-node RPCA flags, counted like the others.
-    #[test]
-    fn request_columns() {
-        let with = |l: ResultLine, req: &[&str], ser: &[&str]| match l {
+    /// `l` with the columns measured beside the peer comparison set (names as strings).
+    fn with_columns(
+        l: ResultLine,
+        untrained: Option<&[&str]>,
+        requests: Option<&[&str]>,
+        series: Option<&[&str]>,
+    ) -> ResultLine {
+        let set = |v: Option<&[&str]>| v.map(|v| v.iter().map(|s| s.to_string()).collect());
+        match l {
             ResultLine::Run {
                 role,
                 record,
@@ -1289,13 +1293,20 @@ mod tests {
                 flagged,
                 metrics,
                 exit,
-                untrained: None,
-                requests: Some(req.iter().map(|s| s.to_string()).collect()),
-                series: Some(ser.iter().map(|s| s.to_string()).collect()),
+                untrained: set(untrained),
+                requests: set(requests),
+                series: set(series),
                 resources,
             },
             other => other,
-        };
+        }
+    }
+
+    /// Seed 004's columns: the top-ranked replica of `--requests` and the nodes the
+    /// single-node RPCA flags, counted like the others.
+    #[test]
+    fn request_columns() {
+        let with = |l, req: &[&str], ser: &[&str]| with_columns(l, None, Some(req), Some(ser));
         let lines = vec![
             with(
                 run_line("faulty", "disk-hog", "io1", &[], &[]),
@@ -1323,28 +1334,7 @@ mod tests {
     /// The untrained columns count runs that measured them; older result lines have none.
     #[test]
     fn untrained_columns() {
-        let with = |l: ResultLine, u: &[&str]| match l {
-            ResultLine::Run {
-                role,
-                record,
-                flagged,
-                metrics,
-                exit,
-                resources,
-                ..
-            } => ResultLine::Run {
-                role,
-                record,
-                flagged,
-                metrics,
-                exit,
-                untrained: Some(u.iter().map(|s| s.to_string()).collect()),
-                requests: None,
-                series: None,
-                resources,
-            },
-            other => other,
-        };
+        let with = |l, u: &[&str]| with_columns(l, Some(u), None, None);
         let lines = vec![
             with(run_line("faulty", "cpu-hog", "io1", &[], &[]), &["io1"]),
             with(run_line("faulty", "cpu-hog", "io2", &[], &[]), &["io0"]),
