@@ -12,7 +12,7 @@ use std::sync::RwLock;
 
 use jiff::civil::DateTime;
 use jiff::tz::TimeZone;
-use jiff::{SignedDuration, Timestamp};
+use jiff::Timestamp;
 
 /// Nanoseconds per second.
 pub const NS_PER_S: u64 = 1_000_000_000;
@@ -147,29 +147,10 @@ pub fn duration(ns: u64) -> String {
 }
 
 /// A duration like `30s`, `2m`, `1h`, `500ms`, `1m30s`, `1.5`, or a bare number of seconds →
-/// ns. The one duration syntax of every command (`--win-size`, `--interval`, `+30s`…).
+/// ns. The one duration syntax of every command (`--win-size`, `--interval`, `+30s`…):
+/// [`culprit_format::duration`].
 pub fn parse_duration_ns(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let text = if s.parse::<f64>().is_ok() {
-        format!("{s}s")
-    } else {
-        s.to_string()
-    };
-    let d: SignedDuration = text.parse().map_err(|_| {
-        let unit = s.trim_start_matches(|c: char| c.is_ascii_digit() || c == '.');
-        if unit.len() < s.len() && !unit.trim().is_empty() && !unit.contains(char::is_numeric) {
-            format!(
-                "unknown duration unit {:?} in {s:?} (use ms, s, m, h)",
-                unit.trim()
-            )
-        } else {
-            format!("{s:?} is not a duration (examples: 10s, 500ms, 2m)")
-        }
-    })?;
-    if d.is_negative() || d > SignedDuration::from_secs(1_000_000_000) {
-        return Err(format!("{s:?} is out of range"));
-    }
-    u64::try_from(d.as_nanos()).map_err(|_| format!("{s:?} is out of range"))
+    culprit_format::duration::parse_ns(s)
 }
 
 /// A time or duration the user wrote that could not be read.
@@ -391,11 +372,11 @@ mod tests {
         assert_eq!(parse_duration_ns("1m30s").unwrap(), 90 * NS);
         assert_eq!(
             parse_duration_ns("fast").unwrap_err(),
-            "\"fast\" is not a duration (examples: 10s, 500ms, 2m)"
+            "\"fast\" is not a duration (examples: 10s, 500ms, 2m, 1h)"
         );
         assert_eq!(
             parse_duration_ns("5 parsecs").unwrap_err(),
-            "unknown duration unit \"parsecs\" in \"5 parsecs\" (use ms, s, m, h)"
+            "unknown duration unit \"parsecs\" in \"5 parsecs\" (use ns, us, ms, s, m, h, d, w)"
         );
         assert!(parse_duration_ns("-1").is_err());
         assert!(parse_duration_ns("-1s").is_err());

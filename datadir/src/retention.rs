@@ -144,7 +144,7 @@ pub fn data_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, Error> {
         if !meta.is_dir() {
             return Err(Error::NotADirectory { path: p.clone() });
         }
-        if dir_has_data(p) {
+        if names::dir_has_data(p) {
             dirs.push(p.clone());
             continue;
         }
@@ -170,25 +170,12 @@ pub fn data_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, Error> {
         let mut files: Vec<PathBuf> = rd
             .flatten()
             .map(|e| e.path())
-            .filter(|p| is_data_file(p))
+            .filter(|p| names::is_data_file(p))
             .collect();
         files.sort();
         out.extend(files);
     }
     Ok(out)
-}
-
-fn is_data_file(p: &Path) -> bool {
-    p.file_name()
-        .and_then(|n| n.to_str())
-        .is_some_and(|n| names::parse_data_file_name(n).is_some())
-}
-
-fn dir_has_data(dir: &Path) -> bool {
-    dir.join(names::NODE_INFO_FILE).is_file()
-        || std::fs::read_dir(dir)
-            .map(|rd| rd.flatten().any(|e| is_data_file(&e.path())))
-            .unwrap_or(false)
 }
 
 /// Lists the data files of `paths` ([`data_files`]) with their state, oldest first.

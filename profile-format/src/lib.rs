@@ -99,6 +99,7 @@
 
 mod crc;
 pub mod decode;
+pub mod duration;
 pub mod encode;
 pub mod glob;
 pub mod layers;

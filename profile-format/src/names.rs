@@ -130,6 +130,22 @@ pub enum DataFileName {
     },
 }
 
+/// True for a culprit data file's path (its name is one [`parse_data_file_name`] knows).
+pub fn is_data_file(p: &std::path::Path) -> bool {
+    p.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| parse_data_file_name(n).is_some())
+}
+
+/// True for one node's directory: it holds a [`NODE_INFO_FILE`] or a data file. A data root,
+/// which holds node directories, is not one.
+pub fn dir_has_data(dir: &std::path::Path) -> bool {
+    dir.join(NODE_INFO_FILE).is_file()
+        || std::fs::read_dir(dir)
+            .map(|rd| rd.flatten().any(|e| is_data_file(&e.path())))
+            .unwrap_or(false)
+}
+
 /// Classifies a file name; `None` for files that are not culprit data files.
 pub fn parse_data_file_name(name: &str) -> Option<DataFileName> {
     let stem = name.strip_suffix(".cul")?;

@@ -45,9 +45,10 @@ pub mod request_kind {
     pub const CALL: u8 = 3;
 }
 
-/// One event of a sampled request.
+/// One event of a sampled request. `F` is how a call's function is named: its address (`u64`)
+/// as the file holds it, or whatever a reader resolves it to ([`RequestEvent::map_func`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RequestEvent {
+pub enum RequestEvent<F = u64> {
     /// A request (or a part handed off to this thread) begins.
     Begin {
         /// Wall-clock ns.
@@ -80,7 +81,7 @@ pub enum RequestEvent {
         /// Thread id.
         tid: u32,
         /// Function address (resolved like an Interval record's).
-        func: u64,
+        func: F,
         /// 1 for a call made directly inside the request, 2 for its callees…
         depth: u16,
         /// Inclusive (elapsed) ns.
@@ -88,6 +89,53 @@ pub enum RequestEvent {
         /// Exclusive (self) ns.
         excl_ns: u64,
     },
+}
+
+impl<F> RequestEvent<F> {
+    /// The same event with its call's function named by `f` (Begin and End have none).
+    pub fn map_func<G>(self, f: impl FnOnce(F) -> G) -> RequestEvent<G> {
+        match self {
+            RequestEvent::Begin {
+                t_ns,
+                tid,
+                id,
+                parent,
+                rtype,
+            } => RequestEvent::Begin {
+                t_ns,
+                tid,
+                id,
+                parent,
+                rtype,
+            },
+            RequestEvent::End {
+                t_ns,
+                tid,
+                id,
+                lost,
+            } => RequestEvent::End {
+                t_ns,
+                tid,
+                id,
+                lost,
+            },
+            RequestEvent::Call {
+                t_ns,
+                tid,
+                func,
+                depth,
+                incl_ns,
+                excl_ns,
+            } => RequestEvent::Call {
+                t_ns,
+                tid,
+                func: f(func),
+                depth,
+                incl_ns,
+                excl_ns,
+            },
+        }
+    }
 }
 
 impl RequestEvent {

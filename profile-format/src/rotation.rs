@@ -56,35 +56,13 @@ pub fn is_rotated(reason: u32) -> bool {
     reason == end_reason::ROTATED
 }
 
-/// A length of time like `1h`, `30m`, `10s`, `500ms`, `7d`, `2w` (or a bare number of seconds)
-/// in ns: the syntax of `CULPRIT_ROTATE`, `--rotate` and `--keep`.
+/// A length of time (the syntax of [`crate::duration`]: `1h`, `30m`, `10s`, `7d`, a bare number
+/// of seconds) in ns, more than zero: the syntax of `CULPRIT_ROTATE`, `--rotate` and `--keep`.
 pub fn parse_duration_ns(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration (examples: 1h, 30m, 10s, 7d)"))?;
-    let mult: f64 = match unit.trim() {
-        "" | "s" => 1e9,
-        "ms" => 1e6,
-        "m" | "min" => 60e9,
-        "h" => 3600e9,
-        "d" => 86400e9,
-        "w" => 7.0 * 86400e9,
-        u => {
-            return Err(format!(
-                "unknown unit {u:?} in {s:?} (use ms, s, m, h, d, w)"
-            ))
-        }
-    };
-    let ns = v * mult;
-    if !ns.is_finite() || !(1.0..=1e19).contains(&ns) {
-        return Err(format!("{s:?} is out of range"));
+    match crate::duration::parse_ns(s)? {
+        0 => Err(format!("{s:?}: a length of time more than zero is needed")),
+        ns => Ok(ns),
     }
-    Ok(ns as u64)
 }
 
 /// A size like `100M`, `5G`, `512K`, `1T` (powers of 1024; a `B`/`iB` suffix is allowed) or a

@@ -86,7 +86,7 @@ impl DirSource {
                     p.display()
                 )));
             }
-            if dir_has_data(p) {
+            if names::dir_has_data(p) {
                 let name = p
                     .canonicalize()
                     .ok()
@@ -110,7 +110,7 @@ impl DirSource {
                     || (self.include_unassigned && name == names::UNASSIGNED_DIR)
                 {
                     out.push(NodeDir { name, dir });
-                } else if !name.starts_with(['.', '_']) && dir_has_data(&dir) {
+                } else if !name.starts_with(['.', '_']) && names::dir_has_data(&dir) {
                     // Not `_unassigned` and other non-nodes, nor hidden directories: a
                     // directory of data under a name that cannot be a node.
                     skipped.push(format!(
@@ -158,7 +158,7 @@ impl Source for DirSource {
                 Ok(rd) => rd
                     .flatten()
                     .map(|e| e.path())
-                    .filter(|p| is_data_file(p))
+                    .filter(|p| names::is_data_file(p))
                     .collect(),
                 Err(e) => {
                     warn(format!("{}: cannot read: {e}", dir.display()));
@@ -211,17 +211,4 @@ impl ReadAt for DataFile {
             .and_then(|t| t.elapsed().ok())
             .is_some_and(|age| age < std::time::Duration::from_secs(10))
     }
-}
-
-fn is_data_file(p: &Path) -> bool {
-    p.file_name()
-        .and_then(|n| n.to_str())
-        .is_some_and(|n| names::parse_data_file_name(n).is_some())
-}
-
-fn dir_has_data(dir: &Path) -> bool {
-    dir.join(names::NODE_INFO_FILE).is_file()
-        || std::fs::read_dir(dir)
-            .map(|rd| rd.flatten().any(|e| is_data_file(&e.path())))
-            .unwrap_or(false)
 }
