@@ -2,8 +2,10 @@
 //! `--keep`, `+30s`…) and of the runtime's environment (`CULPRIT_ROTATE`).
 //!
 //! A bare number is seconds (`60`, `1.5`); otherwise one or more *number unit* groups, with or
-//! without spaces between them (`500ms`, `1m30s`, `1h 15m`). Units: `ns`, `us`/`µs`, `ms`,
-//! `s`/`sec`, `m`/`min`, `h`, `d`, `w`.
+//! without spaces or commas between them (`500ms`, `1m30s`, `1h 15m`, `2 hours, 30 minutes`).
+//! Units, short or spelled out: `ns`, `us`/`µs`, `ms`, `s`/`sec`/`second(s)`, `m`/`min`/`minute(s)`,
+//! `h`/`hr`/`hour(s)`, `d`/`day(s)`, `w`/`week(s)` (and `nanosecond(s)`, `microsecond(s)`,
+//! `millisecond(s)`).
 
 /// The largest duration taken: 10⁹ s (about 31 years).
 const MAX_NS: f64 = 1e18;
@@ -28,18 +30,18 @@ pub fn parse_ns(s: &str) -> Result<u64, String> {
         let v: f64 = num.parse().map_err(|_| not_a_duration())?;
         let after = after.trim_start();
         let unit_len = after
-            .find(|c: char| c.is_ascii_digit() || c == '.' || c.is_whitespace())
+            .find(|c: char| c.is_ascii_digit() || c == '.' || c == ',' || c.is_whitespace())
             .unwrap_or(after.len());
         let (unit, after) = after.split_at(unit_len);
         let mult = match unit {
-            "ns" => 1.0,
-            "us" | "µs" => 1e3,
-            "ms" => 1e6,
-            "s" | "sec" => 1e9,
-            "m" | "min" => 60e9,
-            "h" => 3600e9,
-            "d" => 86_400e9,
-            "w" => 7.0 * 86_400e9,
+            "ns" | "nanosecond" | "nanoseconds" => 1.0,
+            "us" | "µs" | "microsecond" | "microseconds" => 1e3,
+            "ms" | "millisecond" | "milliseconds" => 1e6,
+            "s" | "sec" | "secs" | "second" | "seconds" => 1e9,
+            "m" | "min" | "mins" | "minute" | "minutes" => 60e9,
+            "h" | "hr" | "hrs" | "hour" | "hours" => 3600e9,
+            "d" | "day" | "days" => 86_400e9,
+            "w" | "week" | "weeks" => 7.0 * 86_400e9,
             "" => return Err(not_a_duration()),
             u => {
                 return Err(format!(
@@ -49,6 +51,12 @@ pub fn parse_ns(s: &str) -> Result<u64, String> {
         };
         total += v * mult;
         rest = after.trim_start();
+        if let Some(r) = rest.strip_prefix(',') {
+            rest = r.trim_start();
+            if rest.is_empty() {
+                return Err(not_a_duration());
+            }
+        }
     }
     in_range(s, total)
 }
@@ -84,6 +92,10 @@ mod tests {
         assert_eq!(parse_ns("7d"), Ok(7 * 86_400 * S));
         assert_eq!(parse_ns("2w"), Ok(14 * 86_400 * S));
         assert_eq!(parse_ns("0s"), Ok(0));
+        assert_eq!(parse_ns("2 hours, 30 minutes"), Ok(9000 * S));
+        assert_eq!(parse_ns("1 day"), Ok(86_400 * S));
+        assert_eq!(parse_ns("3 mins 4 secs"), Ok(184 * S));
+        assert_eq!(parse_ns("1 week"), Ok(7 * 86_400 * S));
     }
 
     #[test]
