@@ -217,16 +217,7 @@ impl Tools {
         if let Some(t) = thresholds {
             cmd.arg("--thresholds").arg(t);
         }
-        let o = cmd
-            .output()
-            .map_err(|e| Error::io("run culprit diagnose", e))?;
-        let exit = o.status.code().unwrap_or(2);
-        if exit != 0 && exit != 1 {
-            return Err(Error::Command {
-                cmd: "culprit diagnose".into(),
-                detail: String::from_utf8_lossy(&o.stderr).trim().to_string(),
-            });
-        }
+        let (o, exit) = run_verdict(&mut cmd, "culprit diagnose")?;
         let diagnosis: Diagnosis = serde_json::from_slice(&o.stdout)
             .map_err(|e| Error::Parse(format!("culprit diagnose --json output ({e})")))?;
         let mut v = verdicts(diagnosis);
@@ -237,20 +228,11 @@ impl Tools {
     /// `culprit diagnose DATA --requests --json`: seed 004's analyses, which need no
     /// thresholds and no windows.
     pub fn diagnose_requests(&self, data_dir: &Path) -> Result<RequestVerdicts> {
-        let o = self
-            .culprit()
-            .arg("diagnose")
+        let mut cmd = self.culprit();
+        cmd.arg("diagnose")
             .arg(data_dir)
-            .args(["--requests", "--json"])
-            .output()
-            .map_err(|e| Error::io("run culprit diagnose --requests", e))?;
-        let exit = o.status.code().unwrap_or(2);
-        if exit != 0 && exit != 1 {
-            return Err(Error::Command {
-                cmd: "culprit diagnose --requests".into(),
-                detail: String::from_utf8_lossy(&o.stderr).trim().to_string(),
-            });
-        }
+            .args(["--requests", "--json"]);
+        let (o, _) = run_verdict(&mut cmd, "culprit diagnose --requests")?;
         #[derive(serde::Deserialize)]
         struct Document {
             requests: RequestsReport,
@@ -283,6 +265,22 @@ impl Tools {
         s.push_str(&String::from_utf8_lossy(&o.stderr));
         Ok(s)
     }
+}
+
+/// Runs a `culprit diagnose` command (`what`, for errors) whose exit status is a verdict: 0 (no
+/// node flagged) or 1 (flagged); any other status is an error with its stderr.
+fn run_verdict(cmd: &mut Command, what: &str) -> Result<(std::process::Output, i32)> {
+    let o = cmd
+        .output()
+        .map_err(|e| Error::io(format!("run {what}"), e))?;
+    let exit = o.status.code().unwrap_or(2);
+    if exit != 0 && exit != 1 {
+        return Err(Error::Command {
+            cmd: what.into(),
+            detail: String::from_utf8_lossy(&o.stderr).trim().to_string(),
+        });
+    }
+    Ok((o, exit))
 }
 
 /// The running `culprit sample`; dropping it stops it.

@@ -394,6 +394,19 @@ pub struct MachineLock {
     _file: std::fs::File,
 }
 
+/// Analysis options for the tests' short runs: 1 s windows every 500 ms (multiples of their
+/// 100 or 200 ms records), and the time rule at 1 ms per window (the default 1 s suits 60 s
+/// windows of real servers, not 1 s windows of a small test server). Count uses the time rule
+/// (seed 000), so faults are injected into functions that pass it.
+pub const SHORT_WINDOWS: [&str; 6] = [
+    "--win-size",
+    "1s",
+    "--win-shift",
+    "500ms",
+    "--min-time",
+    "1ms",
+];
+
 /// Runs `cmd`, panicking with its stderr unless it succeeds; returns the output.
 pub fn run_ok(cmd: &mut Command) -> Output {
     let o = cmd

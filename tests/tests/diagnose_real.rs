@@ -27,18 +27,6 @@ use culprit_tests::*;
 mod diagnose_util;
 use diagnose_util::*;
 
-/// Analysis options for these short runs: 1 s windows every 500 ms (multiples of the 100 ms
-/// records); the time rule at 1 ms per window (the default 1 s suits 60 s windows of real
-/// servers, not 1 s windows of this small one). Count uses the time rule (seed 000), so faults
-/// are injected into functions that pass it.
-const WINDOWS: [&str; 6] = [
-    "--win-size",
-    "1s",
-    "--win-shift",
-    "500ms",
-    "--min-time",
-    "1ms",
-];
 /// Record interval of the servers: 200 ms, so a flusher starved for 100 ms is still on time (an
 /// interval the flusher reaches over half an interval late is written MISSED, and a window
 /// with a missed interval on any node is not compared: at load average 18, the 100 ms records
@@ -133,7 +121,7 @@ fn run_group(exe: &Path, data: &Path, nodes: &[Node<'_>], secs: &str) {
 
 fn diagnose(args: &[&str]) -> (i32, Diagnosis) {
     let mut all = args.to_vec();
-    all.extend(WINDOWS);
+    all.extend(SHORT_WINDOWS);
     diagnose_json(&all)
 }
 
@@ -699,7 +687,7 @@ fn follow_reports_as_windows_close() {
     let mut follow = culprit()
         .arg("diagnose")
         .arg(&data)
-        .args(WINDOWS)
+        .args(SHORT_WINDOWS)
         .args(["--follow", "--json"])
         .stdout(Stdio::piped())
         .spawn()

@@ -15,14 +15,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use culprit_format::decode::parse_header;
 use culprit_tests::*;
 
-const WINDOWS: [&str; 6] = [
-    "--win-size",
-    "1s",
-    "--win-shift",
-    "500ms",
-    "--min-time",
-    "1ms",
-];
 const NODES: [&str; 4] = ["srv0", "srv1", "srv2", "srv3"];
 const GROUP: &str = "e2e";
 /// The token of the broker that needs one.
@@ -303,7 +295,7 @@ fn ships_and_follows_through_crashes() {
         .arg(format!("{url}/{GROUP}"))
         .arg("--mirror")
         .arg(&mirror)
-        .args(WINDOWS)
+        .args(SHORT_WINDOWS)
         .args(["--follow", "--json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -363,7 +355,7 @@ fn ships_and_follows_through_crashes() {
     let offline = culprit()
         .arg("diagnose")
         .arg(&data)
-        .args(WINDOWS)
+        .args(SHORT_WINDOWS)
         .arg("--json")
         .output()
         .unwrap();

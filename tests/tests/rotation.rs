@@ -486,19 +486,11 @@ fn diagnose_follow_reads_rotating_peers_to_their_end() {
         waited += 1;
         assert!(waited < 100, "no data after 10 s");
     }
-    let windows = [
-        "--win-size",
-        "1s",
-        "--win-shift",
-        "500ms",
-        "--min-time",
-        "1ms",
-    ];
     let follow = culprit()
         .arg("diagnose")
         .arg(&data)
         .args(["--follow", "--for", "120s", "--json"])
-        .args(windows)
+        .args(SHORT_WINDOWS)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -520,7 +512,7 @@ fn diagnose_follow_reads_rotating_peers_to_their_end() {
         .arg("diagnose")
         .arg(&data)
         .arg("--json")
-        .args(windows)
+        .args(SHORT_WINDOWS)
         .output()
         .unwrap();
     let offline: serde_json::Value = serde_json::from_slice(&offline.stdout).unwrap();
