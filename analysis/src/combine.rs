@@ -9,7 +9,9 @@
 //!   is *corroborated* — another metric finds it faulty too, or has at least one anomalous
 //!   window within 2k − 1 windows of the faulty stretch — or *decisive* — its anomalous windows
 //!   exceed the threshold by a median factor of at least [`DECISIVE`] — or only one metric
-//!   could be analysed at all;
+//!   could be analysed at all; a family of several metrics (the OS metrics) is decisive, or the
+//!   only one analysed, only when two of its metrics find the node faulty
+//!   (`FamilyVerdict::has_two_views`);
 //! * a node that one metric finds faulty without decisive evidence is a **suspect**: reported,
 //!   with its root-cause table, but not counted as a culprit in the exit status;
 //! * a node that stopped producing data while its peers went on is **stopped** (a culprit);
@@ -190,6 +192,20 @@ struct FamilyVerdict {
     merged: MetricVerdict,
 }
 
+impl FamilyVerdict {
+    /// False for a family of several metrics — views of a few resources: the OS metrics — in
+    /// which only one metric finds the node faulty. Such a family alone makes a node faulty only when two
+    /// of its views agree: one view of a resource moves by chance far more often than two (a
+    /// node's run-queue wait on a shared host is the scheduler's luck from second to second,
+    /// and its CPU use and runnable threads do not follow it), and the family's evidence is
+    /// the largest of its many metrics', so a single one's excursion is the largest of many
+    /// draws. A real fault of a resource moves each of its views: a slow disk shows in I/O
+    /// delay and blocked threads, a hog in the bytes of the cgroup and of its processes.
+    fn has_two_views(&self) -> bool {
+        self.faulty.len() >= 2 || self.faulty.first() == Some(&self.family)
+    }
+}
+
 /// Groups metric verdicts by family, in order of first appearance.
 fn families(per_metric: &[MetricVerdict]) -> Vec<FamilyVerdict> {
     let mut out: Vec<FamilyVerdict> = Vec::new();
@@ -297,6 +313,15 @@ pub fn combine_with(
                 format!(
                     "faulty on {what}, corroborated by anomalies in {} at the same time",
                     join_and(&names)
+                ),
+            )
+        } else if !f.has_two_views() {
+            (
+                Verdict::Suspect,
+                format!(
+                    "{what} only, {e:.2}× its threshold: one view of its resource \
+                     (needs a second {} metric or another family)",
+                    f.family
                 ),
             )
         } else if e >= decisive {
@@ -456,8 +481,53 @@ mod tests {
         let c = combine(&[mv(rd, true, 1.1), time], 2, false, 50);
         assert_eq!(c.verdict, Verdict::Faulty, "{}", c.reason);
         assert_eq!(c.families[1].role, Role::Corroborates);
-        // Only the OS family analysed: it is the only metric.
+        // Only the OS family analysed: two of its views must agree.
         let c = combine(&[mv(rd, true, 1.1), mv(tps, false, 0.0)], 1, false, 50);
+        assert_eq!(c.verdict, Verdict::Suspect, "{}", c.reason);
+        let c = combine(&[mv(rd, true, 1.1), mv(tps, true, 1.2)], 1, false, 50);
+        assert_eq!(c.verdict, Verdict::Faulty, "{}", c.reason);
+        assert_eq!(
+            c.reason,
+            "os (disk.rd_sec, disk.tps) is the only metric analysed"
+        );
+    }
+
+    /// One OS metric alone is never decisive, however far above its threshold: a node's
+    /// run-queue wait 2× its threshold, with CPU use and every other family like its peers',
+    /// was flagged "CPU starvation" in a CI run of a slow-disk fault on another node. Two
+    /// views of a resource are.
+    #[test]
+    fn one_os_view_alone_is_a_suspect() {
+        let runq = Metric::from_name("proc.runq_delay").unwrap();
+        let runnable = Metric::from_name("proc.runnable").unwrap();
+        let others = [
+            mv(Metric::SAMPLES, false, 0.0),
+            mv(Metric::TIME, false, 0.0),
+        ];
+        let mut v = vec![mv(runq, true, 2.0), mv(runnable, false, 0.0)];
+        v.extend(others.iter().cloned());
+        let c = combine(&v, 3, false, 50);
+        assert_eq!(c.verdict, Verdict::Suspect, "{}", c.reason);
+        assert_eq!(
+            c.reason,
+            "os (proc.runq_delay) only, 2.00× its threshold: one view of its resource \
+             (needs a second os metric or another family)"
+        );
+        assert_eq!(c.families[0].role, Role::Faulty);
+        v[1] = mv(runnable, true, 1.2);
+        let c = combine(&v, 3, false, 50);
+        assert_eq!(c.verdict, Verdict::Faulty, "{}", c.reason);
+        assert_eq!(
+            c.reason,
+            "decisive on os (proc.runq_delay, proc.runnable): 2.0× its threshold"
+        );
+        // A single-metric family needs no second view: samples alone at 2× is decisive.
+        let c = combine(
+            &[mv(Metric::SAMPLES, true, 2.0), v[3].clone()],
+            3,
+            false,
+            50,
+        );
         assert_eq!(c.verdict, Verdict::Faulty, "{}", c.reason);
     }
 }
