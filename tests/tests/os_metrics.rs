@@ -854,8 +854,11 @@ fn a_throttled_node_is_named_with_a_slow_disk() {
         return;
     }
     assert_eq!(r.kind, culprit_analysis::resource::Kind::SlowDisk, "{text}");
+    // The VERDICT line names the strongest diverging evidence: the I/O delay, or the threads
+    // blocked on I/O when they were anomalous in more windows — both are the slow disk's.
     assert!(
-        text.contains("VERDICT: n3 is FAULTY — slow disk (I/O delay "),
+        text.contains("VERDICT: n3 is FAULTY — slow disk (I/O delay ")
+            || text.contains("VERDICT: n3 is FAULTY — slow disk (threads blocked on I/O "),
         "{text}"
     );
     let os = v
