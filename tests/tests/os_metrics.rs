@@ -843,7 +843,7 @@ fn a_throttled_node_is_named_with_a_slow_disk() {
     // training runs that saw it raise the delay threshold so far that a throttled node's delay
     // is only anomalous. Then the checklist, seeing throughput alone, names the software: a
     // known weakness (the closing note of issue 13), not a pass. Whenever the delay diverges,
-    // the resource must be the slow disk, named on the VERDICT line with the delay.
+    // the resource must be the slow disk, named on the VERDICT line.
     let delay_diverges = r
         .evidence
         .iter()
