@@ -194,13 +194,13 @@ struct FamilyVerdict {
 
 impl FamilyVerdict {
     /// False for a family of several metrics — views of a few resources: the OS metrics — in
-    /// which only one metric finds the node faulty. Such a family alone makes a node faulty only when two
-    /// of its views agree: one view of a resource moves by chance far more often than two (a
-    /// node's run-queue wait on a shared host is the scheduler's luck from second to second,
-    /// and its CPU use and runnable threads do not follow it), and the family's evidence is
-    /// the largest of its many metrics', so a single one's excursion is the largest of many
-    /// draws. A real fault of a resource moves each of its views: a slow disk shows in I/O
-    /// delay and blocked threads, a hog in the bytes of the cgroup and of its processes.
+    /// which only one metric finds the node faulty. Such a family alone makes a node faulty
+    /// only when two of its views agree: one view of a resource moves by chance far more often
+    /// than two (a node's run-queue wait on a shared host is the scheduler's luck from second
+    /// to second, and its CPU use and runnable threads do not follow it), and the family's
+    /// evidence is the largest of its many metrics', so a single one's excursion is the
+    /// largest of many draws. A real fault of a resource moves each of its views: a slow disk
+    /// shows in I/O delay and blocked threads, a hog in the bytes of its cgroup and processes.
     fn has_two_views(&self) -> bool {
         self.faulty.len() >= 2 || self.faulty.first() == Some(&self.family)
     }
