@@ -21,7 +21,11 @@
 //!
 //! A node is paused when it is stopped now, or when one view's stopped time is at least
 //! [`PAUSE_MIN_NS`] and [`PEER_FACTOR`] times the median of its peers' (a machine so busy
-//! that every flusher wakes late does not make every node paused).
+//! that every flusher wakes late does not make every node paused). Where the kernel's view
+//! exists it decides, and the runtime's is not read: the kernel sees every stop, while a probe
+//! also comes late when its thread waits for a CPU. On a host whose nodes each waited
+//! 500 ms/s for a CPU, a fault-free node's five late probes read as 500 ms stopped, 3× its
+//! peers', while the kernel had seen it stop not once.
 
 use std::sync::Arc;
 
@@ -114,25 +118,15 @@ pub fn findings(ds: &Dataset, now_ns: u64) -> Vec<Finding> {
             median_in_place(&mut v)
         }
     };
-    let stands_out = |ns: u64, med: f64| ns >= PAUSE_MIN_NS && ns as f64 >= PEER_FACTOR * med;
     let mut out = Vec::new();
     for (n, node) in ds.nodes.iter().enumerate() {
         let v = all[n];
-        let kernel = v
-            .kernel
-            .filter(|&(ns, _)| stands_out(ns, peers_median(n, &|s| s.kernel.map(|k| k.0))));
-        let runtime = v
-            .runtime
-            .filter(|&ns| stands_out(ns, peers_median(n, &|s| s.runtime)));
-        let (source, stopped_ns) = match (v.now_since, kernel, runtime) {
-            (Some(since), k, r) => {
-                // Stopped now: what the other views saw before, plus the stop in progress.
-                let before = k.map(|k| k.0).or(r).unwrap_or(0);
-                ("proc", before.max(now_ns.saturating_sub(since)))
-            }
-            (None, Some((ns, _)), _) => ("kernel", ns),
-            (None, None, Some(ns)) => ("runtime", ns),
-            (None, None, None) => continue,
+        let peers = (
+            peers_median(n, &|s| s.kernel.map(|k| k.0)),
+            peers_median(n, &|s| s.runtime),
+        );
+        let Some((source, stopped_ns)) = decide(&v, peers, now_ns) else {
+            continue;
         };
         out.push(Finding::Paused {
             node: node.name.clone(),
@@ -143,4 +137,86 @@ pub fn findings(ds: &Dataset, now_ns: u64) -> Vec<Finding> {
         });
     }
     out
+}
+
+/// Whether views `v` make a node paused, given the median of its peers' kernel and runtime
+/// stopped times: the source that tells (`proc`, `kernel` or `runtime`) and the stopped ns.
+fn decide(
+    v: &StopViews,
+    (kernel_peers, runtime_peers): (f64, f64),
+    now_ns: u64,
+) -> Option<(&'static str, u64)> {
+    let stands_out = |ns: u64, med: f64| ns >= PAUSE_MIN_NS && ns as f64 >= PEER_FACTOR * med;
+    let kernel = v.kernel.filter(|&(ns, _)| stands_out(ns, kernel_peers));
+    // The runtime's estimate only where the kernel did not look (module docs).
+    let runtime = v
+        .runtime
+        .filter(|&ns| v.kernel.is_none() && stands_out(ns, runtime_peers));
+    match (v.now_since, kernel, runtime) {
+        (Some(since), k, r) => {
+            // Stopped now: what the other views saw before, plus the stop in progress.
+            let before = k.map(|k| k.0).or(r).unwrap_or(0);
+            Some(("proc", before.max(now_ns.saturating_sub(since))))
+        }
+        (None, Some((ns, _)), _) => Some(("kernel", ns)),
+        (None, None, Some(ns)) => Some(("runtime", ns)),
+        (None, None, None) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn a_view_stands_out_from_its_peers() {
+        // Tracer only: 1.5 s of late probes against peers' 100 ms.
+        let v = StopViews {
+            runtime: Some(1500 * MS),
+            ..StopViews::default()
+        };
+        assert_eq!(decide(&v, (0.0, 100e6), 0), Some(("runtime", 1500 * MS)));
+        // Every node's probes late alike: not paused.
+        assert_eq!(decide(&v, (0.0, 800e6), 0), None);
+        // Under the least stopped time: not paused.
+        let short = StopViews {
+            runtime: Some(400 * MS),
+            ..StopViews::default()
+        };
+        assert_eq!(decide(&short, (0.0, 0.0), 0), None);
+        // The kernel saw the stops.
+        let k = StopViews {
+            kernel: Some((900 * MS, 30)),
+            runtime: Some(700 * MS),
+            now_since: None,
+        };
+        assert_eq!(decide(&k, (0.0, 0.0), 0), Some(("kernel", 900 * MS)));
+        // Stopped now, for 2 s.
+        let now = StopViews {
+            now_since: Some(1_000 * MS),
+            ..StopViews::default()
+        };
+        assert_eq!(
+            decide(&now, (0.0, 0.0), 3_000 * MS),
+            Some(("proc", 2_000 * MS))
+        );
+    }
+
+    /// Late probes of a node the kernel saw never stop are a wait for a CPU, not a pause.
+    #[test]
+    fn the_kernel_decides_where_it_looked() {
+        let v = StopViews {
+            kernel: Some((0, 0)),
+            runtime: Some(500 * MS),
+            now_since: None,
+        };
+        assert_eq!(decide(&v, (0.0, 150e6), 0), None);
+        let unsampled = StopViews { kernel: None, ..v };
+        assert_eq!(
+            decide(&unsampled, (0.0, 150e6), 0),
+            Some(("runtime", 500 * MS))
+        );
+    }
 }
