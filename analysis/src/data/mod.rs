@@ -44,6 +44,10 @@ use symbols::Symbols;
 
 use crate::error::{Error, Result};
 
+/// The image name of a traced address in no object its process recorded (its function is
+/// then named by the address: not comparable across processes).
+pub const UNMAPPED_IMAGE: &str = "?";
+
 /// A data file that could not be read at all.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Unreadable {
@@ -243,8 +247,14 @@ impl Dataset {
             self.nodes[idx].info = listing.info;
             self.refresh_node(idx, &listing.streams, &mut stats);
         }
-        self.nodes
-            .retain(|n| !n.traces.is_empty() || !n.samples.is_empty());
+        // A node whose files are all unreadable (a damaged header) stays: it is reported
+        // `damaged`, not left out of the group.
+        let unreadable = &self.unreadable;
+        self.nodes.retain(|n| {
+            !n.traces.is_empty()
+                || !n.samples.is_empty()
+                || unreadable.iter().any(|u| u.node == n.name)
+        });
         self.nodes.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(stats)
     }

@@ -118,7 +118,7 @@ impl Symbols {
                 }
             }
             None => FuncKey {
-                image: Arc::from("?"),
+                image: Arc::from(super::UNMAPPED_IMAGE),
                 function: Arc::from(format!("{addr:#x}").as_str()),
             },
         }
