@@ -391,9 +391,10 @@ fn verdict_of(v: &serde_json::Value, node: &str) -> String {
 /// Issue 30, case 3: cutting, inserting or deleting bytes in a healthy node's trace file —
 /// its stacks region included — never makes it stuck, paused or a culprit: a snapshot that is
 /// torn, beyond the file's intact records or cut short is not evidence, and the node is
-/// `damaged`. (Before: `truncate -s 8192` made a healthy node "STUCK … for 12 s", exit 1.)
+/// `damaged`. (Before: `truncate -s 8192` made a healthy node "STUCK … for 12 s", exit 1.) Nor
+/// does a header whose committed end was moved back to a record boundary (before: "STOPPED").
 #[test]
-fn a_damaged_stacks_region_is_damage_not_a_stuck_node() {
+fn damage_to_a_healthy_trace_file_is_never_a_verdict() {
     use culprit_format::stacks::STACKS_SLOT_SIZE;
     let dir = TempDir::new("dmg-stacks");
     // 13 s: main and the workers' loops are open for 13 s, past the stuck rule's 10 s.
@@ -442,6 +443,15 @@ fn a_damaged_stacks_region_is_damage_not_a_stuck_node() {
             "a range of records deleted",
             Box::new(move |b| {
                 b.drain(mid..mid + 200);
+            }),
+        ),
+        (
+            "the committed end moved back to a record",
+            Box::new(|b| {
+                let recs = record_offsets(b);
+                let at = recs[recs.len() / 2] as u64;
+                let field = culprit_format::HEADER_COMMITTED_END_OFFSET;
+                b[field..field + 8].copy_from_slice(&at.to_le_bytes());
             }),
         ),
     ];

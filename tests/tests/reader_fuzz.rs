@@ -12,7 +12,7 @@
 //!
 //! The second property is structural: byte ranges cut, inserted or deleted in each region of
 //! a trace file — the header, the rest of the header page, the stacks region, the records —
-//! of one node of a healthy traced group (four real processes, run past the stuck rule's
+//! and its committed end moved back to a record, in one node of a healthy traced group (four real processes, run past the stuck rule's
 //! 10 s), diagnosed in-process. No panic, no case over 10 s, and no verdict from the damage:
 //! the group has no culprit before, so it has none after, and the damaged node is `ok` or
 //! `damaged`. CI runs 1,000 cases (about 8 s of diagnoses in a debug build);
@@ -334,6 +334,9 @@ enum Structural {
     Insert(Region, prop::sample::Index, Vec<u8>),
     /// `len` bytes deleted from there.
     Delete(Region, prop::sample::Index, usize),
+    /// The header's committed end moved to the start of a record (the end of the data as the
+    /// header tells it, the one cut no checksum sees).
+    CommittedEnd(prop::sample::Index),
 }
 
 fn region() -> impl Strategy<Value = Region> {
@@ -359,6 +362,7 @@ fn structural() -> impl Strategy<Value = Structural> {
             .prop_map(|(r, i, b)| Structural::Insert(r, i, b)),
         (region(), any::<prop::sample::Index>(), len)
             .prop_map(|(r, i, n)| Structural::Delete(r, i, n)),
+        any::<prop::sample::Index>().prop_map(Structural::CommittedEnd),
     ]
 }
 
@@ -397,6 +401,14 @@ fn apply_structural(bytes: &mut Vec<u8>, h: &culprit_format::FileHeader, m: &Str
             let a = at(*r, i, bytes.len());
             let b = (a + n).min(bytes.len());
             bytes.drain(a..b);
+        }
+        Structural::CommittedEnd(i) => {
+            let recs = record_offsets(bytes);
+            if !recs.is_empty() {
+                let at = recs[i.index(recs.len())] as u64;
+                let field = culprit_format::HEADER_COMMITTED_END_OFFSET;
+                bytes[field..field + 8].copy_from_slice(&at.to_le_bytes());
+            }
         }
     }
 }

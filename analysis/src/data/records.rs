@@ -139,11 +139,20 @@ impl Dataset {
         }
     }
 
-    /// The file's status from its stream's state, with a warning for damage.
-    fn settle(&mut self, path: &Path, state: &StreamState, status: &mut FileStatus) {
+    /// The file's status from its stream's state, with a warning for damage. `marked`: an end
+    /// marker (End record) was read.
+    fn settle(&mut self, path: &Path, state: &StreamState, status: &mut FileStatus, marked: bool) {
         match state {
             StreamState::Open => {}
-            StreamState::Ended => *status = FileStatus::Ended,
+            StreamState::Ended if marked => *status = FileStatus::Ended,
+            StreamState::Ended => {
+                // A header that says "ended" over records without an end marker: its committed
+                // end was moved back (damage), or the file would look like a node that stopped.
+                let why =
+                    "the header says the file ended, but its last record is not an end marker";
+                self.warn(format!("{}: {why}; data before it is kept", path.display()));
+                *status = FileStatus::Damaged(why.to_string());
+            }
             StreamState::Damaged(d) => {
                 self.warn(format!("{}: {d}; data before it is kept", path.display()));
                 *status = FileStatus::Damaged(d.reason.clone());
@@ -352,9 +361,10 @@ impl Dataset {
             };
             F::record(self, f, rec, stats);
         }
+        let marked = f.end_marker();
         let (_, consumed, status) = f.parts();
         *consumed = r.offset();
-        self.settle(&path, r.state(), status);
+        self.settle(&path, r.state(), status, marked);
         Some(r)
     }
 
@@ -503,6 +513,8 @@ trait Stream {
     fn parts(&mut self) -> (&Path, &mut u64, &mut FileStatus);
     /// Takes in one record.
     fn record(ds: &mut Dataset, f: &mut Self, rec: Record<'_>, stats: &mut RefreshStats);
+    /// An end marker (or a rotation's) was read.
+    fn end_marker(&self) -> bool;
 }
 
 impl Stream for TraceFile {
@@ -513,6 +525,9 @@ impl Stream for TraceFile {
     fn record(ds: &mut Dataset, f: &mut Self, rec: Record<'_>, stats: &mut RefreshStats) {
         ds.trace_record(f, rec, stats);
     }
+    fn end_marker(&self) -> bool {
+        self.end_ns.is_some() || self.rotated_end.is_some()
+    }
 }
 
 impl Stream for SampleFile {
@@ -522,6 +537,9 @@ impl Stream for SampleFile {
     }
     fn record(ds: &mut Dataset, f: &mut Self, rec: Record<'_>, stats: &mut RefreshStats) {
         ds.samples_record(f, rec, stats);
+    }
+    fn end_marker(&self) -> bool {
+        self.end_ns.is_some() || self.rotated_end.is_some()
     }
 }
 
