@@ -516,3 +516,47 @@ fn a_node_with_a_damaged_header_stays_in_the_verdicts() {
         assert_eq!(v["culprits"], serde_json::json!([]), "{v:#}");
     }
 }
+
+/// Issue 30, case 6: a thresholds file whose thresholds are zero (or negative) would flag every
+/// node; training never writes one (its least threshold is two grid steps), so it is refused in
+/// one line. (Before: accepted, every node FAULTY, exit 1.)
+#[test]
+fn a_thresholds_file_of_zero_thresholds_is_refused() {
+    let dir = TempDir::new("dmg-zero");
+    write_peer_samples(dir.path(), false, false);
+    let data = dir.path().as_os_str();
+    let trained = dir.join("t.json");
+    run_ok(
+        culprit()
+            .args(["train"])
+            .arg(data)
+            .arg("--out")
+            .arg(&trained),
+    );
+    let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&trained).unwrap()).unwrap();
+    for (what, value) in [("all zero", 0.0), ("all negative", -2.0)] {
+        let mut z = t.clone();
+        for th in z["metrics"]["samples"]["thresholds"]
+            .as_object_mut()
+            .unwrap()
+            .values_mut()
+        {
+            *th = serde_json::json!(value);
+        }
+        let path = dir.join("zero.json");
+        std::fs::write(&path, z.to_string()).unwrap();
+        let err = one_error(&[os("diagnose"), data, os("--thresholds"), path.as_os_str()]);
+        assert_eq!(
+            err,
+            format!(
+                "culprit: error: {}: threshold of node io0 for samples is {value}, not a \
+                 positive number (training never writes one); retrain with `culprit train`",
+                path.display()
+            ),
+            "{what}"
+        );
+    }
+    // The trained file itself is taken: no node flagged.
+    let o = diagnose(dir.path(), &["--thresholds", trained.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+}
