@@ -406,18 +406,7 @@ fn sampler_rotating_every_second_keeps_every_interval_once() {
     let tmp = TempDir::new("rot-sampler");
     let data = tmp.join("data");
     // A finished sampler file of ten days ago: `--keep 7d` deletes it while sampling.
-    std::fs::create_dir_all(data.join("s1")).unwrap();
-    let old = culprit_format::writer::FileWriter::create_unique(
-        &data.join("s1"),
-        |seq| culprit_format::names::samples_file_name(1_000_000_000, seq),
-        culprit_format::FileKind::Samples,
-        1_000_000_000,
-        1,
-    )
-    .unwrap()
-    .finish(2_000_000_000, end_reason::DONE)
-    .unwrap();
-    age(&old, 10);
+    let old = old_finished_file(&data.join("s1"), 10);
     let out = run_ok(culprit().arg("sample").arg("-o").arg(&data).args([
         "--node",
         "s1",
