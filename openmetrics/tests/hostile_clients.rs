@@ -28,7 +28,10 @@ fn scrape(addr: SocketAddr) -> (String, Duration) {
 fn prompt(addr: SocketAddr, what: &str) {
     let (status, took) = scrape(addr);
     assert_eq!(status, "HTTP/1.1 200 OK", "{what}");
-    assert!(took < Duration::from_secs(2), "{what}: the scrape took {took:?}");
+    assert!(
+        took < Duration::from_secs(2),
+        "{what}: the scrape took {took:?}"
+    );
 }
 
 /// Raises this process's descriptor limit to its hard limit (1,000 client sockets here and the
@@ -123,7 +126,10 @@ fn a_thousand_idle_connections_do_not_block_a_scrape() {
     // Past the deadline every idle connection is closed.
     std::thread::sleep(IO_TIMEOUT + Duration::from_secs(2));
     let server_side = open_fds().saturating_sub(before + idle.len());
-    assert!(server_side <= 2, "{server_side} idle connections still open");
+    assert!(
+        server_side <= 2,
+        "{server_side} idle connections still open"
+    );
     prompt(addr, "a scrape after the deadline");
     drop(idle);
 }

@@ -305,6 +305,42 @@ mod tests {
     }
 
     #[test]
+    fn open_files_are_bounded_and_reopened_and_the_limit_holds() {
+        let root = tmp("lru");
+        let mut m = Mirror::open(&root, u64::MAX).unwrap();
+        let d = DATA_OFFSET;
+        let named = |i: usize, offset: u64, data: &[u8]| Chunk {
+            file: format!("samples-{i}.cul"),
+            ..chunk(offset, data)
+        };
+        for i in 0..100 {
+            assert_eq!(m.apply(&named(i, d, b"abcd")).unwrap(), Applied::Written);
+            assert!(m.open_files() <= MAX_OPEN_FILES);
+        }
+        // File 0 was closed long ago: reopened, its end read back from its header.
+        assert_eq!(m.apply(&named(0, d, b"abcd")).unwrap(), Applied::Duplicate);
+        assert_eq!(m.apply(&named(0, d + 4, b"ef")).unwrap(), Applied::Written);
+        let bytes = std::fs::read(root.join("n1/samples-0.cul")).unwrap();
+        assert_eq!(&bytes[d as usize..], b"abcdef");
+        // A mirror reopened counts what it holds: one more byte does not fit.
+        let used = Mirror::open(&root, u64::MAX).unwrap().used();
+        assert!(used >= 100 * d, "{used}");
+        let mut m = Mirror::open(&root, used).unwrap();
+        assert!(matches!(
+            m.apply(&named(0, d + 6, b"g")),
+            Err(Error::MirrorFull(_))
+        ));
+        // Nor does a new node, and nothing is created for it.
+        let other = Chunk {
+            node: "n2".into(),
+            ..chunk(d, b"x")
+        };
+        assert!(matches!(m.apply(&other), Err(Error::MirrorFull(_))));
+        assert!(!root.join("n2").exists());
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
     fn a_link_in_the_mirror_is_not_followed() {
         let root = tmp("link");
         std::fs::create_dir_all(root.join("n1")).unwrap();
