@@ -16,8 +16,8 @@
 //! 10 s), diagnosed in-process. No panic, no case over 10 s, and no verdict from the damage:
 //! the group has no culprit before, so it has none after, and the damaged node is `ok` or
 //! `damaged`. CI runs 1,000 cases (about 8 s of diagnoses in a debug build);
-//! `CULPRIT_FUZZ_CASES=10000` runs more (docs/security.md has
-//! the figures of the last long run).
+//! `CULPRIT_FUZZ_CASES=10000` runs more (docs/security.md has the figures of the last long
+//! run).
 
 mod tracer_util;
 
