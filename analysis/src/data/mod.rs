@@ -41,12 +41,9 @@ pub use requests::{RequestMark, RequestStretch};
 pub use source::{DirSource, NodeListing, ReadAt, Source};
 pub use stacks::process_state;
 use symbols::Symbols;
+pub use symbols::UNMAPPED_IMAGE;
 
 use crate::error::{Error, Result};
-
-/// The image name of a traced address in no object its process recorded (its function is
-/// then named by the address: not comparable across processes).
-pub const UNMAPPED_IMAGE: &str = "?";
 
 /// A data file that could not be read at all.
 #[derive(Clone, Debug, PartialEq, Eq)]
