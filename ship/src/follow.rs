@@ -247,7 +247,7 @@ fn handle(
             s.refused += 1;
             return Ok(false);
         }
-        Err(Error::Dir(e)) => {
+        Err(Error::Dir(e)) if concerns_one_node(&e) => {
             eprintln!("{WHO}: refused a message on {:.120}: {e}", m.subject);
             s.refused += 1;
             return Ok(false);
@@ -257,4 +257,26 @@ fn handle(
     s.nodes = mirror.nodes();
     s.open_files = mirror.open_files();
     Ok(true)
+}
+
+/// True when the mirror's directory or file refused a chunk for reasons of that node or file
+/// (a directory that fails the ownership checks, a name taken by something else): the chunk
+/// is refused and the follower goes on. Not when the mirror as a whole cannot be written (out
+/// of descriptors or space, an I/O error, a read-only file system): that stops it.
+fn concerns_one_node(e: &culprit_datadir::Error) -> bool {
+    match e {
+        culprit_datadir::Error::Io { source, .. } => !matches!(
+            source.raw_os_error(),
+            Some(
+                libc::EMFILE
+                    | libc::ENFILE
+                    | libc::ENOSPC
+                    | libc::EDQUOT
+                    | libc::EIO
+                    | libc::EROFS
+                    | libc::ENOMEM
+            )
+        ),
+        _ => true,
+    }
 }
