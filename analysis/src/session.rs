@@ -347,7 +347,14 @@ impl Reporting<'_> {
         LiveStatus::new(
             &outcome,
             report,
-            |n| ending_of(ds, n) == Ending::Damaged,
+            |n| {
+                // A damaged stacks region is damage too (its finding says so).
+                ending_of(ds, n) == Ending::Damaged
+                    || ds
+                        .nodes
+                        .iter()
+                        .any(|x| x.name == n && x.traces.iter().any(|t| t.stacks_damage.is_some()))
+            },
             finished,
         )
     }
