@@ -62,6 +62,8 @@ for i in range(n):
                 if share != "r":
                     body.append("    r -= r / 2;")
         body.append("  }")
+    else:
+        body.append("  (void)b;")
     body.append("  return x;")
     body.append("}")
     w("\n".join(body))
