@@ -60,6 +60,7 @@ pub mod decide;
 pub mod elf;
 pub mod flusher;
 pub mod glob;
+pub mod intervals;
 pub mod io;
 pub mod objects;
 pub mod output;
