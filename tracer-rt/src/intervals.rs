@@ -27,11 +27,12 @@
 //! intervals from the oldest it has not written yet labelled; an entry it has written is
 //! relabelled for the interval `RING_LEN` later and its pages given back to the kernel.
 //!
-//! Memory: the ring is one anonymous mapping of `RING_LEN` × (4 KiB + [`MAX_FUNCS`] × 32 B)
-//! ≈ 33 MiB of address space (`MAP_NORESERVE`), of which only touched pages are resident: per
-//! entry in use, one header page plus 32 B per function called in it (765 functions: 6 pages).
-//! On time, two or three entries are in use (≈ 100 KiB at 765 functions); a flusher `n`
-//! intervals late holds `n + 1`.
+//! Memory: the ring is one anonymous mapping of `RING_LEN` × [`MAX_FUNCS`] × 32 B (32 MiB)
+//! plus the function ids (384 KiB) of address space (`MAP_NORESERVE`), of which only touched
+//! pages are resident: the entries' heads (one page), and per entry in use 32 B per function
+//! called in it (765 functions: 6 pages), given back once the interval is written. On time,
+//! two or three entries are in use (≈ 75 KiB at 765 functions); a flusher `n` intervals late
+//! holds `n + 1`.
 //!
 //! # Who writes an entry
 //!
@@ -85,10 +86,11 @@ struct Counts {
 #[repr(C, align(4096))]
 struct Funcs([Counts; MAX_FUNCS]);
 
-/// One interval's counters.
+/// One interval's counters beyond its functions' (one cache line; the 64 of them share one
+/// page, so that the labels cost one resident page).
 #[derive(Debug)]
-#[repr(C, align(4096))]
-pub struct Entry {
+#[repr(C, align(64))]
+struct EntryHead {
     /// `interval << 1 | CLOSED`.
     label: AtomicU64,
     /// Writers between their registration and their last add.
@@ -100,7 +102,14 @@ pub struct Entry {
     moved: AtomicU64,
     /// Threads that exited in this interval.
     exited: AtomicU64,
-    funcs: Funcs,
+}
+
+/// One interval's entry of the ring: its head and its functions' counters.
+#[derive(Clone, Copy, Debug)]
+pub struct Entry {
+    head: &'static EntryHead,
+    funcs: &'static Funcs,
+    index: u32,
 }
 
 /// The process-wide function ids.
@@ -119,7 +128,8 @@ struct Ids {
 #[derive(Debug)]
 #[repr(C, align(4096))]
 pub struct Ring {
-    entries: [Entry; RING_LEN as usize],
+    heads: [EntryHead; RING_LEN as usize],
+    funcs: [Funcs; RING_LEN as usize],
     ids: Ids,
 }
 
@@ -128,9 +138,9 @@ pub struct Ring {
 #[allow(unsafe_code)]
 unsafe impl Zeroable for Ring {}
 
-// SAFETY: as for `Ring` (an entry is part of it).
+// SAFETY: as for `Ring` (part of it).
 #[allow(unsafe_code)]
-unsafe impl Zeroable for Entry {}
+unsafe impl Zeroable for Funcs {}
 
 static RING: OnceRef<Ring> = OnceRef::new();
 static INTERVAL_NS: AtomicU64 = AtomicU64::new(1_000_000_000);
@@ -174,8 +184,8 @@ pub fn current() -> u64 {
 /// (start-up, a forked child's handler); the function ids are kept.
 pub fn reset(oldest: u64) {
     let Some(r) = get() else { return };
-    for e in &r.entries {
-        e.writers.store(0, Relaxed);
+    for h in &r.heads {
+        h.writers.store(0, Relaxed);
     }
     r.relabel(oldest);
     OVERFLOW_HIGH.store(0, Relaxed);
@@ -210,7 +220,7 @@ pub fn unplaced(calls: u64, lost: u64, overflows: u64, dropped: u64) {
 pub enum Place {
     /// Into this entry (the writer is registered: call [`Entry::leave`] after the adds);
     /// `moved`: not the interval asked for, which was already written, but the one now.
-    At(&'static Entry, bool),
+    At(Entry, bool),
     /// Nowhere: the interval is beyond the ring (count them with [`unplaced`]).
     Beyond,
 }
@@ -218,8 +228,13 @@ pub enum Place {
 impl Ring {
     /// The entry of interval `x`.
     #[inline(always)]
-    pub fn entry(&'static self, x: u64) -> &'static Entry {
-        &self.entries[(x % RING_LEN) as usize]
+    pub fn entry(&'static self, x: u64) -> Entry {
+        let i = (x % RING_LEN) as usize;
+        Entry {
+            head: &self.heads[i],
+            funcs: &self.funcs[i],
+            index: i as u32,
+        }
     }
 
     /// Registers a writer of interval `x`'s counts. `crossing`: the writer holds its block's
@@ -230,8 +245,8 @@ impl Ring {
         let mut moved = false;
         for _ in 0..4 {
             let e = self.entry(x);
-            e.writers.fetch_add(1, SeqCst);
-            let l = e.label.load(SeqCst);
+            e.head.writers.fetch_add(1, SeqCst);
+            let l = e.head.label.load(SeqCst);
             let (lx, closed) = (l >> 1, l & CLOSED != 0);
             if lx == x && (!closed || (crossing && !moved)) {
                 return Place::At(e, moved);
@@ -263,7 +278,9 @@ impl Ring {
             return 0;
         }
         let ids = &self.ids;
-        let mut i = (a.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - ID_BITS)) as usize;
+        // By address, not hashed: a program's functions lie close together, so their keys
+        // take a few pages of the table, not all of them.
+        let mut i = (a >> 4) as usize & (ID_SLOTS - 1);
         for _ in 0..ID_SLOTS {
             let slot = &ids.keys[i];
             let k = slot.load(Acquire);
@@ -302,7 +319,7 @@ impl Ring {
     /// Closes interval `x`'s entry: from now on only crossings of `x` in flight (and the
     /// flusher) add to it.
     pub fn close(&'static self, x: u64) {
-        self.entry(x).label.store(x << 1 | CLOSED, SeqCst);
+        self.entry(x).head.label.store(x << 1 | CLOSED, SeqCst);
     }
 
     /// Waits until no writer is in `x`'s entry, until `deadline` (monotonic ns). False when
@@ -310,7 +327,7 @@ impl Ring {
     pub fn wait_writers(&'static self, x: u64, deadline: u64) -> bool {
         let e = self.entry(x);
         loop {
-            if e.writers.load(SeqCst) == 0 {
+            if e.head.writers.load(SeqCst) == 0 {
                 return true;
             }
             if sys::monotonic_ns() >= deadline {
@@ -332,6 +349,7 @@ impl Ring {
                 a.load(Relaxed)
             }
         };
+        let h = e.head;
         for id in 0..self.ids_in_use() {
             let c = &e.funcs.0[id];
             // Untouched pages read as the zero page: no memory is used by reading them.
@@ -346,11 +364,11 @@ impl Ring {
             }
         }
         Head {
-            lost: get(&e.lost),
-            overflows: get(&e.overflows),
-            dropped: get(&e.dropped),
-            moved: get(&e.moved),
-            exited: get(&e.exited),
+            lost: get(&h.lost),
+            overflows: get(&h.overflows),
+            dropped: get(&h.dropped),
+            moved: get(&h.moved),
+            exited: get(&h.exited),
         }
     }
 
@@ -360,9 +378,9 @@ impl Ring {
         for k in 0..RING_LEN {
             let x = oldest + k;
             let e = self.entry(x);
-            e.clear_head();
-            sys::discard_tail(e, std::mem::offset_of!(Entry, funcs));
-            e.label.store(x << 1, SeqCst);
+            e.head.clear();
+            sys::discard_tail(e.funcs, 0);
+            e.head.label.store(x << 1, SeqCst);
         }
     }
 
@@ -374,10 +392,10 @@ impl Ring {
     pub fn recycle(&'static self, x: u64, quiet: bool) {
         let e = self.entry(x);
         if quiet {
-            e.clear_head();
-            sys::discard_tail(e, std::mem::offset_of!(Entry, funcs));
+            e.head.clear();
+            sys::discard_tail(e.funcs, 0);
         }
-        e.label.store((x + RING_LEN) << 1, SeqCst);
+        e.head.label.store((x + RING_LEN) << 1, SeqCst);
     }
 }
 
@@ -422,41 +440,41 @@ impl Entry {
                 add(&c.unwound, unwound);
                 add(&c.calls, calls);
             }
-            None => add(&self.overflows, calls),
+            None => add(&self.head.overflows, calls),
         }
     }
 
     /// Adds calls not accounted.
     pub fn add_unaccounted(&self, lost: u64, overflows: u64, dropped: u64) {
-        add(&self.lost, lost);
-        add(&self.overflows, overflows);
-        add(&self.dropped, dropped);
+        add(&self.head.lost, lost);
+        add(&self.head.overflows, overflows);
+        add(&self.head.dropped, dropped);
     }
 
     /// Counts `calls` placed here that returned in an earlier interval.
     pub fn add_moved(&self, calls: u64) {
-        add(&self.moved, calls);
+        add(&self.head.moved, calls);
     }
 
     /// Counts a thread that exited in this interval.
     pub fn add_exited(&self) {
-        self.exited.fetch_add(1, Relaxed);
+        self.head.exited.fetch_add(1, Relaxed);
     }
 
     /// The writer is done with this entry.
     #[inline]
     pub fn leave(&self) {
-        self.writers.fetch_sub(1, Release);
+        self.head.writers.fetch_sub(1, Release);
     }
 
     /// The position of this entry in the ring (for a writer's repair mark).
-    pub fn index(&'static self) -> u32 {
-        let r = get().expect("an entry exists only with its ring");
-        let base = r.entries.as_ptr() as usize;
-        ((self as *const Entry as usize - base) / size_of::<Entry>()) as u32
+    pub fn index(&self) -> u32 {
+        self.index
     }
+}
 
-    fn clear_head(&self) {
+impl EntryHead {
+    fn clear(&self) {
         for a in [
             &self.lost,
             &self.overflows,
@@ -472,8 +490,8 @@ impl Entry {
 /// A writer abandoned (a signal handler left the general path with `siglongjmp`) while
 /// registered in entry `index`: unregisters it.
 pub fn abandoned_writer(index: u32) {
-    if let Some(e) = get().and_then(|r| r.entries.get(index as usize)) {
-        e.leave();
+    if let Some(h) = get().and_then(|r| r.heads.get(index as usize)) {
+        h.writers.fetch_sub(1, Release);
     }
 }
 
@@ -481,10 +499,50 @@ pub fn abandoned_writer(index: u32) {
 mod tests {
     use super::*;
 
+    /// The ring, labelled from ten intervals ago (1 s intervals).
     fn ring() -> &'static Ring {
         static ONCE: std::sync::Once = std::sync::Once::new();
-        ONCE.call_once(|| assert!(setup(1_000_000_000, 1000)));
+        ONCE.call_once(|| assert!(setup(1_000_000_000, current() - 10)));
         get().unwrap()
+    }
+
+    #[test]
+    fn writers_find_their_interval_the_interval_now_or_nothing() {
+        let r = ring();
+        let now = current();
+        let x = now - 10;
+        let fid = r.func_id(0x3000);
+        // An interval the ring holds: its entry.
+        let Place::At(e, false) = r.enter(x, false) else {
+            panic!("interval {x} is in the ring")
+        };
+        e.add(fid, 3, 30, 300, 1);
+        e.leave();
+        // Closed: a crossing of it may still add, another writer goes to the interval now.
+        r.close(x);
+        let Place::At(e, false) = r.enter(x, true) else {
+            panic!("a crossing adds to its closed interval")
+        };
+        e.add(fid, 1, 10, 100, 0);
+        e.leave();
+        let Place::At(e, true) = r.enter(x, false) else {
+            panic!("moved")
+        };
+        assert!(e.index() != r.entry(x).index());
+        e.leave();
+        assert!(r.wait_writers(x, sys::monotonic_ns()));
+        let mut got = Vec::new();
+        r.read(x, false, |addr, v| got.push((addr, v)));
+        assert_eq!(got, vec![(0x3000, [4, 40, 400, 1])]);
+        r.recycle(x, true);
+        let mut again = Vec::new();
+        r.read(x, false, |addr, v| again.push((addr, v)));
+        assert!(again.is_empty(), "recycled: {again:?}");
+        // Written already (relabelled a ring later): the interval now.
+        assert!(matches!(r.enter(x, true), Place::At(e, true) if { e.leave(); true }));
+        // Beyond the ring: nowhere, and said.
+        assert!(matches!(r.enter(now + 2 * RING_LEN, false), Place::Beyond));
+        assert_eq!(overflow_high(), now + 2 * RING_LEN + 1);
     }
 
     #[test]
