@@ -120,7 +120,7 @@ pub mod state {
     pub const RELEASING: u32 = 3;
 }
 
-/// The interval state of a block ([`ThreadBlock::ivs`]): `(interval + 1) << 2 | locks`; 0
+/// The interval state of a block (`ThreadBlock::ivs`): `(interval + 1) << 2 | locks`; 0
 /// for a block without an owner.
 pub mod ivs {
     /// The owner is crossing: moving its counts into the ring.
@@ -993,7 +993,7 @@ impl ThreadBlock {
     /// Calls `f(addr, fid, delta)` for every function whose counters moved since the last
     /// call (`fid`: its id in the ring of intervals), advances the baselines, and returns the
     /// unaccounted calls since then. The baselines are swapped atomically, so when two take at
-    /// once every delta goes to exactly one of them; who may take is decided by [`Self::ivs`]
+    /// once every delta goes to exactly one of them; who may take is decided by `ivs`
     /// (the owner as it crosses or exits, the flusher for an owner that has not crossed).
     pub fn take_deltas(&self, f: impl FnMut(usize, u32, Delta)) -> Unaccounted {
         self.deltas(true, f)
@@ -1311,7 +1311,7 @@ impl ThreadBlock {
     /// The flusher moves the counts of an owner that has not crossed out of interval `x`
     /// (idle, blocked, or gone: a `DEAD` block): `f(addr, fid, delta)` gets them, and the
     /// block's interval becomes `next`. A crossing in flight is waited for until `deadline`
-    /// (monotonic ns); the hooks never wait for the flusher (see [`Self::cross`]).
+    /// (monotonic ns); the hooks never wait for the flusher (see `cross`).
     pub fn flusher_take(
         &self,
         x: u64,

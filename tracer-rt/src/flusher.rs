@@ -1,5 +1,6 @@
-//! The flusher thread: every interval, on wall-clock boundaries, it takes every thread's
-//! counts since the last interval and appends one `Interval` record to the process's file.
+//! The flusher thread: once an interval has ended (on wall-clock boundaries), it writes that
+//! interval's counts, which the hooks placed in the ring of intervals (`intervals`), as one
+//! `Interval` record of the process's file.
 //!
 //! # Intervals
 //!
@@ -9,12 +10,14 @@
 //! * the first interval (the runtime started inside it) and the last (the process exited inside
 //!   it) are flagged `PARTIAL`; so are both parts of an interval split by `culprit_flush()` or
 //!   `culprit_set_node()` — records with the same start add up;
-//! * the flusher wakes at each boundary with an absolute `CLOCK_REALTIME` timeout. Calls that
-//!   return between the boundary and the wake-up (normally microseconds) count in the interval
-//!   that just ended. If it wakes half an interval late or more (the process was stopped with
-//!   SIGSTOP, or the flusher starved), the counts since its last wake-up cannot be placed in an
-//!   interval: they are dropped, the intervals it missed are written with `MISSED` (no entries)
-//!   and the current one is `PARTIAL`. A gap is thus never read as zeros.
+//! * the flusher wakes at each boundary with an absolute `CLOCK_REALTIME` timeout and writes
+//!   every interval that has ended, oldest first (`Flusher::finalize`): the threads placed
+//!   their calls in each interval themselves as they crossed its end, and the flusher moves
+//!   those of threads that did not cross. However late it wakes (a CPU quota, a loaded host,
+//!   the process stopped with SIGSTOP), each interval is written late, exactly; its `Wakeups`
+//!   record says how late. Only an interval whose entry the ring could not keep (the flusher
+//!   was more than `intervals::RING_LEN` intervals behind) is written `MISSED` (no entries,
+//!   its calls counted as dropped). A gap is never read as zeros.
 //!
 //! # Files
 //!

@@ -285,7 +285,7 @@ extern "C" fn at_exit() {
 /// progress, or waits for a CPU or the disk: thousands of processes that exit at once on a
 /// loaded host each leave their last records, however long their flushers wait (a fixed
 /// limit of 3 s ran out there). It gives up on a flusher that sleeps without progress for
-/// [`EXIT_STALL_NS`] (a lock it cannot get), or that makes none for [`EXIT_STALL_MAX_NS`]. Does
+/// `EXIT_STALL_NS` (a lock it cannot get), or that makes none for `EXIT_STALL_MAX_NS`. Does
 /// nothing in a child without a flusher (with vfork, ENDED would stop the parent's tracing).
 ///
 /// The flusher does the writing, not the exiting thread (which has the CPU): `_exit` may be

@@ -905,3 +905,14 @@ pub fn link_map_counts() -> (u64, u64) {
     unsafe { libc::dl_iterate_phdr(Some(read_counts), &mut c as *mut _ as *mut c_void) };
     c
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_running_thread_reads_as_running() {
+        assert_eq!(thread_state(gettid()), Some(b'R'));
+        assert_eq!(thread_state(u32::MAX), None);
+    }
+}
