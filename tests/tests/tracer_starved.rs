@@ -205,6 +205,68 @@ fn a_flusher_late_within_the_ring_writes_every_interval_exactly() {
 }
 
 #[test]
+fn a_late_flusher_with_the_monotonic_clock_writes_every_interval_exactly() {
+    // The general path checks the boundary in Rust (every call takes it with this clock).
+    let tmp = TempDir::new("rt-late-mono");
+    let exe = build_starve(tmp.path());
+    let data = tmp.join("d");
+    let counted = run_counted(
+        traced(&exe, Link::Preload, &data, "n1")
+            .env("CULPRIT_CLOCK", "monotonic")
+            .env("CULPRIT_INTERVAL_MS", "100")
+            .env("CULPRIT_TEST_FLUSHER_STALL_MS", "500,1500")
+            .args(["2", "3", "100"]),
+    );
+    let f = check_exact(&data, &counted, 2, false);
+    assert!(
+        f.intervals
+            .iter()
+            .all(|i| i.flags & interval_flags::MISSED == 0),
+        "{f:#?}"
+    );
+    assert!(f.max_written_late_ns >= 1_000_000_000, "{f:#?}");
+}
+
+#[test]
+fn a_late_flusher_flags_the_edges_it_takes_late() {
+    // Edges stay on the flusher's schedule: those it takes late hold calls of later
+    // intervals, and their records say so (LATE); over the file they still add up to the
+    // calls.
+    let tmp = TempDir::new("rt-late-edges");
+    let exe = build_starve(tmp.path());
+    let data = tmp.join("d");
+    let counted = run_counted(
+        traced(&exe, Link::Preload, &data, "n1")
+            .env("CULPRIT_GRAPH", "1")
+            .env("CULPRIT_INTERVAL_MS", "100")
+            .env("CULPRIT_TEST_FLUSHER_STALL_MS", "500,1500")
+            .args(["2", "3", "100"]),
+    );
+    let f = check_exact(&data, &counted, 2, false);
+    let p = load_one(&data.join("n1"));
+    let bytes = std::fs::read(&p.file).unwrap();
+    let pf = ParsedFile::parse(&bytes).unwrap();
+    let (mut edge_calls, mut late, mut on_time) = (0u64, 0, 0);
+    for rec in pf.records() {
+        if let Record::Edges(e) = rec.unwrap() {
+            edge_calls += e.entries().map(|x| x.calls).sum::<u64>();
+            if e.interval.flags & interval_flags::LATE != 0 {
+                late += 1;
+            } else {
+                on_time += 1;
+            }
+        }
+    }
+    let calls: u64 = f.intervals.iter().map(|i| i.calls).sum();
+    assert_eq!(edge_calls, calls, "the edges add up to the calls");
+    // The stop covers about 15 intervals written late, and the rest on time.
+    assert!(
+        late >= 10 && on_time >= 10,
+        "{late} late, {on_time} on time"
+    );
+}
+
+#[test]
 fn a_flusher_later_than_the_ring_writes_missed_intervals_for_the_rest() {
     let tmp = TempDir::new("rt-beyond");
     let exe = build_starve(tmp.path());
