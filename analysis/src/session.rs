@@ -81,19 +81,25 @@ fn damage_findings(ds: &Dataset) -> Vec<Finding> {
     };
     let mut out = Vec::new();
     for n in &ds.nodes {
+        // A trace file's stacks region that is damage counts with the rest of the file.
         let files = n
             .traces
             .iter()
-            .map(|t| (&t.path, &t.status))
-            .chain(n.samples.iter().map(|s| (&s.path, &s.status)));
-        for (path, status) in files {
-            if let FileStatus::Damaged(reason) = status {
-                out.push(Finding::Damaged {
-                    node: n.name.clone(),
-                    file: name(path),
-                    reason: reason.clone(),
-                });
-            }
+            .map(|t| (&t.path, &t.status, t.stacks_damage.as_deref()))
+            .chain(n.samples.iter().map(|s| (&s.path, &s.status, None)));
+        for (path, status, stacks) in files {
+            let stacks = stacks.map(|why| format!("{why}; no snapshot of it is used"));
+            let reason = match (status, stacks) {
+                (FileStatus::Damaged(r), Some(s)) => format!("{r}; {s}"),
+                (FileStatus::Damaged(r), None) => r.clone(),
+                (_, Some(s)) => s,
+                (_, None) => continue,
+            };
+            out.push(Finding::Damaged {
+                node: n.name.clone(),
+                file: name(path),
+                reason,
+            });
         }
     }
     for u in &ds.unreadable {
@@ -341,7 +347,14 @@ impl Reporting<'_> {
         LiveStatus::new(
             &outcome,
             report,
-            |n| ending_of(ds, n) == Ending::Damaged,
+            |n| {
+                // A damaged stacks region is damage too (its finding says so).
+                ending_of(ds, n) == Ending::Damaged
+                    || ds
+                        .nodes
+                        .iter()
+                        .any(|x| x.name == n && x.traces.iter().any(|t| t.stacks_damage.is_some()))
+            },
             finished,
         )
     }

@@ -181,6 +181,11 @@ pub struct TraceFile {
     /// Where each thread was at the writer's last stack snapshot (format version 4; `None`
     /// for older files or before the first snapshot). Re-read at every refresh.
     pub stacks: Option<StackSnapshot>,
+    /// Why the file's stacks region is damage, when it is (a slot torn or corrupt in a file
+    /// that is done, the region cut short, a snapshot beyond the intact records or
+    /// inconsistent with them): counted in the damage finding; nothing in the region is then
+    /// read as where the threads are.
+    pub stacks_damage: Option<String>,
     /// The flusher's wake-ups and their lateness, per interval (format version 4).
     pub wakeups: Vec<culprit_format::WakeupsRec>,
     /// Later pieces of a rotated process joined into this one, oldest first (`path` is the
@@ -446,6 +451,7 @@ pub(super) fn empty_trace() -> TraceFile {
         objects: Vec::new(),
         addr_cache: HashMap::new(),
         stacks: None,
+        stacks_damage: None,
         wakeups: Vec::new(),
         pieces: Vec::new(),
         rotated_end: None,

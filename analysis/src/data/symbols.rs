@@ -12,6 +12,10 @@ use culprit_sampler::symbolize::{read_build_id, unresolved_name, ImageAddr, Symb
 
 use super::names::FuncKey;
 
+/// The image name of a traced address in no object its process recorded (its function is
+/// then named by the address: not comparable across processes).
+pub const UNMAPPED_IMAGE: &str = "?";
+
 /// A loaded object as the runtime recorded it.
 #[derive(Clone, Debug)]
 pub(super) struct Object {
@@ -118,7 +122,7 @@ impl Symbols {
                 }
             }
             None => FuncKey {
-                image: Arc::from("?"),
+                image: Arc::from(UNMAPPED_IMAGE),
                 function: Arc::from(format!("{addr:#x}").as_str()),
             },
         }
