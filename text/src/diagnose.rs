@@ -84,6 +84,10 @@ fn observation(o: &Observation) -> String {
     } else {
         "not anomalous".to_string()
     };
+    if o.class == culprit_analysis::resource::Class::Slowdown {
+        // The white-box slowdown: a ratio to the peers already (the median function's).
+        return format!("{what}: {} its peers' ({state})", fmt_ratio(o.ratio));
+    }
     format!(
         "{what} {} vs {} ({}; {state})",
         fmt_level(&o.unit, o.node),
