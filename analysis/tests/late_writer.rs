@@ -230,7 +230,7 @@ fn follow_waits_for_a_writer_behind_but_alive() {
     let off = session::diagnose(
         &setup,
         None,
-        DiagnoseRequest::dirs(&[dir.0.clone()], 10),
+        DiagnoseRequest::dirs(std::slice::from_ref(&dir.0), 10),
         &mut Quiet,
     )
     .unwrap();
