@@ -6,7 +6,8 @@
 //! runs; then one node's group gets a CFS quota of 5 % of a CPU (and, in a second run, another
 //! node 20 %) ten seconds into the run. Trained and untrained, that node and only it is
 //! flagged, by the white-box metrics too, and the resource is "CPU starvation"; no window of
-//! the count and time metrics is left out for any node.
+//! the count and time metrics is left out for any node. From the tracer's data alone (no
+//! run-queue or throttling metric), the node is "slowed as a whole".
 //!
 //! Until the runtime places every call in its interval itself, a starved node's flusher misses
 //! intervals: its windows are compared on the seconds present (docs/thresholds.md, "Gaps").
@@ -254,9 +255,14 @@ fn record(prog: &Path, dir: &Path, rel: &str, quota: Option<(&str, f64)>, secs: 
 
 /// `culprit diagnose` of `data` (with `thresholds` if given): the report and its text.
 fn diagnose(data: &Path, thresholds: Option<&Path>) -> (Diagnosis, String) {
+    diagnose_with(data, thresholds, &[])
+}
+
+/// [`diagnose`] with more options.
+fn diagnose_with(data: &Path, thresholds: Option<&Path>, more: &[&str]) -> (Diagnosis, String) {
     let run = |json: bool| {
         let mut c = culprit();
-        c.arg("diagnose").arg(data).args(WINDOWS);
+        c.arg("diagnose").arg(data).args(WINDOWS).args(more);
         if let Some(t) = thresholds {
             c.arg("--thresholds").arg(t);
         }
@@ -439,5 +445,16 @@ fn a_node_under_a_cpu_quota_is_found_and_named_cpu_starvation() {
         assert_starved(&d, &text, &run.data, node, &format!("{tag}, trained"));
         let (d, text) = diagnose(&run.data, None);
         assert_starved(&d, &text, &run.data, node, &format!("{tag}, untrained"));
+        // The tracer alone has no run-queue or throttling metric: what its own data says is
+        // that every function is slower per call while the node makes fewer calls — slowed as
+        // a whole, not a resource it has no evidence of.
+        let (d, text) = diagnose_with(&run.data, None, &["--metrics", "count,time"]);
+        eprintln!("--- {tag}, tracer only, untrained ---\n{text}");
+        assert_eq!(d.culprits, [node], "{tag}, tracer only:\n{text}");
+        let kind = d
+            .verdict(node)
+            .and_then(|v| v.resource.as_ref())
+            .map(|r| r.kind);
+        assert_eq!(kind, Some(Kind::SlowedWhole), "{tag}, tracer only:\n{text}");
     }
 }
