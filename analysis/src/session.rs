@@ -537,7 +537,11 @@ fn follow(
     let mut first = true;
     loop {
         feeder.feed(ds, analyzer, None, no_chunks)?;
-        let events = analyzer.advance(Some(now_ns()));
+        // A writer behind but alive (its process runs, its file grows late) holds windows
+        // open for a while (analyzer::BEHIND_WAIT_NS).
+        let now = now_ns();
+        feeder.mark_alive(ds, analyzer, now);
+        let events = analyzer.advance(Some(now));
         report_windows(analyzer, &events, progress)?;
         if progress.wants_live() && (first || !events.is_empty()) {
             let status = reporting.live(analyzer, ds, false);

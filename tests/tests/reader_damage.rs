@@ -105,11 +105,11 @@ fn one_flipped_byte_is_damage_not_a_stopped_node() {
              mismatch); the intact part was compared"
         ),
         String::new(),
-        "node  samples     combined".into(),
-        "io0   ok          ok".into(),
-        "io1   ok          damaged".into(),
-        "io2   ok          ok".into(),
-        "io3   ok          damaged".into(),
+        "node  samples       combined".into(),
+        "io0   ok            ok".into(),
+        "io1   ok            damaged".into(),
+        "io2   ok            ok".into(),
+        "io3   ok            damaged".into(),
         String::new(),
         "findings:".into(),
         format!(

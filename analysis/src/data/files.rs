@@ -195,10 +195,36 @@ pub struct TraceFile {
     pub(super) rotated_end: Option<u64>,
 }
 
+/// Whether the writer of a file still runs on this machine (same boot, same start time) and is
+/// not a zombie: from the file's info pairs.
+fn info_writer_alive(info: impl Fn(&str) -> Option<String>) -> bool {
+    let Some(pid) = info(info_keys::PID).and_then(|v| v.parse::<u32>().ok()) else {
+        return false;
+    };
+    process_alive(
+        pid,
+        info(info_keys::BOOT_ID).as_deref(),
+        info(info_keys::PROC_START_NS).and_then(|v| v.parse().ok()),
+    ) && super::stacks::process_state(pid).is_some_and(|s| s != 'Z' && s != 'X')
+}
+
 impl TraceFile {
     /// The file being read now: the last piece of a rotated process, else [`TraceFile::path`].
     pub fn current_path(&self) -> &std::path::Path {
         self.pieces.last().unwrap_or(&self.path)
+    }
+
+    /// How far the file has been read: the pieces joined and the bytes read of the last. It
+    /// grows when the writer wrote records, late or not.
+    pub fn read_position(&self) -> (usize, u64) {
+        (self.pieces.len(), self.consumed)
+    }
+
+    /// True when the writing process runs and is not a zombie (a writer behind but alive:
+    /// `--follow` waits for it).
+    pub fn writer_running(&self) -> bool {
+        self.writer_alive()
+            && super::stacks::process_state(self.pid).is_some_and(|s| s != 'Z' && s != 'X')
     }
 
     /// True when the process that writes this file still runs (on this machine, same boot,
@@ -404,6 +430,17 @@ impl SampleFile {
     /// The file being read now: the last piece of a rotated run, else [`SampleFile::path`].
     pub fn current_path(&self) -> &std::path::Path {
         self.pieces.last().unwrap_or(&self.path)
+    }
+
+    /// How far the file has been read (as [`TraceFile::read_position`]).
+    pub fn read_position(&self) -> (usize, u64) {
+        (self.pieces.len(), self.consumed)
+    }
+
+    /// True when the sampler writing the file runs on this machine (its pid, boot and start
+    /// time recorded) and is not a zombie.
+    pub fn writer_running(&self) -> bool {
+        info_writer_alive(|k| self.info(k).map(str::to_string))
     }
 
     /// The value of an info key.
