@@ -3,8 +3,8 @@
 
 use crate::crc::record_crc;
 use crate::decode::{
-    EdgeEntry, EventEntry, Histogram, IntervalEntry, OsMetricEntry, SampleEntry, UnwoundEntry,
-    WakeupsRec,
+    EdgeEntry, EventEntry, Histogram, IntervalEntry, LostRec, OsMetricEntry, SampleEntry,
+    UnwoundEntry, WakeupsRec,
 };
 use crate::layers::{LayerDesc, LayerEvent, LayersHead, MAX_LAYER_NAME};
 use crate::layout::*;
@@ -384,6 +384,18 @@ impl RecordBuf {
         self.u32(0);
         self.u64(w.late_ns);
         self.u64(w.max_late_ns);
+        self.finish(start);
+    }
+
+    /// Appends a [`RecordKind::Lost`] record (the `interval` field of `l` is ignored: `r` names
+    /// the interval).
+    pub fn lost(&mut self, r: &IntervalRef, l: &LostRec) {
+        let start = self.begin(RecordKind::Lost, 0);
+        self.interval_ref(r);
+        self.u32(l.whose);
+        self.u64(l.samples);
+        self.u64(l.events);
+        self.u64(l.tracking);
         self.finish(start);
     }
 
