@@ -120,6 +120,7 @@ pub mod launch;
 pub mod nodes;
 pub mod os;
 pub mod perfdata;
+pub mod priority;
 pub mod probe;
 pub mod procs;
 pub mod profile;

@@ -19,12 +19,14 @@ use culprit_format::names::{self, NodeInfo};
 use culprit_format::rotation::{self, Rotate};
 use culprit_format::writer::FileWriter;
 use culprit_format::{
-    end_reason, info_keys, interval_flags, samples_flags, EventEntry, FileKind, IntervalRef,
-    LayerDesc, LayerEvent, LayersHead, OsMetricEntry, RecordBuf, SampleEntry, SamplesHead,
+    end_reason, info_keys, interval_flags, lost_whose, samples_flags, EventEntry, FileKind,
+    IntervalKey, IntervalRef, LayerDesc, LayerEvent, LayersHead, LostRec, OsMetricEntry, RecordBuf,
+    SampleEntry, SamplesHead,
 };
 
 use rustc_hash::FxHashMap;
 
+use crate::engine::Loss;
 use crate::nodes::NodeIdx;
 use crate::procs::{ImageKind, Loc, ProgId, Tracker};
 use crate::symbolize::{unresolved_name, ImageAddr, Symbolizer};
@@ -43,7 +45,9 @@ pub fn is_culprit_runtime(image: &str) -> bool {
         .strip_prefix("libculprit_rt.so")
         .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
 }
-/// Events entry counting tracepoint occurrences the kernel dropped (ring full), when nonzero.
+/// Events entry that counted tracepoint occurrences the kernel dropped, in files of format
+/// versions up to 6; since version 7 they are in the interval's Lost record, with samples and
+/// process-tracking records apart (a loss is not an event of the node).
 pub const LOST_EVENTS: &str = "culprit:lost_events";
 /// Events entry: threads of the node switched out in the stopped state (`sched_switch` with
 /// `prev_state` T or t: SIGSTOP, or a tracer), in the interval. Written with
@@ -81,6 +85,7 @@ struct Acc {
     nodes: Vec<NodeAcc>,
     lost: u64,
     lost_events: u64,
+    lost_tracking: u64,
 }
 
 /// One interval, closed and ready to write.
@@ -231,13 +236,13 @@ impl Intervals {
         }
     }
 
-    /// Counts samples (`events == false`) or tracepoint records the kernel dropped.
-    pub fn lost(&mut self, wall_ns: u64, n: u64, events: bool) {
+    /// Counts records of kind `what` the kernel dropped.
+    pub fn lost(&mut self, wall_ns: u64, n: u64, what: Loss) {
         let a = self.acc(wall_ns);
-        if events {
-            a.lost_events += n;
-        } else {
-            a.lost += n;
+        match what {
+            Loss::Samples => a.lost += n,
+            Loss::Events => a.lost_events += n,
+            Loss::Tracking => a.lost_tracking += n,
         }
     }
 
@@ -455,6 +460,9 @@ pub struct RunInfo {
     pub tracepoints: Vec<String>,
     /// Call chains are sampled: every interval gets a Stacks record.
     pub call_graph: bool,
+    /// The kernel's losses are the node's own ([`lost_whose::NODE`]): it is the only node and
+    /// the whole machine is sampled. Otherwise they are the machine's.
+    pub own_loss: bool,
 }
 
 #[derive(Debug)]
@@ -761,8 +769,6 @@ impl Output {
                         .or_insert(0) += count;
                 }
             }
-            let lost_sid =
-                (c.acc.lost_events > 0 && !missed).then(|| f.sid(&Arc::from(LOST_EVENTS)));
             // Stops are counted where context switches are (named before the strings go out).
             let stop_sids = self
                 .info
@@ -826,14 +832,29 @@ impl Output {
                         count: n.stopped_ns,
                     });
                 }
-                if let Some(event) = lost_sid {
-                    events.push(EventEntry {
-                        event,
-                        count: c.acc.lost_events,
-                    });
-                }
             }
             self.buf.events(c.start_ns, c.dur_ns, c.flags, events);
+            let a = &c.acc;
+            if a.lost + a.lost_events + a.lost_tracking > 0 {
+                self.buf.lost(
+                    &IntervalRef {
+                        start_ns: c.start_ns,
+                        dur_ns: c.dur_ns,
+                        flags: c.flags,
+                    },
+                    &LostRec {
+                        interval: IntervalKey::default(),
+                        whose: if self.info.own_loss {
+                            lost_whose::NODE
+                        } else {
+                            lost_whose::MACHINE
+                        },
+                        samples: a.lost,
+                        events: a.lost_events,
+                        tracking: a.lost_tracking,
+                    },
+                );
+            }
             if self.info.call_graph {
                 let mut stacks: Vec<(NamedStack, u64)> = stacks.into_iter().collect();
                 stacks.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));

@@ -3,7 +3,6 @@
 //! the configured duration. `culprit sample`, `culprit record --sample` and the testbed drive it
 //! in-process.
 
-use std::collections::HashMap;
 use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,6 +14,7 @@ use crate::engine::{ClockMap, Engine, Stream, Streams, TpSpec};
 use crate::event::{self, sampling_attr, tracepoint_attr, CallGraph, Rate, Sampling};
 use crate::nodes::{NodeRule, Nodes, ProcFacts, Scope};
 use crate::os::{self, Collector, NodePids, OsConfig, OsInterval, OsStats};
+use crate::priority;
 use crate::procs::{self, Tracker, TrackerStats};
 use crate::profile::{Gaps, Intervals, Namer, NodeSummary, Output, RunInfo};
 use crate::record::Layout;
@@ -165,13 +165,12 @@ pub fn online_cpus() -> Vec<u32> {
     out
 }
 
-/// Pages per CPU ring for `sampling`: what 2 s of records at the rate
-/// take — samples of a busy CPU (call chains of 32 frames on average) and, for tracepoints, 64
-/// KiB/s each and 256 KiB/s for `sched:sched_switch` (≈2,000 switches/s per CPU) — as a power
-/// of two between [`DEFAULT_RING_PAGES`] and 4096 pages (16 MiB). Without root the kernel
-/// charges rings beyond `kernel.perf_event_mlock_kb` (516 KiB) to the locked-memory limit, so
-/// they stay at 128 pages.
-pub fn ring_pages_for(sampling: &Sampling, call_graph: CallGraph, tracepoints: &[String]) -> usize {
+/// Pages of each CPU's samples ring for `sampling`: what [`RING_SLACK_S`] seconds of samples
+/// of a busy CPU take at the rate (call chains of 32 frames on average), as a power of two
+/// between [`DEFAULT_RING_PAGES`] and 4096 pages (16 MiB). Without root the kernel charges
+/// rings beyond `kernel.perf_event_mlock_kb` (516 KiB per CPU) to the locked-memory limit, so
+/// the three rings of a CPU stay within it: 64 pages here.
+pub fn ring_pages_for(sampling: &Sampling, call_graph: CallGraph) -> usize {
     // Samples per second of a busy CPU: from the rate; hardware events at a 4 GHz clock.
     let hz = match sampling.rate {
         Rate::Freq(f) => f,
@@ -185,26 +184,55 @@ pub fn ring_pages_for(sampling: &Sampling, call_graph: CallGraph, tracepoints: &
         } else {
             0
         };
-    let tp_bytes: u64 = tracepoints
+    pages_for(hz * sample_bytes * RING_SLACK_S, 64)
+}
+
+/// Pages of each CPU's kernel-events ring for `tracepoints`: [`RING_SLACK_S`] seconds at
+/// 64 KiB/s per tracepoint, 512 KiB/s for `sched:sched_switch` (≈7,000 switches/s per CPU) and
+/// 4 MiB/s for each system-call tracepoint of `--layers` (a `pread` of cached data takes a
+/// few µs: 50 MB/s of records per CPU were measured), between 64 and 4096 pages; 32 without root (see [`ring_pages_for`]). 0 without
+/// tracepoints. The reader runs ahead of the load ([`crate::priority`]) and drains a ring
+/// whenever a quarter of it is filled, so bursts far above these rates fit (45,000 switches/s
+/// per CPU were measured at load 30 without a record lost).
+pub fn event_ring_pages(tracepoints: &[String]) -> usize {
+    if tracepoints.is_empty() {
+        return 0;
+    }
+    let per_s: u64 = tracepoints
         .iter()
         .map(|t| {
             if t == "sched:sched_switch" {
-                256 << 10
+                512 << 10
+            } else if crate::syscalls::TRACEPOINTS.contains(&t.as_str()) {
+                4 << 20
             } else {
                 64 << 10
             }
         })
         .sum();
-    let bytes = (hz * sample_bytes + tp_bytes) * RING_SLACK_S;
-    let max = if sys::euid() == 0 {
-        MAX_AUTO_RING_PAGES
-    } else {
+    pages_for(per_s * RING_SLACK_S, 32)
+}
+
+/// Pages of each CPU's process-tracking ring: 128 (512 KiB: a few thousand forks, execs and
+/// mappings between two drains); 16 without root.
+fn tracking_ring_pages() -> usize {
+    if sys::euid() == 0 {
         128
-    };
+    } else {
+        16
+    }
+}
+
+/// `bytes` as a power of two of pages between [`DEFAULT_RING_PAGES`] and
+/// [`MAX_AUTO_RING_PAGES`], or `unprivileged` pages without root.
+fn pages_for(bytes: u64, unprivileged: usize) -> usize {
+    if sys::euid() != 0 {
+        return unprivileged;
+    }
     (bytes as usize)
         .div_ceil(sys::page_size())
         .next_power_of_two()
-        .clamp(DEFAULT_RING_PAGES, max)
+        .clamp(DEFAULT_RING_PAGES, MAX_AUTO_RING_PAGES)
 }
 
 fn is_permission(e: &io::Error) -> bool {
@@ -240,6 +268,8 @@ pub struct Sampler {
     warnings: Vec<String>,
     os: Option<Collector>,
     delayacct: Option<os::delayacct::Guard>,
+    /// What the collection threads get ([`crate::priority`]), as probed at open.
+    scheduling: priority::Raised,
 }
 
 // The testbed runs a sampler on its own thread.
@@ -258,8 +288,10 @@ pub struct Summary {
     pub samples: u64,
     /// Samples lost (ring full).
     pub lost: u64,
-    /// Tracepoint records lost.
+    /// Kernel-event (tracepoint) records lost.
     pub lost_events: u64,
+    /// Process-tracking records (COMM, MMAP2, FORK, EXIT, NAMESPACES) lost.
+    pub lost_tracking: u64,
     /// Tracepoint hits counted.
     pub events: u64,
     /// Samples outside the scope.
@@ -316,66 +348,101 @@ impl Sampler {
         let sampling = choose_event(&config, cpus[0], 1)?;
         let mut config = config;
         if config.ring_pages == 0 {
-            config.ring_pages = ring_pages_for(&sampling, config.call_graph, &wanted);
+            config.ring_pages = ring_pages_for(&sampling, config.call_graph);
         }
-        // Wake the reader when a quarter of a ring is filled (besides its 50 ms tick).
-        let wakeup = (config.ring_pages * sys::page_size() / 4) as u32;
-        let mut rings = Vec::with_capacity(cpus.len());
+        // Three rings per CPU, so that what the kernel drops is known by kind (a LOST record
+        // says how many records one ring dropped, not which): samples, kernel events, and
+        // process tracking. Each wakes the reader when a quarter of it is filled (besides its
+        // 50 ms tick).
+        let wakeup = |pages: usize| (pages * sys::page_size() / 4) as u32;
+        let mut rings = Vec::with_capacity(cpus.len() * 3);
         let mut streams = Streams::new();
-        let mut attr = sampling_attr(&sampling, true, nodes.needs_netns(), wakeup);
+        let mut attr = sampling_attr(&sampling, wakeup(config.ring_pages));
         event::set_call_graph(&mut attr, config.call_graph);
         let sample_layout = Layout {
             sample_type: attr.sample_type,
             sample_id_all: true,
         };
-        for &cpu in &cpus {
-            let fd = PerfFd::open(&attr, -1, cpu as i32, 0).map_err(|e| {
-                if is_permission(&e) {
-                    permission_error(e)
-                } else {
-                    Error::Event {
-                        event: sampling.event.name.into(),
-                        reason: format!("perf_event_open on CPU {cpu}: {e}"),
-                    }
-                }
-            })?;
-            let id = fd.id().map_err(io_err("perf event id"))?;
-            streams.add(id, sample_layout, Stream::Samples);
-            let ring = Ring::map(fd, config.ring_pages).map_err(|e| Error::Io {
+        let tracking_pages = tracking_ring_pages();
+        let tracking = event::tracking_attr(nodes.needs_netns(), wakeup(tracking_pages));
+        let tracking_layout = Layout {
+            sample_type: tracking.sample_type,
+            sample_id_all: true,
+        };
+        let map = |fd: PerfFd, pages: usize, cpu: u32, what: &str| {
+            Ring::map(fd, pages).map_err(|e| Error::Io {
                 what: format!(
-                    "map a {} KiB ring buffer for CPU {cpu} (lower --ring-pages, or raise \
+                    "map a {} KiB {what} ring buffer for CPU {cpu} (lower --ring-pages, or raise \
                      kernel.perf_event_mlock_kb)",
-                    config.ring_pages * sys::page_size() / 1024
+                    pages * sys::page_size() / 1024
                 ),
                 source: e,
-            })?;
-            rings.push(ring);
+            })
+        };
+        let open_error = |e: io::Error, what: &str, cpu: u32| {
+            if is_permission(&e) {
+                permission_error(e)
+            } else {
+                Error::Event {
+                    event: what.into(),
+                    reason: format!("perf_event_open on CPU {cpu}: {e}"),
+                }
+            }
+        };
+        for &cpu in &cpus {
+            let fd = PerfFd::open(&attr, -1, cpu as i32, 0)
+                .map_err(|e| open_error(e, sampling.event.name, cpu))?;
+            let id = fd.id().map_err(io_err("perf event id"))?;
+            streams.add(id, sample_layout, Stream::Samples);
+            rings.push(map(fd, config.ring_pages, cpu, "samples")?);
+            let fd = PerfFd::open(&tracking, -1, cpu as i32, 0)
+                .map_err(|e| open_error(e, "dummy (process tracking)", cpu))?;
+            let id = fd.id().map_err(io_err("perf event id"))?;
+            streams.add(id, tracking_layout, Stream::Tracking);
+            rings.push(map(fd, tracking_pages, cpu, "process-tracking")?);
         }
 
-        // Tracepoints: their records go to the sampling ring of the same CPU.
+        // Tracepoints: on each CPU the first one's ring takes the others' records too.
         let mut tps = Vec::new();
         let mut tp_fds = Vec::new();
         if !wanted.is_empty() {
+            let event_pages = event_ring_pages(&wanted);
             match tracefs::find_or_mount(config.mount_tracefs && sys::euid() == 0) {
                 Err(why) => warnings.push(format!("kernel events are not counted: {why}")),
                 Ok(root) => {
+                    let mut per_cpu: Vec<Option<Ring>> = cpus.iter().map(|_| None).collect();
                     for name in &wanted {
                         match open_tracepoint(
                             &root,
                             name,
-                            &rings,
                             &cpus,
-                            wakeup,
+                            wakeup(event_pages),
                             tps.len() as u16,
                             &mut streams,
                         ) {
                             Ok((spec, fds)) => {
                                 tps.push(spec);
-                                tp_fds.extend(fds);
+                                for ((fd, slot), &cpu) in
+                                    fds.into_iter().zip(&mut per_cpu).zip(&cpus)
+                                {
+                                    match slot {
+                                        Some(ring) => {
+                                            fd.set_output(ring.fd()).map_err(io_err(
+                                                "redirect a tracepoint to its CPU's ring",
+                                            ))?;
+                                            tp_fds.push(fd);
+                                        }
+                                        None => {
+                                            *slot =
+                                                Some(map(fd, event_pages, cpu, "kernel-events")?)
+                                        }
+                                    }
+                                }
                             }
                             Err(why) => warnings.push(format!("not counting {name}: {why}")),
                         }
                     }
+                    rings.extend(per_cpu.into_iter().flatten());
                 }
             }
         }
@@ -402,7 +469,16 @@ impl Sampler {
                 Some(c)
             }
         };
+        let scheduling = priority::probe(priority::RING_READER);
+        match &scheduling {
+            priority::Raised::Deadline(_) | priority::Raised::Fifo => {}
+            other => warnings.push(format!(
+                "the collection threads run at {other}: a loaded host can delay them (samples \
+                 and OS-metrics seconds may be lost); run as root for real-time scheduling"
+            )),
+        }
         Ok(Sampler {
+            scheduling,
             config,
             sampling,
             nodes,
@@ -453,7 +529,8 @@ impl Sampler {
             _ => String::new(),
         };
         format!(
-            "sampling {} on {} CPUs, {} ({}), {} s intervals → {}/{{{}}}; kernel events: {}{os}",
+            "sampling {} on {} CPUs, {} ({}), {} s intervals → {}/{{{}}}; kernel events: {}{os}; \
+             collection threads: {}",
             self.sampling,
             self.cpus.len(),
             self.nodes.scope().describe(),
@@ -469,6 +546,12 @@ impl Sampler {
                 "none".to_string()
             } else {
                 tps.join(", ")
+            },
+            match &self.scheduling {
+                priority::Raised::Deadline(_) => "SCHED_DEADLINE (capped)",
+                priority::Raised::Fifo => "SCHED_FIFO 1 (capped by real-time throttling)",
+                priority::Raised::Nice(_) => "nice -20",
+                priority::Raised::Unchanged(_) => "normal priority",
             }
         )
     }
@@ -544,6 +627,9 @@ impl Sampler {
             freq: self.sampling.rate.is_freq(),
             tracepoints: self.tps.iter().map(|t| t.name.clone()).collect(),
             call_graph: self.config.call_graph != CallGraph::None,
+            own_loss: self.nodes.names().len() == 1
+                && !self.nodes.has_rules()
+                && matches!(self.nodes.scope(), Scope::System),
         }
     }
 
@@ -554,6 +640,15 @@ impl Sampler {
     /// being looked up, which can take a while for a large new image), and this one, which
     /// decodes, tracks, counts, names and writes.
     pub fn run(self, stop: &AtomicBool) -> Result<Summary, Error> {
+        // This thread decodes, names and writes: unbounded work, so no real-time policy, but a
+        // larger share of a contended CPU (`crate::priority`), given back at the end.
+        let before = priority::raise_worker();
+        let out = self.run_inner(stop);
+        priority::restore_worker(before);
+        out
+    }
+
+    fn run_inner(self, stop: &AtomicBool) -> Result<Summary, Error> {
         let interval_ns = self.config.interval.as_nanos() as u64;
         let cpu0 = sys::self_cpu_ns();
         let host = procfs::host_name();
@@ -618,6 +713,7 @@ impl Sampler {
                         std::thread::Builder::new()
                             .name("culprit-os".into())
                             .spawn_scoped(scope, move || {
+                                priority::raise(priority::OS_COLLECTOR);
                                 os::run(c, os_interval, stop, abort, deadline, pids, &os_tx)
                             })
                             .map_err(io_err("start the OS metrics thread"))?,
@@ -750,6 +846,7 @@ impl Sampler {
             samples: s.samples,
             lost: s.lost,
             lost_events: s.lost_events,
+            lost_tracking: s.lost_tracking,
             events: s.events,
             out_of_scope: s.out_of_scope,
             throttles: s.throttles,
@@ -807,8 +904,8 @@ fn read_rings(
 ) {
     // Draining must not wait behind the work it samples: on a machine whose CPUs are all
     // busy, a reader at the default priority can be kept off a CPU long enough for the rings
-    // to fill. It does little work, so it runs at a higher priority when allowed (root).
-    sys::raise_thread_priority();
+    // to fill. It does little work, so it runs ahead of the load, capped (`crate::priority`).
+    priority::raise(priority::RING_READER);
     let enabled = rings
         .iter()
         .map(|r| r.fd())
@@ -936,7 +1033,7 @@ fn choose_event(config: &Config, cpu: u32, wakeup: u32) -> Result<Sampling, Erro
         rate,
         fallback_reason: None,
     };
-    match PerfFd::open(&sampling_attr(&s, false, false, wakeup), -1, cpu as i32, 0) {
+    match PerfFd::open(&sampling_attr(&s, wakeup), -1, cpu as i32, 0) {
         Ok(_) => Ok(s),
         Err(e) if is_permission(&e) => Err(permission_error(e)),
         Err(e) if is_missing_event(&e) && explicit.is_none() => {
@@ -960,18 +1057,16 @@ fn choose_event(config: &Config, cpu: u32, wakeup: u32) -> Result<Sampling, Erro
                 rate,
                 fallback_reason: Some(format!("hardware cycles are not available here ({e})")),
             };
-            PerfFd::open(&sampling_attr(&fb, false, false, wakeup), -1, cpu as i32, 0).map_err(
-                |e| {
-                    if is_permission(&e) {
-                        permission_error(e)
-                    } else {
-                        Error::Event {
-                            event: fb.event.name.into(),
-                            reason: e.to_string(),
-                        }
+            PerfFd::open(&sampling_attr(&fb, wakeup), -1, cpu as i32, 0).map_err(|e| {
+                if is_permission(&e) {
+                    permission_error(e)
+                } else {
+                    Error::Event {
+                        event: fb.event.name.into(),
+                        reason: e.to_string(),
                     }
-                },
-            )?;
+                }
+            })?;
             Ok(fb)
         }
         Err(e) => Err(Error::Event {
@@ -985,11 +1080,10 @@ fn choose_event(config: &Config, cpu: u32, wakeup: u32) -> Result<Sampling, Erro
     }
 }
 
-/// Opens tracepoint `name` on every CPU, its output redirected to that CPU's ring.
+/// Opens tracepoint `name` on every CPU (one event per CPU, in `cpus` order).
 fn open_tracepoint(
     root: &std::path::Path,
     name: &str,
-    rings: &[Ring],
     cpus: &[u32],
     wakeup: u32,
     index: u16,
@@ -1003,8 +1097,7 @@ fn open_tracepoint(
         sample_id_all: true,
     };
     let mut fds = Vec::with_capacity(cpus.len());
-    let mut ids: HashMap<u64, ()> = HashMap::new();
-    for (ring, &cpu) in rings.iter().zip(cpus) {
+    for &cpu in cpus {
         let fd = PerfFd::open(&attr, -1, cpu as i32, 0).map_err(|e| {
             if is_permission(&e) {
                 format!("{e} (tracepoints need root or CAP_PERFMON)")
@@ -1012,14 +1105,9 @@ fn open_tracepoint(
                 e.to_string()
             }
         })?;
-        fd.set_output(ring.fd())
-            .map_err(|e| format!("redirect to the CPU ring: {e}"))?;
         let id = fd.id().map_err(|e| e.to_string())?;
-        ids.insert(id, ());
-        fds.push(fd);
-    }
-    for id in ids.into_keys() {
         streams.add(id, layout, Stream::Tracepoint(index));
+        fds.push(fd);
     }
     Ok((
         TpSpec {
