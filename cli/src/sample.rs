@@ -268,12 +268,14 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         let mut err = std::io::stderr().lock();
         writeln!(
             err,
-            "culprit: {} samples ({} lost), {} kernel events ({} lost), {} intervals in {:.1} s; \
-             sampler CPU {:.3} s ({:.2} % of one CPU)",
+            "culprit: {} samples ({} lost), {} kernel events ({} records lost), {} \
+             process-tracking records lost, {} intervals in {:.1} s; sampler CPU {:.3} s ({:.2} % \
+             of one CPU)",
             s.samples,
             s.lost,
             s.events,
             s.lost_events,
+            s.lost_tracking,
             s.intervals,
             secs,
             (u + sys) as f64 / 1e9,

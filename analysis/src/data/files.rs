@@ -321,8 +321,12 @@ pub struct SampleInterval {
     pub freq: bool,
     /// Samples taken.
     pub total: u64,
-    /// Samples lost.
+    /// Samples the kernel dropped: the machine's (every node of a sampler run carries the
+    /// same count), in files of every version.
     pub lost: u64,
+    /// What the kernel dropped in the interval by kind, and whose it was (the sampler's Lost
+    /// record, format version 7): `None` when nothing was lost, or the file is older.
+    pub losses: Option<culprit_format::LostRec>,
     /// Counts per (program, function).
     pub entries: Vec<SampleCount>,
     /// The samples' call chains, when sampled with `--call-graph` (record kind 12; `None`
