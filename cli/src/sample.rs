@@ -288,10 +288,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         if s.os.intervals > 0 || s.os.cpu_ns > 0 {
             writeln!(
                 err,
-                "culprit: OS metrics: {} intervals ({} missed); collector CPU {:.3} s + writing \
+                "culprit: OS metrics: {} intervals ({} from reads that came late); collector CPU {:.3} s + writing \
                  {:.3} s ({:.3} % of one CPU)",
                 s.os.intervals,
-                s.os.missed,
+                s.os.late,
                 s.os.cpu_ns as f64 / 1e9,
                 s.os.write_cpu_ns as f64 / 1e9,
                 if secs > 0.0 {

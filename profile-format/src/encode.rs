@@ -90,6 +90,9 @@ pub struct OsMetricsHead {
     /// Interval length in ns.
     pub dur_ns: u64,
     /// Time between the two reads the rates come from, ns (monotonic clock; near `dur_ns`).
+    /// Longer than `dur_ns` when the later read came late: its rates are averages over the
+    /// span, written for each interval the span covers (the sampler since format version 7;
+    /// before, such intervals were written MISSED).
     pub span_ns: u64,
     /// [`interval_flags`] bits.
     pub flags: u32,

@@ -134,6 +134,34 @@ pub fn raise(budget: Budget) -> Raised {
     Raised::Unchanged(format!("SCHED_DEADLINE refused: {dl_err}"))
 }
 
+/// Raises the calling thread, a collector with `budget` (as [`raise`]), until the returned
+/// guard is dropped: then it is back at the normal policy and its nice value. For a loop that
+/// runs on a thread that goes on afterwards (`culprit record --uprobes` counts on its main
+/// thread).
+pub fn raise_scoped(budget: Budget) -> Scoped {
+    let nice = sys::thread_nice();
+    Scoped {
+        raised: raise(budget),
+        nice,
+    }
+}
+
+/// A thread raised by [`raise_scoped`], restored on drop.
+#[derive(Debug)]
+pub struct Scoped {
+    /// What the thread got.
+    pub raised: Raised,
+    nice: i32,
+}
+
+impl Drop for Scoped {
+    fn drop(&mut self) {
+        if !matches!(self.raised, Raised::Unchanged(_)) {
+            let _ = sys::set_thread_normal(self.nice);
+        }
+    }
+}
+
 /// Raises the calling thread, the sampler's main loop, to nice [`WORKER_NICE`] when allowed;
 /// returns the nice value it had, to give back with [`restore_worker`].
 pub fn raise_worker() -> Option<i32> {
@@ -167,6 +195,23 @@ pub fn is_raised() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_scoped_raise_is_given_back() {
+        std::thread::spawn(|| {
+            let nice = sys::thread_nice();
+            {
+                let g = raise_scoped(UPROBE_READER);
+                if sys::euid() == 0 {
+                    assert!(!matches!(g.raised, Raised::Unchanged(_)), "{}", g.raised);
+                }
+            }
+            assert_eq!(sys::thread_policy(), libc::SCHED_OTHER);
+            assert_eq!(sys::thread_nice(), nice);
+        })
+        .join()
+        .unwrap();
+    }
 
     #[test]
     fn budgets_are_small_shares_of_a_cpu() {

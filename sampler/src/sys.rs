@@ -532,6 +532,23 @@ pub fn set_thread_deadline(runtime_ns: u64, period_ns: u64) -> io::Result<()> {
     check(rc as libc::c_int)
 }
 
+/// Puts the *calling thread* back under the normal policy (`SCHED_OTHER`) at `nice`.
+pub fn set_thread_normal(nice: i32) -> io::Result<()> {
+    let attr = SchedAttr {
+        size: size_of::<SchedAttr>() as u32,
+        policy: libc::SCHED_OTHER as u32,
+        flags: 0,
+        nice,
+        priority: 0,
+        runtime: 0,
+        deadline: 0,
+        period: 0,
+    };
+    // SAFETY: as in `set_thread_deadline`.
+    let rc = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, std::ptr::addr_of!(attr), 0) };
+    check(rc as libc::c_int)
+}
+
 /// Puts the *calling thread* under `SCHED_FIFO` at `priority` (1 is the lowest real-time
 /// priority), reset to the normal policy in threads and processes it creates. Needs
 /// CAP_SYS_NICE (or RLIMIT_RTPRIO), and a cgroup with real-time runtime when the kernel has
