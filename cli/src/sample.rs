@@ -301,6 +301,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 }
             )?;
         }
+        for w in &s.notes {
+            writeln!(err, "culprit: warning: {w}")?;
+        }
         for n in &s.nodes {
             writeln!(
                 err,

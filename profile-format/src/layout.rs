@@ -469,6 +469,10 @@ pub mod info_keys {
     pub const CONTINUES: &str = "continues";
     /// Rotation: this file's piece number (absent or 0 for a writer's first file).
     pub const PIECE: &str = "piece";
+    /// What worked less well than asked, one line each, in the file's first Info record or in
+    /// a later one when it happened (the sampler: events not counted, a process image refused
+    /// because it was not a regular file).
+    pub const WARNING: &str = "warning";
 }
 
 /// Rounds `n` up to the record alignment.

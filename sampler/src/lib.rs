@@ -131,6 +131,7 @@ pub mod symbolize;
 mod sys;
 pub mod syscalls;
 pub mod tracefs;
+pub mod untrusted;
 pub mod uprobe;
 
 pub use event::{CallGraph, Rate, Sampling};

@@ -436,6 +436,11 @@ impl Namer {
         Arc::from(unresolved_name(path, at).as_str())
     }
 
+    /// Images the symbolizer refused since the last call (one line each).
+    pub fn take_notes(&mut self) -> Vec<String> {
+        self.symbolizer.take_notes()
+    }
+
     /// The (image, function) of a prepared location.
     pub fn get(&self, loc: &Loc) -> (Arc<str>, Arc<str>) {
         self.cache
@@ -600,6 +605,8 @@ pub struct Output {
     piece_start_ns: u64,
     piece: u32,
     rotations: u64,
+    /// Notes written into the files so far (images refused as unsafe to open).
+    notes: Vec<String>,
 }
 
 impl Output {
@@ -641,6 +648,7 @@ impl Output {
             piece_start_ns: start_ns,
             piece: 0,
             rotations: 0,
+            notes: Vec::new(),
         })
     }
 
@@ -742,6 +750,17 @@ impl Output {
                         .chain(n.stacks.keys().flat_map(|(_, frames)| frames.iter()))
                 }),
             );
+        }
+        let notes = namer.take_notes();
+        if !notes.is_empty() {
+            // One line each in every node's data: what was not read, and why.
+            self.buf.clear();
+            self.buf
+                .info(notes.iter().map(|n| (info_keys::WARNING, n.as_str())));
+            for f in &mut self.files {
+                f.writer.append(&self.buf)?;
+            }
+            self.notes.extend(notes);
         }
         let mut flags = c.flags;
         if self.info.freq {
@@ -958,6 +977,11 @@ impl Output {
             });
         }
         Ok(out)
+    }
+
+    /// The notes written into the files so far (images refused as unsafe to open).
+    pub fn notes(&self) -> &[String] {
+        &self.notes
     }
 
     /// Intervals written so far.

@@ -312,6 +312,9 @@ pub struct Summary {
     pub tracking: TrackerStats,
     /// What the OS-metrics collector did (zero when it was off).
     pub os: OsStats,
+    /// What was not read and why, one line each (process images refused as unsafe to open:
+    /// a FIFO or a device in place of a library), also written into the node files.
+    pub notes: Vec<String>,
 }
 
 impl Sampler {
@@ -618,7 +621,7 @@ impl Sampler {
             ));
         }
         for w in &self.warnings {
-            pairs.push(("warning".into(), w.clone()));
+            pairs.push((info_keys::WARNING.into(), w.clone()));
         }
         RunInfo {
             pairs,
@@ -836,6 +839,7 @@ impl Sampler {
                 .map_err(io_err("write a profile"))?;
         }
         let intervals = output.intervals();
+        let notes = output.notes().to_vec();
         let nodes = output
             .finish(sys::realtime_ns(), stopped)
             .map_err(io_err("end the profile files"))?;
@@ -857,6 +861,7 @@ impl Sampler {
             stopped,
             tracking: engine.tracker.stats(),
             os: os_stats,
+            notes,
         })
     }
 }

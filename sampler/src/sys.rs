@@ -602,6 +602,17 @@ pub fn thread_policy() -> i32 {
     p & !libc::SCHED_RESET_ON_FORK
 }
 
+/// True when `file` lives on a FUSE file system (`fstatfs`: FUSE_SUPER_MAGIC); false when
+/// that cannot be told.
+pub fn is_fuse(file: &File) -> bool {
+    const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
+    // SAFETY: statfs is plain old data; all-zero is a valid value.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs writes one statfs through a valid pointer; the descriptor is open.
+    let rc = unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) };
+    rc == 0 && st.f_type as i64 == FUSE_SUPER_MAGIC
+}
+
 /// CLOCK_BOOTTIME in ns: the clock `/proc/PID/stat`'s start times count from.
 pub fn boottime_ns() -> u64 {
     clock_ns(libc::CLOCK_BOOTTIME)
