@@ -254,7 +254,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let pruner = policy
         .enabled()
         .then(|| crate::prune::background(vec![cfg.data_dir.clone()], policy, a.quiet));
+    let watchdog = Watchdog::arm(stop, cfg.duration);
     let s = sampler.run(stop);
+    drop(watchdog);
     drop(pruner);
     if let Some(p) = probes {
         // The sampler ended (duration, signal or error): the probes end with it.
@@ -304,6 +306,14 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         for w in &s.notes {
             writeln!(err, "culprit: warning: {w}")?;
         }
+        if s.unprocessed_bytes > 0 {
+            writeln!(
+                err,
+                "culprit: warning: to end on time, {} bytes of records were not processed; the \
+                 intervals they covered are written missed",
+                s.unprocessed_bytes
+            )?;
+        }
         for n in &s.nodes {
             writeln!(
                 err,
@@ -316,6 +326,68 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         }
     }
     Ok(0)
+}
+
+/// How long after a signal or the end of `--duration` the process may still run: the sampler
+/// ends its run within [`culprit_sampler::FINISH_BUDGET`], so this is reached only when a
+/// thread is stuck where nothing should be (a kernel call that never returns).
+const GRACE: Duration = Duration::from_millis(850);
+
+/// Ends the process [`GRACE`] after a signal or the end of `--duration` should the run not end
+/// by then: SIGTERM and SIGINT always end `culprit sample` within a second, and `--duration` is
+/// a deadline, whatever a thread is doing. The files keep what was committed (readers see a
+/// writer that stopped); delay accounting is put back as it was.
+struct Watchdog {
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Watchdog {
+    fn arm(stop: &'static std::sync::atomic::AtomicBool, duration: Option<Duration>) -> Watchdog {
+        use std::sync::atomic::Ordering;
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let d = done.clone();
+        let deadline = duration.map(|t| std::time::Instant::now() + t);
+        let _ = std::thread::Builder::new()
+            .name("culprit-watchdog".into())
+            .spawn(move || {
+                // It must run when its time comes, on a host however busy.
+                culprit_sampler::priority::raise(culprit_sampler::priority::WATCHDOG);
+                // Polled every 50 ms: the signal handler only sets a flag.
+                let why = loop {
+                    if d.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    if stop.load(Ordering::SeqCst) {
+                        break "the signal";
+                    }
+                    if deadline.is_some_and(|t| std::time::Instant::now() >= t) {
+                        break "the end of --duration";
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                };
+                let until = std::time::Instant::now() + GRACE;
+                while std::time::Instant::now() < until {
+                    if d.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                eprintln!(
+                    "culprit: sample did not end within {} ms of {why}: exiting now (the data \
+                     written so far stays readable; the files have no end marker)",
+                    GRACE.as_millis()
+                );
+                culprit_sampler::os::delayacct::restore_now();
+                std::process::exit(2);
+            });
+        Watchdog { done }
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.done.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 fn replay(a: &Args, perf_data: &std::path::Path) -> anyhow::Result<i32> {

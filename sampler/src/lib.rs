@@ -137,8 +137,8 @@ pub mod uprobe;
 pub use event::{CallGraph, Rate, Sampling};
 pub use nodes::{NodeRule, Scope};
 pub use sampler::{
-    default_node_name, online_cpus, perf_event_paranoid, ring_pages_for, Config, Error, Sampler,
-    Summary, DEFAULT_INTERVAL, DEFAULT_RING_PAGES,
+    default_node_name, event_ring_pages, online_cpus, perf_event_paranoid, ring_pages_for, Config,
+    Error, Sampler, Summary, DEFAULT_INTERVAL, DEFAULT_RING_PAGES, FINISH_BUDGET,
 };
 
 /// Installs SIGINT and SIGTERM handlers (once per process, `signal-hook`) that set the returned

@@ -78,6 +78,13 @@ pub const UPROBE_READER: Budget = Budget {
     period: Duration::from_millis(50),
 };
 
+/// A watchdog that only looks at a flag now and then (`culprit sample`'s, which ends the
+/// process should a run not end within a second of a signal).
+pub const WATCHDOG: Budget = Budget {
+    runtime: Duration::from_millis(1),
+    period: Duration::from_millis(50),
+};
+
 /// The nice value of the sampler's main loop (decoding, naming, writing).
 pub const WORKER_NICE: i32 = -10;
 
@@ -215,7 +222,7 @@ mod tests {
 
     #[test]
     fn budgets_are_small_shares_of_a_cpu() {
-        for b in [RING_READER, OS_COLLECTOR, UPROBE_READER] {
+        for b in [RING_READER, OS_COLLECTOR, UPROBE_READER, WATCHDOG] {
             assert!(b.percent() <= 20.0, "{b}: {} %", b.percent());
             assert!(b.runtime < b.period);
         }

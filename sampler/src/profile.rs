@@ -111,6 +111,9 @@ pub struct Intervals {
     next: u64,
     open: BTreeMap<u64, Acc>,
     missed: BTreeSet<u64>,
+    /// Intervals ending after this wall time were not observed in full (the run ended
+    /// before their records could be processed).
+    missed_from: Option<u64>,
     late: u64,
 }
 
@@ -157,6 +160,7 @@ impl Intervals {
             next: first,
             open: BTreeMap::new(),
             missed: BTreeSet::new(),
+            missed_from: None,
             late: 0,
         }
     }
@@ -255,6 +259,12 @@ impl Intervals {
         }
     }
 
+    /// Marks every interval that ends after `from_wall` (wall ns) as not observed: the records
+    /// from then on were not processed.
+    pub fn mark_missed_from(&mut self, from_wall: u64) {
+        self.missed_from = Some(self.missed_from.map_or(from_wall, |m| m.min(from_wall)));
+    }
+
     /// Closes every interval that ends at or before `wall_ns`.
     pub fn close_until(&mut self, wall_ns: u64) -> Vec<Closed> {
         let mut out = Vec::new();
@@ -293,7 +303,11 @@ impl Intervals {
                 })
                 .collect();
         }
-        if self.missed.remove(&idx) {
+        if self.missed.remove(&idx)
+            || self
+                .missed_from
+                .is_some_and(|m| (idx + 1) * self.dur_ns > m)
+        {
             flags |= interval_flags::MISSED;
         }
         Closed {
@@ -309,6 +323,9 @@ impl Intervals {
 #[derive(Debug)]
 pub struct Namer {
     symbolizer: Symbolizer,
+    /// Past this, new user-space locations are named `image+0xoffset` without reading the
+    /// image (the run is ending and must end on time).
+    deadline: Option<std::time::Instant>,
     cache: FxHashMap<Loc, (Arc<str>, Arc<str>)>,
     kernel_image: Arc<str>,
     unknown: Arc<str>,
@@ -330,11 +347,23 @@ impl Namer {
     pub fn new(symbolizer: Symbolizer) -> Namer {
         Namer {
             symbolizer,
+            deadline: None,
             cache: FxHashMap::default(),
             kernel_image: Arc::from(KERNEL_IMAGE),
             unknown: Arc::from(UNKNOWN),
             named: 0,
         }
+    }
+
+    /// After `at`, new user-space locations are named `image+0xoffset` without reading their
+    /// images.
+    pub fn set_deadline(&mut self, at: Option<std::time::Instant>) {
+        self.deadline = at;
+    }
+
+    fn out_of_time(&self) -> bool {
+        self.deadline
+            .is_some_and(|d| std::time::Instant::now() >= d)
     }
 
     /// Drops what is cached about images whose files were replaced.
@@ -375,7 +404,11 @@ impl Namer {
             offsets.dedup();
             let img = tracker.image(image);
             let addrs: Vec<ImageAddr> = offsets.iter().map(|&o| ImageAddr::FileOffset(o)).collect();
-            let names = self.symbolizer.resolve_many(&img.path, &addrs);
+            let names = if self.out_of_time() {
+                vec![None; addrs.len()]
+            } else {
+                self.symbolizer.resolve_many(&img.path, &addrs)
+            };
             let runtime = is_culprit_runtime(&img.name);
             for (offset, name) in offsets.into_iter().zip(names) {
                 let func = match name {
@@ -411,10 +444,13 @@ impl Namer {
                         (img.name.clone(), Arc::from(CULPRIT_RUNTIME))
                     }
                     ImageKind::File => {
-                        let f = match self
-                            .symbolizer
-                            .resolve(&img.path, ImageAddr::FileOffset(offset))
-                        {
+                        let found = if self.out_of_time() {
+                            None
+                        } else {
+                            self.symbolizer
+                                .resolve(&img.path, ImageAddr::FileOffset(offset))
+                        };
+                        let f = match found {
                             Some(f) => f,
                             None => self.unresolved(&img.path, offset),
                         };
@@ -429,10 +465,12 @@ impl Namer {
     /// The name of an address no symbol covers: `image+<offset of its function's start>` when the
     /// image's unwind table knows the function, else `image+<offset>`.
     fn unresolved(&mut self, path: &Path, offset: u64) -> Arc<str> {
-        let at = self
-            .symbolizer
-            .function_start(path, offset)
-            .unwrap_or(offset);
+        let at = if self.out_of_time() {
+            None
+        } else {
+            self.symbolizer.function_start(path, offset)
+        }
+        .unwrap_or(offset);
         Arc::from(unresolved_name(path, at).as_str())
     }
 

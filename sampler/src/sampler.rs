@@ -105,6 +105,10 @@ const MAX_AUTO_RING_PAGES: usize = 4096;
 /// Seconds of records a ring sized from the rate holds: the reader drains every 50 ms (or at a
 /// quarter full), so this is what a starved reader can fall behind before samples are lost.
 const RING_SLACK_S: u64 = 2;
+/// How long the sampler may take, once a signal or `--duration` ends its run, to process what
+/// is still queued, name it and write it; past it the rest is dropped (its intervals written
+/// MISSED), so that the run ends within a second.
+pub const FINISH_BUDGET: Duration = Duration::from_millis(600);
 /// How often the rings are drained when no watermark wakes the sampler earlier.
 const TICK: Duration = Duration::from_millis(50);
 
@@ -315,6 +319,9 @@ pub struct Summary {
     /// What was not read and why, one line each (process images refused as unsafe to open:
     /// a FIFO or a device in place of a library), also written into the node files.
     pub notes: Vec<String>,
+    /// Bytes of records left unprocessed to end on time ([`FINISH_BUDGET`] after the signal
+    /// or the deadline); the intervals they covered are written MISSED. 0 normally.
+    pub unprocessed_bytes: u64,
 }
 
 impl Sampler {
@@ -697,6 +704,8 @@ impl Sampler {
         let mut os_stats = OsStats::default();
 
         let (tx, rx) = std::sync::mpsc::channel::<Round>();
+        // (record-clock time from which records were not processed, their bytes).
+        let mut unprocessed: Option<(u64, u64)> = None;
         let abort_flag = AtomicBool::new(false);
         let abort = &abort_flag;
         let result = std::thread::scope(|scope| -> Result<(bool, u64), Error> {
@@ -748,6 +757,11 @@ impl Sampler {
             engine.set_snapshot(snap_time, procs::scan_proc(facts));
             let mut prev_round = snap_time;
             let mut gaps = Gaps::default();
+            // Once the run is to end (a signal, or --duration passed), what is still queued is
+            // done within FINISH_BUDGET; past it the rest is not processed, and the intervals
+            // it covered are written MISSED: `--duration` is a deadline, and a signal ends the
+            // run within a second.
+            let mut finish_by: Option<u64> = None;
             let end = loop {
                 let Ok(msg) = rx.recv() else {
                     break (stop.load(Ordering::SeqCst), sys::monotonic_ns());
@@ -762,6 +776,21 @@ impl Sampler {
                 else {
                     continue;
                 };
+                let now = sys::monotonic_ns();
+                if finish_by.is_none()
+                    && (stop.load(Ordering::SeqCst) || deadline.is_some_and(|d| now >= d))
+                {
+                    finish_by = Some(now + FINISH_BUDGET.as_nanos() as u64);
+                    namer.set_deadline(Some(std::time::Instant::now() + FINISH_BUDGET));
+                }
+                if finish_by.is_some_and(|f| now > f) {
+                    let u = unprocessed.get_or_insert((prev_round, 0));
+                    u.1 += bufs.iter().map(|b| b.len() as u64).sum::<u64>();
+                    if let Some(end) = last {
+                        break end;
+                    }
+                    continue;
+                }
                 engine.provide_facts(facts);
                 for b in &bufs {
                     engine.ingest(b, &streams);
@@ -810,9 +839,10 @@ impl Sampler {
                 prev_round = round;
             };
             let _ = reader.join();
-            // However the loop ended, the OS thread ends too.
+            // However the loop ended, the OS thread ends too (woken now if it sleeps).
             abort.store(true, Ordering::SeqCst);
             if let Some(t) = os_thread {
+                t.thread().unpark();
                 if let Ok(st) = t.join() {
                     os_stats = st;
                 }
@@ -826,6 +856,9 @@ impl Sampler {
         });
         let (stopped, end_mono) = result?;
 
+        if let Some((from, _)) = unprocessed {
+            engine.intervals.mark_missed_from(engine.clock.wall(from));
+        }
         engine.process_until(u64::MAX);
         let end_wall = match deadline {
             // A run of --duration ends at start + duration exactly.
@@ -862,6 +895,7 @@ impl Sampler {
             tracking: engine.tracker.stats(),
             os: os_stats,
             notes,
+            unprocessed_bytes: unprocessed.map_or(0, |u| u.1),
         })
     }
 }

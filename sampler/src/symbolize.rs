@@ -189,6 +189,9 @@ impl Symbolizer {
     /// The open file of `image`, opened now if need be; `None` (noted when unsafe) when it
     /// cannot be read.
     fn source(&mut self, image: &Arc<Path>) -> Option<&OpenImage> {
+        if self.unreadable.contains(image) {
+            return None;
+        }
         if !self.files.contains_key(image) {
             match untrusted::open_regular(image) {
                 Ok(file) => {
@@ -207,6 +210,7 @@ impl Symbolizer {
                     if e.is_unsafe() {
                         self.notes.push(e.to_string());
                     }
+                    self.unreadable.insert(image.clone());
                     return None;
                 }
             }
