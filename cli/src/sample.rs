@@ -21,7 +21,8 @@ use culprit_sampler::{Config, NodeRule, Rate, Sampler, Scope};
     culprit sample --node-netns io1=/run/netns/io1 --node-netns io2=/run/netns/io2 \\\n      \
     --node-addr io1=10.0.0.1 --node-addr io2=10.0.0.2   # emulated nodes\n  \
     culprit sample --delayacct --node-pid s1=4242 --node-addr s1=127.0.0.1:3001 \\\n      \
-    --node-pid s2=4243 --node-addr s2=127.0.0.1:3002   # servers sharing a host\n\n\
+    --node-pid s2=4243 --node-addr s2=127.0.0.1:3002   # servers sharing a host\n  \
+    culprit sample --delayacct --node-pid s1=/run/s1.pid --node-pid s2=/run/s2.pid  # start it first\n\n\
     The default event is hardware cycles every 100000 (seed 000); where hardware events do not \
     exist (virtual machines) it falls back to cpu-clock at 1 kHz per CPU and says so. \
     Needs root, CAP_PERFMON, or kernel.perf_event_paranoid <= 0 (see `culprit doctor`).")]
@@ -66,8 +67,11 @@ pub struct Args {
     /// Emulated node: processes in this network namespace (/run/netns/NAME) belong to NODE.
     #[arg(long = "node-netns", value_name = "NODE=PATH")]
     pub node_netns: Vec<String>,
-    /// Emulated node: this process and its descendants belong to NODE.
-    #[arg(long = "node-pid", value_name = "NODE=PID")]
+    /// Emulated node: this process and its descendants belong to NODE. PID may be a pid file's
+    /// path (with a `/`: ./srv.pid, /run/srv.pid): read when it appears and whenever it
+    /// changes, so the sampler can start before the server (as --delayacct wants). A pid that
+    /// does not exist yet is taken when a process gets it. Repeatable.
+    #[arg(long = "node-pid", value_name = "NODE=PID|NODE=PIDFILE")]
     pub node_pid: Vec<String>,
     /// Emulated node: TCP events (retransmits) of sockets with this address belong to NODE, and
     /// so do TCP connections with this local address (OS metrics). `IP:PORT` (`[IPv6]:PORT`) tells

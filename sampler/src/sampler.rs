@@ -12,7 +12,7 @@ use culprit_format::{info_keys, procfs};
 
 use crate::engine::{ClockMap, Engine, Stream, Streams, TpSpec};
 use crate::event::{self, sampling_attr, tracepoint_attr, CallGraph, Rate, Sampling};
-use crate::nodes::{NodeRule, Nodes, ProcFacts, Scope};
+use crate::nodes::{NodeRule, Nodes, PidFiles, ProcFacts, Scope};
 use crate::os::{self, Collector, NodePids, OsConfig, OsInterval, OsStats};
 use crate::priority;
 use crate::procs::{self, Tracker, TrackerStats};
@@ -274,6 +274,8 @@ pub struct Sampler {
     delayacct: Option<os::delayacct::Guard>,
     /// What the collection threads get ([`crate::priority`]), as probed at open.
     scheduling: priority::Raised,
+    /// `--node-pid NODE=FILE` rules whose files are read again as they change.
+    pid_files: PidFiles,
 }
 
 // The testbed runs a sampler on its own thread.
@@ -344,10 +346,23 @@ impl Sampler {
                 return Err(Error::Config(format!("--pid {pid}: no such process")));
             }
         }
-        let nodes = Nodes::new(&config.node, &config.node_rules, config.scope.clone())
+        let mut nodes = Nodes::new(&config.node, &config.node_rules, config.scope.clone())
             .map_err(Error::Config)?;
-        let cpus = online_cpus();
+        // Pid files there already name their trees from the start; the others are read when
+        // they appear.
+        let mut pid_files = PidFiles::new(&nodes);
+        for (pid, node) in pid_files.poll() {
+            nodes.add_pid_rule(pid, node);
+        }
         let mut warnings = Vec::new();
+        for f in pid_files.waiting() {
+            warnings.push(format!(
+                "{}: no running process's id in it yet; its process tree joins its node when \
+                 it has one (checked every 500 ms)",
+                f.display()
+            ));
+        }
+        let cpus = online_cpus();
         let wanted: Vec<String> = config.tracepoints.clone().unwrap_or_else(|| {
             tracefs::DEFAULT_TRACEPOINTS
                 .iter()
@@ -488,6 +503,7 @@ impl Sampler {
             )),
         }
         Ok(Sampler {
+            pid_files,
             scheduling,
             config,
             sampling,
@@ -692,6 +708,7 @@ impl Sampler {
             .map_or(os::DEFAULT_OS_INTERVAL, |o| o.interval);
         let Sampler {
             mut rings,
+            mut pid_files,
             tp_fds,
             streams,
             os: collector,
@@ -735,6 +752,7 @@ impl Sampler {
             };
             drop(os_tx);
             let mut last_publish = 0u64;
+            let mut last_pid_files = 0u64;
             let mut os_write_ns = 0u64;
             // On an error: stop the reader and let it end (it owns the sending side).
             let finish = || {
@@ -794,6 +812,14 @@ impl Sampler {
                 engine.provide_facts(facts);
                 for b in &bufs {
                     engine.ingest(b, &streams);
+                }
+                if !pid_files.is_empty() && round.saturating_sub(last_pid_files) >= 500_000_000 {
+                    // Up to this round first: the trees are as the records left them.
+                    engine.process_until(prev_round);
+                    for (pid, node) in pid_files.poll() {
+                        engine.tracker.adopt_tree(pid, node);
+                    }
+                    last_pid_files = round;
                 }
                 if publish_pids && round.saturating_sub(last_publish) >= 200_000_000 {
                     // Up to this round: the tracker has seen every fork, exec and exit before it.

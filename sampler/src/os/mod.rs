@@ -139,7 +139,7 @@ pub fn node_views(nodes: &Nodes, rules: &[NodeRule]) -> Vec<Option<NodeView>> {
                 addr: *addr,
                 port: *port,
             }),
-            NodeRule::Pid { .. } => {}
+            NodeRule::Pid { .. } | NodeRule::PidFile { .. } => {}
         }
     }
     views
