@@ -212,7 +212,17 @@ mod tests {
             }
         );
         let e = NodeRule::parse(RuleKind::Pid, "n1=x").unwrap_err();
-        assert_eq!(e.to_string(), "--node-pid n1=x: \"x\" is not a process id");
+        assert_eq!(
+            e.to_string(),
+            "--node-pid n1=x: \"x\" is not a process id (a pid file is given by its path: ./FILE)"
+        );
+        assert_eq!(
+            NodeRule::parse(RuleKind::Pid, "n1=./run/x.pid").unwrap(),
+            NodeRule::PidFile {
+                node: "n1".into(),
+                path: "./run/x.pid".into()
+            }
+        );
         let e = NodeRule::parse(RuleKind::Cgroup, "=/a").unwrap_err();
         assert_eq!(e.to_string(), "--node-cgroup takes NODE=VALUE, got \"=/a\"");
         assert!(matches!(

@@ -365,6 +365,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn pid_files_are_read_as_they_appear_and_change() {
+        assert_eq!(parse_pid_file(b" 4242\n"), Some(4242));
+        assert_eq!(parse_pid_file(b"42 43"), None);
+        assert_eq!(parse_pid_file(b"0\n"), None);
+        assert_eq!(parse_pid_file(b""), None, "written half-way");
+        let dir = std::env::temp_dir().join(format!("culprit-pidfile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("srv.pid");
+        let rules = [NodeRule::PidFile {
+            node: "srv".into(),
+            path: f.clone(),
+        }];
+        let nodes = Nodes::new("h", &rules, Scope::System).unwrap();
+        let mut w = PidFiles::new(&nodes);
+        assert!(w.poll().is_empty(), "not there yet");
+        assert_eq!(w.waiting().count(), 1);
+        std::fs::write(&f, "999999999\n").unwrap();
+        assert!(w.poll().is_empty(), "no such process");
+        let me = std::process::id();
+        std::fs::write(&f, format!("{me}\n")).unwrap();
+        assert_eq!(w.poll(), vec![(me, 0)]);
+        assert!(w.poll().is_empty(), "read once");
+        assert_eq!(w.waiting().count(), 0);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn cgroup_paths() {
         assert_eq!(
             normalize_cgroup("/sys/fs/cgroup/cpu/culprit/n1/"),
