@@ -291,6 +291,20 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 0.0
             }
         )?;
+        let pct = |ns: u64| {
+            if secs > 0.0 {
+                ns as f64 / 1e9 / secs * 100.0
+            } else {
+                0.0
+            }
+        };
+        writeln!(
+            err,
+            "culprit: ring reader CPU {:.3} s ({:.2} % of one CPU); collection threads: {}",
+            s.reader_cpu_ns as f64 / 1e9,
+            pct(s.reader_cpu_ns),
+            s.scheduling
+        )?;
         if s.os.intervals > 0 || s.os.cpu_ns > 0 {
             writeln!(
                 err,

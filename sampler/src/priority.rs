@@ -101,6 +101,12 @@ pub enum Raised {
     Unchanged(String),
 }
 
+impl Default for Raised {
+    fn default() -> Self {
+        Raised::Unchanged("not started".into())
+    }
+}
+
 impl fmt::Display for Raised {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -169,7 +169,7 @@ pub fn online_cpus() -> Vec<u32> {
     out
 }
 
-/// Pages of each CPU's samples ring for `sampling`: what [`RING_SLACK_S`] seconds of samples
+/// Pages of each CPU's samples ring for `sampling`: what 2 seconds of samples
 /// of a busy CPU take at the rate (call chains of 32 frames on average), as a power of two
 /// between [`DEFAULT_RING_PAGES`] and 4096 pages (16 MiB). Without root the kernel charges
 /// rings beyond `kernel.perf_event_mlock_kb` (516 KiB per CPU) to the locked-memory limit, so
@@ -191,7 +191,7 @@ pub fn ring_pages_for(sampling: &Sampling, call_graph: CallGraph) -> usize {
     pages_for(hz * sample_bytes * RING_SLACK_S, 64)
 }
 
-/// Pages of each CPU's kernel-events ring for `tracepoints`: [`RING_SLACK_S`] seconds at
+/// Pages of each CPU's kernel-events ring for `tracepoints`: 2 seconds at
 /// 64 KiB/s per tracepoint, 512 KiB/s for `sched:sched_switch` (≈7,000 switches/s per CPU) and
 /// 4 MiB/s for each system-call tracepoint of `--layers` (a `pread` of cached data takes a
 /// few µs: 50 MB/s of records per CPU were measured), between 64 and 4096 pages; 32 without root (see [`ring_pages_for`]). 0 without
@@ -324,6 +324,10 @@ pub struct Summary {
     /// Bytes of records left unprocessed to end on time ([`FINISH_BUDGET`] after the signal
     /// or the deadline); the intervals they covered are written MISSED. 0 normally.
     pub unprocessed_bytes: u64,
+    /// CPU time of the ring reader thread, ns (its cap: [`priority::RING_READER`]).
+    pub reader_cpu_ns: u64,
+    /// What the collection threads got ([`crate::priority`]).
+    pub scheduling: priority::Raised,
 }
 
 impl Sampler {
@@ -706,6 +710,7 @@ impl Sampler {
             .os_metrics
             .as_ref()
             .map_or(os::DEFAULT_OS_INTERVAL, |o| o.interval);
+        let self_scheduling = self.scheduling.clone();
         let Sampler {
             mut rings,
             mut pid_files,
@@ -723,13 +728,15 @@ impl Sampler {
         let (tx, rx) = std::sync::mpsc::channel::<Round>();
         // (record-clock time from which records were not processed, their bytes).
         let mut unprocessed: Option<(u64, u64)> = None;
+        let mut reader_cpu_ns = 0u64;
         let abort_flag = AtomicBool::new(false);
         let abort = &abort_flag;
         let result = std::thread::scope(|scope| -> Result<(bool, u64), Error> {
             let reader = std::thread::Builder::new()
                 .name("culprit-rings".into())
                 .spawn_scoped(scope, move || {
-                    read_rings(&mut rings, &tp_fds, &tx, stop, deadline, abort, facts)
+                    read_rings(&mut rings, &tp_fds, &tx, stop, deadline, abort, facts);
+                    sys::thread_cpu_ns()
                 })
                 .map_err(io_err("start the ring reader thread"))?;
             // The OS metrics: their own thread and interval; values come back over a channel
@@ -864,7 +871,7 @@ impl Sampler {
                 }
                 prev_round = round;
             };
-            let _ = reader.join();
+            reader_cpu_ns = reader.join().unwrap_or(0);
             // However the loop ended, the OS thread ends too (woken now if it sleeps).
             abort.store(true, Ordering::SeqCst);
             if let Some(t) = os_thread {
@@ -922,6 +929,8 @@ impl Sampler {
             os: os_stats,
             notes,
             unprocessed_bytes: unprocessed.map_or(0, |u| u.1),
+            reader_cpu_ns,
+            scheduling: self_scheduling,
         })
     }
 }
