@@ -375,6 +375,9 @@ impl EventInterval {
 pub struct SampleFile {
     /// The file.
     pub path: PathBuf,
+    /// Format version the writer used (its header's): before 7, `lost` counted every record
+    /// the kernel dropped, of any kind, and there were no Lost records.
+    pub version: u16,
     /// Info pairs as recorded.
     pub info: Vec<(String, String)>,
     /// When the file was created (wall-clock ns).
@@ -459,6 +462,7 @@ pub(super) fn empty_trace() -> TraceFile {
 pub(super) fn empty_samples() -> SampleFile {
     SampleFile {
         path: PathBuf::new(),
+        version: culprit_format::FORMAT_VERSION,
         info: Vec::new(),
         created_ns: 0,
         end_ns: None,

@@ -91,6 +91,9 @@ pub fn build(ds: &Dataset, args: &ReportOptions) -> Result<Report> {
     })
 }
 
+/// The format version that added the sampler's Lost record.
+const LOST_RECORD_SINCE: u16 = 7;
+
 /// Machine-wide losses of the sampler runs, gathered over their node files: every node file
 /// of a run carries the same counts, so each interval is taken once.
 #[derive(Default)]
@@ -397,7 +400,8 @@ fn sample_reports(
                     machine.add(r, iv.start_ns, [l.samples, l.events, l.tracking, 0]);
                 }
                 // A file older than format 7: what the kernel dropped, of any kind, machine-wide.
-                None if iv.lost > 0 => {
+                // (Since 7 a loss always has its Lost record.)
+                None if iv.lost > 0 && s.version < LOST_RECORD_SINCE => {
                     let r = *run.get_or_insert_with(|| machine.run(s, &node.name));
                     machine.add(r, iv.start_ns, [0, 0, 0, iv.lost]);
                 }
