@@ -90,8 +90,9 @@ pub struct Args {
     /// `syscall` and `block`.
     #[arg(long)]
     pub layers: bool,
-    /// Ring buffer data pages per CPU (a power of two; default: 2 s of records at the rate,
-    /// 64 to 4096 pages).
+    /// Data pages of each CPU's samples ring (a power of two; default: 2 s of samples at the
+    /// rate, 64 to 4096 pages). Kernel events and process tracking have rings of their own,
+    /// sized from the tracepoints (docs/sampler.md).
     #[arg(long, value_name = "N")]
     pub ring_pages: Option<usize>,
     /// Record call chains: `fp` (kernel and user, walked through frame pointers; user code

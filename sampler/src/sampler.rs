@@ -169,9 +169,9 @@ pub fn online_cpus() -> Vec<u32> {
     out
 }
 
-/// Pages of each CPU's samples ring for `sampling`: what 2 seconds of samples
-/// of a busy CPU take at the rate (call chains of 32 frames on average), as a power of two
-/// between [`DEFAULT_RING_PAGES`] and 4096 pages (16 MiB). Without root the kernel charges
+/// Pages of each CPU's samples ring for `sampling`: what 2 seconds of samples of a busy CPU
+/// take at the rate (call chains of 32 frames on average), as a power of two between
+/// [`DEFAULT_RING_PAGES`] and 4096 pages (16 MiB). Without root the kernel charges
 /// rings beyond `kernel.perf_event_mlock_kb` (516 KiB per CPU) to the locked-memory limit, so
 /// the three rings of a CPU stay within it: 64 pages here.
 pub fn ring_pages_for(sampling: &Sampling, call_graph: CallGraph) -> usize {
@@ -191,13 +191,14 @@ pub fn ring_pages_for(sampling: &Sampling, call_graph: CallGraph) -> usize {
     pages_for(hz * sample_bytes * RING_SLACK_S, 64)
 }
 
-/// Pages of each CPU's kernel-events ring for `tracepoints`: 2 seconds at
-/// 64 KiB/s per tracepoint, 512 KiB/s for `sched:sched_switch` (≈7,000 switches/s per CPU) and
-/// 4 MiB/s for each system-call tracepoint of `--layers` (a `pread` of cached data takes a
-/// few µs: 50 MB/s of records per CPU were measured), between 64 and 4096 pages; 32 without root (see [`ring_pages_for`]). 0 without
-/// tracepoints. The reader runs ahead of the load ([`crate::priority`]) and drains a ring
-/// whenever a quarter of it is filled, so bursts far above these rates fit (45,000 switches/s
-/// per CPU were measured at load 30 without a record lost).
+/// Pages of each CPU's kernel-events ring for `tracepoints`: 2 seconds at 64 KiB/s per
+/// tracepoint, 512 KiB/s for `sched:sched_switch` (≈7,000 switches/s per CPU) and 4 MiB/s for
+/// each system-call tracepoint of `--layers` (a `pread` of cached data takes a few µs: 50 MB/s
+/// of records per CPU were measured), between 64 and 4096 pages; 32 without root (see
+/// [`ring_pages_for`]). 0 without tracepoints. The reader runs ahead of the load
+/// ([`crate::priority`]) and drains a ring whenever a quarter of it is filled, so bursts far
+/// above these rates fit (45,000 switches/s per CPU were measured at load 30 without a record
+/// lost).
 pub fn event_ring_pages(tracepoints: &[String]) -> usize {
     if tracepoints.is_empty() {
         return 0;
