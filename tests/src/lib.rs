@@ -485,3 +485,50 @@ pub fn run_traced_group(dir: &Path, nodes: &[&str], secs: u32) -> PathBuf {
     }
     data
 }
+
+/// `stress-ng --cpu N` running beside a test, in a process group of its own, killed (the
+/// whole group) when dropped: a host whose CPUs are all busy, on which the collectors must
+/// still be exact. `None`, after [`require`] said why, when stress-ng is not installed
+/// (`scripts/install-deps` installs it).
+#[derive(Debug)]
+pub struct CpuLoad {
+    child: std::process::Child,
+}
+
+impl CpuLoad {
+    /// Starts `n` CPU hogs for at most `limit` (a backstop should the test die unwound).
+    pub fn start(n: u32, limit: std::time::Duration) -> Option<CpuLoad> {
+        use std::os::unix::process::CommandExt as _;
+        let spawned = Command::new("stress-ng")
+            .args(["--cpu", &n.to_string(), "--timeout"])
+            .arg(format!("{}s", limit.as_secs().max(1)))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .process_group(0)
+            .spawn();
+        match spawned {
+            Ok(child) => {
+                // Let the hogs start before the measurement does.
+                std::thread::sleep(std::time::Duration::from_millis(500));
+                Some(CpuLoad { child })
+            }
+            Err(e) => {
+                require(
+                    false,
+                    &format!("stress-ng ({e}; scripts/install-deps installs it)"),
+                );
+                None
+            }
+        }
+    }
+}
+
+impl Drop for CpuLoad {
+    fn drop(&mut self) {
+        // SAFETY: kill takes plain integers; the negative pid names the group made above.
+        unsafe {
+            libc::kill(-(self.child.id() as libc::pid_t), libc::SIGKILL);
+        }
+        let _ = self.child.wait();
+    }
+}

@@ -352,8 +352,12 @@ pub struct SampleInterval {
     pub freq: bool,
     /// Samples taken.
     pub total: u64,
-    /// Samples lost.
+    /// Samples the kernel dropped: the machine's (every node of a sampler run carries the
+    /// same count), in files of every version.
     pub lost: u64,
+    /// What the kernel dropped in the interval by kind, and whose it was (the sampler's Lost
+    /// record, format version 7): `None` when nothing was lost, or the file is older.
+    pub losses: Option<culprit_format::LostRec>,
     /// Counts per (program, function).
     pub entries: Vec<SampleCount>,
     /// The samples' call chains, when sampled with `--call-graph` (record kind 12; `None`
@@ -402,6 +406,9 @@ impl EventInterval {
 pub struct SampleFile {
     /// The file.
     pub path: PathBuf,
+    /// Format version the writer used (its header's): before 7, `lost` counted every record
+    /// the kernel dropped, of any kind, and there were no Lost records.
+    pub version: u16,
     /// Info pairs as recorded.
     pub info: Vec<(String, String)>,
     /// When the file was created (wall-clock ns).
@@ -498,6 +505,7 @@ pub(super) fn empty_trace() -> TraceFile {
 pub(super) fn empty_samples() -> SampleFile {
     SampleFile {
         path: PathBuf::new(),
+        version: culprit_format::FORMAT_VERSION,
         info: Vec::new(),
         created_ns: 0,
         end_ns: None,

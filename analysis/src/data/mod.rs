@@ -394,6 +394,7 @@ impl Dataset {
             FileKind::Samples => {
                 let mut s = empty_samples();
                 s.path = path.to_path_buf();
+                s.version = h.version;
                 s.created_ns = h.created_ns;
                 s.consumed = h.data_offset;
                 Opened::Samples(Box::new(s))

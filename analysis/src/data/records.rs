@@ -403,10 +403,22 @@ impl Dataset {
                     freq: rec.flags & samples_flags::FREQ != 0,
                     total: rec.total,
                     lost: rec.lost,
+                    losses: None,
                     entries,
                     stacks: None,
                 });
                 stats.new_intervals += 1;
+            }
+            Record::Lost(rec) => {
+                // The sampler writes an interval's losses after its Samples record.
+                match s.intervals.last_mut() {
+                    Some(iv) if iv.start_ns == rec.interval.start_ns => iv.losses = Some(rec),
+                    _ => self.warn(format!(
+                        "{}: losses of an interval without samples (start {} ns) ignored",
+                        s.path.display(),
+                        rec.interval.start_ns
+                    )),
+                }
             }
             Record::Stacks(rec) => {
                 // The sampler writes an interval's chains right after its Samples record.
