@@ -61,10 +61,19 @@ fn activity_findings(ds: &Dataset, mut findings: Vec<Finding>) -> Vec<Finding> {
         }
     }
     for s in stacks::stuck(ds) {
-        findings.push(Finding::Stuck {
-            node: s.node,
-            call: s.call,
-            peers_longest_s: s.peers_longest_s,
+        findings.push(match s.busy {
+            None => Finding::Stuck {
+                node: s.node,
+                call: s.call,
+                peers_longest_s: s.peers_longest_s,
+                still_s: s.still_s,
+            },
+            Some(progress) => Finding::Busy {
+                node: s.node,
+                call: s.call,
+                peers_longest_s: s.peers_longest_s,
+                progress,
+            },
         });
     }
     findings.extend(paused::findings(ds, now_ns()));
