@@ -368,10 +368,13 @@ fn check_html_report(path: &Path, r: &Value) {
 }
 
 /// Sends SIGSTOP, then SIGCONT after `stop`, every `every`, for `for_` (the test's "short
-/// pauses": a server stopped for tens of milliseconds several times a second).
-fn stop_repeatedly(pid: i32, stop: Duration, every: Duration, for_: Duration) {
+/// pauses": a server stopped for tens of milliseconds several times a second). Returns the
+/// number of stops.
+fn stop_repeatedly(pid: i32, stop: Duration, every: Duration, for_: Duration) -> u64 {
     let t0 = Instant::now();
+    let mut n = 0;
     while t0.elapsed() < for_ {
+        n += 1;
         // SAFETY: kill(2) on a child of this test.
         unsafe { libc::kill(pid, libc::SIGSTOP) };
         std::thread::sleep(stop);
@@ -379,6 +382,7 @@ fn stop_repeatedly(pid: i32, stop: Duration, every: Duration, for_: Duration) {
         unsafe { libc::kill(pid, libc::SIGCONT) };
         std::thread::sleep(every.saturating_sub(stop));
     }
+    n
 }
 
 #[test]
@@ -422,7 +426,7 @@ fn short_repeated_pauses_are_paused() {
     let data = dir.join("data");
     let mut kids = start(&exe, &data, 14, None);
     // Five 30 ms stops a second for 10 s: no interval missed, 15 % of the time stopped.
-    stop_repeatedly(
+    let _ = stop_repeatedly(
         kids[1].id() as i32,
         Duration::from_millis(30),
         Duration::from_millis(200),
@@ -481,10 +485,11 @@ fn short_pauses_seen_by_the_kernel() {
     }
     let mut sampler = sampler.spawn().expect("start culprit sample");
     std::thread::sleep(Duration::from_secs(1));
-    stop_repeatedly(
+    // Four 40 ms stops a second for 10 s.
+    let sent = stop_repeatedly(
         kids[1].id() as i32,
-        Duration::from_millis(30),
-        Duration::from_millis(200),
+        Duration::from_millis(40),
+        Duration::from_millis(250),
         Duration::from_secs(10),
     );
     assert!(sampler.wait().unwrap().success(), "culprit sample failed");
@@ -494,7 +499,20 @@ fn short_pauses_seen_by_the_kernel() {
     let f = finding(&r, "paused", "io2").expect("a paused finding");
     assert_eq!(f["source"], "kernel", "{f:#}");
     let s = f["stopped_s"].as_f64().unwrap();
-    assert!((1.0..2.5).contains(&s), "stopped 1.5 s, told {s}: {f:#}");
-    // Each stop switches out the process's four threads stopped.
-    assert!(f["stops"].as_u64().unwrap() >= 40 * 4, "{f:#}");
+    assert!((1.0..2.5).contains(&s), "stopped 1.6 s, told {s}: {f:#}");
+    // Each stop switches out the process's four threads stopped, and counts once (issue 31:
+    // "paused 1,658 times" for ~330 stops of a 5-thread server). A stop that catches no thread
+    // on the way out of its last one may merge with the next: at most a few.
+    let stops = f["stops"].as_u64().unwrap();
+    assert!(
+        stops <= sent && stops * 10 >= sent * 9,
+        "{sent} stops sent, {stops} counted: {f:#}"
+    );
+    let text = String::from_utf8_lossy(&diagnose(&data, &[]).stdout).into_owned();
+    assert!(
+        text.contains(&format!(
+            "paused (SIGSTOP or a tracer), not slow: {stops} times,"
+        )),
+        "{text}"
+    );
 }
