@@ -107,6 +107,7 @@ fn print_resource(node: &str, r: &Resource, out: &mut impl Write) -> std::io::Re
     for o in &r.evidence {
         let mark = match (o.diverges, o.direction) {
             (true, _) => "diverges",
+            (false, _) if o.small => "small",
             (false, Direction::Up) => "higher",
             (false, Direction::Down) => "lower",
             (false, Direction::Level) => "level",
@@ -651,6 +652,7 @@ mod tests {
             faulty,
             anomalous_windows,
             share: None,
+            small: false,
             diverges: faulty,
         }
     }
