@@ -173,7 +173,15 @@ pub fn diagnose(
         Some(f) => wait_for_nodes(req.source, setup, f)?,
     };
     check_nodes(&ds, "diagnose", &mut notes)?;
-    let setup = &setup.for_data(&ds);
+    // A finished run too short for the default windows gets windows that fit it (a run
+    // followed live grows: its windows stay as set).
+    let mut fitted = setup.clone();
+    if req.follow.is_none() {
+        if let Some(span) = ds.span() {
+            notes.extend(fitted.fit_windows(span.end_ns.saturating_sub(span.start_ns)));
+        }
+    }
+    let setup = &fitted.for_data(&ds);
     // The OS metrics' notes (the others are in already; notes are deduplicated at the end).
     notes.extend(setup.notes.iter().cloned());
     let survey = feed::survey(&ds, &setup.families)?;
