@@ -236,14 +236,15 @@ fn a_forked_child_writing_to_a_throttled_disk_is_busy_not_stuck_and_the_disk_is_
 /// headers in words, no "ok (N×)" cell, and Chromium draws nothing right of 1,280 px.
 fn check_page(data: &Path, args: &[&str]) {
     let html = data.join("report.html");
-    run_ok(
-        culprit()
-            .arg("diagnose")
-            .arg(data)
-            .args(args)
-            .arg("--html")
-            .arg(&html),
-    );
+    let o = culprit()
+        .arg("diagnose")
+        .arg(data)
+        .args(args)
+        .arg("--html")
+        .arg(&html)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "a culprit: exit status 1");
     let page = std::fs::read_to_string(&html).unwrap();
     let verdict_at = page.find("id=\"verdict\"").expect("a VERDICT block");
     let table_at = page.find("id=\"suspects\"").expect("the suspects table");

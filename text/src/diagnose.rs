@@ -192,10 +192,18 @@ pub fn print_human(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
     }
     match (&r.thresholds_file, r.trained) {
         (Some(f), true) => writeln!(out, "thresholds: trained ({f})")?,
-        (Some(f), false) => writeln!(
-            out,
-            "thresholds: trained ({f}) for some metrics; UNTRAINED for the others"
-        )?,
+        (Some(f), false) => {
+            let untrained: Vec<String> = r
+                .metrics
+                .iter()
+                .filter_map(|m| Some(format!("{} ({})", m.metric, m.untrained.as_deref()?)))
+                .collect();
+            writeln!(
+                out,
+                "thresholds: trained ({f}) for some metrics; UNTRAINED: {}",
+                untrained.join(", ")
+            )?
+        }
         (None, _) => writeln!(
             out,
             "thresholds: {} — robust per-window rule (docs/thresholds.md); train on \

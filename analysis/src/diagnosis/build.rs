@@ -166,10 +166,25 @@ impl Diagnosis {
             })
             .map(|v| v.node.as_str())
             .collect();
-        let metrics_out = metrics
+        let mut metrics_out: Vec<MetricReport> = metrics
             .iter()
             .map(|m| metric_report(outcome, m, &order, &suspects, input.top))
             .collect();
+        // Each untrained metric says why (issue 31: a metric absent from the thresholds file was
+        // diagnosed untrained without a word).
+        for m in &mut metrics_out {
+            if m.thresholds == Thresholds::Untrained {
+                m.untrained = Some(match &input.thresholds_file {
+                    Some(f) => format!(
+                        "untrained: not in {}",
+                        std::path::Path::new(f)
+                            .file_name()
+                            .map_or(f.clone(), |n| n.to_string_lossy().into_owned())
+                    ),
+                    None => "untrained: no thresholds file".to_string(),
+                });
+            }
+        }
         let mut notes = input.notes;
         for &(n, m) in &since_start {
             let trained_here = metrics
@@ -531,6 +546,7 @@ fn metric_report(
             Policy::Trained { .. } => Thresholds::Trained,
             _ => Thresholds::Untrained,
         },
+        untrained: None,
         windows: m.windows,
         unscored_windows: m.unscored,
         kept: m.kept_list.len(),
