@@ -347,15 +347,22 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-/// How long after a signal or the end of `--duration` the process may still run: the sampler
-/// ends its run within [`culprit_sampler::FINISH_BUDGET`], so this is reached only when a
+/// How long the run may go without progress ([`culprit_sampler::progress`]) after a signal or
+/// the end of `--duration`: the sampler ends its run within
+/// [`culprit_sampler::FINISH_BUDGET`] on a host that lets it run, so this is reached only when a
 /// thread is stuck where nothing should be (a kernel call that never returns).
 const GRACE: Duration = Duration::from_millis(850);
 
-/// Ends the process [`GRACE`] after a signal or the end of `--duration` should the run not end
-/// by then: SIGTERM and SIGINT always end `culprit sample` within a second, and `--duration` is
-/// a deadline, whatever a thread is doing. The files keep what was committed (readers see a
-/// writer that stopped); delay accounting is put back as it was.
+/// The most a run that keeps making progress may take to end after a signal or the end of
+/// `--duration`: on a host so loaded the sampler gets little CPU, ending it slowly (files ended,
+/// uprobes and delay accounting put back) is worth more than ending it on the dot.
+const HARD_CAP: Duration = Duration::from_secs(10);
+
+/// Ends the process should the run not end after a signal or the end of `--duration`: once it
+/// has made no progress for [`GRACE`] (stuck), or [`HARD_CAP`] after (slow beyond reason).
+/// SIGTERM and SIGINT end `culprit sample` within a second on a host that lets it run, and
+/// `--duration` is then a deadline, whatever a thread is doing. The files keep what was
+/// committed (readers see a writer that stopped); delay accounting is put back as it was.
 struct Watchdog {
     done: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
@@ -363,9 +370,10 @@ struct Watchdog {
 impl Watchdog {
     fn arm(stop: &'static std::sync::atomic::AtomicBool, duration: Option<Duration>) -> Watchdog {
         use std::sync::atomic::Ordering;
+        use std::time::Instant;
         let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let d = done.clone();
-        let deadline = duration.map(|t| std::time::Instant::now() + t);
+        let deadline = duration.map(|t| Instant::now() + t);
         let _ = std::thread::Builder::new()
             .name("culprit-watchdog".into())
             .spawn(move || {
@@ -379,22 +387,33 @@ impl Watchdog {
                     if stop.load(Ordering::SeqCst) {
                         break "the signal";
                     }
-                    if deadline.is_some_and(|t| std::time::Instant::now() >= t) {
+                    if deadline.is_some_and(|t| Instant::now() >= t) {
                         break "the end of --duration";
                     }
                     std::thread::sleep(Duration::from_millis(50));
                 };
-                let until = std::time::Instant::now() + GRACE;
-                while std::time::Instant::now() < until {
+                let from = Instant::now();
+                let (mut beats, mut last_beat) = (culprit_sampler::progress::beats(), from);
+                let what = loop {
                     if d.load(Ordering::SeqCst) {
                         return;
                     }
+                    let now = Instant::now();
+                    let b = culprit_sampler::progress::beats();
+                    if b != beats {
+                        (beats, last_beat) = (b, now);
+                    }
+                    if now - last_beat >= GRACE {
+                        break format!("made no progress for {} ms", GRACE.as_millis());
+                    }
+                    if now - from >= HARD_CAP {
+                        break format!("did not end within {} s", HARD_CAP.as_secs());
+                    }
                     std::thread::sleep(Duration::from_millis(10));
-                }
+                };
                 eprintln!(
-                    "culprit: sample did not end within {} ms of {why}: exiting now (the data \
-                     written so far stays readable; the files have no end marker)",
-                    GRACE.as_millis()
+                    "culprit: sample {what} after {why}: exiting now (the data written so far \
+                     stays readable; the files have no end marker)"
                 );
                 culprit_sampler::os::delayacct::restore_now();
                 std::process::exit(2);

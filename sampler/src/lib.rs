@@ -127,6 +127,7 @@ pub mod priority;
 pub mod probe;
 pub mod procs;
 pub mod profile;
+pub mod progress;
 pub mod record;
 mod sampler;
 pub mod symbolize;

@@ -1005,6 +1005,7 @@ impl Output {
         };
         let mut out = Vec::new();
         for (f, node) in self.files.into_iter().zip(self.nodes) {
+            crate::progress::beat();
             let bytes = f.bytes;
             let samples = f.samples;
             let path = f.writer.finish(end_ns, reason)?;

@@ -789,6 +789,7 @@ impl Sampler {
             // run within a second.
             let mut finish_by: Option<u64> = None;
             let end = loop {
+                crate::progress::beat();
                 let Ok(msg) = rx.recv() else {
                     break (stop.load(Ordering::SeqCst), sys::monotonic_ns());
                 };
@@ -873,6 +874,7 @@ impl Sampler {
                 prev_round = round;
             };
             reader_cpu_ns = reader.join().unwrap_or(0);
+            crate::progress::beat();
             // However the loop ended, the OS thread ends too (woken now if it sleeps).
             abort.store(true, Ordering::SeqCst);
             if let Some(t) = os_thread {
@@ -901,6 +903,7 @@ impl Sampler {
         };
         forget_replaced(&mut engine, &mut namer, &mut output);
         for c in engine.intervals.close_all(end_wall.max(start_wall + 1)) {
+            crate::progress::beat();
             output
                 .write(&c, &mut namer, &engine.tracker)
                 .map_err(io_err("write a profile"))?;

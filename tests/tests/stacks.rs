@@ -73,6 +73,17 @@ fn diagnose_json(data: &Path) -> Value {
     stdout_json(&o)
 }
 
+/// A peer neither flagged nor paused: "ok", or "not-compared" where the run is too short for
+/// the default windows to compare anyone (what a pause verdict does not need).
+fn assert_not_flagged(r: &Value, peer: &str) {
+    let v = verdict(r, peer);
+    assert!(v == "ok" || v == "not-compared", "{peer}: {v}: {r:#}");
+    assert!(
+        !r["culprits"].as_array().unwrap().iter().any(|c| c == peer),
+        "{peer} a culprit: {r:#}"
+    );
+}
+
 fn verdict<'a>(r: &'a Value, node: &str) -> &'a str {
     r["verdicts"]
         .as_array()
@@ -363,7 +374,7 @@ fn a_sigstopped_node_is_paused_while_stopped_and_after() {
     assert_eq!(f["now"], true, "{f:#}");
     assert_eq!(f["source"], "proc", "{f:#}");
     for peer in ["io1", "io2", "io4"] {
-        assert_eq!(verdict(&r, peer), "ok", "{r:#}");
+        assert_not_flagged(&r, peer);
     }
     signal(&kids[2], libc::SIGCONT);
     // After SIGCONT: the runtime's late wake-up (and missed intervals) tell it.
@@ -407,7 +418,7 @@ fn short_repeated_pauses_are_paused() {
         "stopped about 1.5 s, told {s}: {f:#}"
     );
     for peer in ["io1", "io3", "io4"] {
-        assert_eq!(verdict(&r, peer), "ok", "{r:#}");
+        assert_not_flagged(&r, peer);
     }
     // No missed interval: the pauses were invisible to the interval records.
     let o = run_ok(
