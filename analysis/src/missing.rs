@@ -67,6 +67,23 @@ pub enum Finding {
         call: OpenCall,
         /// The peers' longest call of the function, seconds (an upper bound).
         peers_longest_s: f64,
+        /// Seconds the thread had made no progress (no traced call returned, not run on a
+        /// CPU), when its runtime watched (added within version 1; `null` for older runtimes).
+        #[serde(default)]
+        still_s: Option<f64>,
+    },
+    /// A thread (or child process) has been inside one call far longer than any peer stayed in
+    /// that function, but keeps making progress in it (its calls return, or it runs): *busy*
+    /// in it, not stuck (see `crate::stacks`; added within version 1). Not a verdict.
+    Busy {
+        /// Node.
+        node: String,
+        /// The call.
+        call: OpenCall,
+        /// The peers' longest call of the function, seconds (an upper bound).
+        peers_longest_s: f64,
+        /// What progress it made since the snapshot before.
+        progress: crate::stacks::Busy,
     },
     /// The node's process was stopped (SIGSTOP, or a tracer), not slow (see `crate::paused`).
     Paused {
@@ -141,6 +158,7 @@ impl Finding {
             | Finding::Gaps { node, .. }
             | Finding::NoData { node, .. }
             | Finding::Stuck { node, .. }
+            | Finding::Busy { node, .. }
             | Finding::Paused { node, .. }
             | Finding::Damaged { node, .. } => node,
         }
@@ -154,15 +172,27 @@ impl Finding {
     /// The verdict a stuck or paused finding gives its node, with the reason.
     pub fn verdict(&self) -> Option<(Verdict, String)> {
         match self {
-            Finding::Stuck { call, .. } => Some((
-                Verdict::Stuck,
-                format!(
-                    "thread {} stuck in {} for {}",
-                    call.thread,
-                    call.function,
-                    crate::time::duration((call.running_s * 1e9) as u64)
-                ),
-            )),
+            Finding::Stuck {
+                node,
+                call,
+                still_s,
+                ..
+            } => {
+                let who = if call.forked {
+                    format!("{} of {node}", call.who())
+                } else {
+                    call.who()
+                };
+                Some((
+                    Verdict::Stuck,
+                    format!(
+                        "{who} stuck in {} for {}{}",
+                        call.function,
+                        crate::time::duration((stuck_s(call, *still_s) * 1e9) as u64),
+                        no_progress_words(*still_s)
+                    ),
+                ))
+            }
             Finding::Paused { .. } => Some((Verdict::Paused, self.describe())),
             _ => None,
         }
@@ -205,12 +235,30 @@ impl Finding {
                 node,
                 call,
                 peers_longest_s,
+                still_s,
             } => format!(
-                "{node}: {} stuck in {} for {} (pid {}, {}; its peers' longest call of it: at \
+                "{node}: {} stuck in {} for {}{} (pid {}, {}; its peers' longest call of it: at \
                  most {})",
                 thread_word(call),
                 call.function,
+                crate::time::duration((stuck_s(call, *still_s) * 1e9) as u64),
+                no_progress_words(*still_s),
+                call.pid,
+                call.program,
+                crate::time::duration((peers_longest_s * 1e9) as u64)
+            ),
+            Finding::Busy {
+                node,
+                call,
+                peers_longest_s,
+                progress,
+            } => format!(
+                "{node}: {} busy in {} for {} — {}, so not stuck (pid {}, {}; its peers' \
+                 longest call of it: at most {})",
+                thread_word(call),
+                call.function,
                 crate::time::duration((call.running_s * 1e9) as u64),
+                progress.words(),
                 call.pid,
                 call.program,
                 crate::time::duration((peers_longest_s * 1e9) as u64)
@@ -343,7 +391,26 @@ pub fn lines(findings: &[Finding]) -> Vec<String> {
 }
 
 fn thread_word(c: &OpenCall) -> String {
-    format!("thread {} (tid {})", c.thread, c.tid)
+    if c.forked {
+        c.who()
+    } else {
+        format!("thread {} (tid {})", c.thread, c.tid)
+    }
+}
+
+/// How long a stuck call is stuck: the call's time, or the thread's time without progress
+/// when shorter (`crate::stacks`, "stuck means no progress").
+fn stuck_s(call: &OpenCall, still_s: Option<f64>) -> f64 {
+    still_s.map_or(call.running_s, |s| s.min(call.running_s))
+}
+
+/// ", no call returned and no CPU used" when the runtime watched the thread's progress.
+fn no_progress_words(still_s: Option<f64>) -> &'static str {
+    if still_s.is_some() {
+        " (no call of it returned, no CPU used)"
+    } else {
+        ""
+    }
 }
 
 /// Span of a node's data over all metrics: (first start, last end).

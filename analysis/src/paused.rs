@@ -6,7 +6,8 @@
 //! profile by about ten percent, never flagged. Three views tell a stop from slowness:
 //!
 //! * **the kernel's** (`culprit sample`): every thread that stops is switched out in the
-//!   stopped state (`sched_switch` with `prev_state` T or t); the sampler counts these per
+//!   stopped state (`sched_switch` with `prev_state` T or t); the sampler counts each stop of a
+//!   process once (at its first thread switched out stopped, until one of them runs again) per
 //!   node and measures how long each process stayed stopped (until a stopped thread ran
 //!   again), in its Events records (`culprit:stopped`, `culprit:stopped_ns`);
 //! * **the runtime's**: the tracer's flusher wakes for a probe at a random time in every

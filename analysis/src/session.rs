@@ -61,10 +61,19 @@ fn activity_findings(ds: &Dataset, mut findings: Vec<Finding>) -> Vec<Finding> {
         }
     }
     for s in stacks::stuck(ds) {
-        findings.push(Finding::Stuck {
-            node: s.node,
-            call: s.call,
-            peers_longest_s: s.peers_longest_s,
+        findings.push(match s.busy {
+            None => Finding::Stuck {
+                node: s.node,
+                call: s.call,
+                peers_longest_s: s.peers_longest_s,
+                still_s: s.still_s,
+            },
+            Some(progress) => Finding::Busy {
+                node: s.node,
+                call: s.call,
+                peers_longest_s: s.peers_longest_s,
+                progress,
+            },
         });
     }
     findings.extend(paused::findings(ds, now_ns()));
@@ -164,7 +173,15 @@ pub fn diagnose(
         Some(f) => wait_for_nodes(req.source, setup, f)?,
     };
     check_nodes(&ds, "diagnose", &mut notes)?;
-    let setup = &setup.for_data(&ds);
+    // A finished run too short for the default windows gets windows that fit it (a run
+    // followed live grows: its windows stay as set).
+    let mut fitted = setup.clone();
+    if req.follow.is_none() {
+        if let Some(span) = ds.span() {
+            notes.extend(fitted.fit_windows(span.end_ns.saturating_sub(span.start_ns)));
+        }
+    }
+    let setup = &fitted.for_data(&ds);
     // The OS metrics' notes (the others are in already; notes are deduplicated at the end).
     notes.extend(setup.notes.iter().cloned());
     let survey = feed::survey(&ds, &setup.families)?;

@@ -132,6 +132,9 @@ pub struct Setup {
     pub families: Vec<Arc<dyn MetricFamily>>,
     /// Things the user should know about the settings.
     pub notes: Vec<String>,
+    /// The windows were given (flags) or fixed by trained thresholds; false: the defaults,
+    /// which [`Setup::fit_windows`] shortens for a run too short for them.
+    pub windows_fixed: bool,
 }
 
 /// An option given and the value trained: the given one unless they differ.
@@ -379,6 +382,11 @@ impl Setup {
                     .to_string(),
             );
         }
+        let windows_fixed = trained.is_some()
+            || o.win_size_ns.is_some()
+            || o.win_shift_ns.is_some()
+            || o.os_win_size_ns.is_some()
+            || o.os_win_shift_ns.is_some();
         Ok(Setup {
             settings,
             peers,
@@ -386,7 +394,63 @@ impl Setup {
             load: o.load_options(),
             families,
             notes,
+            windows_fixed,
         })
+    }
+
+    /// Windows that fit a run of `span_ns` too short for the defaults (60 s every 30 s need
+    /// 3 minutes for the 2k − 1 = 5 complete windows a verdict reads): WinShift the run's length
+    /// ÷ (2 (2k − 1) + 1) in whole seconds (at least 2 s where 2k − 1 windows still fit, else
+    /// 1 s), WinSize twice it as the defaults —
+    /// about 2 (2k − 1) complete windows, so that a fault that begins after the run's first
+    /// windows is not "different since its data began" —, and the OS metrics' windows as long
+    /// as their default allows while 2k − 1 of them still fit. Nothing changes when the user
+    /// gave windows or trained thresholds fixed them, or when the defaults fit. Returns the
+    /// note that says what was chosen.
+    pub fn fit_windows(&mut self, span_ns: u64) -> Option<String> {
+        if self.windows_fixed {
+            return None;
+        }
+        let s = &mut self.settings;
+        let need = 2 * s.k as u64 - 1;
+        let complete = |size: u64, shift: u64| {
+            if span_ns < size || shift == 0 {
+                0
+            } else {
+                (span_ns - size) / shift + 1
+            }
+        };
+        let (size, shift) = (s.win_size_ns, s.win_shift_ns);
+        let (os_size, os_shift) = s.os_windows_ns.unwrap_or((size, shift));
+        let had = complete(size, shift);
+        if had >= need && complete(os_size, os_shift) >= need {
+            return None;
+        }
+        // Whole seconds; at least 2 s (a window of 4 s holds a few thousand calls or samples
+        // of a busy server) while 2k − 1 windows still fit, else 1 s.
+        let secs = span_ns / NS_PER_S;
+        let floor_s = if secs / (need + 1) >= 2 { 2 } else { 1 };
+        let new_shift = (secs / (2 * need + 1)).max(floor_s) * NS_PER_S;
+        let new_size = 2 * new_shift;
+        // The OS metrics' histograms want many per-second values: as long as 2k − 1 windows
+        // allow, up to their default.
+        let os_room = span_ns.saturating_sub((need - 1) * new_shift);
+        let new_os = (os_size.min(os_room) / new_shift * new_shift).max(new_size);
+        s.win_size_ns = new_size;
+        s.win_shift_ns = new_shift;
+        s.os_windows_ns = Some((new_os, new_shift));
+        Some(format!(
+            "the data spans {}: too short for the default windows ({} every {} give {had} \
+             complete, a verdict reads {need}); windows of {} every {} chosen (OS metrics: {} \
+             every {}); --win-size and --win-shift choose others",
+            fmt_dur(span_ns / NS_PER_S * NS_PER_S),
+            fmt_dur(size),
+            fmt_dur(shift),
+            fmt_dur(new_size),
+            fmt_dur(new_shift),
+            fmt_dur(new_os),
+            fmt_dur(new_shift)
+        ))
     }
 
     /// The OS metrics' own windows.

@@ -18,6 +18,21 @@
 //! dispatcher loop that never returns is open on every node). Of a stuck thread's open calls
 //! the innermost that meets the rule is reported: the most specific place.
 //!
+//! **Stuck means no progress.** A call that has been open that long is *stuck* only when the
+//! thread made no progress in it for that time: no traced call of the thread returned (every
+//! call that returns while `f` stays open is one of `f`'s callees) and the thread did not run on
+//! a CPU. The runtime watches both for each thread at every snapshot (`still_ms`, the time since
+//! the thread last made progress; format `thread_flags::PROGRESS`). A thread whose callees keep
+//! returning, or that keeps running, inside a long call is *busy* in it ([`Stuck::busy`]): a
+//! finding of its own, not a verdict — a server's child writing its log to a slow disk is busy
+//! in its writer for as long as the disk makes it. The time a stuck call is reported stuck for
+//! is the shorter of the call's and the thread's time without progress. Files of runtimes that
+//! did not watch progress are judged by the call's time alone, as before.
+//!
+//! **A forked child is a process.** A process forked from another traced process of the node
+//! (its file says `forked_from`) is named "child process PID", not as a thread of its parent
+//! ([`OpenCall::who`]).
+//!
 //! **The snapshot is a view, the records are the evidence.** A snapshot says where threads
 //! were; only the file's own intervals say that time passed. So a call is stuck only when
 //! (a) its file is intact — not damaged anywhere, its stacks region included (the loader
@@ -127,6 +142,10 @@ pub struct ThreadNow {
     pub depth: u32,
     /// The innermost open calls (up to 16), outermost first.
     pub calls: Vec<CallNow>,
+    /// Seconds since the thread last made progress (a traced call returned, or it ran on a
+    /// CPU), when its runtime watched (see the module docs).
+    #[serde(default)]
+    pub still_s: Option<f64>,
     /// The stack changed while copied (a busy thread: its innermost call may be off by one).
     pub unstable: bool,
     /// `culprit_pause()` in effect.
@@ -187,6 +206,7 @@ fn process_now(ds: &Dataset, node: &NodeData, t: &TraceFile, s: &StackSnapshot) 
                     }
                 })
                 .collect(),
+            still_s: still_ns(th).map(|ns| ns as f64 / 1e9),
             unstable: th.flags & thread_flags::UNSTABLE != 0,
             paused: th.flags & thread_flags::PAUSED != 0,
             overflow: th.flags & thread_flags::OVERFLOW != 0,
@@ -218,6 +238,16 @@ pub fn snapshots(ds: &Dataset) -> Vec<ProcessNow> {
     out
 }
 
+/// How long thread `th` had made no progress at its snapshot, ns, when its runtime watched.
+fn still_ns(th: &crate::data::ThreadCalls) -> Option<u64> {
+    (th.flags & thread_flags::PROGRESS != 0).then(|| u64::from(th.still_ms) * 1_000_000)
+}
+
+/// True when trace file `t` is a process forked from another traced process of its node.
+pub fn forked(t: &TraceFile) -> bool {
+    t.info(culprit_format::info_keys::FORKED_FROM).is_some()
+}
+
 /// A call that has not returned, as a finding reports it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct OpenCall {
@@ -235,17 +265,30 @@ pub struct OpenCall {
     pub since: String,
     /// How long it had been running at the snapshot, seconds.
     pub running_s: f64,
+    /// The process was forked from another traced process of its node: it is named as a
+    /// process, not as a thread (added within version 1).
+    #[serde(default)]
+    pub forked: bool,
 }
 
 impl OpenCall {
-    /// "thread 3 in dbpf_pwrite for 41 s".
+    /// "thread 3 in dbpf_pwrite for 41 s", "child process 27964 in rewriteLog for 26 s".
     pub fn describe(&self) -> String {
         format!(
-            "thread {} in {} for {}",
-            self.thread,
+            "{} in {} for {}",
+            self.who(),
             self.function,
             crate::time::duration((self.running_s * 1e9) as u64)
         )
+    }
+
+    /// "thread 3", "child process 27964", "thread 2 of child process 27964".
+    pub fn who(&self) -> String {
+        match (self.forked, self.thread) {
+            (false, t) => format!("thread {t}"),
+            (true, 1) => format!("child process {}", self.pid),
+            (true, t) => format!("thread {t} of child process {}", self.pid),
+        }
     }
 }
 
@@ -322,10 +365,36 @@ pub struct Stuck {
     pub call: OpenCall,
     /// The peers' longest call of the function, seconds (an upper bound).
     pub peers_longest_s: f64,
+    /// Seconds the thread had made no progress (a traced call returned, or it ran), when its
+    /// runtime watched.
+    pub still_s: Option<f64>,
+    /// The thread made progress inside the call (module docs): busy in it, not stuck.
+    pub busy: Option<Busy>,
 }
 
-/// Stuck calls of every node (one per node: the longest-running), by the rule in the module
-/// docs. Needs at least two nodes.
+/// The progress a thread made inside a long call: busy, not stuck.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Busy {
+    /// Traced calls of the thread returned since the previous snapshot: its callees.
+    pub returned: bool,
+    /// The thread ran on a CPU since the previous snapshot.
+    pub ran: bool,
+}
+
+impl Busy {
+    /// "its calls keep returning", "it keeps running on a CPU".
+    pub fn words(self) -> &'static str {
+        match (self.returned, self.ran) {
+            (true, true) => "its calls keep returning and it keeps running",
+            (true, false) => "its calls keep returning",
+            (false, true) => "it keeps running on a CPU",
+            (false, false) => "it made progress in the call lately",
+        }
+    }
+}
+
+/// Stuck calls of every node (one per node: the longest stuck, or when none is stuck, the
+/// longest busy one), by the rules in the module docs. Needs at least two nodes.
 pub fn stuck(ds: &Dataset) -> Vec<Stuck> {
     if ds.nodes.len() < 2 {
         return Vec::new();
@@ -341,6 +410,7 @@ pub fn stuck(ds: &Dataset) -> Vec<Stuck> {
             }
             let Some(s) = &t.stacks else { continue };
             for th in &s.threads {
+                let still = still_ns(th);
                 // Innermost first: the most specific call that meets the rule.
                 for fr in th.frames.iter().rev() {
                     let d = s.taken_ns.saturating_sub(fr.entry_ns);
@@ -360,9 +430,19 @@ pub fn stuck(ds: &Dataset) -> Vec<Stuck> {
                     if (d as f64) < STUCK_FACTOR * peers as f64 {
                         continue;
                     }
-                    let better = best
-                        .as_ref()
-                        .is_none_or(|b| d as f64 / 1e9 > b.call.running_s);
+                    // Stuck for as long as the thread made no progress in the call.
+                    let claim = still.map_or(d, |st| st.min(d));
+                    let busy = (claim < STUCK_MIN_NS
+                        || (claim as f64) < STUCK_FACTOR * peers as f64)
+                        .then_some(Busy {
+                            returned: th.flags & thread_flags::RETURNED != 0,
+                            ran: th.flags & thread_flags::RAN != 0,
+                        });
+                    // A stuck call before a busy one; then the longer.
+                    let rank = |b: &Option<Busy>, secs: f64| (b.is_none(), secs);
+                    let better = best.as_ref().is_none_or(|b| {
+                        rank(&busy, d as f64 / 1e9) > rank(&b.busy, b.call.running_s)
+                    });
                     if better {
                         let (function, _) = named(ds, fr.func);
                         best = Some(Stuck {
@@ -375,8 +455,11 @@ pub fn stuck(ds: &Dataset) -> Vec<Stuck> {
                                 function,
                                 since: crate::time::rfc3339(fr.entry_ns),
                                 running_s: d as f64 / 1e9,
+                                forked: forked(t),
                             },
                             peers_longest_s: peers as f64 / 1e9,
+                            still_s: still.map(|st| st as f64 / 1e9),
+                            busy,
                         });
                     }
                     break;
@@ -413,5 +496,6 @@ pub fn last_call(ds: &Dataset, node: &str) -> Option<OpenCall> {
         function,
         since: crate::time::rfc3339(fr.entry_ns),
         running_s: s.taken_ns.saturating_sub(fr.entry_ns) as f64 / 1e9,
+        forked: forked(t),
     })
 }

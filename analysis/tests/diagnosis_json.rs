@@ -30,11 +30,12 @@ fn golden_report_round_trips() {
 
 /// Fields added within version 1 (docs/diagnose-json.md): the ranking of suspects, the
 /// persistence of a root-cause row, a node's windows compared on the seconds present and its
-/// late intervals. Paths end in these names.
-const ADDED_IN_V1: [&[&str]; 5] = [
+/// late intervals, why a metric is untrained (issue 31). Paths end in these names.
+const ADDED_IN_V1: [&[&str]; 6] = [
     &["ranking"],
     &["top", "0", "persistence"],
     &["metrics", "0", "distance_unit"],
+    &["metrics", "0", "untrained"],
     &["nodes", "0", "windows_partial"],
     &["nodes", "0", "late_intervals"],
 ];

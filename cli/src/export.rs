@@ -51,6 +51,10 @@ pub struct Args {
     /// Read binaries under this root instead of / (like perf report --symfs).
     #[arg(long, value_name = "DIR")]
     pub symfs: Option<PathBuf>,
+    /// Folded and pprof: leave out the node and program frames that start every stack (nodes
+    /// and programs then merge in a flame graph).
+    #[arg(long)]
+    pub no_origin_frames: bool,
 }
 
 /// Runs `culprit export`.
@@ -68,6 +72,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     req.output = args.output;
     req.value = args.value;
     req.diagnosis = args.diagnosis;
+    req.origin_frames = !args.no_origin_frames;
     let summary = culprit_export::export(&req)?;
     for n in &summary.notes {
         eprintln!("culprit: note: {n}");

@@ -1,12 +1,16 @@
 //! Folded stacks (Brendan Gregg's format, read by flamegraph.pl, inferno and speedscope): one
 //! line per distinct stack, frames root first separated by `;`, a space, and the stack's value.
 //!
-//! * tracer: `root;…;function`, paths rebuilt from the call edges (`CULPRIT_GRAPH=1`; module
-//!   `stacks` says how), `function` alone where there are none; valued by exclusive time in ns
-//!   (`--value self`, the default for traced data) or calls (`--value calls`);
-//! * sampler: `program;root;…;function`, the sampled call chains (`--call-graph fp`),
-//!   `program;image;function` where there are none; valued by samples (`--value samples`, the
-//!   default when the selection has no traced calls).
+//! * tracer: `node;program;root;…;function`, paths rebuilt from the call edges
+//!   (`CULPRIT_GRAPH=1`; module `stacks` says how), `node;program;function` where there are
+//!   none; valued by exclusive time in ns (`--value self`, the default for traced data) or calls
+//!   (`--value calls`);
+//! * sampler: `node;program;root;…;function`, the sampled call chains (`--call-graph fp`),
+//!   `node;program;image;function` where there are none; valued by samples (`--value samples`,
+//!   the default when the selection has no traced calls).
+//!
+//! The node and program frames keep nodes apart in a flame graph; `--no-origin-frames` leaves
+//! them out (the sampler's stacks keep their program frame, as before).
 //!
 //! Lines are sorted by stack, so equal data gives equal files. A `;` inside a name would split
 //! a frame and becomes `:`; frames never end a line, so names with spaces are fine.
@@ -26,16 +30,19 @@ use crate::stacks::{sample_stacks, Depth, TraceCalls, TraceValues};
 /// Aggregated stacks.
 #[derive(Debug, Default)]
 struct Stacks {
-    /// Each traced program's calls (its processes' edges summed).
-    trace: HashMap<ProgramId, TraceCalls>,
-    samples: HashMap<(ProgramId, Vec<FuncId>), u64>,
+    /// Each node's traced programs' calls (their processes' edges summed).
+    trace: HashMap<(String, ProgramId), TraceCalls>,
+    samples: HashMap<(String, ProgramId, Vec<FuncId>), u64>,
     depth: Depth,
 }
 
 impl Sink for Stacks {
     fn trace(&mut self, cx: &Cx<'_>, iv: &TraceInterval) -> Result<()> {
         if let Some(t) = cx.trace_file() {
-            self.trace.entry(t.program).or_default().add(iv);
+            self.trace
+                .entry((cx.node.to_string(), t.program))
+                .or_default()
+                .add(iv);
         }
         Ok(())
     }
@@ -44,7 +51,9 @@ impl Sink for Stacks {
         let samples = &mut self.samples;
         sample_stacks(iv, &mut self.depth, |program, stack, n| {
             if cx.selection.program(cx.names, program) {
-                *samples.entry((program, stack.to_vec())).or_default() += n;
+                *samples
+                    .entry((cx.node.to_string(), program, stack.to_vec()))
+                    .or_default() += n;
             }
         });
         Ok(())
@@ -63,28 +72,33 @@ fn frame(name: &str) -> String {
     name.replace(';', ":")
 }
 
-/// The traced programs' stacks, summed.
-fn trace_stacks(stacks: &Stacks) -> HashMap<Vec<FuncId>, TraceValues> {
-    let mut out: HashMap<Vec<FuncId>, TraceValues> = HashMap::new();
-    for calls in stacks.trace.values() {
-        calls.stacks(|stack, v| match out.get_mut(stack) {
-            Some(x) => x.add(v),
-            None => {
-                out.insert(stack.to_vec(), v);
-            }
-        });
+/// The traced programs' stacks, summed: by (node, program) with `origin`, all together
+/// without.
+type TraceStacks = HashMap<(Option<(String, ProgramId)>, Vec<FuncId>), TraceValues>;
+
+fn trace_stacks(stacks: &Stacks, origin: bool) -> TraceStacks {
+    let mut out: TraceStacks = HashMap::new();
+    for (key, calls) in &stacks.trace {
+        let key = origin.then(|| key.clone());
+        calls.stacks(|stack, v| out.entry((key.clone(), stack.to_vec())).or_default().add(v));
     }
     out
 }
 
-/// The folded lines of `stacks` valued by `value`, sorted.
-fn lines(stacks: &Stacks, names: &Names, value: Value) -> Vec<(String, u64)> {
+/// The folded lines of `stacks` valued by `value`, sorted; with `origin`, each stack starts
+/// with its node and program.
+fn lines(stacks: &Stacks, names: &Names, value: Value, origin: bool) -> Vec<(String, u64)> {
     let func = |f: FuncId| frame(&names.funcs.get(f).function);
     let mut out: Vec<(String, u64)> = match value {
-        Value::SelfTime | Value::Calls => trace_stacks(stacks)
+        Value::SelfTime | Value::Calls => trace_stacks(stacks, origin)
             .iter()
-            .map(|(stack, v)| {
-                let s: Vec<String> = stack.iter().map(|&f| func(f)).collect();
+            .map(|((from, stack), v)| {
+                let mut s: Vec<String> = Vec::new();
+                if let Some((node, program)) = from {
+                    s.push(frame(node));
+                    s.push(frame(names.programs.get(*program)));
+                }
+                s.extend(stack.iter().map(|&f| func(f)));
                 let n = if value == Value::Calls {
                     v.calls
                 } else {
@@ -96,8 +110,12 @@ fn lines(stacks: &Stacks, names: &Names, value: Value) -> Vec<(String, u64)> {
         Value::Samples => stacks
             .samples
             .iter()
-            .map(|((program, stack), &n)| {
-                let mut s = vec![frame(names.programs.get(*program))];
+            .map(|((node, program, stack), &n)| {
+                let mut s = Vec::new();
+                if origin {
+                    s.push(frame(node));
+                }
+                s.push(frame(names.programs.get(*program)));
                 if let [leaf] = stack[..] {
                     s.push(frame(&names.funcs.get(leaf).image));
                 }
@@ -148,7 +166,7 @@ pub(crate) fn export(req: &Request, reader: &Reader) -> Result<Summary> {
         }
     }
     notes.extend(depth.notes());
-    let lines = lines(&stacks, &pass.names, value);
+    let lines = lines(&stacks, &pass.names, value, req.origin_frames);
     if lines.is_empty() {
         notes.push(format!(
             "no {} in the selection: the output is empty",

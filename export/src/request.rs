@@ -60,6 +60,9 @@ pub struct Request {
     pub diagnosis: Option<PathBuf>,
     /// Bytes of each data file read per step ([`DEFAULT_READ_LIMIT`]).
     pub read_limit: u64,
+    /// Folded and pprof: the node and the program as a stack's first two frames, so that a
+    /// flame graph keeps nodes apart (`culprit export --no-origin-frames` leaves them out).
+    pub origin_frames: bool,
 }
 
 impl Request {
@@ -75,6 +78,7 @@ impl Request {
             value: None,
             diagnosis: None,
             read_limit: DEFAULT_READ_LIMIT,
+            origin_frames: true,
         }
     }
 }

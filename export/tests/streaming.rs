@@ -203,6 +203,27 @@ fn folded_and_pprof_values() {
     req.output = Some(out.clone());
     req.value = Some(Value::Samples);
     req.selection = sel;
+    // node;program;root;…;function by default: every node apart (issue 31: traces of several
+    // nodes merged into one flame graph).
+    export(&req).unwrap();
+    let by_node = std::fs::read_to_string(&out).unwrap();
+    let nodes: std::collections::BTreeSet<&str> = by_node
+        .lines()
+        .map(|l| l.split(';').next().unwrap())
+        .collect();
+    assert!(
+        nodes.len() > 1 && nodes.iter().all(|n| n.starts_with('n')),
+        "{by_node}"
+    );
+    assert!(
+        by_node
+            .lines()
+            .any(|l| l.starts_with("n00;synth-server;synth-server;f000 ")),
+        "{by_node}"
+    );
+    assert_eq!(by_node.lines().count(), 15 * nodes.len(), "{by_node}");
+    // --no-origin-frames: the nodes merged, as before.
+    req.origin_frames = false;
     let summary = export(&req).unwrap();
     let text = std::fs::read_to_string(&out).unwrap();
     // program;root;…;function, the call chains as written (function 0 alone: program;image;
@@ -233,6 +254,15 @@ fn folded_and_pprof_values() {
         traced.lines().all(|l| l.starts_with("synth-server+0x1000")),
         "{traced}"
     );
+    req.origin_frames = true;
+    export(&req).unwrap();
+    let traced = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        traced
+            .lines()
+            .all(|l| l.starts_with('n') && l.contains(";synth-server;synth-server+0x1000")),
+        "{traced}"
+    );
     // pprof: gzip of a protobuf message whose string table names the sample types.
     let out = dir.0.join("p.pb.gz");
     req.format = Format::Pprof;
@@ -251,6 +281,8 @@ fn folded_and_pprof_values() {
         "node",
         "n02",
         "f014",
+        "[node]",
+        "[program]",
     ] {
         assert!(text.contains(s), "{s} missing");
     }
@@ -380,6 +412,7 @@ fn a_dead_writers_checkpoint_counts_once() {
         req.read_limit = limit;
         req.value = Some(Value::Calls);
         req.selection = sel.clone();
+        req.origin_frames = false;
         export(&req).unwrap();
         // Three intervals of 1 call and the checkpoint's 1000, once.
         assert_eq!(

@@ -35,7 +35,9 @@
 //!
 //! A thread: tid (u32), serial (u32: 1 for the first thread the runtime saw in the process,
 //! 2 for the next…), depth (u32: open calls, all of them), frames kept (u32, at most
-//! [`STACK_FRAMES`]), [`thread_flags`] (u32), reserved (u32), then [`STACK_FRAMES`] frames of
+//! [`STACK_FRAMES`]), [`thread_flags`] (u32), `still_ms` (u32: with
+//! [`thread_flags::PROGRESS`], ms since the thread last made progress — a traced call of it
+//! returned, or it ran on a CPU; zero in files of writers before it), then [`STACK_FRAMES`] frames of
 //! (function address u64, entry time u64 in wall-clock ns), outermost kept frame first.
 
 use crate::crc::crc32;
@@ -67,6 +69,13 @@ pub mod thread_flags {
     /// The stack changed while it was copied: its innermost frames may be off by a call (a
     /// thread that is busy; a thread that is stuck never has this).
     pub const UNSTABLE: u32 = 4;
+    /// The writer watched the thread's progress: `still_ms` is set (older runtimes leave
+    /// this bit and the field zero).
+    pub const PROGRESS: u32 = 8;
+    /// A traced call of the thread returned since the previous snapshot.
+    pub const RETURNED: u32 = 16;
+    /// The thread ran on a CPU (≥ 1 ms) since the previous snapshot.
+    pub const RAN: u32 = 32;
 }
 
 /// One open call.
@@ -89,6 +98,10 @@ pub struct ThreadStack {
     pub depth: u32,
     /// [`thread_flags`].
     pub flags: u32,
+    /// With [`thread_flags::PROGRESS`]: ms since the thread last made progress (a traced call
+    /// returned, or it ran on a CPU), as of the snapshot. What tells a thread that is *stuck*
+    /// in a call from one *busy* in it.
+    pub still_ms: u32,
     /// The innermost open calls, outermost first.
     pub frames: Vec<StackFrame>,
 }
@@ -129,7 +142,14 @@ pub fn encode_slot(snap: &StacksSnapshot) -> Vec<u8> {
     b.extend_from_slice(&0u64.to_le_bytes());
     for t in &snap.threads[..n] {
         let kept = &t.frames[t.frames.len().saturating_sub(STACK_FRAMES)..];
-        for v in [t.tid, t.serial, t.depth, kept.len() as u32, t.flags, 0] {
+        for v in [
+            t.tid,
+            t.serial,
+            t.depth,
+            kept.len() as u32,
+            t.flags,
+            t.still_ms,
+        ] {
             b.extend_from_slice(&v.to_le_bytes());
         }
         for i in 0..STACK_FRAMES {
@@ -179,6 +199,7 @@ pub fn decode_slot(bytes: &[u8]) -> Option<StacksSnapshot> {
                 serial: le32(bytes, o + 4),
                 depth: le32(bytes, o + 8),
                 flags: le32(bytes, o + 16),
+                still_ms: le32(bytes, o + 20),
                 frames: (0..kept)
                     .map(|k| StackFrame {
                         addr: le64(bytes, o + 24 + k * 16),
@@ -222,7 +243,8 @@ mod tests {
                     tid: 100 + t as u32,
                     serial: t as u32 + 1,
                     depth: 20,
-                    flags: thread_flags::OVERFLOW,
+                    flags: thread_flags::OVERFLOW | thread_flags::PROGRESS,
+                    still_ms: 1234 + t as u32,
                     frames: (0..20)
                         .map(|k| StackFrame {
                             addr: 0x1000 + k,

@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 
 use culprit_analysis::combine::Verdict;
 use culprit_analysis::diagnosis::{MetricReport, MetricStatus, NodeReport};
+use culprit_analysis::family::Metric;
 use culprit_analysis::Diagnosis;
 use plotters::prelude::*;
 
@@ -328,9 +329,106 @@ fn truncate(s: &str, n: usize) -> String {
     }
 }
 
-const STYLE: &str = "body{font-family:sans-serif;margin:24px;color:#222;max-width:960px}\
+/// "trained thresholds (FILE)", "trained (FILE) for some metrics; untrained: …", "untrained".
+fn thresholds_words(d: &Diagnosis) -> String {
+    let untrained: Vec<&str> = d
+        .metrics
+        .iter()
+        .filter(|m| m.thresholds == culprit_analysis::diagnosis::Thresholds::Untrained)
+        .map(|m| m.metric.name())
+        .collect();
+    match &d.thresholds_file {
+        Some(f) if untrained.is_empty() => format!("trained thresholds ({f})"),
+        Some(f) => format!(
+            "trained thresholds ({f}); untrained, not in it: {}",
+            untrained.join(", ")
+        ),
+        None => "untrained (no thresholds file)".to_string(),
+    }
+}
+
+/// The resource on a VERDICT line: "<span>slow disk (I/O delay 14× peers)</span>; ".
+fn resource_words(v: &culprit_analysis::diagnosis::NodeVerdict) -> String {
+    match &v.resource {
+        Some(r) if r.summary.is_empty() => {
+            format!("<span class=\"resource\">{}</span>; ", esc(&r.name))
+        }
+        Some(r) => format!(
+            "<span class=\"resource\">{} ({})</span>; ",
+            esc(&r.name),
+            esc(&r.summary)
+        ),
+        None => String::new(),
+    }
+}
+
+/// A node's cell of a white-box metric: its verdict, with the evidence of a faulty one.
+fn metric_cell(m: &MetricReport, node: &str) -> String {
+    m.nodes
+        .iter()
+        .find(|n| n.node == node)
+        .map_or("–".to_string(), |n| {
+            let word = n.verdict.word().to_lowercase();
+            // The evidence belongs to a faulty verdict, never to an "ok".
+            match n.evidence {
+                Some(e) if n.verdict == MetricStatus::Faulty => format!("{word} ({e:.1}×)"),
+                _ => word,
+            }
+        })
+}
+
+/// A node's cell of the OS metrics: faulty on how many, those listed folded; else the state
+/// most of them are in.
+fn os_cell(os: &[&MetricReport], node: &str) -> String {
+    let faulty: Vec<String> = os
+        .iter()
+        .filter_map(|m| {
+            let n = m.nodes.iter().find(|n| n.node == node)?;
+            (n.verdict == MetricStatus::Faulty)
+                .then(|| metric_cell(m, node))
+                .map(|c| format!("{}: {c}", m.metric.name()))
+        })
+        .collect();
+    if faulty.is_empty() {
+        let mut words: Vec<&str> = os
+            .iter()
+            .filter_map(|m| m.nodes.iter().find(|n| n.node == node))
+            .map(|n| n.verdict.word())
+            .collect();
+        words.sort_unstable();
+        words.dedup();
+        return esc(&words.join(", ").to_lowercase());
+    }
+    format!(
+        "<details><summary>faulty on {}</summary>{}</details>",
+        faulty.len(),
+        faulty
+            .iter()
+            .map(|f| esc(f))
+            .collect::<Vec<_>>()
+            .join("<br>")
+    )
+}
+
+/// `text` escaped, folded behind its first words when longer than `n` characters.
+fn folded(text: &str, n: usize) -> String {
+    if text.chars().count() <= n {
+        return esc(text);
+    }
+    let head: String = text.chars().take(n).collect();
+    let cut = head.rfind(' ').unwrap_or(head.len());
+    format!(
+        "<details><summary>{}…</summary>{}</details>",
+        esc(&head[..cut]),
+        esc(text)
+    )
+}
+
+const STYLE: &str = "body{font-family:sans-serif;margin:24px;color:#222;max-width:1180px}\
 h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ddd}\
-table{border-collapse:collapse}td,th{padding:3px 10px;border-bottom:1px solid #eee;text-align:left}\
+table{border-collapse:collapse;max-width:100%}td,th{padding:3px 10px;border-bottom:1px solid #eee;\
+text-align:left;vertical-align:top}th{white-space:nowrap}td.why{min-width:16em;overflow-wrap:anywhere}\
+details summary{cursor:pointer}.resource{color:#7a2a00}\
 .culprit{color:#b01010;font-weight:bold}.suspect{color:#b06000}.ok{color:#2a7a2a}\
 .verdict{font-size:18px;padding:10px 14px;border:2px solid #b01010;background:#fff3f3;\
 border-radius:6px}.verdict.none{border-color:#2a7a2a;background:#f3fff3}\
@@ -375,13 +473,9 @@ pub fn render(d: &Diagnosis, opts: &Options) -> Result<String, Error> {
         d.settings.win_shift_s,
         d.settings.k,
         2 * d.settings.k - 1,
-        format!("{:?}", d.settings.score).to_lowercase(),
-        format!("{:?}", d.settings.distance).to_lowercase(),
-        if d.trained {
-            "trained thresholds"
-        } else {
-            "untrained"
-        }
+        d.settings.score.name(),
+        d.settings.distance.name(),
+        esc(&thresholds_words(d))
     );
     // The verdict.
     let culprits: Vec<_> = d
@@ -396,9 +490,10 @@ pub fn render(d: &Diagnosis, opts: &Options) -> Result<String, Error> {
         for v in &culprits {
             let _ = write!(
                 h,
-                "<div>VERDICT: <b>{}</b> is <b>{}</b> — {}</div>",
+                "<div>VERDICT: <b>{}</b> is <b>{}</b> — {}{}</div>",
                 esc(&v.node),
                 v.combined.verdict.word(),
+                resource_words(v),
                 esc(&v.combined.reason)
             );
         }
@@ -411,10 +506,20 @@ pub fn render(d: &Diagnosis, opts: &Options) -> Result<String, Error> {
             esc(f)
         );
     }
-    // The suspects, ranked: culprits, then suspects, then the rest; by evidence.
-    h.push_str("<h2>Suspects, ranked</h2>\n<table><tr><th>#</th><th>node</th><th>verdict</th>");
-    for m in &d.metrics {
+    // The suspects, ranked: culprits, then suspects, then the rest; by evidence. One column
+    // per white-box metric, one for all the OS metrics (its faulty metrics listed, folded),
+    // the resource, and the reason folded when long: readable at 1,280 px.
+    let (os, white): (Vec<&MetricReport>, Vec<&MetricReport>) =
+        d.metrics.iter().partition(|m| m.family == Metric::OS);
+    h.push_str(
+        "<h2>Suspects, ranked</h2>\n<table id=\"suspects\"><tr><th>#</th><th>node</th>\
+         <th>verdict</th><th>resource</th>",
+    );
+    for m in &white {
         let _ = write!(h, "<th>{}</th>", esc(m.metric.name()));
+    }
+    if !os.is_empty() {
+        let _ = write!(h, "<th>OS metrics ({})</th>", os.len());
     }
     h.push_str("<th>why</th></tr>\n");
     let mut ranked: Vec<_> = d.verdicts.iter().collect();
@@ -437,34 +542,47 @@ pub fn render(d: &Diagnosis, opts: &Options) -> Result<String, Error> {
     for (i, v) in ranked.iter().enumerate() {
         let _ = write!(
             h,
-            "<tr><td>{}</td><td>{}</td><td class=\"{}\">{}</td>",
+            "<tr><td>{}</td><td>{}</td><td class=\"{}\">{}</td><td class=\"resource\">{}</td>",
             i + 1,
             esc(&v.node),
             verdict_class(v.combined.verdict),
-            v.combined.verdict.word()
+            v.combined.verdict.word(),
+            v.resource.as_ref().map_or(String::new(), |r| esc(&r.name))
         );
-        for m in &d.metrics {
-            let cell = m
-                .nodes
-                .iter()
-                .find(|n| n.node == v.node)
-                .map_or("–".to_string(), |n| {
-                    let word = n.verdict.word().to_lowercase();
-                    // The evidence belongs to a faulty verdict, never to an "ok".
-                    match n.evidence {
-                        Some(e) if n.verdict == MetricStatus::Faulty => format!("{word} ({e:.1}×)"),
-                        _ => word,
-                    }
-                });
-            let _ = write!(h, "<td>{}</td>", esc(&cell));
+        for m in &white {
+            let _ = write!(h, "<td>{}</td>", esc(&metric_cell(m, &v.node)));
         }
-        let _ = writeln!(h, "<td>{}</td></tr>", esc(&v.combined.reason));
+        if !os.is_empty() {
+            let _ = write!(h, "<td>{}</td>", os_cell(&os, &v.node));
+        }
+        let _ = writeln!(
+            h,
+            "<td class=\"why\">{}</td></tr>",
+            folded(&v.combined.reason, 140)
+        );
     }
     h.push_str("</table>\n");
     if !d.findings.is_empty() {
         h.push_str("<h2>Findings</h2>\n<ul>\n");
-        for line in culprit_analysis::missing::lines(&d.findings) {
-            let _ = writeln!(h, "<li>{}</li>", esc(&line));
+        let (gaps, other): (Vec<String>, Vec<String>) =
+            culprit_analysis::missing::lines(&d.findings)
+                .into_iter()
+                .partition(|l| l.contains(" has gaps in its data"));
+        for line in &other {
+            let _ = writeln!(h, "<li>{}</li>", esc(line));
+        }
+        // Gaps, one line a node, folded: they must not push the charts off the page.
+        if !gaps.is_empty() {
+            let _ = write!(
+                h,
+                "<li><details><summary>{} node(s) have gaps in their data (missing data is never \
+                 read as zeros)</summary><ul>",
+                gaps.len()
+            );
+            for line in &gaps {
+                let _ = write!(h, "<li>{}</li>", esc(line));
+            }
+            h.push_str("</ul></details></li>\n");
         }
         h.push_str("</ul>\n");
     }
@@ -482,7 +600,13 @@ pub fn render(d: &Diagnosis, opts: &Options) -> Result<String, Error> {
                 flagged nodes' lines are thick (the first red), their anomalous windows shaded.</p>\n",
     );
     for m in &d.metrics {
-        if m.nodes.iter().all(|n| n.scores.is_empty()) {
+        // A chart with no score drawn (every window unscored, or every score zero) is left out.
+        let drawn = m
+            .nodes
+            .iter()
+            .flat_map(|n| n.scores.iter())
+            .any(|s| s.score.is_finite() && s.score > 0.0);
+        if !drawn {
             continue;
         }
         let svg = score_chart(d, m, t0, opts)?;

@@ -281,9 +281,13 @@ impl Stops {
     ) {
         if stopped {
             if let Some(node) = node {
-                iv.stopped(wall, node);
                 self.threads.insert(tid, (pid, node));
-                self.procs.entry(pid).or_insert((node, wall));
+                // A stop of the whole process is counted once, not once per thread: its
+                // first thread switched out stopped starts it.
+                if let std::collections::hash_map::Entry::Vacant(e) = self.procs.entry(pid) {
+                    iv.stopped(wall, node);
+                    e.insert((node, wall));
+                }
             }
         }
         // A stopped thread runs again: its process was continued (the others follow).

@@ -49,9 +49,10 @@ pub fn is_culprit_runtime(image: &str) -> bool {
 /// versions up to 6; since version 7 they are in the interval's Lost record, with samples and
 /// process-tracking records apart (a loss is not an event of the node).
 pub const LOST_EVENTS: &str = "culprit:lost_events";
-/// Events entry: threads of the node switched out in the stopped state (`sched_switch` with
-/// `prev_state` T or t: SIGSTOP, or a tracer), in the interval. Written with
-/// `sched:sched_switch`.
+/// Events entry: stops of the node's processes that began in the interval (`sched_switch`
+/// with `prev_state` T or t: SIGSTOP, or a tracer): a stop of a whole process is counted once,
+/// at its first thread switched out stopped, however many threads it has (files of samplers
+/// before this counted every thread). Written with `sched:sched_switch`.
 pub const STOPPED_EVENT: &str = "culprit:stopped";
 /// Events entry: ns the node's processes spent stopped in the interval (of each process, from
 /// its first thread switched out stopped to the first of them that ran again; a node's is its
@@ -68,7 +69,7 @@ struct NodeAcc {
     stacks: FxHashMap<(ProgId, Box<[Loc]>), u64>,
     total: u64,
     events: Vec<u64>,
-    /// Threads switched out stopped, and ns stopped (see [`STOPPED_EVENT`]).
+    /// Stops of processes begun, and ns stopped (see [`STOPPED_EVENT`]).
     stopped: u64,
     stopped_ns: u64,
     /// System-call layer events ([`crate::syscalls`]), in the order their calls ended.
@@ -221,7 +222,7 @@ impl Intervals {
         }
     }
 
-    /// Counts a thread of `node` switched out stopped.
+    /// Counts a stop of a process of `node` (its first thread switched out stopped).
     pub fn stopped(&mut self, wall_ns: u64, node: NodeIdx) {
         self.acc(wall_ns).nodes[node as usize].stopped += 1;
     }

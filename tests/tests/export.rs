@@ -176,8 +176,11 @@ fn folded_golden_and_flame_graph() {
         "{}",
         stderr_text(&o)
     );
-    // Self time on the slow node: disk_wait dominates.
-    let o = export(&data, &["--format", "folded", "--node", "n2"]);
+    // Self time on the slow node: disk_wait dominates (its frames alone: --no-origin-frames).
+    let o = export(
+        &data,
+        &["--format", "folded", "--node", "n2", "--no-origin-frames"],
+    );
     let text = String::from_utf8(o.stdout).unwrap();
     let top = text
         .lines()
@@ -187,12 +190,29 @@ fn folded_golden_and_flame_graph() {
     let ns: u64 = top.rsplit_once(' ').unwrap().1.parse().unwrap();
     // disk_wait counts whole ms and may end up to 1 ms early.
     assert!(ns >= 595_000_000, "{top}");
-    // inferno draws both (calls: every function wide enough to be drawn).
+    // inferno draws both (calls: every function wide enough to be drawn, the nodes merged —
+    // split per node, a function called once per node is too thin to draw).
     assert!(flame_graph(&text).contains("disk_wait"));
-    let svg = flame_graph(&calls);
+    let svg = merged_calls_flame_graph(&data);
     for f in ["disk_wait", "checksum", "handle"] {
         assert!(svg.contains(f), "{f} not in the flame graph");
     }
+}
+
+/// The flame graph of every call, the nodes merged (`--no-origin-frames`: split per node, a
+/// function called once per node is too thin to draw).
+fn merged_calls_flame_graph(data: &Path) -> String {
+    let merged = export(
+        data,
+        &[
+            "--format",
+            "folded",
+            "--value",
+            "calls",
+            "--no-origin-frames",
+        ],
+    );
+    flame_graph(&String::from_utf8(merged.stdout).unwrap())
 }
 
 /// Renders folded lines with inferno; returns the SVG.
@@ -232,14 +252,24 @@ fn tracer_call_paths_in_folded_stacks_and_pprof() {
         stderr_text(&o)
     );
     let calls = folded_values(&calls_text);
+    // Each node's stacks apart, its node and program first (issue 31).
     assert_eq!(
-        calls.get("main;handle;lookup;checksum"),
-        Some(&9000),
+        calls.get("n1;export_srv;main;handle;lookup;checksum"),
+        Some(&3000),
+        "{calls_text}"
+    );
+    assert!(
+        calls
+            .keys()
+            .all(|k| k.split(';').nth(1) == Some("export_srv")),
         "{calls_text}"
     );
     // Self time: the slow node's disk_wait under main; every function's self time as the
     // one-frame export (edges off) would count it: edges cover every call.
-    let o = export(&data, &["--format", "folded", "--node", "n2"]);
+    let o = export(
+        &data,
+        &["--format", "folded", "--node", "n2", "--no-origin-frames"],
+    );
     let text = String::from_utf8(o.stdout).unwrap();
     let self_ns = folded_values(&text);
     let (top, ns) = self_ns.iter().max_by_key(|(_, &n)| n).unwrap();
@@ -273,8 +303,9 @@ fn tracer_call_paths_in_folded_stacks_and_pprof() {
             .or_default() += n;
     }
     assert_eq!(leaves, per_func, "{text}");
-    // inferno draws the paths (calls: every function wide enough to be drawn).
-    let svg = flame_graph(&calls_text);
+    // inferno draws the paths (calls: every function wide enough to be drawn, the nodes
+    // merged).
+    let svg = merged_calls_flame_graph(&data);
     for f in ["main", "handle", "lookup", "checksum", "disk_wait"] {
         assert!(svg.contains(f), "{f} not in the flame graph");
     }
@@ -326,6 +357,7 @@ fn sampler_call_chains_in_folded_stacks_and_pprof() {
             "smp_chain",
             "--value",
             "samples",
+            "--no-origin-frames",
         ],
     );
     let text = String::from_utf8(o.stdout.clone()).unwrap();

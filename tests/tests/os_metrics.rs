@@ -15,7 +15,7 @@ mod sampler_util;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use culprit_format::{interval_flags, ParsedFile, Record};
@@ -132,21 +132,6 @@ fn assert_series(recs: &[OsRec]) {
     }
 }
 
-/// Children started in their own process group ([`own_group`]); the whole group is killed on drop
-/// (os_io forks).
-struct Kill(Vec<Child>);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            // SAFETY: kill takes plain integers; a negative pid names the child's own group.
-            unsafe { libc::kill(-(c.id() as i32), libc::SIGKILL) };
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
 /// Puts the command's process in a new process group of its own.
 fn own_group(c: &mut Command) -> &mut Command {
     use std::os::unix::process::CommandExt as _;
@@ -186,13 +171,6 @@ fn disk_dir(tag: &str) -> PathBuf {
     d
 }
 
-/// The whole disk (MAJ, MIN) a path lives on: blkio throttling applies to whole disks.
-fn whole_disk_of(p: &Path) -> (u32, u32) {
-    use std::os::unix::fs::MetadataExt as _;
-    let dev = std::fs::metadata(p).unwrap().dev();
-    culprit_testbed::cgroup::whole_disk((libc::major(dev), libc::minor(dev)))
-}
-
 /// Bytes written by a blkio cgroup (v1 throttle statistics, all devices).
 fn cg_written(dir: &Path) -> u64 {
     let text = std::fs::read_to_string(dir.join("blkio.throttle.io_service_bytes_recursive"))
@@ -214,21 +192,6 @@ fn proc_write_bytes(pid: u32) -> u64 {
         .trim()
         .parse()
         .unwrap()
-}
-
-struct Cgroups(Vec<PathBuf>);
-
-impl Drop for Cgroups {
-    fn drop(&mut self) {
-        for d in self.0.iter().rev() {
-            for _ in 0..50 {
-                if std::fs::remove_dir(d).is_ok() || !d.exists() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        }
-    }
 }
 
 #[test]

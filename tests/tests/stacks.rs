@@ -2,6 +2,8 @@
 //! end: four real traced processes (one per node) of a small I/O server (`c/stuck.c`), real
 //! signals, the real `culprit` binary; and the HTML report rendered in headless Chromium.
 
+mod html_util;
+
 use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
@@ -324,65 +326,27 @@ fn check_html_report(path: &Path, r: &Value) {
             "{id}: the culprit's line is not red"
         );
     }
-    let Some(chromium) = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-    else {
-        // scripts/install-deps installs it: in CI its absence is a failure, not a skip.
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "Chromium is not installed (scripts/install-deps installs it)"
-        );
-        println!("skipped: Chromium is not installed (the page was checked parsed, not rendered)");
+    let Some(page) = html_util::render(path) else {
         return;
     };
-    let url = format!("file://{}", path.display());
-    let headless = |extra: &[&str]| {
-        let mut c = Command::new(chromium);
-        c.args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--hide-scrollbars",
-        ])
-        .args(extra)
-        .arg(&url);
-        c
-    };
-    let o = run_ok(&mut headless(&["--dump-dom"]));
-    let dom_text = String::from_utf8_lossy(&o.stdout);
-    assert!(dom_text.contains("io2</b> is <b>STUCK"), "{dom_text}");
-    let shot = path.with_extension("png");
-    run_ok(&mut headless(&[
-        &format!("--screenshot={}", shot.display()),
-        "--window-size=1000,1400",
-    ]));
-    let decoder = png::Decoder::new(std::io::BufReader::new(
-        std::fs::File::open(&shot).expect("the screenshot"),
-    ));
-    let mut reader = decoder.read_info().expect("a PNG screenshot");
-    let mut buf = vec![0; reader.output_buffer_size()];
-    let info = reader
-        .next_frame(&mut buf)
-        .expect("the screenshot's pixels");
-    let px = info.color_type.samples();
-    let pixels = &buf[..info.buffer_size()];
-    let coloured = pixels
-        .chunks(px)
-        .filter(|p| p.iter().take(3).any(|&c| c < 200))
-        .count();
-    let share = coloured as f64 / (pixels.len() / px) as f64;
+    assert!(page.dom.contains("io2</b> is <b>STUCK"), "{}", page.dom);
     assert!(
-        share > 0.01,
-        "the screenshot is blank: {share:.4} of it drawn"
+        page.drawn > 0.01,
+        "the screenshot is blank: {:.4} of it drawn",
+        page.drawn
     );
+    // Readable at 1,280 px: nothing drawn right of it in a window twice as wide.
+    assert_eq!(page.beyond, 0, "the page is wider than 1,280 px");
 }
 
 /// Sends SIGSTOP, then SIGCONT after `stop`, every `every`, for `for_` (the test's "short
-/// pauses": a server stopped for tens of milliseconds several times a second).
-fn stop_repeatedly(pid: i32, stop: Duration, every: Duration, for_: Duration) {
+/// pauses": a server stopped for tens of milliseconds several times a second). Returns the
+/// number of stops.
+fn stop_repeatedly(pid: i32, stop: Duration, every: Duration, for_: Duration) -> u64 {
     let t0 = Instant::now();
+    let mut n = 0;
     while t0.elapsed() < for_ {
+        n += 1;
         // SAFETY: kill(2) on a child of this test.
         unsafe { libc::kill(pid, libc::SIGSTOP) };
         std::thread::sleep(stop);
@@ -390,6 +354,7 @@ fn stop_repeatedly(pid: i32, stop: Duration, every: Duration, for_: Duration) {
         unsafe { libc::kill(pid, libc::SIGCONT) };
         std::thread::sleep(every.saturating_sub(stop));
     }
+    n
 }
 
 #[test]
@@ -433,7 +398,7 @@ fn short_repeated_pauses_are_paused() {
     let data = dir.join("data");
     let mut kids = start(&exe, &data, 14, None);
     // Five 30 ms stops a second for 10 s: no interval missed, 15 % of the time stopped.
-    stop_repeatedly(
+    let _ = stop_repeatedly(
         kids[1].id() as i32,
         Duration::from_millis(30),
         Duration::from_millis(200),
@@ -492,10 +457,11 @@ fn short_pauses_seen_by_the_kernel() {
     }
     let mut sampler = sampler.spawn().expect("start culprit sample");
     std::thread::sleep(Duration::from_secs(1));
-    stop_repeatedly(
+    // Four 40 ms stops a second for 10 s.
+    let sent = stop_repeatedly(
         kids[1].id() as i32,
-        Duration::from_millis(30),
-        Duration::from_millis(200),
+        Duration::from_millis(40),
+        Duration::from_millis(250),
         Duration::from_secs(10),
     );
     assert!(sampler.wait().unwrap().success(), "culprit sample failed");
@@ -505,7 +471,20 @@ fn short_pauses_seen_by_the_kernel() {
     let f = finding(&r, "paused", "io2").expect("a paused finding");
     assert_eq!(f["source"], "kernel", "{f:#}");
     let s = f["stopped_s"].as_f64().unwrap();
-    assert!((1.0..2.5).contains(&s), "stopped 1.5 s, told {s}: {f:#}");
-    // Each stop switches out the process's four threads stopped.
-    assert!(f["stops"].as_u64().unwrap() >= 40 * 4, "{f:#}");
+    assert!((1.0..2.5).contains(&s), "stopped 1.6 s, told {s}: {f:#}");
+    // Each stop switches out the process's four threads stopped, and counts once (issue 31:
+    // "paused 1,658 times" for ~330 stops of a 5-thread server). A stop that catches no thread
+    // on the way out of its last one may merge with the next: at most a few.
+    let stops = f["stops"].as_u64().unwrap();
+    assert!(
+        stops <= sent && stops * 10 >= sent * 9,
+        "{sent} stops sent, {stops} counted: {f:#}"
+    );
+    let text = String::from_utf8_lossy(&diagnose(&data, &[]).stdout).into_owned();
+    assert!(
+        text.contains(&format!(
+            "paused (SIGSTOP or a tracer), not slow: {stops} times,"
+        )),
+        "{text}"
+    );
 }

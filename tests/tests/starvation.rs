@@ -19,7 +19,7 @@
 mod sampler_util;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use culprit_analysis::diagnosis::MetricStatus;
@@ -29,7 +29,7 @@ use culprit_analysis::resource::Kind;
 use culprit_analysis::Diagnosis;
 use culprit_testbed::cgroup::{destroy_tree, Group};
 use culprit_tests::*;
-use sampler_util::SamplerProc;
+use sampler_util::{Kill, SamplerProc};
 
 const NODES: [&str; 4] = ["n1", "n2", "n3", "n4"];
 const THREADS: u32 = 8;
@@ -107,20 +107,6 @@ struct Cgroups(PathBuf);
 impl Drop for Cgroups {
     fn drop(&mut self) {
         let _ = destroy_tree(&self.0);
-    }
-}
-
-/// Children killed (with their process groups) on drop.
-struct Kill(Vec<Child>);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            // SAFETY: kill takes plain integers; a negative pid names the child's own group.
-            unsafe { libc::kill(-(c.id() as i32), libc::SIGKILL) };
-            let _ = c.kill();
-            let _ = c.wait();
-        }
     }
 }
 

@@ -59,3 +59,52 @@ fn a_nodes_threshold_is_that_of_its_largest_score_over_all_runs() {
         "{ta:?} {tb:?}"
     );
 }
+
+/// A metric the thresholds file holds nothing for says so, per metric, in the human output,
+/// the JSON and the page (issue 31: it was diagnosed untrained without a word, and the page's
+/// header said "untrained" although thresholds were given).
+#[test]
+fn a_metric_missing_from_the_thresholds_is_said_untrained_per_metric() {
+    let dir = TempDir::new("train-missing");
+    let run = dir.join("run");
+    write_peer_samples_with(&run, false, false, 0.05);
+    train(dir.path(), &[&run], "t.json");
+    // The file as trained on another deployment: its samples thresholds filed under `count`.
+    let file = dir.join("t.json");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let metrics = v["metrics"].as_object_mut().unwrap();
+    let samples = metrics.remove("samples").unwrap();
+    metrics.insert("count".into(), samples);
+    std::fs::write(&file, serde_json::to_string(&v).unwrap()).unwrap();
+    let diagnose = |extra: &[&str]| {
+        let o = culprit()
+            .arg("diagnose")
+            .arg(&run)
+            .arg("--thresholds")
+            .arg(&file)
+            .args(extra)
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap();
+        assert!(
+            matches!(o.status.code(), Some(0 | 1)),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let json: serde_json::Value = serde_json::from_str(&diagnose(&["--json"])).unwrap();
+    let m = &json["metrics"][0];
+    assert_eq!(m["metric"], "samples", "{json:#}");
+    assert_eq!(m["untrained"], "untrained: not in t.json", "{json:#}");
+    let human = diagnose(&[]);
+    assert!(
+        human.contains("UNTRAINED: samples (untrained: not in t.json)"),
+        "{human}"
+    );
+    let page = dir.join("r.html");
+    diagnose(&["--html", page.to_str().unwrap()]);
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("untrained, not in it: samples"), "{html}");
+}

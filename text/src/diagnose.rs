@@ -107,6 +107,7 @@ fn print_resource(node: &str, r: &Resource, out: &mut impl Write) -> std::io::Re
     for o in &r.evidence {
         let mark = match (o.diverges, o.direction) {
             (true, _) => "diverges",
+            (false, _) if o.small => "small",
             (false, Direction::Up) => "higher",
             (false, Direction::Down) => "lower",
             (false, Direction::Level) => "level",
@@ -191,10 +192,18 @@ pub fn print_human(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
     }
     match (&r.thresholds_file, r.trained) {
         (Some(f), true) => writeln!(out, "thresholds: trained ({f})")?,
-        (Some(f), false) => writeln!(
-            out,
-            "thresholds: trained ({f}) for some metrics; UNTRAINED for the others"
-        )?,
+        (Some(f), false) => {
+            let untrained: Vec<String> = r
+                .metrics
+                .iter()
+                .filter_map(|m| Some(format!("{} ({})", m.metric, m.untrained.as_deref()?)))
+                .collect();
+            writeln!(
+                out,
+                "thresholds: trained ({f}) for some metrics; UNTRAINED: {}",
+                untrained.join(", ")
+            )?
+        }
         (None, _) => writeln!(
             out,
             "thresholds: {} — robust per-window rule (docs/thresholds.md); train on \
@@ -651,6 +660,7 @@ mod tests {
             faulty,
             anomalous_windows,
             share: None,
+            small: false,
             diverges: faulty,
         }
     }

@@ -985,6 +985,14 @@ impl ThreadBlock {
             .filter(|&i| self.table[i].addr.load(Acquire) != 0)
     }
 
+    /// Traced calls of the owner that returned, in all (wrapping; the flusher's stack
+    /// snapshots compare it from one to the next to tell a thread that makes progress).
+    pub fn returned_calls(&self) -> u64 {
+        self.used_indices()
+            .map(|i| self.table[i].calls.load(Relaxed))
+            .fold(0, u64::wrapping_add)
+    }
+
     /// Functions in the table.
     pub fn used_count(&self) -> u32 {
         self.nused.load(Acquire).min(TABLE_MAX_USED)

@@ -131,6 +131,21 @@ pub enum Origin {
     Replaced(String),
 }
 
+/// What the last stack snapshot saw of a thread's progress (see [`Flusher::progress`]).
+#[derive(Clone, Copy, Debug)]
+struct Watch {
+    /// Its traced calls that had returned, in all.
+    returned_calls: u64,
+    /// Its CPU time when it last ran ≥ [`RAN_MIN_NS`] since the one before (ns).
+    cpu_ns: u64,
+    /// When it last made progress (wall-clock ns).
+    since_ns: u64,
+}
+
+/// CPU time a thread must have used since it was last seen running for a snapshot to say it
+/// ran (a thread blocked in a call still wakes now and then for a few µs).
+const RAN_MIN_NS: u64 = 1_000_000;
+
 /// The flusher's state; owned by the flusher thread (no lock anywhere).
 #[derive(Debug)]
 pub struct Flusher {
@@ -179,6 +194,8 @@ pub struct Flusher {
     wakeups: WakeupsRec,
     /// Stack snapshots written.
     stack_seq: u64,
+    /// Each live thread's progress as the last snapshot saw it, by tid.
+    watch: HashMap<u32, Watch>,
     /// Rotation (`CULPRIT_ROTATE`): the number of the piece being written (0: the first).
     piece: u32,
     /// When the piece being written began (wall-clock ns).
@@ -227,6 +244,7 @@ impl Flusher {
             io_span: start_ns,
             wakeups: WakeupsRec::default(),
             stack_seq: 0,
+            watch: HashMap::new(),
             piece: 0,
             piece_start_ns: start_ns,
             rotated: None,
@@ -263,17 +281,22 @@ impl Flusher {
         };
         let mut calls = [OpenCall::default(); STACK_FRAMES];
         let mut threads = Vec::new();
+        let mut seen = Vec::new();
         for b in pool::blocks() {
             if b.state.load(Acquire) != state::LIVE {
                 continue;
             }
             let oc = b.open_calls(&mut calls);
             let (tid, serial) = b.owner();
-            let mut flags = 0;
+            let (returned, ran, still_ms) =
+                self.progress(tid, b.returned_calls(), wall0, &mut seen);
+            let mut flags = thread_flags::PROGRESS;
             for (on, bit) in [
                 (oc.paused, thread_flags::PAUSED),
                 (oc.overflow, thread_flags::OVERFLOW),
                 (oc.unstable, thread_flags::UNSTABLE),
+                (returned, thread_flags::RETURNED),
+                (ran, thread_flags::RAN),
             ] {
                 if on {
                     flags |= bit;
@@ -284,6 +307,7 @@ impl Flusher {
                 serial,
                 depth: oc.depth as u32,
                 flags,
+                still_ms,
                 frames: calls[..oc.n]
                     .iter()
                     .map(|c| StackFrame {
@@ -294,6 +318,7 @@ impl Flusher {
             });
         }
         threads.sort_by_key(|t| t.serial);
+        self.watch.retain(|tid, _| seen.contains(tid));
         self.stack_seq += 1;
         let slot = encode_slot(&StacksSnapshot {
             seq: self.stack_seq,
@@ -307,6 +332,37 @@ impl Flusher {
             // again (a file that is gone is noticed by the next commit).
             let _ = out.stacks(seq, &slot);
         }
+    }
+
+    /// Whether thread `tid` made progress since the previous snapshot — a traced call of it
+    /// returned (`returned_calls` moved), or it ran ≥ [`RAN_MIN_NS`] on a CPU — and how long
+    /// ago it last did, in ms, at `now` (wall-clock ns). A thread seen for the first time
+    /// counts as having made progress now.
+    fn progress(
+        &mut self,
+        tid: u32,
+        returned_calls: u64,
+        now: u64,
+        seen: &mut Vec<u32>,
+    ) -> (bool, bool, u32) {
+        seen.push(tid);
+        let cpu = sys::thread_cpu_ns(tid);
+        let w = self.watch.entry(tid).or_insert(Watch {
+            returned_calls,
+            cpu_ns: cpu.unwrap_or(0),
+            since_ns: now,
+        });
+        let returned = w.returned_calls != returned_calls;
+        let ran = cpu.is_some_and(|c| c.saturating_sub(w.cpu_ns) >= RAN_MIN_NS);
+        if returned || ran {
+            w.since_ns = now;
+        }
+        w.returned_calls = returned_calls;
+        if ran {
+            w.cpu_ns = cpu.unwrap_or(0);
+        }
+        let still = now.saturating_sub(w.since_ns) / 1_000_000;
+        (returned, ran, still.min(u64::from(u32::MAX)) as u32)
     }
 
     /// Name of the file being written, once it exists.

@@ -297,6 +297,9 @@ pub struct ThreadCalls {
     pub depth: u32,
     /// `culprit_format::stacks::thread_flags`.
     pub flags: u32,
+    /// With `thread_flags::PROGRESS`: ms since the thread last made progress (a traced call
+    /// returned, or it ran on a CPU).
+    pub still_ms: u32,
     /// The innermost open calls, outermost first.
     pub frames: Vec<OpenFrame>,
 }

@@ -92,6 +92,7 @@ impl Dataset {
                 serial: th.serial,
                 depth: th.depth,
                 flags: th.flags,
+                still_ms: th.still_ms,
                 frames: th
                     .frames
                     .iter()

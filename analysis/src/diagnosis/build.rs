@@ -63,6 +63,7 @@ impl Diagnosis {
                 .any(|f| f.is_stop() && f.node() == names[n]);
             let slack = (2 * cfg.k as u64 - 1) * cfg.windows.shift_ns;
             let mut combined = combine(&per, analysed, stopped, slack);
+            let by_metrics = combined.verdict;
             // Stuck and paused say what the deviations are about: they take precedence
             // (paused over stuck: a stopped process's calls all look stuck).
             if let Some((v, why)) = input
@@ -103,7 +104,18 @@ impl Diagnosis {
             if let Some((r, moved)) = &examined {
                 resource::demote_shapeless(&mut combined, r, *moved);
             }
-            let resource = examined.map(|(r, _)| r);
+            let mut resource = examined.map(|(r, _)| r);
+            // A hang or pause verdict keeps the resource beside it: what the metrics found
+            // (a slow disk under a stuck writer) is still the resource at fault. "Software"
+            // (no resource moved) adds nothing to a stuck or paused node and is left out.
+            if matches!(combined.verdict, Verdict::Stuck | Verdict::Paused)
+                && matches!(by_metrics, Verdict::Faulty | Verdict::Suspect)
+            {
+                let (r, _) = resource::examine(outcome, &metrics, n, input.levels);
+                if r.kind != resource::Kind::Software {
+                    resource = Some(r);
+                }
+            }
             let damage: Vec<String> = input
                 .findings
                 .iter()
@@ -154,10 +166,25 @@ impl Diagnosis {
             })
             .map(|v| v.node.as_str())
             .collect();
-        let metrics_out = metrics
+        let mut metrics_out: Vec<MetricReport> = metrics
             .iter()
             .map(|m| metric_report(outcome, m, &order, &suspects, input.top))
             .collect();
+        // Each untrained metric says why (issue 31: a metric absent from the thresholds file was
+        // diagnosed untrained without a word).
+        for m in &mut metrics_out {
+            if m.thresholds == Thresholds::Untrained {
+                m.untrained = Some(match &input.thresholds_file {
+                    Some(f) => format!(
+                        "untrained: not in {}",
+                        std::path::Path::new(f)
+                            .file_name()
+                            .map_or(f.clone(), |n| n.to_string_lossy().into_owned())
+                    ),
+                    None => "untrained: no thresholds file".to_string(),
+                });
+            }
+        }
         let mut notes = input.notes;
         for &(n, m) in &since_start {
             let trained_here = metrics
@@ -519,6 +546,7 @@ fn metric_report(
             Policy::Trained { .. } => Thresholds::Trained,
             _ => Thresholds::Untrained,
         },
+        untrained: None,
         windows: m.windows,
         unscored_windows: m.unscored,
         kept: m.kept_list.len(),

@@ -202,6 +202,11 @@ pub struct MetricReport {
     pub distance_unit: String,
     /// Thresholds trained or not.
     pub thresholds: Thresholds,
+    /// Why a metric is untrained, in words: "untrained: not in thresholds.json" (a thresholds
+    /// file was given but holds nothing for it) or "untrained: no thresholds file"; `None`
+    /// when trained (added within version 1).
+    #[serde(default)]
+    pub untrained: Option<String>,
     /// Windows closed.
     pub windows: u64,
     /// Windows with fewer than 3 nodes with complete data (not scored).

@@ -12,15 +12,23 @@
 //!
 //! 1. storage throughput up → **disk hog** (another process's I/O on the node's disk);
 //! 2. storage latency up (throughput not up, or step 1 would have fired) → **slow disk**;
-//! 3. received and sent traffic up, or one of them up without signs of loss → **network hog**;
-//! 4. loss signs (retransmits, drops, smaller congestion windows, longer round trips) →
+//! 3. connections up, or the kernel's or the server's accept path (accept, SYN handling, resets)
+//!    busier than its peers' while traffic or loss signs move → **connection flood** (many
+//!    short or junk connections: named for what it is, not as loss or a hog);
+//! 4. received and sent traffic up, or one of them up without signs of loss → **network hog**;
+//! 5. loss signs (retransmits, drops, smaller congestion windows, longer round trips) →
 //!    **packet loss**;
-//! 5. CPU use up, with run-queue wait or throttling up or another process → **CPU hog**;
-//! 6. throttling or run-queue wait up, CPU use not up → **CPU starvation**;
-//! 7. every traced function slower per call alike, calls not up → **slowed as a whole** (the
+//! 6. CPU use up, with run-queue wait or throttling up or another process → **CPU hog**;
+//! 7. throttling or run-queue wait up, CPU use not up → **CPU starvation**;
+//! 8. every traced function slower per call alike, calls not up → **slowed as a whole** (the
 //!    white-box metrics' own evidence: waiting for a CPU or a slower machine, which only a
 //!    run-queue or throttling metric can tell apart);
-//! 8. none of these → **software**: the top functions.
+//! 9. none of these → **software**: the top functions.
+//!
+//! **Magnitude as well as ratio.** A metric diverges only when the node's level is also at
+//! least its floor ([`Sign::floor`], in the metric's unit per second) away from its peers' the
+//! way that points at the node: one 10 ms wait is 0.04 ms/s of I/O delay against peers' exact
+//! 0, an infinite ratio of nothing (docs/resource-checklist.md lists the floors).
 //!
 //! Two rules keep one view from naming a resource against the rest of the evidence. A kernel
 //! event alone (no OS metric of its step diverging) names no resource when the node's own
@@ -28,7 +36,7 @@
 //! retransmit to it and the events land where the scheduler runs them, but loss would slow the
 //! functions that wait on the network, not every function alike. And signs of loss name no
 //! loss while the node's CPU is withheld (throttling or steal diverging, CPU use not up): loss
-//! cannot throttle a node, a starved node answers late; step 6 comes first then.
+//! cannot throttle a node, a starved node answers late; step 7 comes first then.
 //!
 //! The table is written from what each resource does to a server (seed 001 §4.2's observations
 //! and §4.8's network-metric ambiguities), not fitted to any experiment: it must hold for a whole
@@ -63,6 +71,26 @@ use signs::Direction::{Down, Up};
 /// fraction of a clean link's rate, and seed 001's packet-loss faults drop 5 %.
 pub const LOSS_SHARE: f64 = 0.01;
 
+/// Words in a function's name that place it on the accept path: accepting connections, the
+/// kernel's handling of SYNs and connection requests, resets sent and received.
+pub const ACCEPT_PATH: &[&str] = &[
+    "accept",
+    "syn_recv",
+    "synack",
+    "conn_request",
+    "check_req",
+    "reqsk",
+    "send_reset",
+    "tcp_reset",
+    "send_active_reset",
+];
+
+/// True when function `name` is on the accept path ([`ACCEPT_PATH`]).
+pub fn on_accept_path(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    ACCEPT_PATH.iter().any(|w| n.contains(w))
+}
+
 /// Metrics counting retransmits, judged by their share of the node's segments.
 const RETRANSMITS: [&str; 3] = ["tcp.retrans", "tcp.retrans_segs", "tcp:tcp_retransmit_skb"];
 
@@ -74,6 +102,8 @@ pub enum Kind {
     DiskHog,
     /// The disk is slow: requests wait longer, throughput flat or down.
     SlowDisk,
+    /// Many short or junk connections: the accept path busy (added within version 1).
+    ConnectionFlood,
     /// Traffic the server did not ask for.
     NetworkHog,
     /// Packets lost on the way to or from the node.
@@ -95,6 +125,7 @@ impl Kind {
         match self {
             Kind::DiskHog => "disk hog",
             Kind::SlowDisk => "slow disk",
+            Kind::ConnectionFlood => "connection flood",
             Kind::NetworkHog => "network hog",
             Kind::PacketLoss => "packet loss",
             Kind::CpuHog => "CPU hog",
@@ -127,6 +158,12 @@ pub const RULES: &[Rule] = &[
         kind: Kind::SlowDisk,
         when: "storage latency up, throughput not up",
         classes: &[StorageLatency, StorageThroughput],
+    },
+    Rule {
+        kind: Kind::ConnectionFlood,
+        when: "connections up, or the accept path (accept, SYN handling, resets) busier with \
+               traffic or loss signs moving",
+        classes: &[Connections, Received, Sent, Loss],
     },
     Rule {
         kind: Kind::NetworkHog,
@@ -192,7 +229,12 @@ pub struct Observation {
     /// retransmit events, which count its peers' retransmits to it too), when known.
     #[serde(deserialize_with = "Option::deserialize")]
     pub share: Option<f64>,
-    /// The direction points at the node and the node is faulty on the metric (retransmits:
+    /// The level moved the way that points at the node, on a metric the node is faulty on, but
+    /// by less than the metric's floor ([`Sign::floor`]): too small to name a resource (added
+    /// within version 1).
+    #[serde(default)]
+    pub small: bool,
+    /// The direction points at the node, by at least the metric's floor, and the node is faulty on the metric (retransmits:
     /// and they are at least [`LOSS_SHARE`] of its segments; a kernel event: and it persisted
     /// itself, its root-cause persistence at least k).
     pub diverges: bool,
@@ -370,6 +412,7 @@ impl Slowdown {
             faulty,
             anomalous_windows: nm.map_or(0, |r| r.anomalous.len() as u64),
             share: None,
+            small: false,
             diverges: self.whole() && faulty,
         }
     }
@@ -384,6 +427,9 @@ struct Facts {
     has_os: bool,
     /// The white-box metrics say the node is slowed as a whole ([`Slowdown::whole`]).
     slowed: bool,
+    /// Accept-path functions ([`ACCEPT_PATH`]) the node runs [`MARGIN`]× more than its peers,
+    /// in a white-box metric anomalous on it.
+    accept_path: Vec<String>,
 }
 
 impl Facts {
@@ -489,6 +535,8 @@ fn facts(
             continue;
         };
         let (dir, ratio) = direction(v, med);
+        let moved = nm.faulty() && dir == sign.trouble;
+        let small = moved && !sign.beyond_floor(v, med);
         obs.push(Observation {
             metric: sign.metric.to_string(),
             instance,
@@ -501,7 +549,8 @@ fn facts(
             faulty: nm.faulty(),
             anomalous_windows: nm.anomalous.len() as u64,
             share: None,
-            diverges: nm.faulty() && dir == sign.trouble,
+            small,
+            diverges: moved && !small,
         });
     }
     let level =
@@ -535,6 +584,10 @@ fn facts(
                 }
                 _ => None,
             };
+            let moved = nm.faulty() && dir == sign.trouble && r.persistence.peak >= k;
+            let small = moved
+                && seconds > 0.0
+                && !sign.beyond_floor(r.cause.node / seconds, r.cause.reference / seconds);
             obs.push(Observation {
                 metric: format!("events: {}", sign.metric),
                 instance: None,
@@ -547,7 +600,8 @@ fn facts(
                 faulty: nm.faulty(),
                 anomalous_windows: nm.anomalous.len() as u64,
                 share,
-                diverges: nm.faulty() && dir == sign.trouble && r.persistence.peak >= k,
+                small,
+                diverges: moved && !small,
             });
         }
     }
@@ -569,6 +623,7 @@ fn facts(
     // White-box: what only this node runs, and the top functions.
     let mut foreign = Vec::new();
     let mut functions = Vec::new();
+    let mut accept_path = Vec::new();
     let mut best_white: Option<(usize, &MetricResult)> = None;
     for m in metrics.iter().filter(|m| !m.metric().is_os()) {
         let nm = &m.nodes[n];
@@ -578,6 +633,18 @@ fn facts(
         let weight = nm.anomalous.len() + if nm.faulty() { 1000 } else { 0 };
         if best_white.is_none_or(|b| weight > b.0) {
             best_white = Some((weight, m));
+        }
+        for r in m.top(n, 10) {
+            let label = &m.comps[r.comp as usize];
+            if on_accept_path(&label.name)
+                && r.cause.node > 0.0
+                && r.cause.node >= MARGIN * r.cause.reference
+            {
+                let f = function_label(label);
+                if !accept_path.contains(&f) {
+                    accept_path.push(f);
+                }
+            }
         }
         if m.metric() == Metric::SAMPLES {
             for r in m.top(n, 3) {
@@ -608,6 +675,7 @@ fn facts(
         functions,
         has_os,
         slowed,
+        accept_path,
     }
 }
 
@@ -652,6 +720,9 @@ fn step(f: &Facts) -> usize {
     let withheld = f.diverging(CpuLimit);
     let waiting = f.diverging(CpuWait) || withheld;
     let whole = f.diverging(Slowdown);
+    let conns = sees(Connections);
+    let network_moved = rx || tx || loss || f.level(Received, Up) || f.level(Loss, Up);
+    let flood = conns || (!f.accept_path.is_empty() && network_moved);
     // Every function slower per call with the CPU wait or limit up (anomalous, if not faulty):
     // the white-box metrics' view of starvation.
     let starved_white = whole && (f.level(CpuWait, Up) || f.level(CpuLimit, Up));
@@ -661,6 +732,7 @@ fn step(f: &Facts) -> usize {
     let condition = [
         storage_up,
         latency_up,
+        flood,
         (rx && tx) || ((rx || tx) && !loss),
         loss && !starved,
         cpu_up && (waiting || another || f.level(CpuWait, Up) || f.level(CpuLimit, Up)),
@@ -673,6 +745,10 @@ fn step(f: &Facts) -> usize {
 /// `I/O delay 4.1× peers, throughput 0.3×`: the strongest diverging evidence, and the level of
 /// the rule's second class.
 fn summary(kind: Kind, evidence: &[Observation], functions: &[String], has_os: bool) -> String {
+    if kind == Kind::ConnectionFlood && !evidence.iter().any(|o| o.diverges) {
+        let top: Vec<&str> = functions.iter().take(2).map(String::as_str).collect();
+        return format!("accept path busier: {}", top.join(", "));
+    }
     if kind == Kind::Software {
         let what = if has_os {
             "no resource diverges"
@@ -776,21 +852,34 @@ pub fn examine(
     let resource = Resource {
         kind: rule.kind,
         name: rule.kind.words().to_string(),
-        summary: summary(rule.kind, &evidence, &f.functions, f.has_os),
+        summary: summary(
+            rule.kind,
+            &evidence,
+            if rule.kind == Kind::ConnectionFlood {
+                &f.accept_path
+            } else {
+                &f.functions
+            },
+            f.has_os,
+        ),
         step: at + 1,
         rule: rule.when.to_string(),
         confidence,
         evidence,
         also,
         foreign: f.foreign,
-        functions: f.functions,
+        functions: if rule.kind == Kind::ConnectionFlood {
+            f.accept_path
+        } else {
+            f.functions
+        },
     };
     (resource, moved)
 }
 
 /// Makes an OS-only finding without a level a suspect. When the OS metrics are the only family
 /// that finds a node faulty (no other family is faulty on its own), the checklist named no
-/// resource (step 7, "software") and `level_moved` is false — the node's distributions changed
+/// resource (step 9, "software") and `level_moved` is false — the node's distributions changed
 /// shape, but no faulty metric's level moved [`MARGIN`] from its peers' the way that points at
 /// the node ([`examine`]) — the software's own metrics did not convict and the OS metrics show
 /// no more than a shape. Peers that wait on a faulty node show exactly this: their I/O delay or
@@ -849,6 +938,7 @@ mod tests {
             faulty,
             anomalous_windows: u64::from(faulty) * 4,
             share: None,
+            small: false,
             diverges: faulty && dir == s.trouble,
         }
     }
@@ -860,6 +950,7 @@ mod tests {
             functions: vec!["handle_io".into()],
             has_os: true,
             slowed: false,
+            accept_path: Vec::new(),
         }
     }
 
@@ -876,6 +967,53 @@ mod tests {
                 s.metric
             );
         }
+    }
+
+    /// Magnitude as well as ratio (issue 31): one 10 ms wait gave a node 0.04 ms/s of I/O
+    /// delay against its peers' exact 0, an infinite ratio, and named a slow disk.
+    #[test]
+    fn a_level_under_its_floor_names_nothing() {
+        let delay = sign_of("proc.blkio_delay").unwrap();
+        assert!(!delay.beyond_floor(0.04, 0.0));
+        assert!(delay.beyond_floor(1313.0, 0.0));
+        // A healthy peer of a slow disk waits less: never beyond the floor the way of trouble.
+        assert!(!delay.beyond_floor(0.0, 400.0));
+        // Down-pointing signs: the window must shrink by the floor.
+        let cwnd = sign_of("tcp.cwnd_med").unwrap();
+        assert!(cwnd.beyond_floor(5.0, 10.0));
+        assert!(!cwnd.beyond_floor(9.5, 10.0));
+        // Every sign has a positive floor.
+        for s in SIGNS {
+            assert!(s.floor > 0.0, "{}", s.metric);
+        }
+        // A small move is no evidence: nothing is named.
+        let mut small = o("proc.blkio_delay", Up, true);
+        small.diverges = false;
+        small.small = true;
+        assert_eq!(kind(vec![small]), Kind::Software);
+    }
+
+    /// A flood of junk connections is a connection flood, not packet loss (issue 31).
+    #[test]
+    fn a_connection_flood_is_named_for_what_it_is() {
+        // Connections up, with longer round trips.
+        assert_eq!(
+            kind(vec![o("tcp.conns", Up, true), o("tcp.rtt_med", Up, true)]),
+            Kind::ConnectionFlood
+        );
+        // The accept path busier, with loss signs: the flood, not loss.
+        let mut f = facts(vec![o("tcp.rtt_med", Up, true)]);
+        f.accept_path = vec!["tcp_v4_send_reset [kernel.kallsyms]".into()];
+        assert_eq!(RULES[step(&f)].kind, Kind::ConnectionFlood);
+        // Without either, loss signs are loss.
+        assert_eq!(kind(vec![o("tcp.rtt_med", Up, true)]), Kind::PacketLoss);
+        // An accept-path function busier with no network sign moving names no flood.
+        let mut quiet = facts(vec![o("cg.cpu", Up, true), o("proc.runq_delay", Up, true)]);
+        quiet.accept_path = vec!["accept_conn [server]".into()];
+        assert_eq!(RULES[step(&quiet)].kind, Kind::CpuHog);
+        assert!(on_accept_path("inet_csk_accept"));
+        assert!(on_accept_path("tcp_v4_conn_request"));
+        assert!(!on_accept_path("tcp_sendmsg"));
     }
 
     #[test]
@@ -1052,6 +1190,7 @@ mod tests {
             faulty: diverges,
             anomalous_windows: 4,
             share: None,
+            small: false,
             diverges,
         }
     }
@@ -1193,7 +1332,7 @@ mod tests {
         let mut c = combined(Verdict::Faulty, &[(Metric::OS, Role::Faulty)]);
         assert!(!demote_shapeless(&mut c, &resource(Kind::Software), true));
         assert_eq!(c.verdict, Verdict::Faulty);
-        // A white-box finding named software is what step 7 is for.
+        // A white-box finding named software is what step 9 is for.
         let mut c = combined(Verdict::Faulty, &[(Metric::SAMPLES, Role::Faulty)]);
         assert!(!demote_shapeless(&mut c, &resource(Kind::Software), false));
     }

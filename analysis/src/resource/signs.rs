@@ -14,6 +14,8 @@ pub enum Class {
     StorageThroughput,
     /// Time requests take, queues, time blocked on I/O.
     StorageLatency,
+    /// Connections open: many at once, or many short ones (added within version 1).
+    Connections,
     /// Traffic received.
     Received,
     /// Traffic sent.
@@ -45,7 +47,7 @@ pub enum Direction {
 
 /// One line of the table: a metric, its class, the direction that points at the node, and the
 /// words for it in a verdict.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Sign {
     /// OS metric or kernel event name.
     pub metric: &'static str,
@@ -55,14 +57,38 @@ pub struct Sign {
     pub trouble: Direction,
     /// Words in a verdict ("I/O delay").
     pub words: &'static str,
+    /// The least difference from its peers', in the metric's unit per second (a kernel event:
+    /// events per second), that matters: a level under it never names a resource, however
+    /// large its ratio (one 10 ms wait is 0.04 ms/s of I/O delay against peers' exact 0).
+    /// docs/resource-checklist.md gives each floor's reason.
+    pub floor: f64,
 }
 
-const fn sign(metric: &'static str, class: Class, trouble: Direction, words: &'static str) -> Sign {
+const fn sign(
+    metric: &'static str,
+    class: Class,
+    trouble: Direction,
+    words: &'static str,
+    floor: f64,
+) -> Sign {
     Sign {
         metric,
         class,
         trouble,
         words,
+        floor,
+    }
+}
+
+impl Sign {
+    /// True when a node's level `node` is at least the floor away from its peers' `peers`, the
+    /// way that points at the node.
+    pub fn beyond_floor(&self, node: f64, peers: f64) -> bool {
+        let gap = match self.trouble {
+            Down => peers - node,
+            _ => node - peers,
+        };
+        gap >= self.floor
     }
 }
 
@@ -73,61 +99,118 @@ const fn sign(metric: &'static str, class: Class, trouble: Direction, words: &'s
 /// network hog's sink never sends): the median window speaks for loss.
 pub const SIGNS: &[Sign] = &[
     // A whole machine's block devices (sysstat's names).
-    sign("disk.rd_sec", StorageThroughput, Up, "read throughput"),
-    sign("disk.wr_sec", StorageThroughput, Up, "write throughput"),
-    sign("disk.await", StorageLatency, Up, "await"),
-    sign("disk.avgqu_sz", StorageLatency, Up, "I/O queue"),
-    sign("disk.util", StorageLatency, Up, "disk busy time"),
-    sign("cpu.iowait", StorageLatency, Up, "iowait"),
-    sign("cpu.blocked", StorageLatency, Up, "threads blocked on I/O"),
+    sign(
+        "disk.rd_sec",
+        StorageThroughput,
+        Up,
+        "read throughput",
+        512.0,
+    ),
+    sign(
+        "disk.wr_sec",
+        StorageThroughput,
+        Up,
+        "write throughput",
+        512.0,
+    ),
+    sign("disk.await", StorageLatency, Up, "await", 1.0),
+    sign("disk.avgqu_sz", StorageLatency, Up, "I/O queue", 0.1),
+    sign("disk.util", StorageLatency, Up, "disk busy time", 5.0),
+    sign("cpu.iowait", StorageLatency, Up, "iowait", 1.0),
+    sign(
+        "cpu.blocked",
+        StorageLatency,
+        Up,
+        "threads blocked on I/O",
+        0.1,
+    ),
     // A node's cgroup and processes on a shared host.
-    sign("cg.rd_bytes", StorageThroughput, Up, "read throughput"),
-    sign("cg.wr_bytes", StorageThroughput, Up, "write throughput"),
-    sign("proc.rd_bytes", StorageThroughput, Up, "read throughput"),
-    sign("proc.wr_bytes", StorageThroughput, Up, "write throughput"),
-    sign("proc.blkio_delay", StorageLatency, Up, "I/O delay"),
-    sign("proc.blocked", StorageLatency, Up, "threads blocked on I/O"),
+    sign(
+        "cg.rd_bytes",
+        StorageThroughput,
+        Up,
+        "read throughput",
+        262_144.0,
+    ),
+    sign(
+        "cg.wr_bytes",
+        StorageThroughput,
+        Up,
+        "write throughput",
+        262_144.0,
+    ),
+    sign(
+        "proc.rd_bytes",
+        StorageThroughput,
+        Up,
+        "read throughput",
+        262_144.0,
+    ),
+    sign(
+        "proc.wr_bytes",
+        StorageThroughput,
+        Up,
+        "write throughput",
+        262_144.0,
+    ),
+    sign("proc.blkio_delay", StorageLatency, Up, "I/O delay", 10.0),
+    sign(
+        "proc.blocked",
+        StorageLatency,
+        Up,
+        "threads blocked on I/O",
+        0.1,
+    ),
     // Network: the node's interfaces and TCP.
-    sign("net.rxbyt", Received, Up, "received bytes"),
-    sign("net.rxpck", Received, Up, "received packets"),
-    sign("tcp.in_segs", Received, Up, "received segments"),
-    sign("net.txbyt", Sent, Up, "sent bytes"),
-    sign("net.txpck", Sent, Up, "sent packets"),
-    sign("tcp.out_segs", Sent, Up, "sent segments"),
-    sign("tcp.retrans", Loss, Up, "retransmits"),
-    sign("tcp.retrans_segs", Loss, Up, "retransmits"),
-    sign("tcp.cwnd_med", Loss, Down, "cwnd"),
-    sign("tcp.rtt_med", Loss, Up, "round trip"),
-    sign("tcp.rtt_max", Loss, Up, "longest round trip"),
-    sign("net.rxdrop", Loss, Up, "receive drops"),
-    sign("net.txdrop", Loss, Up, "send drops"),
-    sign("net.rxerr", Loss, Up, "receive errors"),
-    sign("net.txerr", Loss, Up, "send errors"),
+    sign("tcp.conns", Connections, Up, "connections", 10.0),
+    sign("net.rxbyt", Received, Up, "received bytes", 131_072.0),
+    sign("net.rxpck", Received, Up, "received packets", 100.0),
+    sign("tcp.in_segs", Received, Up, "received segments", 100.0),
+    sign("net.txbyt", Sent, Up, "sent bytes", 131_072.0),
+    sign("net.txpck", Sent, Up, "sent packets", 100.0),
+    sign("tcp.out_segs", Sent, Up, "sent segments", 100.0),
+    sign("tcp.retrans", Loss, Up, "retransmits", 1.0),
+    sign("tcp.retrans_segs", Loss, Up, "retransmits", 1.0),
+    sign("tcp.cwnd_med", Loss, Down, "cwnd", 2.0),
+    sign("tcp.rtt_med", Loss, Up, "round trip", 1.0),
+    sign("tcp.rtt_max", Loss, Up, "longest round trip", 5.0),
+    sign("net.rxdrop", Loss, Up, "receive drops", 1.0),
+    sign("net.txdrop", Loss, Up, "send drops", 1.0),
+    sign("net.rxerr", Loss, Up, "receive errors", 1.0),
+    sign("net.txerr", Loss, Up, "send errors", 1.0),
     // CPU.
-    sign("cg.cpu", CpuUse, Up, "CPU"),
-    sign("proc.cpu", CpuUse, Up, "CPU"),
-    sign("cpu.user", CpuUse, Up, "user CPU"),
-    sign("cpu.sys", CpuUse, Up, "system CPU"),
-    sign("proc.runq_delay", CpuWait, Up, "run-queue wait"),
-    sign("proc.runnable", CpuWait, Up, "runnable threads"),
-    sign("cpu.runnable", CpuWait, Up, "runnable threads"),
-    sign("cg.throttled", CpuLimit, Up, "throttled periods"),
-    sign("cg.throttled_time", CpuLimit, Up, "throttled time"),
-    sign("cpu.steal", CpuLimit, Up, "steal"),
+    sign("cg.cpu", CpuUse, Up, "CPU", 50.0),
+    sign("proc.cpu", CpuUse, Up, "CPU", 50.0),
+    sign("cpu.user", CpuUse, Up, "user CPU", 5.0),
+    sign("cpu.sys", CpuUse, Up, "system CPU", 5.0),
+    sign("proc.runq_delay", CpuWait, Up, "run-queue wait", 10.0),
+    sign("proc.runnable", CpuWait, Up, "runnable threads", 0.2),
+    sign("cpu.runnable", CpuWait, Up, "runnable threads", 0.2),
+    sign("cg.throttled", CpuLimit, Up, "throttled periods", 1.0),
+    sign("cg.throttled_time", CpuLimit, Up, "throttled time", 10.0),
+    sign("cpu.steal", CpuLimit, Up, "steal", 1.0),
     // Kernel events (the `events` metric).
-    sign("tcp:tcp_retransmit_skb", Loss, Up, "retransmit events"),
+    sign("tcp:tcp_retransmit_skb", Loss, Up, "retransmit events", 1.0),
     sign(
         "block:block_rq_issue",
         StorageThroughput,
         Up,
         "block requests",
+        10.0,
     ),
-    sign("block:block_bio_queue", StorageThroughput, Up, "block I/O"),
+    sign(
+        "block:block_bio_queue",
+        StorageThroughput,
+        Up,
+        "block I/O",
+        10.0,
+    ),
     sign(
         "block:block_rq_complete",
         StorageThroughput,
         Up,
         "block requests",
+        10.0,
     ),
 ];
 

@@ -424,6 +424,18 @@ impl<W: std::io::Write> Progress for Live<'_, W> {
             fmt_dur(s.win_size_ns),
             fmt_dur(s.win_shift_ns)
         )?;
+        // What it waits for, said before the first window closes (issue 31: a user saw nothing
+        // for two minutes and could not tell waiting from hanging).
+        let need = 2 * s.k as u64 - 1;
+        writeln!(
+            self.out,
+            "waiting for data: the first window closes {} after the data begins; a verdict \
+             reads {} of {need} windows, so the first can come {} after it begins \
+             (shorter windows: --win-size, --win-shift)",
+            fmt_dur(s.win_size_ns),
+            s.k,
+            fmt_dur(s.win_size_ns + (s.k as u64 - 1) * s.win_shift_ns)
+        )?;
         self.out.flush()
     }
 

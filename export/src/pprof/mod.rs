@@ -180,8 +180,9 @@ impl Sink for Builder {
 }
 
 impl Builder {
-    /// The profile, with the names of the finished pass.
-    fn build(mut self, names: &Names, value: Value, notes: &[String]) -> Profile {
+    /// The profile, with the names of the finished pass; with `origin`, every stack's root
+    /// frames are its node and its program.
+    fn build(mut self, names: &Names, value: Value, notes: &[String], origin: bool) -> Profile {
         let s = &mut self.strings;
         let sample_type = vec![
             ValueType {
@@ -209,6 +210,7 @@ impl Builder {
         let mut functions: Vec<Function> = Vec::new();
         let mut locations: Vec<Location> = Vec::new();
         let mut location_of: HashMap<FuncId, u64> = HashMap::new();
+        let mut origin_of: HashMap<(&str, i64), u64> = HashMap::new();
         let mut samples: Vec<(Key, [i64; 3])> = self.samples.into_iter().collect();
         // Deterministic output: equal data, equal file.
         samples.sort_by(|a, b| {
@@ -251,6 +253,37 @@ impl Builder {
                     id
                 });
                 location_id.push(id);
+            }
+            // The node and the program as the stack's first frames (pprof lists the leaf
+            // first, the root last): a flame graph keeps nodes apart.
+            if origin {
+                for (what, name) in [("[program]", key.program), ("[node]", key.node)] {
+                    let id = *origin_of.entry((what, name)).or_insert_with(|| {
+                        let next = mappings.len() as u64 + 1;
+                        let mapping_id = *mapping_of.entry(what.to_string()).or_insert_with(|| {
+                            mappings.push(Mapping {
+                                id: next,
+                                filename: s.id(what),
+                                has_functions: true,
+                            });
+                            next
+                        });
+                        let id = functions.len() as u64 + 1;
+                        functions.push(Function {
+                            id,
+                            name,
+                            system_name: name,
+                            filename: s.id(what),
+                        });
+                        locations.push(Location {
+                            id,
+                            mapping_id,
+                            line: vec![Line { function_id: id }],
+                        });
+                        id
+                    });
+                    location_id.push(id);
+                }
             }
             let mut label = vec![
                 Label {
@@ -316,7 +349,7 @@ pub(crate) fn export(req: &Request, reader: &Reader) -> Result<Summary> {
         Value::Samples
     });
     let notes = b.trace_samples().notes();
-    let profile = b.build(&pass.names, value, &notes);
+    let profile = b.build(&pass.names, value, &notes, req.origin_frames);
     let items = profile.sample.len() as u64;
     let bytes = profile.encode_to_vec();
     let mut gz = flate2::write::GzEncoder::new(out.w(), flate2::Compression::default());

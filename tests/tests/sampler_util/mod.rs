@@ -421,3 +421,40 @@ pub fn assert_well_formed(run: &SampleRun, interval_ns: u64) {
     assert!(run.ended, "file marked ended");
     assert!(run.end_reason.is_some(), "End record present");
 }
+
+/// Children started in their own process group; the whole group is killed on drop.
+pub struct Kill(pub Vec<Child>);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            // SAFETY: kill takes plain integers; a negative pid names the child's own group.
+            unsafe { libc::kill(-(c.id() as i32), libc::SIGKILL) };
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Cgroup directories, removed (innermost last in the list, first on drop) when dropped.
+pub struct Cgroups(pub Vec<PathBuf>);
+
+impl Drop for Cgroups {
+    fn drop(&mut self) {
+        for d in self.0.iter().rev() {
+            for _ in 0..50 {
+                if std::fs::remove_dir(d).is_ok() || !d.exists() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
+/// The whole disk (MAJ, MIN) a path lives on: blkio throttling applies to whole disks.
+pub fn whole_disk_of(p: &Path) -> (u32, u32) {
+    use std::os::unix::fs::MetadataExt as _;
+    let dev = std::fs::metadata(p).unwrap().dev();
+    culprit_testbed::cgroup::whole_disk((libc::major(dev), libc::minor(dev)))
+}

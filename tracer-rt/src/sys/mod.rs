@@ -554,6 +554,19 @@ fn clock_ns(clock: libc::clockid_t) -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// CPU time of thread `tid` of this process, ns (`None` when it is gone). The kernel's
+/// per-thread CPU clock id: `MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)`.
+pub fn thread_cpu_ns(tid: u32) -> Option<u64> {
+    let clock = ((!(tid as libc::clockid_t)) << 3) | 6;
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid out-pointer; an invalid clock id only returns an error.
+    let r = unsafe { libc::clock_gettime(clock, &mut ts) };
+    (r == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+}
+
 /// `CLOCK_MONOTONIC` in ns.
 #[inline]
 pub fn monotonic_ns() -> u64 {
