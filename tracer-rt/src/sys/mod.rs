@@ -16,6 +16,7 @@ pub mod ffi;
 pub mod hooks;
 pub mod interpose;
 pub mod io;
+pub mod patch;
 
 // ---------------------------------------------------------------------------------------------
 // Thread-local words.
