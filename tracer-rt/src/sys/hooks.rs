@@ -51,7 +51,8 @@ extern "C-unwind" fn exit_slow(func: usize, _call_site: usize, sp: usize) {
 /// Hook called by code compiled with `-finstrument-functions` on entry to every function.
 ///
 /// Fast path: the top frame can be the caller (its stack pointer is at or above ours), the
-/// function's home slot holds it (untagged), there is room for a frame: push it. The new top
+/// function's home slot or the one after holds it (untagged), there is room for a frame: push
+/// it. The new top
 /// is committed right after the frame's stack pointer is written, before its slot and times
 /// (see `block`, "Signals and re-entrancy").
 #[cfg(target_arch = "x86_64")]
@@ -70,7 +71,8 @@ pub extern "C-unwind" fn __cyg_profile_func_enter(func: *mut u8, call_site: *mut
         "lea r9, [4 * rdi]",
         "and r9, {home_mask}",
         "cmp qword ptr [rcx + r9 + {table}], rdi",
-        "jne 2f",
+        "jne 3f",
+        "4:",
         "lea r10, [rcx + r8 + {frame}]",
         "mov qword ptr [r10 + {f_sp}], rsp",
         "add qword ptr [rcx + {top}], {frame}",
@@ -82,6 +84,12 @@ pub extern "C-unwind" fn __cyg_profile_func_enter(func: *mut u8, call_site: *mut
         "mov qword ptr [r10 + {f_t}], rax",
         "mov qword ptr [r10 + {f_tx}], rax",
         "ret",
+        // The second candidate: the slot after the home slot (where a function whose home was
+        // taken usually lands; past the last slot lies `NO_SLOT`, whose key is always 0).
+        "3:",
+        "add r9, 64",
+        "cmp qword ptr [rcx + r9 + {table}], rdi",
+        "je 4b",
         "2:",
         "mov rdx, rsp",
         "jmp {slow}",
