@@ -390,6 +390,8 @@ pub enum Record<'a> {
     Requests(crate::requests::RequestsRec<'a>),
     /// The flusher's wake-ups in an interval and how late they came (tracer).
     Wakeups(WakeupsRec),
+    /// Functions the tracer stopped tracing (its cost budget).
+    Demotions(crate::demotions::DemotionsRec),
     /// A record kind this reader does not know (written by a newer compatible writer).
     Unknown {
         /// The kind number.
@@ -1165,6 +1167,7 @@ fn decode_payload(kind: RecordKind, p: &[u8]) -> Result<Record<'_>, &'static str
         }
         RecordKind::Layers => Record::Layers(crate::layers::decode(p)?),
         RecordKind::Requests => Record::Requests(crate::requests::decode(p)?),
+        RecordKind::Demotions => Record::Demotions(crate::demotions::decode(p)?),
         RecordKind::OsMetrics => {
             if p.len() < OS_METRICS_FIXED_SIZE {
                 return Err("os metrics record too short");

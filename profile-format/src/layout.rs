@@ -25,7 +25,10 @@ pub const MAGIC: [u8; 8] = *b"CULPRIT\0";
 /// `data_offset`: older readers skip it; see [`crate::stacks`]) and the tracer's
 /// [`RecordKind::Wakeups`] (older readers skip the kind). Version 6 added the tracer's
 /// [`RecordKind::Requests`] (sampled requests and their calls; older readers skip the kind).
-pub const FORMAT_VERSION: u16 = 6;
+/// Version 7 added the tracer's [`RecordKind::Demotions`] (functions the runtime stopped
+/// tracing to stay within its cost budget; older readers skip the kind) and the Info keys
+/// [`info_keys::BUDGET`] and [`info_keys::CALL_COST_PS`].
+pub const FORMAT_VERSION: u16 = 7;
 /// Oldest reader version able to read what this crate writes.
 pub const MIN_READER_VERSION: u16 = 2;
 /// Reader version this crate implements: it reads files whose `min_reader_version` is at most
@@ -229,6 +232,9 @@ pub enum RecordKind {
     /// A stretch of sampled requests and the calls made in them (seed 004): the tracer's
     /// `culprit_request_*` C API ([`crate::requests`]).
     Requests = 15,
+    /// Functions the tracer stopped tracing while the program ran, to keep its cost within its
+    /// budget ([`crate::demotions`]).
+    Demotions = 16,
 }
 
 impl RecordKind {
@@ -250,6 +256,7 @@ impl RecordKind {
             13 => Self::Wakeups,
             14 => Self::Layers,
             15 => Self::Requests,
+            16 => Self::Demotions,
             _ => return None,
         })
     }
@@ -445,6 +452,14 @@ pub mod info_keys {
     pub const CONTINUES: &str = "continues";
     /// Rotation: this file's piece number (absent or 0 for a writer's first file).
     pub const PIECE: &str = "piece";
+    /// Tracer: the cost budget in effect (`CULPRIT_BUDGET`): a percentage of the process's
+    /// CPU time (`2%`), or `off`. Format version 7; absent in older files (no budget).
+    pub const BUDGET: &str = "budget";
+    /// Tracer: its estimate of the CPU cost of one traced call (enter and exit), ps, measured
+    /// at start-up (`0` when not measured).
+    pub const CALL_COST_PS: &str = "call_cost_ps";
+    /// Tracer: patterns of `CULPRIT_DEMOTE` in effect (functions demoted on sight).
+    pub const DEMOTE: &str = "demote";
 }
 
 /// Rounds `n` up to the record alignment.

@@ -81,6 +81,7 @@
 //! | [`RecordKind::Layers`] | both | a stretch of layer-boundary I/O events (seed 003): per event its time, layer, ADMIT/ISSUE/COMPLT/CALLBACK, request, object, offset, bytes ([`layers`]) |
 //! | [`RecordKind::Requests`] | tracer | a stretch of sampled requests (seed 004): per event its time, thread, BEGIN (id, parent id, type) / END / CALL (function, depth, inclusive and exclusive ns) ([`requests`]); since format version 6 |
 //! | [`RecordKind::Wakeups`] | tracer | one interval's flusher wake-ups and how late they came (a stopped or starved process) |
+//! | [`RecordKind::Demotions`] | tracer | functions the runtime stopped tracing to keep its cost within budget: when, why, their calls and self time then, the callers they were seen called from ([`demotions`]); since format version 7 |
 //! | [`RecordKind::End`] | both | clean end: nothing follows |
 //!
 //! The tracer writes an interval's Unwound, Edges and Histograms records (kinds 9–11; the
@@ -99,6 +100,7 @@
 
 mod crc;
 pub mod decode;
+pub mod demotions;
 pub mod duration;
 pub mod encode;
 pub mod glob;
@@ -120,6 +122,10 @@ pub use decode::{
     IntervalKey, IntervalRec, ObjectRec, OsMetricEntry, OsMetricsRec, ParsedFile, Pending, Record,
     Records, SampleEntry, SamplesRec, StackEntry, StacksRec, StringsRec, UnwoundEntry, UnwoundRec,
     WakeupsRec,
+};
+pub use demotions::{
+    demotion_reason, Demotion, DemotionsHead, DemotionsRec, DEMOTIONS_FIXED_SIZE,
+    DEMOTION_ENTRY_SIZE,
 };
 pub use encode::{IntervalHead, IntervalRef, ObjectDesc, OsMetricsHead, RecordBuf, SamplesHead};
 pub use layers::{
