@@ -280,6 +280,7 @@ impl Reporting<'_> {
     fn report(&self, outcome: &Outcome, ds: &Dataset) -> Diagnosis {
         let setup = self.setup;
         let mut notes = self.notes.clone();
+        notes.extend(crate::demoted::notes(ds));
         outcome_notes(
             outcome,
             setup,

@@ -15,8 +15,8 @@ use super::symbols::Object;
 use super::{
     push_warning, stacks, Dataset, EventCount, EventInterval, FileStatus, FuncId, FuncKey,
     LayerStretch, OpenFrame, OsInterval, OsMetricKey, OsValue, ReadAt, RefreshStats, SampleCount,
-    SampleFile, SampleInterval, SampleStack, StackSnapshot, ThreadCalls, TraceEdge, TraceEntry,
-    TraceFile, TraceHist, TraceInterval,
+    SampleFile, SampleInterval, SampleStack, StackSnapshot, ThreadCalls, TraceDemotions, TraceEdge,
+    TraceEntry, TraceFile, TraceHist, TraceInterval,
 };
 
 impl Dataset {
@@ -281,6 +281,17 @@ impl Dataset {
                 }
             }
             Record::Wakeups(w) => t.wakeups.push(w),
+            Record::Demotions(d) => {
+                let entries = d
+                    .entries
+                    .into_iter()
+                    .map(|e| e.map_funcs(|a| self.trace_func(t, a)))
+                    .collect();
+                t.demotions.push(TraceDemotions {
+                    head: d.head,
+                    entries,
+                });
+            }
             Record::End(e) if rotation::is_rotated(e.reason) => t.rotated_end = Some(e.end_ns),
             Record::End(e) => {
                 t.end_ns = Some(e.end_ns);

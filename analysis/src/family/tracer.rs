@@ -15,6 +15,7 @@ use culprit_format::{hist_bucket_low_ns, HIST_BUCKETS};
 use crate::data::{
     Dataset, FileStatus, FuncId, NodeData, ProgramId, TraceEdge, TraceEntry, TraceInterval,
 };
+use crate::demoted::Rule;
 use crate::error::Result;
 use crate::model::{CompIdx, CompLabel, CompValue};
 use crate::time::fmt_dur;
@@ -68,6 +69,9 @@ impl MetricFamily for Count {
     fn keep_hint(&self, keep: &KeepSettings) -> Option<KeepHint> {
         time_hint(keep)
     }
+    fn demoted(&self) -> Rule {
+        Rule::Drop
+    }
     fn how_to_record(&self) -> &'static str {
         HOW
     }
@@ -100,6 +104,9 @@ impl MetricFamily for Time {
     }
     fn keep_hint(&self, keep: &KeepSettings) -> Option<KeepHint> {
         time_hint(keep)
+    }
+    fn demoted(&self) -> Rule {
+        Rule::Merge
     }
     fn how_to_record(&self) -> &'static str {
         HOW
@@ -267,6 +274,9 @@ impl MetricFamily for EdgeCount {
     fn keep_hint(&self, keep: &KeepSettings) -> Option<KeepHint> {
         time_hint(keep)
     }
+    fn demoted(&self) -> Rule {
+        Rule::DropEdges
+    }
     fn how_to_record(&self) -> &'static str {
         HOW_EDGES
     }
@@ -296,6 +306,9 @@ impl MetricFamily for EdgeTime {
     }
     fn keep_hint(&self, keep: &KeepSettings) -> Option<KeepHint> {
         time_hint(keep)
+    }
+    fn demoted(&self) -> Rule {
+        Rule::DropEdges
     }
     fn how_to_record(&self) -> &'static str {
         HOW_EDGES
@@ -410,6 +423,9 @@ impl MetricFamily for Latency {
     }
     fn comparison(&self) -> Comparison {
         Comparison::Histograms
+    }
+    fn demoted(&self) -> Rule {
+        Rule::Drop
     }
     fn how_to_record(&self) -> &'static str {
         HOW_HIST

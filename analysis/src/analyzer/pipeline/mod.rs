@@ -1,5 +1,7 @@
 //! One window, top to bottom (seed 000 §"Diagnosis"):
 //!
+//! 0. `merge` — functions a tracer demoted on some node are compared as demoted on every node
+//!    (merged with their callers, or left out: [`crate::demoted`]);
 //! 1. `complete_nodes` — nodes whose data covers the whole window; the others are missing for
 //!    that window: a gap is never read as zeros;
 //! 2. `keep_rule` — components reaching the metric's minimum in this window on some complete
@@ -18,11 +20,12 @@
 //!    persistence accumulators (the order of the root-cause table).
 //!
 //! The window's flow is here (`close_window`, `analyse`); the stages are in their own files:
-//! `select.rs` (1–2), `features.rs` (3), `weights.rs` (4), `cause.rs` (8); what they share is
+//! `merge.rs` (0), `select.rs` (1–2), `features.rs` (3), `weights.rs` (4), `cause.rs` (8); what they share is
 //! `window.rs`.
 
 mod cause;
 mod features;
+mod merge;
 mod select;
 mod weights;
 mod window;
@@ -51,6 +54,7 @@ pub(super) struct Context<'a> {
     pub(super) distance: Distance,
     pub(super) scorer: &'a dyn Scorer,
     pub(super) names: &'a [String],
+    pub(super) merges: &'a [crate::demoted::Merge],
 }
 
 /// Closes window `b` (bucket index of its start) of metric `ms`.
@@ -66,8 +70,13 @@ pub(super) fn close_window(
     let rows: Rows<'_> = (b..b + per_window).map(|i| buckets.get(&i)).collect();
     let slots: SlotRows<'_> = (b..b + per_window).map(|i| slot_values.get(&i)).collect();
     let start = b * ms.result.windows_ns.shift_ns;
-    let ev = analyse(ms, ctx, &rows, &slots, start);
-    drop((rows, slots));
+    let end = start + ms.result.windows_ns.size_ns;
+    let merged = merge::apply(ms, ctx.merges, &rows, &slots, end);
+    let ev = match &merged {
+        Some(m) => analyse(ms, ctx, &m.rows(), &m.slots(), start),
+        None => analyse(ms, ctx, &rows, &slots, start),
+    };
+    drop((rows, slots, merged));
     ms.buckets = buckets;
     ms.slot_values = slot_values;
     ev
