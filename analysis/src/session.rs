@@ -321,6 +321,7 @@ impl Reporting<'_> {
                 levels: Some(&levels),
             },
         );
+        diagnosis.tracing_cost = crate::family::sampler::tracing_cost(ds);
         // Seed 003: the I/O layers' characteristics, compared bottom-up across the peers.
         if let Some(t) = crate::layers::table(&ds.nodes) {
             let layers = diagnosis.metric(Metric::LAYERS);

@@ -9,7 +9,7 @@ use culprit_analysis::score::SplitMix64;
 use culprit_analysis::time::NS_PER_S;
 use culprit_format::names::{samples_file_name, trace_file_name};
 use culprit_format::writer::FileWriter;
-use culprit_format::{object_flags, FileKind, ObjectDesc, RecordBuf};
+use culprit_format::{object_flags, FileKind, ObjectDesc, RecordBuf, SampleEntry, SamplesHead};
 
 /// Deterministic noise in [-1, 1).
 pub fn noise(a: u64, b: u64, c: u64) -> f64 {
@@ -35,6 +35,24 @@ pub fn samples_writer(root: &Path, n: u64, t0_s: u64, strings: &[(u32, &str)]) -
     buf.strings(strings.iter().copied());
     w.append(&buf).unwrap();
     w
+}
+
+/// Appends to `buf` one second of cpu-clock samples (1 ms period, event string 1) starting at
+/// epoch second `at_s`.
+pub fn samples_second(buf: &mut RecordBuf, at_s: u64, entries: Vec<SampleEntry>) {
+    let total = entries.iter().map(|e| e.count).sum();
+    buf.samples(
+        &SamplesHead {
+            start_ns: at_s * NS_PER_S,
+            dur_ns: NS_PER_S,
+            flags: 0,
+            event_sid: 1,
+            period: 1_000_000,
+            total,
+            lost: 0,
+        },
+        entries,
+    );
 }
 
 /// Node `n`'s trace file under `root` (`root/io<n>/`, pid 100 + n), started at `t0_s` (epoch
