@@ -26,7 +26,9 @@ pub const MAGIC: [u8; 8] = *b"CULPRIT\0";
 /// [`RecordKind::Wakeups`] (older readers skip the kind). Version 6 added the tracer's
 /// [`RecordKind::Requests`] (sampled requests and their calls; older readers skip the kind).
 /// Version 7 added the tracer's [`RecordKind::Demotions`] (functions the runtime stopped
-/// tracing to stay within its cost budget; older readers skip the kind) and the Info keys
+/// tracing to stay within its cost budget) and [`RecordKind::Cost`] (the process's CPU time
+/// and the runtime's estimated share of it, per interval; older readers skip both kinds) and
+/// the Info keys
 /// [`info_keys::BUDGET`] and [`info_keys::CALL_COST_PS`].
 pub const FORMAT_VERSION: u16 = 7;
 /// Oldest reader version able to read what this crate writes.
@@ -233,8 +235,11 @@ pub enum RecordKind {
     /// `culprit_request_*` C API ([`crate::requests`]).
     Requests = 15,
     /// Functions the tracer stopped tracing while the program ran, to keep its cost within its
-    /// budget ([`crate::demotions`]).
+    /// budget ([`crate::cost`]).
     Demotions = 16,
+    /// One interval's CPU time of the process and the tracer's estimate of its own share
+    /// ([`crate::cost`]).
+    Cost = 17,
 }
 
 impl RecordKind {
@@ -257,6 +262,7 @@ impl RecordKind {
             14 => Self::Layers,
             15 => Self::Requests,
             16 => Self::Demotions,
+            17 => Self::Cost,
             _ => return None,
         })
     }

@@ -132,6 +132,9 @@ pub struct TraceInterval {
     pub edge_drops: u32,
     /// Call-duration histograms, when traced with `CULPRIT_HIST=1` (`None` otherwise).
     pub hists: Option<Vec<TraceHist>>,
+    /// The process's CPU time and the runtime's estimate of its own share (format version 7;
+    /// `None` in older files).
+    pub cost: Option<culprit_format::CostRec>,
 }
 
 impl TraceInterval {

@@ -221,6 +221,7 @@ mod tests {
                 edges: None,
                 edge_drops: 0,
                 hists: None,
+                cost: None,
             })
             .collect();
         t

@@ -1,5 +1,22 @@
-//! Functions the tracer stopped tracing while the program ran
-//! ([`RecordKind::Demotions`](crate::RecordKind::Demotions), kind 16, format version 7).
+//! The tracer's own cost, and what it did to keep it within its budget (format version 7):
+//! [`RecordKind::Cost`](crate::RecordKind::Cost) (kind 17), the process's CPU time and the
+//! runtime's estimate of its share in each interval, and
+//! [`RecordKind::Demotions`](crate::RecordKind::Demotions) (kind 16), the functions it stopped
+//! tracing while the program ran.
+//!
+//! # Cost (kind 17)
+//!
+//! One per interval, after its Interval record (payload, little-endian):
+//!
+//! | offset | field |
+//! | --- | --- |
+//! | 0 | `start_ns` u64, `dur_ns` u64, `flags` u32: the interval, as its Interval record has it |
+//! | 20 | reserved u32 (zero) |
+//! | 24 | `cpu_ns` u64: the process's CPU time in the interval, all threads (`CLOCK_PROCESS_CPUTIME_ID`), the runtime's included |
+//! | 32 | `cost_ns` u64: the runtime's estimate of its own CPU time in the interval |
+//! | 40 | `calls` u64: the hook calls that estimate counts (traced calls, and untraced ones that reached the runtime) |
+//!
+//! # Demotions (kind 16)
 //!
 //! The runtime keeps its own cost under a budget (`CULPRIT_BUDGET`, default 2 % of the
 //! process's CPU time): when its estimate goes above it, it *demotes* the functions that cost
@@ -28,8 +45,60 @@
 //! the runtime looked at to find its callers. A caller address of 0 stands for calls made with
 //! no traced frame below (a thread's first function, or called from untraced code only).
 
-use crate::encode::RecordBuf;
+use crate::decode::IntervalKey;
+use crate::encode::{IntervalRef, RecordBuf};
 use crate::RecordKind;
+
+/// Size of a [`RecordKind::Cost`](crate::RecordKind::Cost) payload.
+pub const COST_SIZE: usize = 48;
+
+/// One interval's CPU time of the process and the runtime's share of it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CostRec {
+    /// The interval.
+    pub interval: IntervalKey,
+    /// The process's CPU time in it (all threads, the runtime's included), ns.
+    pub cpu_ns: u64,
+    /// The runtime's estimate of its own CPU time in it, ns.
+    pub cost_ns: u64,
+    /// Hook calls the estimate counts.
+    pub calls: u64,
+}
+
+impl RecordBuf {
+    /// Appends a [`RecordKind::Cost`](crate::RecordKind::Cost) record (the `interval` field of
+    /// `c` is ignored: `r` names the interval).
+    pub fn cost(&mut self, r: &IntervalRef, c: &CostRec) {
+        let start = self.begin(RecordKind::Cost, 0);
+        self.u64(r.start_ns);
+        self.u64(r.dur_ns);
+        self.u32(r.flags);
+        self.u32(0);
+        self.u64(c.cpu_ns);
+        self.u64(c.cost_ns);
+        self.u64(c.calls);
+        self.finish(start);
+    }
+}
+
+/// Decodes a Cost payload.
+pub(crate) fn decode_cost(p: &[u8]) -> Result<CostRec, &'static str> {
+    if p.len() < COST_SIZE {
+        return Err("cost record too short");
+    }
+    let le32 = |o: usize| u32::from_le_bytes(p[o..o + 4].try_into().expect("4 bytes"));
+    let le64 = |o: usize| u64::from_le_bytes(p[o..o + 8].try_into().expect("8 bytes"));
+    Ok(CostRec {
+        interval: IntervalKey {
+            start_ns: le64(0),
+            dur_ns: le64(8),
+            flags: le32(16),
+        },
+        cpu_ns: le64(24),
+        cost_ns: le64(32),
+        calls: le64(40),
+    })
+}
 
 /// Fixed part of a [`RecordKind::Demotions`](crate::RecordKind::Demotions) payload, in bytes.
 pub const DEMOTIONS_FIXED_SIZE: usize = 24;
@@ -129,7 +198,7 @@ impl RecordBuf {
 }
 
 /// Decodes a Demotions payload, checking every length.
-pub(crate) fn decode(p: &[u8]) -> Result<DemotionsRec, &'static str> {
+pub(crate) fn decode_demotions(p: &[u8]) -> Result<DemotionsRec, &'static str> {
     if p.len() < DEMOTIONS_FIXED_SIZE {
         return Err("demotions record too short");
     }
@@ -220,6 +289,33 @@ mod tests {
     }
 
     #[test]
+    fn cost_round_trip() {
+        let r = IntervalRef {
+            start_ns: 5_000_000_000,
+            dur_ns: 1_000_000_000,
+            flags: 2,
+        };
+        let c = CostRec {
+            interval: IntervalKey {
+                start_ns: 5_000_000_000,
+                dur_ns: 1_000_000_000,
+                flags: 2,
+            },
+            cpu_ns: 987_654_321,
+            cost_ns: 12_345_678,
+            calls: 700_000,
+        };
+        let mut buf = RecordBuf::new();
+        buf.cost(&r, &c);
+        match records_at(buf.as_bytes(), 0).next() {
+            Some(Ok(Record::Cost(got))) => assert_eq!(got, c),
+            other => panic!("{other:?}"),
+        }
+        let payload = &buf.as_bytes()[crate::RECORD_HEADER_SIZE..];
+        assert!(decode_cost(&payload[..40]).is_err());
+    }
+
+    #[test]
     fn lengths_are_checked() {
         let mut buf = RecordBuf::new();
         buf.demotions(
@@ -230,12 +326,12 @@ mod tests {
             }],
         );
         let payload = &buf.as_bytes()[crate::RECORD_HEADER_SIZE..];
-        assert!(decode(payload).is_ok());
+        assert!(decode_demotions(payload).is_ok());
         // Cut the callers short, or claim more entries than there are.
-        assert!(decode(&payload[..payload.len() - 8]).is_err());
+        assert!(decode_demotions(&payload[..payload.len() - 8]).is_err());
         let mut more = payload.to_vec();
         more[20] = 9;
-        assert!(decode(&more).is_err());
-        assert!(decode(&payload[..16]).is_err());
+        assert!(decode_demotions(&more).is_err());
+        assert!(decode_demotions(&payload[..16]).is_err());
     }
 }
