@@ -53,10 +53,12 @@
 #![deny(unsafe_code)]
 
 pub mod block;
+pub mod budget;
 pub mod clock;
 pub mod config;
 pub mod control;
 pub mod decide;
+pub mod demote;
 pub mod elf;
 pub mod flusher;
 pub mod glob;
