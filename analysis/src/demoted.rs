@@ -205,6 +205,47 @@ fn list(names: &[&str]) -> String {
     }
 }
 
+/// The earliest demotion of each function demoted on some node (wall-clock ns).
+pub fn first_demotions(ds: &Dataset) -> HashMap<FuncId, u64> {
+    let mut out: HashMap<FuncId, u64> = HashMap::new();
+    for t in ds.nodes.iter().flat_map(|n| &n.traces) {
+        for d in &t.demotions {
+            for e in &d.entries {
+                let at = out.entry(e.func).or_insert(d.head.at_ns);
+                *at = (*at).min(d.head.at_ns);
+            }
+        }
+    }
+    out
+}
+
+/// The CPU cost of one traced call in the process of `t`, ns, as its runtime measured it
+/// (Info `call_cost_ps`; 0 when unknown).
+pub fn call_ns(t: &crate::data::TraceFile) -> f64 {
+    t.info(culprit_format::info_keys::CALL_COST_PS)
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|v| v.is_finite() && *v > 0.0)
+        .map_or(0.0, |ps| ps / 1000.0)
+}
+
+/// What names the tracing overhead of a demoted function's calls on a node that traced them
+/// (`time` only: never compared, taken out of the function's merged component).
+pub const OVERHEAD_PREFIX: &str = "\u{1}tracing overhead of ";
+
+/// The label of the tracing overhead of `function`'s calls.
+pub fn overhead_label(
+    program: Option<Arc<str>>,
+    image: &Arc<str>,
+    function: &str,
+) -> crate::model::CompLabel {
+    crate::model::CompLabel {
+        program,
+        image: Some(Arc::clone(image)),
+        name: Arc::from(format!("{OVERHEAD_PREFIX}{function}")),
+        bucket: None,
+    }
+}
+
 /// `c1, c2 + demoted f` (the callers first: their self time holds the demoted functions'),
 /// at most three names of each kind.
 fn merged_name(demoted: &[Func], callers: &[Func]) -> String {

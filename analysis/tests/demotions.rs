@@ -54,32 +54,43 @@ fn entry(addr: u64, calls: u64, excl_ms: f64) -> IntervalEntry {
     }
 }
 
-/// One second of node `n`: `handle` calls `leaf` 2 M times (400 ms of self time in all with
-/// the tracing); once io1 demoted `leaf`, its calls are gone and its time is `handle`'s.
+/// The hooks' cost of one traced call (Info `call_cost_ps`).
+const CALL_NS: f64 = 50.0;
+
+/// One second of node `n`: `handle` calls `leaf` 2 M times (300 ms of its own work, and the
+/// hooks' 100 ms, `CALL_NS` a call, split between `leaf` and `handle`); once io1 demoted
+/// `leaf`, its calls are gone, its work is `handle`'s and the hooks' time is gone.
 fn second(n: u64, s: u64, c: Case) -> Vec<IntervalEntry> {
     let j = |k: u64| 1.0 + 0.02 * noise(n, s, k);
     let mut handle_ms = 200.0 * j(1);
     if c.fault && n == 3 && s >= FAULT_FROM {
         handle_ms *= 1.6;
     }
-    let leaf_ms = 400.0 * j(2);
+    let leaf_work_ms = 300.0 * j(2);
     let leaf_calls = (2_000_000.0 * j(3)) as u64;
+    let hooks_ms = leaf_calls as f64 * CALL_NS / 1e6;
     let mut v = vec![
         entry(MAIN, 1, 50.0 * j(4)),
         entry(OTHER, 10_000, 150.0 * j(5)),
     ];
     if n == 1 && s >= DEMOTE_AT {
-        v.push(entry(HANDLE, 20_000, handle_ms + leaf_ms));
+        v.push(entry(HANDLE, 20_000, handle_ms + leaf_work_ms));
     } else {
-        v.push(entry(HANDLE, 20_000, handle_ms));
-        v.push(entry(LEAF, leaf_calls, leaf_ms));
+        v.push(entry(HANDLE, 20_000, handle_ms + 0.4 * hooks_ms));
+        v.push(entry(LEAF, leaf_calls, leaf_work_ms + 0.6 * hooks_ms));
     }
     v
 }
 
 fn write(root: &Path, c: Case) {
     for n in 0..4u64 {
-        let mut w = trace_writer(root, n, T0, BIAS, &[("budget", "2%")]);
+        let mut w = trace_writer(
+            root,
+            n,
+            T0,
+            BIAS,
+            &[("budget", "2%"), ("call_cost_ps", "50000")],
+        );
         let mut buf = RecordBuf::new();
         for s in 0..SECS {
             buf.clear();
@@ -90,7 +101,7 @@ fn write(root: &Path, c: Case) {
                         at_ns: (T0 + s) * NS_PER_S + 1,
                         budget_ppm: 20_000,
                         cost_ppm: 350_000,
-                        call_cost_ps: 17_000,
+                        call_cost_ps: 50_000,
                     },
                     &[Demotion {
                         func: BIAS + LEAF,

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use crate::analyzer::state::{MetricState, NodeBucket};
-use crate::demoted::{Func, Merge, Rule};
+use crate::demoted::{Func, Merge, Rule, OVERHEAD_PREFIX};
 use crate::model::{CompIdx, CompLabel};
 
 use super::window::{Rows, SlotRows};
@@ -27,10 +27,13 @@ impl Merged {
     }
 }
 
-/// What one merge does to this metric's components: `from` components are added into `into`
+/// What the merges do to one component: its values are added, times `factor`, into `into`
 /// (`None`: left out).
-struct Plan {
-    moves: Vec<(CompIdx, Option<CompIdx>)>,
+#[derive(Clone, Copy)]
+struct Move {
+    from: CompIdx,
+    into: Option<CompIdx>,
+    factor: f64,
 }
 
 fn is(f: &Func, l: &CompLabel) -> bool {
@@ -42,18 +45,26 @@ fn edge_ends(name: &str) -> Option<(&str, &str)> {
     name.split_once(" → ")
 }
 
-fn plan(ms: &mut MetricState, rule: Rule, m: &Merge) -> Plan {
+/// The moves of merge `m` under `rule`.
+fn plan(ms: &mut MetricState, rule: Rule, m: &Merge, moves: &mut Vec<Move>) {
     let n = ms.result.comps.len();
-    let mut moves = Vec::new();
+    let merged = |ms: &mut MetricState, l: &CompLabel| {
+        ms.component(&CompLabel {
+            program: l.program.clone(),
+            image: Some(Arc::clone(m.image())),
+            name: Arc::clone(&m.name),
+            bucket: None,
+        })
+    };
     for c in 0..n {
         let l = ms.result.comps[c].clone();
-        let into = match rule {
+        let (into, factor) = match rule {
             Rule::Unaffected => continue,
             Rule::Drop => {
                 if !m.demoted.iter().any(|f| is(f, &l)) {
                     continue;
                 }
-                None
+                (None, 0.0)
             }
             Rule::DropEdges => {
                 let Some((a, b)) = edge_ends(&l.name) else {
@@ -62,27 +73,34 @@ fn plan(ms: &mut MetricState, rule: Rule, m: &Merge) -> Plan {
                 if !m.members().any(|f| *f.1 == *a || *f.1 == *b) {
                     continue;
                 }
-                None
+                (None, 0.0)
             }
             Rule::Merge => {
-                if l.bucket.is_some() || !m.members().any(|f| is(f, &l)) {
+                if l.bucket.is_some() {
                     continue;
                 }
-                // Without a caller seen, the demoted function's time is in no traced
-                // function: it is left out.
-                (!m.callers.is_empty()).then(|| {
-                    ms.component(&CompLabel {
-                        program: l.program.clone(),
-                        image: Some(Arc::clone(m.image())),
-                        name: Arc::clone(&m.name),
-                        bucket: None,
-                    })
-                })
+                // The hooks' time the demoted functions' calls cost a node that still traced
+                // them, in them and their callers: taken out of the merged component.
+                let overhead = l.name.strip_prefix(OVERHEAD_PREFIX).is_some_and(|f| {
+                    m.demoted
+                        .iter()
+                        .any(|d| *d.1 == *f && l.image.as_ref() == Some(&d.0))
+                });
+                if !overhead && !m.members().any(|f| is(f, &l)) {
+                    continue;
+                }
+                // Without a caller seen, the demoted functions' time is in no traced
+                // function: they are left out.
+                let into = (!m.callers.is_empty()).then(|| merged(ms, &l));
+                (into, if overhead { -1.0 } else { 1.0 })
             }
         };
-        moves.push((c as CompIdx, into));
+        moves.push(Move {
+            from: c as CompIdx,
+            into,
+            factor,
+        });
     }
-    Plan { moves }
 }
 
 /// The window's buckets with the merges in effect before `end` applied, or `None` when none
@@ -98,13 +116,21 @@ pub(super) fn apply(
     if rule == Rule::Unaffected {
         return None;
     }
-    let plans: Vec<Plan> = merges
-        .iter()
-        .filter(|m| m.from_ns < end)
-        .map(|m| plan(ms, rule, m))
-        .filter(|p| !p.moves.is_empty())
-        .collect();
-    if plans.is_empty() {
+    let mut moves = Vec::new();
+    for m in merges.iter().filter(|m| m.from_ns < end) {
+        plan(ms, rule, m, &mut moves);
+    }
+    // An overhead no merge took (there should be none) is never compared.
+    for (c, l) in ms.result.comps.iter().enumerate() {
+        if l.name.starts_with(OVERHEAD_PREFIX) && !moves.iter().any(|m| m.from as usize == c) {
+            moves.push(Move {
+                from: c as CompIdx,
+                into: None,
+                factor: 0.0,
+            });
+        }
+    }
+    if moves.is_empty() {
         return None;
     }
     let n = ms.result.comps.len();
@@ -119,12 +145,16 @@ pub(super) fn apply(
                     .map(|nb| {
                         let mut nb = nb.clone();
                         nb.vals.resize(nb.vals.len().max(n), 0.0);
-                        for p in &plans {
-                            for &(from, into) in &p.moves {
-                                let v = std::mem::take(&mut nb.vals[from as usize]);
-                                if let Some(to) = into {
-                                    nb.vals[to as usize] += v;
-                                }
+                        for m in &moves {
+                            let v = std::mem::take(&mut nb.vals[m.from as usize]);
+                            if let Some(to) = m.into {
+                                nb.vals[to as usize] += m.factor * v;
+                            }
+                        }
+                        // An overhead estimated above what was measured leaves nothing.
+                        for m in &moves {
+                            if let Some(to) = m.into {
+                                nb.vals[to as usize] = nb.vals[to as usize].max(0.0);
                             }
                         }
                         nb
@@ -145,19 +175,17 @@ pub(super) fn apply(
                             return sv;
                         }
                         sv.resize(sv.len().max(n * spb), fill);
-                        for p in &plans {
-                            for &(from, into) in &p.moves {
-                                for s in 0..spb {
-                                    let at = from as usize * spb + s;
-                                    let v = std::mem::replace(&mut sv[at], fill);
-                                    if let Some(to) = into {
-                                        let t = &mut sv[to as usize * spb + s];
-                                        *t = match (t.is_nan(), v.is_nan()) {
-                                            (true, _) => v,
-                                            (false, true) => *t,
-                                            (false, false) => *t + v,
-                                        };
-                                    }
+                        for m in &moves {
+                            for s in 0..spb {
+                                let at = m.from as usize * spb + s;
+                                let v = m.factor * std::mem::replace(&mut sv[at], fill);
+                                if let Some(to) = m.into {
+                                    let t = &mut sv[to as usize * spb + s];
+                                    *t = match (t.is_nan(), v.is_nan()) {
+                                        (true, _) => v,
+                                        (false, true) => *t,
+                                        (false, false) => *t + v,
+                                    };
                                 }
                             }
                         }
