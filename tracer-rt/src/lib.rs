@@ -53,6 +53,7 @@
 #![deny(unsafe_code)]
 
 pub mod block;
+pub mod bodies;
 pub mod budget;
 pub mod clock;
 pub mod config;
