@@ -64,7 +64,7 @@ mod tests {
         // This test binary's own symbols: `own_body` itself lies within its body, and an
         // address past it does not.
         let objs = crate::objects::scan();
-        let f = Bodies::own_body as usize;
+        let f = Bodies::own_body as *const () as usize;
         let mut b = Bodies::default();
         assert!(b.own_body(&objs, f, f + 1), "{objs:#?}");
         assert!(!b.own_body(&objs, f, f + (1 << 20)));
