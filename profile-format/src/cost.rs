@@ -1,4 +1,4 @@
-//! The tracer's own cost, and what it did to keep it within its budget (format version 7):
+//! The tracer's own cost, and what it did to keep it within its budget (format version 8):
 //! [`RecordKind::Cost`](crate::RecordKind::Cost) (kind 17), the process's CPU time and the
 //! runtime's estimate of its share in each interval, and
 //! [`RecordKind::Demotions`](crate::RecordKind::Demotions) (kind 16), the functions it stopped

@@ -843,6 +843,12 @@ pub struct WakeupsRec {
     pub late_ns: u64,
     /// The largest lateness, ns.
     pub max_late_ns: u64,
+    /// Calls counted in this interval that returned in an earlier one, which the writer had
+    /// written already when their thread handed them over (format version 7; 0 before).
+    pub moved: u64,
+    /// How long after the interval's end the writer wrote it, when later than its slack
+    /// (format version 7; 0 before, and for an interval written on time).
+    pub written_late_ns: u64,
 }
 
 /// A decoded [`RecordKind::Stacks`] record.
@@ -1142,6 +1148,16 @@ fn decode_payload(kind: RecordKind, p: &[u8]) -> Result<Record<'_>, &'static str
                 late: le32(p, 24),
                 late_ns: le64(p, 32),
                 max_late_ns: le64(p, 40),
+                moved: if p.len() >= WAKEUPS_SIZE_V7 {
+                    le64(p, 48)
+                } else {
+                    0
+                },
+                written_late_ns: if p.len() >= WAKEUPS_SIZE_V7 {
+                    le64(p, 56)
+                } else {
+                    0
+                },
             })
         }
         RecordKind::Stacks => {

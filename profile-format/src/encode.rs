@@ -384,6 +384,8 @@ impl RecordBuf {
         self.u32(0);
         self.u64(w.late_ns);
         self.u64(w.max_late_ns);
+        self.u64(w.moved);
+        self.u64(w.written_late_ns);
         self.finish(start);
     }
 

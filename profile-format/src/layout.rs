@@ -25,12 +25,16 @@ pub const MAGIC: [u8; 8] = *b"CULPRIT\0";
 /// `data_offset`: older readers skip it; see [`crate::stacks`]) and the tracer's
 /// [`RecordKind::Wakeups`] (older readers skip the kind). Version 6 added the tracer's
 /// [`RecordKind::Requests`] (sampled requests and their calls; older readers skip the kind).
-/// Version 7 added the tracer's [`RecordKind::Demotions`] (functions the runtime stopped
-/// tracing to stay within its cost budget) and [`RecordKind::Cost`] (the process's CPU time
-/// and the runtime's estimated share of it, per interval; older readers skip both kinds) and
-/// the Info keys
-/// [`info_keys::BUDGET`] and [`info_keys::CALL_COST_PS`].
-pub const FORMAT_VERSION: u16 = 7;
+/// Version 7 appended two fields to [`RecordKind::Wakeups`] (`moved`, `written_late_ns`:
+/// older readers read the first 48 bytes) and the flag [`interval_flags::LATE`] of the
+/// tracer's Edges and Histograms records (older readers ignore it); a tracer of version 7
+/// places every call in its interval itself, so a late writer writes intervals late, not
+/// `MISSED`. Version 8 added the tracer's [`RecordKind::Demotions`] (functions the runtime
+/// stopped tracing to stay within its cost budget) and [`RecordKind::Cost`] (the process's CPU
+/// time and the runtime's estimated share of it, per interval; older readers skip both kinds)
+/// and the Info keys [`info_keys::BUDGET`], [`info_keys::CALL_COST_PS`] and
+/// [`info_keys::DEMOTE`].
+pub const FORMAT_VERSION: u16 = 8;
 /// Oldest reader version able to read what this crate writes.
 pub const MIN_READER_VERSION: u16 = 2;
 /// Reader version this crate implements: it reads files whose `min_reader_version` is at most
@@ -295,6 +299,13 @@ pub mod interval_flags {
     pub const MISSED: u32 = 1;
     /// The interval is only partly covered: the writer started or stopped inside it.
     pub const PARTIAL: u32 = 2;
+    /// Only in the interval reference of the tracer's Edges and Histograms records (kinds 10
+    /// and 11; never in an Interval record): the writer wrote the interval late, more than
+    /// half an interval after its end. Its calls are exact (each call is placed in its
+    /// interval as it returns), but edges and histograms are taken from the threads when the
+    /// writer writes: these hold the calls up to then, from later intervals too, and the
+    /// late intervals written after it in the same catch-up hold almost none.
+    pub const LATE: u32 = 4;
 
     /// True when `flags` say the writer could not observe the interval ([`MISSED`]).
     pub const fn is_missed(flags: u32) -> bool {
@@ -368,9 +379,13 @@ pub const EDGES_ENTRY_SIZE: usize = 40;
 pub const HISTOGRAMS_FIXED_SIZE: usize = 24;
 /// Fixed part of a [`RecordKind::Stacks`] payload, in bytes.
 pub const STACKS_FIXED_SIZE: usize = 24;
-/// Size of a [`RecordKind::Wakeups`] payload: the interval (start, length, flags), wake-ups,
-/// late wake-ups, reserved, the sum and the largest of the lateness beyond the slack.
+/// Size of a [`RecordKind::Wakeups`] payload as format version 5 wrote it: the interval
+/// (start, length, flags), wake-ups, late wake-ups, reserved, the sum and the largest of the
+/// lateness beyond the slack. Version 7 appends calls moved and how late the interval was
+/// written ([`WAKEUPS_SIZE_V7`]).
 pub const WAKEUPS_SIZE: usize = 48;
+/// Size of a [`RecordKind::Wakeups`] payload since format version 7.
+pub const WAKEUPS_SIZE_V7: usize = 64;
 /// Buckets of a call-duration histogram: bucket 0 holds calls of 0–1 ns, bucket `k ≥ 1` calls
 /// of `2^k ..= 2^(k+1) − 1` ns, and the last one everything longer (≥ 2^47 ns, 39 hours).
 pub const HIST_BUCKETS: usize = 48;
@@ -459,7 +474,7 @@ pub mod info_keys {
     /// Rotation: this file's piece number (absent or 0 for a writer's first file).
     pub const PIECE: &str = "piece";
     /// Tracer: the cost budget in effect (`CULPRIT_BUDGET`): a percentage of the process's
-    /// CPU time (`2%`), or `off`. Format version 7; absent in older files (no budget).
+    /// CPU time (`2%`), or `off`. Format version 8; absent in older files (no budget).
     pub const BUDGET: &str = "budget";
     /// Tracer: its estimate of the CPU cost of one traced call (enter and exit), ps, measured
     /// at start-up (`0` when not measured).

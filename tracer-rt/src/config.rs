@@ -56,6 +56,9 @@ pub struct Config {
     pub demote_raw: String,
     /// `CULPRIT_PATCH=0` turns off rewriting untraced functions' hook call sites to NOPs.
     pub patch: bool,
+    /// [`STALL_VAR`] (tests only): the flusher stops working for `.1` ms once `.0` ms have
+    /// passed since it started, as a starved flusher would.
+    pub test_stall_ms: Option<(u64, u64)>,
 }
 
 /// The default `CULPRIT_BUDGET`: 2 % of the process's CPU time.
@@ -83,6 +86,10 @@ fn budget(warnings: &mut Vec<String>) -> (Option<f64>, String) {
         }
     }
 }
+
+/// For tests of a late flusher without cgroups: `AFTER_MS,FOR_MS` makes the flusher sleep
+/// for `FOR_MS` once `AFTER_MS` have passed (the hooks go on meanwhile). Not for users.
+pub const STALL_VAR: &str = "CULPRIT_TEST_FLUSHER_STALL_MS";
 
 /// A rotation setting: `None` when unset or empty; an invalid value is warned about and
 /// ignored (no rotation rather than a wrong one).
@@ -162,6 +169,10 @@ impl Config {
         let (budget, budget_raw) = budget(warnings);
         let demote_raw = var("CULPRIT_DEMOTE").unwrap_or_default();
         let patch = !matches!(var("CULPRIT_PATCH").as_deref().map(str::trim), Some("0"));
+        let test_stall_ms = var(STALL_VAR).and_then(|v| {
+            let (a, b) = v.split_once(',')?;
+            Some((a.trim().parse().ok()?, b.trim().parse().ok()?))
+        });
         let include_raw = var("CULPRIT_INCLUDE").unwrap_or_default();
         let exclude_raw = var("CULPRIT_EXCLUDE").unwrap_or_default();
         Config {
@@ -184,6 +195,7 @@ impl Config {
             demote: parse_list(&demote_raw),
             demote_raw,
             patch,
+            test_stall_ms,
         }
     }
 
