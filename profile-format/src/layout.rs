@@ -481,6 +481,12 @@ pub mod info_keys {
     pub const CALL_COST_PS: &str = "call_cost_ps";
     /// Tracer: patterns of `CULPRIT_DEMOTE` in effect (functions demoted on sight).
     pub const DEMOTE: &str = "demote";
+    /// Tracer: hook call sites of untraced functions rewritten to NOPs so far (a later Info
+    /// record of the file updates it).
+    pub const PATCHED_SITES: &str = "patched_sites";
+    /// Tracer: call sites of untraced functions looked at and left as they were (not provably
+    /// a hook call of that function alone, not writable in one atomic store, or refused).
+    pub const PATCH_KEPT: &str = "patch_kept";
 }
 
 /// Rounds `n` up to the record alignment.

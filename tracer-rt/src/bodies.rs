@@ -19,18 +19,21 @@ impl Bodies {
     /// True when `site` lies in the body of the function that starts at `func`, as the symbol
     /// tables of `objects` say (false when they do not know it: a stripped binary).
     pub fn own_body(&mut self, objects: &[Obj], func: usize, site: usize) -> bool {
-        let (func, site) = (func as u64, site as u64);
-        let Some(o) = objects.iter().find(|o| o.contains(func) && o.has_file()) else {
-            return false;
-        };
+        self.body(objects, func)
+            .is_some_and(|(a, b)| a <= site && site < b)
+    }
+
+    /// The body (start, end) of the function that starts at `func`, when the symbol tables of
+    /// `objects` know it.
+    pub fn body(&mut self, objects: &[Obj], func: usize) -> Option<(usize, usize)> {
+        let f = func as u64;
+        let o = objects.iter().find(|o| o.contains(f) && o.has_file())?;
         let ranges = self
             .objects
             .entry((o.path.clone(), o.bias))
             .or_insert_with(|| load(o));
-        match ranges.binary_search_by_key(&func, |r| r.0) {
-            Ok(i) => ranges[i].0 <= site && site < ranges[i].1,
-            Err(_) => false,
-        }
+        let i = ranges.binary_search_by_key(&f, |r| r.0).ok()?;
+        Some((ranges[i].0 as usize, ranges[i].1 as usize))
     }
 }
 

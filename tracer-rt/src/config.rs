@@ -48,11 +48,9 @@ pub struct Config {
     pub budget: Option<f64>,
     /// `CULPRIT_BUDGET` as given (normalised: `2%`, `off`), for the file's Info.
     pub budget_raw: String,
-    /// `CULPRIT_DEMOTE`: functions demoted as soon as they are seen (globs, like
-    /// `CULPRIT_EXCLUDE`, but recorded as demotions: for tests, and for a user who wants a
-    /// function untraced without restarting the analysis' comparison).
-    pub demote: Vec<String>,
-    /// `CULPRIT_DEMOTE` as given.
+    /// `CULPRIT_DEMOTE` as given (its patterns are in `filters`): functions demoted as soon as
+    /// they are seen, like `CULPRIT_EXCLUDE` but recorded as demotions (for tests, and for a
+    /// user who wants a function untraced without breaking the comparison with its peers).
     pub demote_raw: String,
     /// `CULPRIT_PATCH=0` turns off rewriting untraced functions' hook call sites to NOPs.
     pub patch: bool,
@@ -182,6 +180,7 @@ impl Config {
             filters: Filters {
                 include: parse_list(&include_raw),
                 exclude: parse_list(&exclude_raw),
+                demote: parse_list(&demote_raw),
             },
             include_raw,
             exclude_raw,
@@ -192,7 +191,6 @@ impl Config {
             request_sample,
             budget,
             budget_raw,
-            demote: parse_list(&demote_raw),
             demote_raw,
             patch,
             test_stall_ms,

@@ -100,7 +100,7 @@ pub fn exit_slow(addr: usize, sp: usize) {
         return;
     }
     if let Some(b) = current() {
-        general(b, sp, |b| b.exit_general(addr));
+        general(b, sp, |b| b.exit_general(addr, sp));
     }
 }
 

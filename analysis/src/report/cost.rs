@@ -172,9 +172,13 @@ pub fn tracing_cost(
     let calls: u64 = funcs.values().map(|v| v.0).sum();
     let share = cost as f64 / cpu.max(1) as f64;
     // What leaving out the functions with the most calls would save, tiny ones first: until
-    // the rest costs no more than the budget.
-    let mut rest = cost as f64;
+    // the rest costs no more than the budget. The demoted ones go first (their calls in the
+    // range, before they were demoted, cost what the rest of theirs no longer does); a
+    // function whose calls cost under 0.05 % of the CPU time is not worth a rebuild.
+    let demoted_calls: u64 = exclude.iter().filter(|x| x.demoted).map(|x| x.calls).sum();
+    let mut rest = (cost as f64 - demoted_calls as f64 * call_ns).max(0.0);
     let goal = target * cpu as f64;
+    let negligible = 0.0005 * cpu as f64;
     if call_ns > 0.0 && rest > goal {
         let mut order: Vec<(FuncId, u64, u64)> =
             funcs.iter().map(|(&f, &(c, s))| (f, c, s)).collect();
@@ -188,6 +192,9 @@ pub fn tracing_cost(
         for (f, c, s) in order {
             if rest <= goal || c == 0 {
                 break;
+            }
+            if (c as f64) * call_ns < negligible {
+                continue;
             }
             let (function, image) = name(f);
             if exclude.iter().any(|x| x.function == function) {

@@ -52,7 +52,8 @@ extern "C-unwind" fn exit_slow(func: usize, _call_site: usize, sp: usize) {
 ///
 /// Fast path: the top frame can be the caller (its stack pointer is at or above ours), the
 /// function's home slot or the one after holds it (untagged), there is room for a frame: push
-/// it. The new top
+/// it. An untraced function whose key is quiet there returns at once (counted in the block's
+/// `quiet`). The new top
 /// is committed right after the frame's stack pointer is written, before its slot and times
 /// (see `block`, "Signals and re-entrancy").
 #[cfg(target_arch = "x86_64")]
@@ -90,11 +91,23 @@ pub extern "C-unwind" fn __cyg_profile_func_enter(func: *mut u8, call_site: *mut
         "add r9, 64",
         "cmp qword ptr [rcx + r9 + {table}], rdi",
         "je 4b",
+        // An untraced function whose key is quiet in either: return at once.
+        "mov r10, rdi",
+        "bts r10, {quiet_bit}",
+        "cmp qword ptr [rcx + r9 + {table} - 64], r10",
+        "je 5f",
+        "cmp qword ptr [rcx + r9 + {table}], r10",
+        "je 5f",
         "2:",
         "mov rdx, rsp",
         "jmp {slow}",
+        "5:",
+        "inc qword ptr [rcx + {quiet}]",
+        "ret",
         ".cfi_endproc",
         top = const hot::TOP,
+        quiet = const hot::QUIET,
+        quiet_bit = const hot::QUIET_BIT,
         f_sp = const hot::F_SP,
         f_slot = const hot::F_SLOT,
         f_t = const hot::F_T,
@@ -111,7 +124,8 @@ pub extern "C-unwind" fn __cyg_profile_func_enter(func: *mut u8, call_site: *mut
 /// Hook called on exit from every instrumented function.
 ///
 /// Fast path: the top frame's slot holds this function (so the frame counts, and is not the
-/// sentinel) and the thread's interval has not ended (its timestamp is below the block's
+/// sentinel; an untraced function whose key is quiet at its home slot or the next returns at
+/// once instead) and the thread's interval has not ended (its timestamp is below the block's
 /// boundary; the first exit past it takes the general path, which moves the thread's counts
 /// into the ring of intervals, see `intervals`): account the call, pass its elapsed time to
 /// the parent frame, commit the pop last.
@@ -126,7 +140,7 @@ pub extern "C-unwind" fn __cyg_profile_func_exit(func: *mut u8, call_site: *mut 
         "mov r8, qword ptr [rcx + {top}]",
         "mov r9, qword ptr [rcx + r8 + {f_slot}]",
         "cmp qword ptr [rcx + r9 + {table}], rdi",
-        "jne 2f",
+        "jne 3f",
         "rdtsc",
         "shl rdx, 32",
         "or rax, rdx",
@@ -144,11 +158,31 @@ pub extern "C-unwind" fn __cyg_profile_func_exit(func: *mut u8, call_site: *mut 
         "1:",
         "sub qword ptr [rcx + {top}], {frame}",
         "ret",
+        // Not the top frame's function: an untraced function whose key is quiet at its home
+        // slot or the next returns at once. Not on a stand-in (its `top` is 0): it has no
+        // table.
+        "3:",
+        "test r8, r8",
+        "je 2f",
+        "lea r9, [4 * rdi]",
+        "and r9, {home_mask}",
+        "mov r10, rdi",
+        "bts r10, {quiet_bit}",
+        "cmp qword ptr [rcx + r9 + {table}], r10",
+        "je 5f",
+        "cmp qword ptr [rcx + r9 + {table} + 64], r10",
+        "je 5f",
         "2:",
         "mov rdx, rsp",
         "jmp {slow}",
+        "5:",
+        "inc qword ptr [rcx + {quiet}]",
+        "ret",
         ".cfi_endproc",
         top = const hot::TOP,
+        quiet = const hot::QUIET,
+        quiet_bit = const hot::QUIET_BIT,
+        home_mask = const hot::HOME_MASK,
         boundary = const hot::BOUNDARY,
         f_slot = const hot::F_SLOT,
         f_t = const hot::F_T,
@@ -161,6 +195,15 @@ pub extern "C-unwind" fn __cyg_profile_func_exit(func: *mut u8, call_site: *mut 
         s_active = const hot::S_ACTIVE,
         slow = sym exit_slow,
     )
+}
+
+/// One enter/exit pair of the hooks for `func`, as instrumented code makes it (the cost
+/// budget's calibration, `crate::calibrate`).
+#[inline(never)]
+pub fn enter_exit(func: usize) {
+    let f = std::hint::black_box(func) as *mut u8;
+    __cyg_profile_func_enter(f, std::ptr::null_mut());
+    __cyg_profile_func_exit(f, std::ptr::null_mut());
 }
 
 /// Entry hook where there is no fast path: always the general path.

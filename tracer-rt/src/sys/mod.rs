@@ -561,6 +561,16 @@ pub fn monotonic_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC)
 }
 
+/// The calling thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`), ns.
+pub fn thread_cpu_ns() -> u64 {
+    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// The process's CPU time, every thread (`CLOCK_PROCESS_CPUTIME_ID`), ns.
+pub fn process_cpu_ns() -> u64 {
+    clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID)
+}
+
 /// The calling thread's kernel thread id.
 pub fn gettid() -> u32 {
     // SAFETY: gettid has no arguments and cannot fail.

@@ -77,6 +77,11 @@ pub fn disable() {
     OFF.store(true, Relaxed);
 }
 
+/// True when sites were noted since the flusher last looked.
+pub fn pending() -> bool {
+    DIRTY.load(Acquire)
+}
+
 /// True while call sites may be patched.
 pub fn enabled() -> bool {
     !OFF.load(Relaxed) && !REFUSED.load(Relaxed)
@@ -141,7 +146,7 @@ pub fn return_address(sp: usize) -> usize {
 /// What patching did so far (cumulative).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
-    /// Call sites rewritten to NOPs.
+    /// Call sites rewritten to NOPs (and tail jumps to the exit hook to `ret`).
     pub patched: u32,
     /// Sites left as they were (not provably a hook call, not within one aligned word, or
     /// `mprotect` refused).
@@ -155,6 +160,7 @@ pub struct Stats {
 /// What patching did so far.
 pub fn stats() -> Stats {
     let mut s = Stats {
+        patched: TAILS.load(Relaxed),
         full: FULL.load(Relaxed),
         refused: REFUSED.load(Relaxed),
         ..Stats::default()
@@ -223,10 +229,20 @@ struct Site {
     addr: usize,
     /// Its length (5 or 6).
     len: usize,
+    /// A tail jump to the exit hook (`jmp`, the function's last instruction): becomes a `ret`
+    /// (the hook would have returned to the caller) instead of a NOP.
+    tail: bool,
 }
 
 const NOP5: [u8; 5] = [0x0f, 0x1f, 0x44, 0x00, 0x00];
 const NOP6: [u8; 6] = [0x66, 0x0f, 0x1f, 0x44, 0x00, 0x00];
+const RET5: [u8; 5] = [0xc3, 0x0f, 0x1f, 0x40, 0x00];
+const RET6: [u8; 6] = [0xc3, 0x0f, 0x1f, 0x44, 0x00, 0x00];
+
+/// Functions whose bodies were scanned for tail jumps to the exit hook.
+static SCANNED: [AtomicUsize; 1024] = [const { AtomicUsize::new(0) }; 1024];
+/// Tail jumps rewritten to `ret`.
+static TAILS: AtomicU32 = AtomicU32::new(0);
 
 /// The memory the checks may read: executable and readable segments of the loaded objects.
 struct Memory<'a> {
@@ -297,7 +313,11 @@ fn check_site(mem: &Memory<'_>, ret: usize, hooks: &[usize]) -> Option<Site> {
                 || plt_slot(mem, target)
                     .and_then(|g| mem.word(g))
                     .is_some_and(is_hook);
-            return ok.then_some(Site { addr: site, len: 5 });
+            return ok.then_some(Site {
+                addr: site,
+                len: 5,
+                tail: false,
+            });
         }
     }
     let site = ret.checked_sub(6)?;
@@ -306,10 +326,66 @@ fn check_site(mem: &Memory<'_>, ret: usize, hooks: &[usize]) -> Option<Site> {
         let disp = i32::from_le_bytes(b[2..6].try_into().ok()?) as isize;
         let slot = ret.wrapping_add_signed(disp);
         if mem.word(slot).is_some_and(is_hook) {
-            return Some(Site { addr: site, len: 6 });
+            return Some(Site {
+                addr: site,
+                len: 6,
+                tail: false,
+            });
         }
     }
     None
+}
+
+/// True when the bytes at `at` are alignment padding gcc puts after a function's last
+/// instruction: `nop` forms (`90`, `0f 1f`, `2e 0f 1f`, after `66` prefixes) or `int3`.
+fn padding(mem: &Memory<'_>, at: usize) -> bool {
+    let Some(b) = mem.code::<8>(at) else {
+        return false;
+    };
+    let i = b.iter().take_while(|&&x| x == 0x66).count().min(6);
+    matches!(
+        b[i..],
+        [0x90, ..] | [0xcc, ..] | [0x0f, 0x1f, ..] | [0x2e, 0x0f, 0x1f, ..]
+    )
+}
+
+/// The tail jumps to an exit hook that end the body `start..end` of a function: `jmp rel32`
+/// to a hook or its PLT stub, or `jmp *GOT(%rip)` through a slot holding a hook, as its last
+/// instruction (the body's end, or padding, follows). gcc ends a function that has nothing to
+/// do after its exit hook that way (the hook returns to the caller).
+fn tail_jumps(mem: &Memory<'_>, (start, end): (usize, usize), hooks: &[usize]) -> Vec<Site> {
+    let mut out = Vec::new();
+    let is_hook = |a: usize| hooks.contains(&a);
+    let mut at = start;
+    while at + 5 <= end {
+        let Some(b) = mem.code::<6>(at) else { break };
+        let (len, target_ok) = match b {
+            [0xe9, ..] => {
+                let rel = i32::from_le_bytes([b[1], b[2], b[3], b[4]]) as isize;
+                let target = (at + 5).wrapping_add_signed(rel);
+                let ok = is_hook(target)
+                    || plt_slot(mem, target)
+                        .and_then(|g| mem.word(g))
+                        .is_some_and(is_hook);
+                (5, ok)
+            }
+            [0xff, 0x25, ..] => {
+                let disp = i32::from_le_bytes([b[2], b[3], b[4], b[5]]) as isize;
+                let slot = (at + 6).wrapping_add_signed(disp);
+                (6, mem.word(slot).is_some_and(is_hook))
+            }
+            _ => (0, false),
+        };
+        if target_ok && (at + len == end || padding(mem, at + len)) {
+            out.push(Site {
+                addr: at,
+                len,
+                tail: true,
+            });
+        }
+        at += 1;
+    }
+    out
 }
 
 /// The aligned block (8 or 16 bytes) an instruction lies in, if one holds it whole and can be
@@ -339,7 +415,12 @@ fn has_cx16() -> bool {
 /// atomic compare-and-swap against the bytes `old` read before. False when the bytes changed.
 fn swap_in_nop(site: Site, at: usize, width: usize) -> bool {
     let off = site.addr - at;
-    let nop: &[u8] = if site.len == 5 { &NOP5 } else { &NOP6 };
+    let nop: &[u8] = match (site.len, site.tail) {
+        (5, false) => &NOP5,
+        (_, false) => &NOP6,
+        (5, true) => &RET5,
+        (_, true) => &RET6,
+    };
     if width == 8 {
         // SAFETY: `at` is 8-aligned, inside a code page made writable by the caller, in an
         // object kept loaded by the loader lock; an AtomicU64 may alias it (plain memory).
@@ -402,6 +483,8 @@ struct Job<'a> {
     maps: Vec<Mapping>,
     /// (set index, return address) of the sites to look at.
     todo: Vec<(usize, usize)>,
+    /// Bodies of untraced functions to look for tail jumps to the exit hook in.
+    bodies: Vec<(usize, usize)>,
 }
 
 unsafe extern "C" fn collect_segments(
@@ -461,6 +544,13 @@ unsafe extern "C" fn locked(
             None => STATE[i].store(st::KEPT, Release),
         }
     }
+    for &body in &job.bodies {
+        for site in tail_jumps(&mem, body, job.hooks) {
+            if let Some((at, width)) = block_of(site) {
+                plan.push((at & !4095, usize::MAX, site, at, width));
+            }
+        }
+    }
     plan.sort_unstable_by_key(|p| p.0);
     let mut k = 0;
     while k < plan.len() {
@@ -480,7 +570,7 @@ unsafe extern "C" fn locked(
             _ => false,
         };
         if !done {
-            for p in group {
+            for p in group.iter().filter(|p| p.1 != usize::MAX) {
                 STATE[p.1].store(st::KEPT, Release);
             }
         }
@@ -502,7 +592,13 @@ fn patch_page(page: usize, prot: c_int, group: &[(usize, usize, Site, usize, usi
     }
     for &(_, i, site, at, width) in group {
         let ok = swap_in_nop(site, at, width);
-        STATE[i].store(if ok { st::PATCHED } else { st::KEPT }, Release);
+        if i == usize::MAX {
+            if ok {
+                TAILS.fetch_add(1, Relaxed);
+            }
+        } else {
+            STATE[i].store(if ok { st::PATCHED } else { st::KEPT }, Release);
+        }
     }
     if !writable {
         // SAFETY: as above: the page gets back exactly the rights it had.
@@ -511,15 +607,33 @@ fn patch_page(page: usize, prot: c_int, group: &[(usize, usize, Site, usize, usi
     true
 }
 
+/// True the first time `func` is asked about (its body is then scanned for tail jumps).
+fn first_scan(func: usize) -> bool {
+    let mut i = slot_of(func) & (SCANNED.len() - 1);
+    for _ in 0..SCANNED.len() {
+        match SCANNED[i].load(Relaxed) {
+            f if f == func => return false,
+            0 => {
+                SCANNED[i].store(func, Relaxed);
+                return true;
+            }
+            _ => i = (i + 1) & (SCANNED.len() - 1),
+        }
+    }
+    false
+}
+
 /// The flusher: rewrites every site noted since the last call that proves to be a call of one
-/// of `hooks` (see the module docs) and that `own_body(func, site)` says lies in the body of
-/// the function it was noted for (never in an inlined copy elsewhere: the compiler may share
-/// one call instruction between the inlined copies of two functions, and the other one may be
-/// traced). Returns the sites patched by this call.
-pub fn apply(hooks: &[usize], own_body: &mut dyn FnMut(usize, usize) -> bool) -> u32 {
+/// of `hooks` (see the module docs) and lies in the body of the function it was noted for
+/// (`body_of` gives a function's body from the symbol tables; never a site in an inlined copy
+/// elsewhere: the compiler may share one call instruction between the inlined copies of two
+/// functions, and the other one may be traced), and the tail jumps to the exit hook that end
+/// those functions' bodies (to `ret`). Returns the sites patched by this call.
+pub fn apply(hooks: &[usize], body_of: &mut dyn FnMut(usize) -> Option<(usize, usize)>) -> u32 {
     if !DIRTY.swap(false, AcqRel) {
         return 0;
     }
+    let mut bodies = Vec::new();
     let mut todo = Vec::new();
     for (i, (k, s)) in SITE.iter().zip(&STATE).enumerate() {
         let ret = k.load(Acquire);
@@ -527,13 +641,18 @@ pub fn apply(hooks: &[usize], own_body: &mut dyn FnMut(usize, usize) -> bool) ->
         if ret == 0 || func == 0 || s.load(Acquire) != st::QUEUED {
             continue;
         }
-        if enabled() && own_body(func, ret.wrapping_sub(6)) && own_body(func, ret - 1) {
+        if enabled() && first_scan(func) {
+            bodies.extend(body_of(func));
+        }
+        let body = body_of(func);
+        let own = |site: usize| body.is_some_and(|(a, b)| a <= site && site < b);
+        if enabled() && own(ret.wrapping_sub(6)) && own(ret - 1) {
             todo.push((i, ret));
         } else {
             s.store(st::KEPT, Release);
         }
     }
-    if todo.is_empty() {
+    if todo.is_empty() && bodies.is_empty() {
         return 0;
     }
     let before = stats().patched;
@@ -541,6 +660,7 @@ pub fn apply(hooks: &[usize], own_body: &mut dyn FnMut(usize, usize) -> bool) ->
         hooks,
         maps: read_maps(),
         todo,
+        bodies,
     };
     // SAFETY: `locked` matches dl_iterate_phdr's contract and only touches `job`, the site
     // set and the pages it checks; it stops the iteration after its first call.
@@ -585,30 +705,37 @@ mod tests {
         (words, base)
     }
 
-    #[test]
-    fn call_sites_are_proved_by_their_bytes() {
-        let hook = 0x7f00_1234_5670usize;
-        let (words, base) = code(hook);
-        let seg = [Segment {
+    /// The test buffer as one executable segment.
+    fn code_segment(base: usize) -> [Segment; 1] {
+        [Segment {
             start: base,
             end: base + 512,
             exec: true,
             read: true,
-        }];
+        }]
+    }
+
+    #[test]
+    fn call_sites_are_proved_by_their_bytes() {
+        let hook = 0x7f00_1234_5670usize;
+        let (words, base) = code(hook);
+        let seg = code_segment(base);
         let mem = Memory { segments: &seg };
         // Through the PLT stub, and through the GOT.
         assert_eq!(
             check_site(&mem, base + 133, &[hook]),
             Some(Site {
                 addr: base + 128,
-                len: 5
+                len: 5,
+                tail: false,
             })
         );
         assert_eq!(
             check_site(&mem, base + 198, &[hook]),
             Some(Site {
                 addr: base + 192,
-                len: 6
+                len: 6,
+                tail: false,
             })
         );
         // Another target, another hook, or no call at all.
@@ -628,18 +755,58 @@ mod tests {
     }
 
     #[test]
+    fn tail_jumps_end_a_body() {
+        let hook = 0x7f00_1234_5670usize;
+        let (mut words, base) = code(hook);
+        // A body at 300..320 ending in `jmp stub` (to the PLT stub at 0), then padding; one at
+        // 340..360 whose jmp is followed by code.
+        let mut b: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let jmp = |b: &mut Vec<u8>, at: usize| {
+            b[at] = 0xe9;
+            b[at + 1..at + 5].copy_from_slice(&((0 - (at as i64 + 5)) as i32).to_le_bytes());
+        };
+        jmp(&mut b, 315);
+        b[320..323].copy_from_slice(&[0x66, 0x0f, 0x1f]);
+        jmp(&mut b, 345);
+        b[350..353].copy_from_slice(&[0x48, 0x89, 0xc7]);
+        for (w, c) in words.iter_mut().zip(b.chunks(8)) {
+            *w = u64::from_le_bytes(c.try_into().unwrap());
+        }
+        let seg = code_segment(base);
+        let mem = Memory { segments: &seg };
+        let found = tail_jumps(&mem, (base + 300, base + 320), &[hook]);
+        assert_eq!(
+            found,
+            vec![Site {
+                addr: base + 315,
+                len: 5,
+                tail: true,
+            }]
+        );
+        assert!(tail_jumps(&mem, (base + 340, base + 360), &[hook]).is_empty());
+        assert!(tail_jumps(&mem, (base + 300, base + 320), &[hook + 16]).is_empty());
+        // It becomes `ret` and padding.
+        let (at, width) = block_of(found[0]).unwrap();
+        assert!(swap_in_nop(found[0], at, width));
+        let after: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        assert_eq!(after[315..320], RET5);
+    }
+
+    #[test]
     fn nops_replace_the_call_and_nothing_else() {
         let (mut words, base) = code(1);
         let before: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
         let site = Site {
             addr: base + 128,
             len: 5,
+            tail: false,
         };
         let (at, width) = block_of(site).unwrap();
         assert!(swap_in_nop(site, at, width));
         let site6 = Site {
             addr: base + 192,
             len: 6,
+            tail: false,
         };
         let (at, width) = block_of(site6).unwrap();
         assert!(swap_in_nop(site6, at, width));
@@ -657,6 +824,7 @@ mod tests {
             let site = Site {
                 addr: base + 260,
                 len: 5,
+                tail: false,
             };
             let (at, width) = block_of(site).unwrap();
             assert_eq!(width, 16);
@@ -670,7 +838,11 @@ mod tests {
 
     #[test]
     fn blocks() {
-        let s = |addr, len| Site { addr, len };
+        let s = |addr, len| Site {
+            addr,
+            len,
+            tail: false,
+        };
         assert_eq!(block_of(s(0x1000, 5)), Some((0x1000, 8)));
         assert_eq!(block_of(s(0x1003, 5)), Some((0x1000, 8)));
         assert_eq!(block_of(s(0x1002, 6)), Some((0x1000, 8)));
