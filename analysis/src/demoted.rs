@@ -1,4 +1,4 @@
-//! Peers stay comparable when a tracer demotes functions (record kind 16).
+//! Peers stay comparable when a tracer demotes functions (record kind 17).
 //!
 //! The runtime keeps its cost within a budget by *demoting* functions — tiny ones called very
 //! often — to untraced while the program runs (docs/tracer.md, "Cost budget"). On the node

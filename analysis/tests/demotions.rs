@@ -1,4 +1,4 @@
-//! Peers stay comparable when one node's tracer demotes a function (record kind 16): a
+//! Peers stay comparable when one node's tracer demotes a function (record kind 17): a
 //! function demoted anywhere is compared as demoted everywhere, merged with its callers in
 //! `time`, left out of `count` (`culprit_analysis::demoted`).
 //!

@@ -1,10 +1,10 @@
-//! The tracer's own cost, and what it did to keep it within its budget (format version 8):
-//! [`RecordKind::Cost`](crate::RecordKind::Cost) (kind 17), the process's CPU time and the
+//! The tracer's own cost, and what it did to keep it within its budget (format version 7):
+//! [`RecordKind::Cost`](crate::RecordKind::Cost) (kind 18), the process's CPU time and the
 //! runtime's estimate of its share in each interval, and
-//! [`RecordKind::Demotions`](crate::RecordKind::Demotions) (kind 16), the functions it stopped
+//! [`RecordKind::Demotions`](crate::RecordKind::Demotions) (kind 17), the functions it stopped
 //! tracing while the program ran.
 //!
-//! # Cost (kind 17)
+//! # Cost (kind 18)
 //!
 //! One per interval, after its Interval record (payload, little-endian):
 //!
@@ -16,7 +16,7 @@
 //! | 32 | `cost_ns` u64: the runtime's estimate of its own CPU time in the interval |
 //! | 40 | `calls` u64: the hook calls that estimate counts (traced calls, and untraced ones that reached the runtime) |
 //!
-//! # Demotions (kind 16)
+//! # Demotions (kind 17)
 //!
 //! The runtime keeps its own cost under a budget (`CULPRIT_BUDGET`, default 2 % of the
 //! process's CPU time): when its estimate goes above it, it *demotes* the functions that cost

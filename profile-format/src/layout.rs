@@ -29,12 +29,12 @@ pub const MAGIC: [u8; 8] = *b"CULPRIT\0";
 /// older readers read the first 48 bytes) and the flag [`interval_flags::LATE`] of the
 /// tracer's Edges and Histograms records (older readers ignore it); a tracer of version 7
 /// places every call in its interval itself, so a late writer writes intervals late, not
-/// `MISSED`. Version 8 added the tracer's [`RecordKind::Demotions`] (functions the runtime
-/// stopped tracing to stay within its cost budget) and [`RecordKind::Cost`] (the process's CPU
-/// time and the runtime's estimated share of it, per interval; older readers skip both kinds)
-/// and the Info keys [`info_keys::BUDGET`], [`info_keys::CALL_COST_PS`] and
-/// [`info_keys::DEMOTE`].
-pub const FORMAT_VERSION: u16 = 8;
+/// `MISSED`. Version 7 also added the tracer's [`RecordKind::Demotions`] (kind 17: functions
+/// the runtime stopped tracing to stay within its cost budget) and [`RecordKind::Cost`] (kind
+/// 18: the process's CPU time and the runtime's estimated share of it, per interval; older
+/// readers skip both kinds) and the Info keys [`info_keys::BUDGET`],
+/// [`info_keys::CALL_COST_PS`] and [`info_keys::DEMOTE`].
+pub const FORMAT_VERSION: u16 = 7;
 /// Oldest reader version able to read what this crate writes.
 pub const MIN_READER_VERSION: u16 = 2;
 /// Reader version this crate implements: it reads files whose `min_reader_version` is at most
@@ -240,10 +240,10 @@ pub enum RecordKind {
     Requests = 15,
     /// Functions the tracer stopped tracing while the program ran, to keep its cost within its
     /// budget ([`crate::cost`]).
-    Demotions = 16,
+    Demotions = 17,
     /// One interval's CPU time of the process and the tracer's estimate of its own share
     /// ([`crate::cost`]).
-    Cost = 17,
+    Cost = 18,
 }
 
 impl RecordKind {
@@ -265,8 +265,8 @@ impl RecordKind {
             13 => Self::Wakeups,
             14 => Self::Layers,
             15 => Self::Requests,
-            16 => Self::Demotions,
-            17 => Self::Cost,
+            17 => Self::Demotions,
+            18 => Self::Cost,
             _ => return None,
         })
     }
@@ -474,7 +474,7 @@ pub mod info_keys {
     /// Rotation: this file's piece number (absent or 0 for a writer's first file).
     pub const PIECE: &str = "piece";
     /// Tracer: the cost budget in effect (`CULPRIT_BUDGET`): a percentage of the process's
-    /// CPU time (`2%`), or `off`. Format version 8; absent in older files (no budget).
+    /// CPU time (`2%`), or `off`. Format version 7 on; absent in older files (no budget).
     pub const BUDGET: &str = "budget";
     /// Tracer: its estimate of the CPU cost of one traced call (enter and exit), ps, measured
     /// at start-up (`0` when not measured).

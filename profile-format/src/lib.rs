@@ -81,12 +81,12 @@
 //! | [`RecordKind::Layers`] | both | a stretch of layer-boundary I/O events (seed 003): per event its time, layer, ADMIT/ISSUE/COMPLT/CALLBACK, request, object, offset, bytes ([`layers`]) |
 //! | [`RecordKind::Requests`] | tracer | a stretch of sampled requests (seed 004): per event its time, thread, BEGIN (id, parent id, type) / END / CALL (function, depth, inclusive and exclusive ns) ([`requests`]); since format version 6 |
 //! | [`RecordKind::Wakeups`] | tracer | one interval's flusher wake-ups and how late they came (a stopped or starved process); since version 7 also how late the interval was written and the calls moved into it from earlier intervals |
-//! | [`RecordKind::Cost`] | tracer | one interval's CPU time of the process and the runtime's estimate of its own share ([`cost`]); since format version 8 |
-//! | [`RecordKind::Demotions`] | tracer | functions the runtime stopped tracing to keep its cost within budget: when, why, their calls and self time then, the callers they were seen called from ([`cost`]); since format version 8 |
+//! | [`RecordKind::Cost`] | tracer | one interval's CPU time of the process and the runtime's estimate of its own share ([`cost`]); since format version 7 |
+//! | [`RecordKind::Demotions`] | tracer | functions the runtime stopped tracing to keep its cost within budget: when, why, their calls and self time then, the callers they were seen called from ([`cost`]); since format version 7 |
 //! | [`RecordKind::End`] | both | clean end: nothing follows |
 //!
 //! The tracer writes an interval's Unwound, Edges, Histograms and Cost records (kinds 9–11
-//! and 17; edges and histograms only when asked for at record time) right after its Interval
+//! and 18; edges and histograms only when asked for at record time) right after its Interval
 //! record, with the same `start_ns`; records with the same start add up, like Interval
 //! records.
 //!

@@ -132,7 +132,7 @@ pub struct TraceInterval {
     pub edge_drops: u32,
     /// Call-duration histograms, when traced with `CULPRIT_HIST=1` (`None` otherwise).
     pub hists: Option<Vec<TraceHist>>,
-    /// The process's CPU time and the runtime's estimate of its own share (format version 8;
+    /// The process's CPU time and the runtime's estimate of its own share (format version 7;
     /// `None` in older files).
     pub cost: Option<culprit_format::CostRec>,
 }
@@ -186,7 +186,7 @@ pub struct TraceFile {
     pub stacks: Option<StackSnapshot>,
     /// The flusher's wake-ups and their lateness, per interval (format version 4).
     pub wakeups: Vec<culprit_format::WakeupsRec>,
-    /// Functions the runtime stopped tracing (its cost budget; format version 8), in file
+    /// Functions the runtime stopped tracing (its cost budget; format version 7), in file
     /// order.
     pub demotions: Vec<TraceDemotions>,
     /// Later pieces of a rotated process joined into this one, oldest first (`path` is the
@@ -223,7 +223,7 @@ impl TraceFile {
     }
 }
 
-/// One Demotions record (record kind 16): functions the runtime stopped tracing at `at_ns`,
+/// One Demotions record (record kind 17): functions the runtime stopped tracing at `at_ns`,
 /// their callers resolved like the intervals' functions.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TraceDemotions {

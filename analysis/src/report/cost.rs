@@ -94,7 +94,7 @@ fn budget_fraction(s: Option<&str>) -> Option<f64> {
 
 /// The cost of the process of `files` over the intervals `in_range` accepts; `funcs` are its
 /// functions' (calls, self ns) in the range. `None` for files without Cost records (written
-/// before format version 8, or by uprobes).
+/// before format version 7, or by uprobes).
 pub fn tracing_cost(
     ds: &Dataset,
     files: &[&TraceFile],

@@ -186,7 +186,7 @@ pub struct ProcessReport {
     #[serde(skip_serializing_if = "is_zero")]
     pub edge_drops: u64,
     /// What tracing cost the process, the functions the runtime demoted and those to leave
-    /// out of the build (files of format version 8 on).
+    /// out of the build (files of format version 7 on).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tracing_cost: Option<super::cost::TracingCost>,
 }
