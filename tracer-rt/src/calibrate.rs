@@ -4,10 +4,11 @@
 //! The hooks' fast path is run on a private block (no owner, an interval that never ends, a
 //! made-up function at its home slot): enter/exit pairs of a traced function, then of a quiet
 //! (untraced) one, timed with the thread's CPU clock (`CLOCK_THREAD_CPUTIME_ID`, so time spent
-//! waiting for a CPU is not counted), the least of three runs each. The block then goes back to
-//! the kernel. The measure includes the calls themselves (argument set-up, the call and
-//! return), as in the program; it does not see the cache misses of real code, so it is a
-//! lower bound of what a traced call costs there.
+//! waiting for a CPU is not counted), the least of three runs each, less the same loop calling
+//! hooks that do nothing (the calls themselves are what `-finstrument-functions` costs with
+//! glibc's no-op hooks too: the runtime's cost is what it adds to them). The block then goes
+//! back to the kernel. It does not see the cache misses of real code, so it is a lower bound
+//! of what a traced call costs there.
 
 use crate::block::ThreadBlock;
 use crate::sys::{self, Publish};
@@ -37,6 +38,13 @@ pub struct CallCost {
     pub quiet_ns: f64,
 }
 
+impl CallCost {
+    /// What one quiet hook call (an entry or an exit) costs: the fast path counts each.
+    pub fn quiet_hook_ns(&self) -> f64 {
+        self.quiet_ns / 2.0
+    }
+}
+
 /// A made-up function address: this module's own code, never instrumented.
 fn fake_addr() -> usize {
     measure as *const () as usize
@@ -53,23 +61,28 @@ pub fn measure() -> CallCost {
     };
     let addr = fake_addr();
     let saved = sys::tls_cur();
-    let run = |quiet: bool| {
-        b.prepare_calibration(addr, quiet);
-        sys::set_tls_cur(b as *const ThreadBlock as usize);
+    let best = |pair: fn(usize)| {
         let mut best = f64::INFINITY;
         for _ in 0..RUNS {
             let t0 = sys::thread_cpu_ns();
             for _ in 0..PAIRS {
-                sys::hooks::enter_exit(addr);
+                pair(addr);
             }
             let dt = sys::thread_cpu_ns().saturating_sub(t0);
             best = best.min(dt as f64 / PAIRS as f64);
         }
-        sys::set_tls_cur(saved);
         best
     };
-    let traced_ns = run(false);
-    let quiet_ns = run(true);
+    let run = |quiet: bool| {
+        b.prepare_calibration(addr, quiet);
+        sys::set_tls_cur(b as *const ThreadBlock as usize);
+        let t = best(sys::hooks::enter_exit);
+        sys::set_tls_cur(saved);
+        t
+    };
+    let nop = best(sys::hooks::enter_exit_nop);
+    let traced_ns = (run(false) - nop).max(0.0);
+    let quiet_ns = (run(true) - nop).max(0.0);
     let _ = b.forget_all();
     sys::discard_tail(b, 0);
     CallCost {

@@ -962,15 +962,17 @@ impl Flusher {
         let cpu_now = sys::process_cpu_ns();
         let cpu_ns = cpu_now.saturating_sub(self.cpu_at);
         self.cpu_at = cpu_now;
-        let mut quiet = 0;
+        // Only the flusher takes a block's quiet count; a block keeps it when its thread exits
+        // (free, until another thread claims it) and hands it over when given back.
+        let mut quiet = pool::take_quiet_released();
         for b in pool::blocks() {
             let st = b.state.load(Acquire);
-            if st == state::LIVE || st == state::DEAD {
+            if st == state::LIVE || st == state::DEAD || st == state::FREE {
                 quiet += b.take_quiet();
             }
         }
         let calls = t.calls();
-        let cost_ns = calls as f64 * self.call.traced_ns + quiet as f64 * self.call.quiet_ns;
+        let cost_ns = calls as f64 * self.call.traced_ns + quiet as f64 * self.call.quiet_hook_ns();
         let r = IntervalRef {
             start_ns: start,
             dur_ns: self.cfg.interval_ns,

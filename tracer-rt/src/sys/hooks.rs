@@ -206,6 +206,25 @@ pub fn enter_exit(func: usize) {
     __cyg_profile_func_exit(f, std::ptr::null_mut());
 }
 
+/// A hook that does nothing, like glibc's: what the calibration subtracts (the calls
+/// themselves are the instrumentation's cost, not the runtime's).
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+extern "C" fn nop_hook(_func: *mut u8, _call_site: *mut u8) {
+    core::arch::naked_asm!("ret")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+extern "C" fn nop_hook(_func: *mut u8, _call_site: *mut u8) {}
+
+/// [`enter_exit`] with hooks that do nothing.
+#[inline(never)]
+pub fn enter_exit_nop(func: usize) {
+    let f = std::hint::black_box(func) as *mut u8;
+    nop_hook(f, std::ptr::null_mut());
+    nop_hook(f, std::ptr::null_mut());
+}
+
 /// Entry hook where there is no fast path: always the general path.
 #[cfg(not(target_arch = "x86_64"))]
 #[no_mangle]
