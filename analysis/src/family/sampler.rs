@@ -1,14 +1,14 @@
 //! The sampler's families: `samples` (instruction-pointer samples per program, image and
 //! function) and `events` (kernel tracepoint counts per node), from `culprit sample`'s files.
 //!
-//! Samples in the tracing runtime (`culprit runtime` in `libculprit_rt.so`) are not compared:
+//! Samples in the tracing runtime (`culprit runtime` in `libculprit_rt.so`, and the PLT stubs
+//! through which instrumented code calls its hooks, `__cyg_profile_func_enter@plt`…) are not
+//! compared:
 //! the tool's cost is never a root cause, and a node whose tracer demoted functions (its cost
 //! budget) spends less in it than its peers with nothing wrong. The report shows them apart, as
 //! the tracing cost ([`tracing_cost`]).
 
-use culprit_sampler::profile::{
-    is_culprit_runtime, CULPRIT_RUNTIME, STOPPED_EVENT, STOPPED_NS_EVENT,
-};
+use culprit_sampler::profile::{is_tracing_cost, STOPPED_EVENT, STOPPED_NS_EVENT};
 use std::collections::HashMap;
 
 use crate::data::{Dataset, EventId, FileStatus, FuncId, NodeData, ProgramId};
@@ -226,10 +226,11 @@ impl FamilyReader for EventsReader {
     }
 }
 
-/// True for the function the sampler names the tracing runtime's samples by.
+/// True for the samples that are tracing's cost: in the runtime (the function the sampler
+/// names its samples by), or in the PLT stubs of the hooks.
 fn is_runtime(ds: &Dataset, func: FuncId) -> bool {
     let k = ds.names.funcs.get(func);
-    &*k.function == CULPRIT_RUNTIME && is_culprit_runtime(&k.image)
+    is_tracing_cost(&k.image, &k.function)
 }
 
 /// The tracing runtime's share of the traced programs' CPU samples on one node.
@@ -237,7 +238,7 @@ fn is_runtime(ds: &Dataset, func: FuncId) -> bool {
 pub struct TracingCost {
     /// Node.
     pub node: String,
-    /// Samples in `libculprit_rt.so` (its hooks and flusher).
+    /// Samples in `libculprit_rt.so` (its hooks and flusher) and in the hooks' PLT stubs.
     pub runtime_samples: u64,
     /// Samples of the programs the runtime ran in, its own included.
     pub program_samples: u64,
