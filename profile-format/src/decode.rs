@@ -395,6 +395,8 @@ pub enum Record<'a> {
     Demotions(crate::cost::DemotionsRec),
     /// The process's CPU time and the tracer's estimate of its share, in an interval.
     Cost(crate::cost::CostRec),
+    /// Records the kernel dropped in an interval, by kind (sampler).
+    Lost(LostRec),
     /// A record kind this reader does not know (written by a newer compatible writer).
     Unknown {
         /// The kind number.
@@ -851,6 +853,32 @@ pub struct WakeupsRec {
     pub written_late_ns: u64,
 }
 
+/// A decoded [`RecordKind::Lost`] record: what the kernel dropped in an interval (its rings
+/// were full), by kind. Samples, kernel-event records and process-tracking records have rings
+/// of their own, so each count is of what it says.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LostRec {
+    /// The interval.
+    pub interval: IntervalKey,
+    /// Whose the counts are ([`lost_whose`]): the machine's, or this node's own.
+    pub whose: u32,
+    /// IP samples dropped.
+    pub samples: u64,
+    /// Kernel-event (tracepoint) records dropped: the `Events` counts of the interval are
+    /// short by as many occurrences.
+    pub events: u64,
+    /// Process-tracking records dropped (COMM, MMAP2, FORK, EXIT, NAMESPACES): samples of
+    /// processes or mappings they announced may be named `[unknown]` or given to no node.
+    pub tracking: u64,
+}
+
+impl LostRec {
+    /// True when the counts are this node's own, not the machine's.
+    pub fn is_own(&self) -> bool {
+        self.whose == lost_whose::NODE
+    }
+}
+
 /// A decoded [`RecordKind::Stacks`] record.
 #[derive(Clone, Debug)]
 pub struct StacksRec<'a> {
@@ -961,7 +989,10 @@ pub struct OsMetricsRec<'a> {
     pub start_ns: u64,
     /// Interval length, ns.
     pub dur_ns: u64,
-    /// Time between the two reads the rates come from, ns.
+    /// Time between the two reads the rates come from, ns (monotonic clock; near `dur_ns`).
+    /// Longer than `dur_ns` when the later read came late: its rates are averages over the
+    /// span, written for each interval the span covers (the sampler since format version 7;
+    /// before, such intervals were written MISSED).
     pub span_ns: u64,
     /// [`interval_flags`] bits.
     pub flags: u32,
@@ -1158,6 +1189,18 @@ fn decode_payload(kind: RecordKind, p: &[u8]) -> Result<Record<'_>, &'static str
                 } else {
                     0
                 },
+            })
+        }
+        RecordKind::Lost => {
+            if p.len() < LOST_SIZE {
+                return Err("lost record too short");
+            }
+            Record::Lost(LostRec {
+                interval: interval_key(p),
+                whose: le32(p, 20),
+                samples: le64(p, 24),
+                events: le64(p, 32),
+                tracking: le64(p, 40),
             })
         }
         RecordKind::Stacks => {

@@ -29,11 +29,15 @@ pub const MAGIC: [u8; 8] = *b"CULPRIT\0";
 /// older readers read the first 48 bytes) and the flag [`interval_flags::LATE`] of the
 /// tracer's Edges and Histograms records (older readers ignore it); a tracer of version 7
 /// places every call in its interval itself, so a late writer writes intervals late, not
-/// `MISSED`. Version 7 also added the tracer's [`RecordKind::Demotions`] (kind 17: functions
-/// the runtime stopped tracing to stay within its cost budget) and [`RecordKind::Cost`] (kind
-/// 18: the process's CPU time and the runtime's estimated share of it, per interval; older
-/// readers skip both kinds) and the Info keys [`info_keys::BUDGET`],
-/// [`info_keys::CALL_COST_PS`] and [`info_keys::DEMOTE`].
+/// `MISSED`.
+/// Version 7 also added the sampler's [`RecordKind::Lost`] (kind 16: what the kernel dropped, by
+/// kind, and whose it was; older readers skip the kind), and the Samples record's `lost` counts
+/// samples only (before, kernel-event and process-tracking records the kernel dropped were
+/// counted there too whenever they shared a ring with the samples); and the tracer's
+/// [`RecordKind::Demotions`] (kind 17: functions the runtime stopped tracing to stay within its
+/// cost budget) and [`RecordKind::Cost`] (kind 18: the process's CPU time and the runtime's
+/// estimated share of it, per interval; older readers skip both kinds), with the Info keys
+/// [`info_keys::BUDGET`], [`info_keys::CALL_COST_PS`] and [`info_keys::DEMOTE`].
 pub const FORMAT_VERSION: u16 = 7;
 /// Oldest reader version able to read what this crate writes.
 pub const MIN_READER_VERSION: u16 = 2;
@@ -238,6 +242,10 @@ pub enum RecordKind {
     /// A stretch of sampled requests and the calls made in them (seed 004): the tracer's
     /// `culprit_request_*` C API ([`crate::requests`]).
     Requests = 15,
+    /// One interval's records the kernel dropped (sampler): samples, kernel-event records and
+    /// process-tracking records counted apart, and whose they were ([`lost_whose`]). Written
+    /// only for intervals in which something was lost (format version 7).
+    Lost = 16,
     /// Functions the tracer stopped tracing while the program ran, to keep its cost within its
     /// budget ([`crate::cost`]).
     Demotions = 17,
@@ -265,6 +273,7 @@ impl RecordKind {
             13 => Self::Wakeups,
             14 => Self::Layers,
             15 => Self::Requests,
+            16 => Self::Lost,
             17 => Self::Demotions,
             18 => Self::Cost,
             _ => return None,
@@ -386,6 +395,21 @@ pub const STACKS_FIXED_SIZE: usize = 24;
 pub const WAKEUPS_SIZE: usize = 48;
 /// Size of a [`RecordKind::Wakeups`] payload since format version 7.
 pub const WAKEUPS_SIZE_V7: usize = 64;
+/// Size of a [`RecordKind::Lost`] payload: the interval (start, length, flags), whose
+/// ([`lost_whose`]), samples, kernel-event records and process-tracking records lost.
+pub const LOST_SIZE: usize = 48;
+
+/// Values of a [`RecordKind::Lost`] record's `whose` field.
+pub mod lost_whose {
+    /// The counts are the whole machine's (every CPU's rings): the kernel says how many records
+    /// a ring dropped, not whose they were, so they belong to no node in particular. Every
+    /// node file of the sampler run carries the same counts.
+    pub const MACHINE: u32 = 0;
+    /// The counts are this node's own: it is the only node of a sampler that samples the whole
+    /// machine, so every sample dropped was its.
+    pub const NODE: u32 = 1;
+}
+
 /// Buckets of a call-duration histogram: bucket 0 holds calls of 0–1 ns, bucket `k ≥ 1` calls
 /// of `2^k ..= 2^(k+1) − 1` ns, and the last one everything longer (≥ 2^47 ns, 39 hours).
 pub const HIST_BUCKETS: usize = 48;
@@ -473,6 +497,10 @@ pub mod info_keys {
     pub const CONTINUES: &str = "continues";
     /// Rotation: this file's piece number (absent or 0 for a writer's first file).
     pub const PIECE: &str = "piece";
+    /// What worked less well than asked, one line each, in the file's first Info record or in
+    /// a later one when it happened (the sampler: events not counted, a process image refused
+    /// because it was not a regular file).
+    pub const WARNING: &str = "warning";
     /// Tracer: the cost budget in effect (`CULPRIT_BUDGET`): a percentage of the process's
     /// CPU time (`2%`), or `off`. Format version 7 on; absent in older files (no budget).
     pub const BUDGET: &str = "budget";

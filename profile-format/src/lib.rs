@@ -81,6 +81,7 @@
 //! | [`RecordKind::Layers`] | both | a stretch of layer-boundary I/O events (seed 003): per event its time, layer, ADMIT/ISSUE/COMPLT/CALLBACK, request, object, offset, bytes ([`layers`]) |
 //! | [`RecordKind::Requests`] | tracer | a stretch of sampled requests (seed 004): per event its time, thread, BEGIN (id, parent id, type) / END / CALL (function, depth, inclusive and exclusive ns) ([`requests`]); since format version 6 |
 //! | [`RecordKind::Wakeups`] | tracer | one interval's flusher wake-ups and how late they came (a stopped or starved process); since version 7 also how late the interval was written and the calls moved into it from earlier intervals |
+//! | [`RecordKind::Lost`] | sampler | one interval's records the kernel dropped: samples, kernel-event records and process-tracking records apart, and whether they were the node's own or the machine's ([`lost_whose`]); since format version 7, only for intervals that lost something |
 //! | [`RecordKind::Cost`] | tracer | one interval's CPU time of the process and the runtime's estimate of its own share ([`cost`]); since format version 7 |
 //! | [`RecordKind::Demotions`] | tracer | functions the runtime stopped tracing to keep its cost within budget: when, why, their calls and self time then, the callers they were seen called from ([`cost`]); since format version 7 |
 //! | [`RecordKind::End`] | both | clean end: nothing follows |
@@ -127,9 +128,9 @@ pub use crc::{crc32, record_crc, Crc32};
 pub use decode::{
     parse_header, pending_interval, pending_records, records_at, records_in, EdgeEntry, EdgesRec,
     EndRec, EventEntry, EventsRec, FormatError, Histogram, HistogramsRec, Info, IntervalEntry,
-    IntervalKey, IntervalRec, ObjectRec, OsMetricEntry, OsMetricsRec, ParsedFile, Pending, Record,
-    Records, SampleEntry, SamplesRec, StackEntry, StacksRec, StringsRec, UnwoundEntry, UnwoundRec,
-    WakeupsRec,
+    IntervalKey, IntervalRec, LostRec, ObjectRec, OsMetricEntry, OsMetricsRec, ParsedFile, Pending,
+    Record, Records, SampleEntry, SamplesRec, StackEntry, StacksRec, StringsRec, UnwoundEntry,
+    UnwoundRec, WakeupsRec,
 };
 pub use encode::{IntervalHead, IntervalRef, ObjectDesc, OsMetricsHead, RecordBuf, SamplesHead};
 pub use layers::{

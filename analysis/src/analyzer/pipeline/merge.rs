@@ -144,17 +144,10 @@ pub(super) fn apply(
                     .iter()
                     .map(|nb| {
                         let mut nb = nb.clone();
-                        nb.vals.resize(nb.vals.len().max(n), 0.0);
-                        for m in &moves {
-                            let v = std::mem::take(&mut nb.vals[m.from as usize]);
-                            if let Some(to) = m.into {
-                                nb.vals[to as usize] += m.factor * v;
-                            }
-                        }
-                        // An overhead estimated above what was measured leaves nothing.
-                        for m in &moves {
-                            if let Some(to) = m.into {
-                                nb.vals[to as usize] = nb.vals[to as usize].max(0.0);
+                        // Each writer's sums, over its whole and its partial intervals alike.
+                        for wb in &mut nb.writers {
+                            for vals in [&mut wb.vals, &mut wb.part] {
+                                move_values(vals, n, &moves);
                             }
                         }
                         nb
@@ -196,6 +189,26 @@ pub(super) fn apply(
         })
         .collect();
     Some(Merged { rows, slots })
+}
+
+/// Applies `moves` to one set of sums over `n` components (padded with zeros to `n`).
+fn move_values(vals: &mut Vec<f64>, n: usize, moves: &[Move]) {
+    if vals.is_empty() {
+        return;
+    }
+    vals.resize(vals.len().max(n), 0.0);
+    for m in moves {
+        let v = std::mem::take(&mut vals[m.from as usize]);
+        if let Some(to) = m.into {
+            vals[to as usize] += m.factor * v;
+        }
+    }
+    // An overhead estimated above what was measured leaves nothing.
+    for m in moves {
+        if let Some(to) = m.into {
+            vals[to as usize] = vals[to as usize].max(0.0);
+        }
+    }
 }
 
 #[cfg(test)]
