@@ -211,6 +211,7 @@ impl Feeder {
         offline_chunk_ns: Option<u64>,
         mut closed: impl FnMut(&Analyzer, Vec<crate::analyzer::WindowEvent>, u64) -> Result<()>,
     ) -> Result<()> {
+        analyzer.set_merges(crate::demoted::merges(ds));
         let Some(chunk) = offline_chunk_ns else {
             return self.feed_until(ds, analyzer, u64::MAX);
         };

@@ -39,6 +39,7 @@ pub mod analyzer;
 pub mod cdf;
 pub mod combine;
 pub mod data;
+pub mod demoted;
 pub mod diagnosis;
 pub mod distance;
 pub mod error;

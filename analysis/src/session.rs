@@ -303,6 +303,7 @@ impl Reporting<'_> {
     fn report(&self, outcome: &Outcome, ds: &Dataset) -> Diagnosis {
         let setup = self.setup;
         let mut notes = self.notes.clone();
+        notes.extend(crate::demoted::notes(ds));
         outcome_notes(
             outcome,
             setup,
@@ -343,6 +344,7 @@ impl Reporting<'_> {
                 levels: Some(&levels),
             },
         );
+        diagnosis.tracing_cost = crate::family::sampler::tracing_cost(ds);
         // Seed 003: the I/O layers' characteristics, compared bottom-up across the peers.
         if let Some(t) = crate::layers::table(&ds.nodes) {
             let layers = diagnosis.metric(Metric::LAYERS);

@@ -14,7 +14,7 @@ mod common;
 use std::path::Path;
 use std::sync::Arc;
 
-use common::{noise, samples_writer, temp_dir};
+use common::{noise, samples_second, samples_writer, temp_dir};
 use culprit_analysis::data::NodeData;
 use culprit_analysis::diagnosis::MetricStatus;
 use culprit_analysis::family::sampler::Samples;
@@ -26,7 +26,7 @@ use culprit_analysis::session::{self, DiagnoseRequest};
 use culprit_analysis::setup::{Overrides, Setup};
 use culprit_analysis::time::NS_PER_S;
 use culprit_analysis::Diagnosis;
-use culprit_format::{end_reason, RecordBuf, SampleEntry, SamplesHead};
+use culprit_format::{end_reason, RecordBuf, SampleEntry};
 
 /// 2024-01-01T00:00:00Z.
 const T0: u64 = 1_704_067_200;
@@ -118,19 +118,7 @@ fn write(root: &Path) {
                     }
                 })
                 .collect();
-            let total = entries.iter().map(|e| e.count).sum();
-            buf.samples(
-                &SamplesHead {
-                    start_ns: (T0 + s) * NS_PER_S,
-                    dur_ns: NS_PER_S,
-                    flags: 0,
-                    event_sid: 1,
-                    period: 1_000_000,
-                    total,
-                    lost: 0,
-                },
-                entries,
-            );
+            samples_second(&mut buf, T0 + s, entries);
             w.append(&buf).unwrap();
         }
         w.finish((T0 + SECS) * NS_PER_S, end_reason::SIGNAL)

@@ -13,7 +13,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{noise, samples_writer, temp_dir, TempDir};
+use common::{noise, samples_second, samples_writer, temp_dir, TempDir};
 use culprit_analysis::diagnosis::MetricStatus;
 use culprit_analysis::family::Metric;
 use culprit_analysis::missing::Finding;
@@ -26,9 +26,7 @@ use culprit_analysis::time::NS_PER_S;
 use culprit_analysis::train::{self, TrainingRun};
 use culprit_analysis::Diagnosis;
 use culprit_format::os_metrics::name;
-use culprit_format::{
-    end_reason, OsMetricEntry, OsMetricsHead, RecordBuf, SampleEntry, SamplesHead,
-};
+use culprit_format::{end_reason, OsMetricEntry, OsMetricsHead, RecordBuf, SampleEntry};
 
 /// 2024-01-01T00:00:00Z.
 const T0: u64 = 1_704_067_200;
@@ -72,19 +70,7 @@ fn write(root: &Path, faulty: bool, seed: u64) {
                     count: (base * (1.0 + 0.05 * z(i as u64))).round() as u64,
                 })
                 .collect();
-            let total = entries.iter().map(|e| e.count).sum();
-            buf.samples(
-                &SamplesHead {
-                    start_ns: (T0 + s) * NS_PER_S,
-                    dur_ns: NS_PER_S,
-                    flags: 0,
-                    event_sid: 1,
-                    period: 1_000_000,
-                    total,
-                    lost: 0,
-                },
-                entries,
-            );
+            samples_second(&mut buf, T0 + s, entries);
             if with_os {
                 let (delay, bytes) = if slow { (900.0, 2e6) } else { (100.0, 8e6) };
                 buf.os_metrics(

@@ -8,23 +8,22 @@
 //! exist). Everything from the files on is the library's real path: loader, family readers,
 //! analyzer, diagnosis.
 
+mod common;
+
 use std::path::Path;
 
+use common::{noise, temp_dir, trace_writer};
 use culprit_analysis::diagnosis::MetricStatus;
 use culprit_analysis::family::Features;
 use culprit_analysis::plan::Quiet;
-use culprit_analysis::score::SplitMix64;
 use culprit_analysis::session::{self, DiagnoseRequest};
 use culprit_analysis::setup::{Overrides, Setup, TrainedThresholds};
 use culprit_analysis::thresholds::{ThresholdRule, UnseenScale};
 use culprit_analysis::time::NS_PER_S;
 use culprit_analysis::train::{self, TrainingRun};
 use culprit_analysis::Diagnosis;
-use culprit_format::names::trace_file_name;
-use culprit_format::writer::FileWriter;
 use culprit_format::{
-    end_reason, object_flags, EdgeEntry, FileKind, Histogram, IntervalEntry, IntervalHead,
-    IntervalRef, ObjectDesc, RecordBuf,
+    end_reason, EdgeEntry, Histogram, IntervalEntry, IntervalHead, IntervalRef, RecordBuf,
 };
 
 /// 2024-01-01T00:00:00Z.
@@ -40,12 +39,6 @@ const FLUSH: u64 = 0x300;
 const IO_WRITE: u64 = 0x400;
 const WORK: u64 = 0x500;
 
-/// Deterministic noise in [-1, 1).
-fn noise(a: u64, b: u64, c: u64) -> f64 {
-    let mut rng = SplitMix64(a * 1_000_003 + b * 1009 + c);
-    2.0 * rng.unit() - 1.0
-}
-
 /// What one node writes in one second.
 struct Second {
     entries: Vec<IntervalEntry>,
@@ -56,33 +49,8 @@ struct Second {
 /// Four nodes' trace files, one process each, 1 s intervals.
 fn write(root: &Path, second: impl Fn(u64, u64) -> Second) {
     for n in 0..4u64 {
-        let dir = root.join(format!("io{n}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        let pid = 100 + n as u32;
-        let mut w = FileWriter::create_unique(
-            &dir,
-            |seq| trace_file_name(pid, T0 * NS_PER_S, seq),
-            FileKind::Trace,
-            T0 * NS_PER_S,
-            pid,
-        )
-        .unwrap();
+        let mut w = trace_writer(root, n, T0, BIAS, &[]);
         let mut buf = RecordBuf::new();
-        buf.info([
-            ("program", "server"),
-            ("interval_ns", "1000000000"),
-            ("pid", &pid.to_string()),
-        ]);
-        buf.object(&ObjectDesc {
-            id: 1,
-            flags: object_flags::MAIN,
-            bias: BIAS,
-            start: BIAS,
-            end: BIAS + 0x10_000,
-            build_id: &[],
-            path: "/nonexistent-culprit-test/server",
-        });
-        w.append(&buf).unwrap();
         for s in 0..SECS {
             let sec = second(n, s);
             let r = IntervalRef {
@@ -116,21 +84,6 @@ fn diagnose(root: &Path, o: Overrides) -> Diagnosis {
     let setup = Setup::resolve(&o, None).unwrap();
     let req = DiagnoseRequest::dirs(&[root.to_path_buf()], 10);
     session::diagnose(&setup, None, req, &mut Quiet).expect("diagnose")
-}
-
-struct TempDir(std::path::PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn temp_dir(tag: &str) -> TempDir {
-    let p = std::env::temp_dir().join(format!("culprit-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&p);
-    std::fs::create_dir_all(&p).unwrap();
-    TempDir(p)
 }
 
 fn edge(caller: u64, callee: u64, calls: u64, excl_ms: f64) -> EdgeEntry {

@@ -25,7 +25,9 @@ use culprit_sampler::launch::{
     gcc -finstrument-functions -g -O2 server.c -o server\n  \
     culprit record -o data --node io1 -- ./server --port 3334\n  \
     culprit record --exclude 'hash_*,list_*' -- ./server\n  \
-    culprit report data\n\n\
+    culprit record --budget off -- ./server   # trace everything, whatever it costs\n  \
+    culprit report data\n  \
+    culprit report data --exclude-flags       # rebuild without the costliest hooks\n\n\
     A binary that cannot be rebuilt: count calls with uprobes instead (root):\n  \
     culprit record --uprobes 'handle_*,libc.so.6:fsync' -- /usr/sbin/server\n  \
     culprit record --attach 1234 --uprobes 'handle_*' --duration 60s")]
@@ -52,6 +54,11 @@ pub struct Args {
     /// Also record call-duration histograms (CULPRIT_HIST=1; p50/p90/p99/max in reports)
     #[arg(long)]
     pub hist: bool,
+    /// The runtime's cost budget, a percentage of the program's CPU time (`2%`, `0.5%`), or
+    /// `off` to trace every function whatever it costs (CULPRIT_BUDGET). Above it the runtime
+    /// stops tracing the functions that cost most for what they tell [default: 2%]
+    #[arg(long, value_name = "PERCENT|off", value_parser = parse_budget)]
+    pub budget: Option<String>,
     /// Also sample the program's process tree with perf_event (user and kernel code), into the
     /// same node directory (needs perf access, like `culprit sample`)
     #[arg(long)]
@@ -175,6 +182,9 @@ impl Config {
         if a.hist {
             env.push(("CULPRIT_HIST", "1".into()));
         }
+        if let Some(b) = a.budget {
+            env.push(("CULPRIT_BUDGET", b.into()));
+        }
         let (runtime, preload) = preload()?;
         env.push(("LD_PRELOAD", preload));
         let sample = if a.sample {
@@ -230,11 +240,110 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     Ok(status)
 }
 
+/// `--budget`: a percentage (`2%`, `2`, `0.5%`) in (0, 100], or `off`.
+fn parse_budget(s: &str) -> Result<String, String> {
+    let t = s.trim();
+    if t.eq_ignore_ascii_case("off") {
+        return Ok("off".into());
+    }
+    match t.trim_end_matches('%').trim().parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 100.0 => Ok(format!("{v}%")),
+        _ => Err(format!(
+            "{s:?} is not a budget: give a percentage of the program's CPU time (2%, 0.5%) or off"
+        )),
+    }
+}
+
+/// Says on stderr what tracing cost this run's processes, from their files: the cost, what
+/// the runtime demoted, and how to leave the costliest hooks out of the build.
+fn report_cost(cfg: &Config, new: &[PathBuf]) {
+    let pids: Vec<u32> = new
+        .iter()
+        .filter_map(
+            |f| match names::parse_data_file_name(&f.file_name()?.to_string_lossy()) {
+                Some(names::DataFileName::Trace { pid, .. }) => Some(pid),
+                _ => None,
+            },
+        )
+        .collect();
+    let dirs: Vec<PathBuf> = new
+        .iter()
+        .filter_map(|f| f.parent().map(PathBuf::from))
+        .fold(Vec::new(), |mut v, d| {
+            if !v.contains(&d) {
+                v.push(d);
+            }
+            v
+        });
+    if pids.is_empty() {
+        return;
+    }
+    let Ok(ds) = culprit_analysis::data::Dataset::open(
+        &dirs,
+        culprit_analysis::data::LoadOptions::default(),
+    ) else {
+        return;
+    };
+    let opts = culprit_analysis::report::ReportOptions {
+        programs: Vec::new(),
+        pids,
+        from: None,
+        to: None,
+        sort: culprit_analysis::report::SortKey::Calls,
+        limit: 0,
+        merge: false,
+        only: Some(culprit_analysis::report::Only::Traces),
+        os_series: false,
+    };
+    let Ok(r) = culprit_analysis::report::build(&ds, &opts) else {
+        return;
+    };
+    for p in r.nodes.iter().flat_map(|n| &n.processes) {
+        let Some(c) = &p.tracing_cost else { continue };
+        let demoted = if c.demoted.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; the runtime stopped tracing {} function(s) to stay within its {} budget",
+                c.demoted.len(),
+                c.budget.as_deref().unwrap_or("2%")
+            )
+        };
+        if !c.expensive && c.demoted.is_empty() {
+            continue;
+        }
+        let names: Vec<&str> = c
+            .exclude
+            .iter()
+            .take(5)
+            .map(|x| x.function.as_str())
+            .collect();
+        eprintln!(
+            "culprit: pid {} ({}): tracing cost about {:.1} % of its CPU time ({:.1} M traced \
+             calls/s){demoted}; the call rate makes tracing expensive: rebuild without the hooks \
+             of {}{} (flags: culprit report {} --pid {} --exclude-flags)",
+            p.pid,
+            p.program,
+            100.0 * c.share(),
+            c.calls_per_s / 1e6,
+            names.join(", "),
+            if c.exclude.len() > names.len() {
+                format!(" and {} more", c.exclude.len() - names.len())
+            } else {
+                String::new()
+            },
+            cfg.dir.display(),
+            p.pid
+        );
+    }
+}
+
 /// Says on stderr where this run's trace data went: the trace files new since the start that
 /// this run wrote ([`written_by`]) under the node the runtime uses (`--node`, else
-/// `$CULPRIT_NODE`, else the host name).
+/// `$CULPRIT_NODE`, else the host name), and what tracing cost them.
 fn report_files(cfg: &Config, before: &[PathBuf], pid: Option<u32>) {
     let new = written_by(&cfg.dir, before, &node_or_default(cfg.node.as_deref()), pid);
+    report_cost(cfg, &new);
     if new.is_empty() {
         eprintln!(
             "culprit: no trace data written under {} (see any culprit: line above)",

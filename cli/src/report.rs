@@ -27,7 +27,8 @@ use culprit_text::report::Show;
     culprit report DATA --stacks --node io2    # where each thread is now\n  \
     culprit report DATA --layers               # I/O layers side by side (seed 003)\n  \
     culprit report DATA --callers io_pread --callees handle_request\n  \
-    culprit report DATA --json | jq '.nodes[0].processes[0].functions[0]'\n\n\
+    culprit report DATA --json | jq '.nodes[0].processes[0].functions[0]'\n  \
+    culprit report DATA --exclude-flags      # gcc flags leaving the costliest hooks out\n\n\
     With CULPRIT_HIST=1 at record time the function tables show p50/p90/p99/max call durations.")]
 pub struct Args {
     /// Data directories (a root holding NODE/ directories, or node directories).
@@ -94,6 +95,11 @@ pub struct Args {
     /// With --layers --json: also each layer's characteristics per second (`series`).
     #[arg(long, requires = "layers")]
     pub layer_series: bool,
+    /// Print the gcc flags that leave out of each program's build the functions whose hooks
+    /// cost most: those the runtime demoted to keep within its budget, and those whose calls
+    /// keep the tracing cost above it (`-finstrument-functions-exclude-function-list=…`).
+    #[arg(long, conflicts_with_all = ["json", "stacks", "layers", "graph"])]
+    pub exclude_flags: bool,
     /// Print JSON (schema culprit-report/1, see docs/report-json.md).
     #[arg(long)]
     pub json: bool,
@@ -150,14 +156,20 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         from,
         to,
         sort: args.sort,
-        // JSON has every row.
-        limit: if args.json { 0 } else { args.limit },
+        // JSON has every row; the flags look at every function's name.
+        limit: if args.json || args.exclude_flags {
+            0
+        } else {
+            args.limit
+        },
         merge: args.merge,
         only: args.only,
         os_series: args.os_series,
     };
     let report = report::build(&ds, &opts)?;
-    if args.json {
+    if args.exclude_flags {
+        culprit_text::report::print_exclude_flags(&report, &mut out)?;
+    } else if args.json {
         serde_json::to_writer_pretty(&mut out, &report)?;
         writeln!(out)?;
     } else {

@@ -183,15 +183,15 @@ pub fn pending_interval(bytes: &[u8], version: u16) -> Option<IntervalRec<'_>> {
 pub struct Pending<'a> {
     /// The Interval record (flagged [`interval_flags::PARTIAL`]).
     pub interval: IntervalRec<'a>,
-    /// [`Record::Unwound`], [`Record::Edges`] and [`Record::Histograms`] of the same interval
-    /// (format version 3 and later).
+    /// [`Record::Unwound`], [`Record::Edges`], [`Record::Histograms`] and [`Record::Cost`] of
+    /// the same interval (format version 3 and later; Cost since 7).
     pub extras: Vec<Record<'a>>,
 }
 
 /// Decodes `bytes` (the range `committed_end..pending_end` of a file of format `version`) as a
 /// pending checkpoint: one intact [`RecordKind::Interval`] record flagged
-/// [`interval_flags::PARTIAL`], followed by nothing but intact Unwound, Edges or Histograms
-/// records of the same interval. `None` for anything else (a reader may catch the writer
+/// [`interval_flags::PARTIAL`], followed by nothing but intact Unwound, Edges, Histograms or
+/// Cost records of the same interval. `None` for anything else (a reader may catch the writer
 /// rewriting it: a checksum then fails).
 pub fn pending_records(bytes: &[u8], version: u16) -> Option<Pending<'_>> {
     let mut recs = records_in(bytes, 0, version);
@@ -208,6 +208,7 @@ pub fn pending_records(bytes: &[u8], version: u16) -> Option<Pending<'_>> {
             Record::Unwound(r) => r.interval,
             Record::Edges(r) => r.interval,
             Record::Histograms(r) => r.interval,
+            Record::Cost(r) => r.interval,
             _ => return None,
         };
         if key.start_ns != interval.start_ns {
@@ -390,6 +391,10 @@ pub enum Record<'a> {
     Requests(crate::requests::RequestsRec<'a>),
     /// The flusher's wake-ups in an interval and how late they came (tracer).
     Wakeups(WakeupsRec),
+    /// Functions the tracer stopped tracing (its cost budget).
+    Demotions(crate::cost::DemotionsRec),
+    /// The process's CPU time and the tracer's estimate of its share, in an interval.
+    Cost(crate::cost::CostRec),
     /// Records the kernel dropped in an interval, by kind (sampler).
     Lost(LostRec),
     /// A record kind this reader does not know (written by a newer compatible writer).
@@ -1224,6 +1229,8 @@ fn decode_payload(kind: RecordKind, p: &[u8]) -> Result<Record<'_>, &'static str
         }
         RecordKind::Layers => Record::Layers(crate::layers::decode(p)?),
         RecordKind::Requests => Record::Requests(crate::requests::decode(p)?),
+        RecordKind::Demotions => Record::Demotions(crate::cost::decode_demotions(p)?),
+        RecordKind::Cost => Record::Cost(crate::cost::decode_cost(p)?),
         RecordKind::OsMetrics => {
             if p.len() < OS_METRICS_FIXED_SIZE {
                 return Err("os metrics record too short");

@@ -30,10 +30,14 @@ pub const MAGIC: [u8; 8] = *b"CULPRIT\0";
 /// tracer's Edges and Histograms records (older readers ignore it); a tracer of version 7
 /// places every call in its interval itself, so a late writer writes intervals late, not
 /// `MISSED`.
-/// Version 7 also added the sampler's [`RecordKind::Lost`] (what the kernel dropped, by kind, and
-/// whose it was; older readers skip the kind), and the Samples record's `lost` counts samples
-/// only (before, kernel-event and process-tracking records the kernel dropped were counted
-/// there too whenever they shared a ring with the samples).
+/// Version 7 also added the sampler's [`RecordKind::Lost`] (kind 16: what the kernel dropped, by
+/// kind, and whose it was; older readers skip the kind), and the Samples record's `lost` counts
+/// samples only (before, kernel-event and process-tracking records the kernel dropped were
+/// counted there too whenever they shared a ring with the samples); and the tracer's
+/// [`RecordKind::Demotions`] (kind 17: functions the runtime stopped tracing to stay within its
+/// cost budget) and [`RecordKind::Cost`] (kind 18: the process's CPU time and the runtime's
+/// estimated share of it, per interval; older readers skip both kinds), with the Info keys
+/// [`info_keys::BUDGET`], [`info_keys::CALL_COST_PS`] and [`info_keys::DEMOTE`].
 pub const FORMAT_VERSION: u16 = 7;
 /// Oldest reader version able to read what this crate writes.
 pub const MIN_READER_VERSION: u16 = 2;
@@ -242,6 +246,12 @@ pub enum RecordKind {
     /// process-tracking records counted apart, and whose they were ([`lost_whose`]). Written
     /// only for intervals in which something was lost (format version 7).
     Lost = 16,
+    /// Functions the tracer stopped tracing while the program ran, to keep its cost within its
+    /// budget ([`crate::cost`]).
+    Demotions = 17,
+    /// One interval's CPU time of the process and the tracer's estimate of its own share
+    /// ([`crate::cost`]).
+    Cost = 18,
 }
 
 impl RecordKind {
@@ -264,6 +274,8 @@ impl RecordKind {
             14 => Self::Layers,
             15 => Self::Requests,
             16 => Self::Lost,
+            17 => Self::Demotions,
+            18 => Self::Cost,
             _ => return None,
         })
     }
@@ -489,6 +501,20 @@ pub mod info_keys {
     /// a later one when it happened (the sampler: events not counted, a process image refused
     /// because it was not a regular file).
     pub const WARNING: &str = "warning";
+    /// Tracer: the cost budget in effect (`CULPRIT_BUDGET`): a percentage of the process's
+    /// CPU time (`2%`), or `off`. Format version 7 on; absent in older files (no budget).
+    pub const BUDGET: &str = "budget";
+    /// Tracer: its estimate of the CPU cost of one traced call (enter and exit), ps, measured
+    /// at start-up (`0` when not measured).
+    pub const CALL_COST_PS: &str = "call_cost_ps";
+    /// Tracer: patterns of `CULPRIT_DEMOTE` in effect (functions demoted on sight).
+    pub const DEMOTE: &str = "demote";
+    /// Tracer: hook call sites of untraced functions rewritten to NOPs so far (a later Info
+    /// record of the file updates it).
+    pub const PATCHED_SITES: &str = "patched_sites";
+    /// Tracer: call sites of untraced functions looked at and left as they were (not provably
+    /// a hook call of that function alone, not writable in one atomic store, or refused).
+    pub const PATCH_KEPT: &str = "patch_kept";
 }
 
 /// Rounds `n` up to the record alignment.

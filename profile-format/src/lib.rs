@@ -82,11 +82,14 @@
 //! | [`RecordKind::Requests`] | tracer | a stretch of sampled requests (seed 004): per event its time, thread, BEGIN (id, parent id, type) / END / CALL (function, depth, inclusive and exclusive ns) ([`requests`]); since format version 6 |
 //! | [`RecordKind::Wakeups`] | tracer | one interval's flusher wake-ups and how late they came (a stopped or starved process); since version 7 also how late the interval was written and the calls moved into it from earlier intervals |
 //! | [`RecordKind::Lost`] | sampler | one interval's records the kernel dropped: samples, kernel-event records and process-tracking records apart, and whether they were the node's own or the machine's ([`lost_whose`]); since format version 7, only for intervals that lost something |
+//! | [`RecordKind::Cost`] | tracer | one interval's CPU time of the process and the runtime's estimate of its own share ([`cost`]); since format version 7 |
+//! | [`RecordKind::Demotions`] | tracer | functions the runtime stopped tracing to keep its cost within budget: when, why, their calls and self time then, the callers they were seen called from ([`cost`]); since format version 7 |
 //! | [`RecordKind::End`] | both | clean end: nothing follows |
 //!
-//! The tracer writes an interval's Unwound, Edges and Histograms records (kinds 9–11; the
-//! latter two only when asked for at record time) right after its Interval record, with the
-//! same `start_ns`; records with the same start add up, like Interval records.
+//! The tracer writes an interval's Unwound, Edges, Histograms and Cost records (kinds 9–11
+//! and 18; edges and histograms only when asked for at record time) right after its Interval
+//! record, with the same `start_ns`; records with the same start add up, like Interval
+//! records.
 //!
 //! A trace file (format version 4) also has a *stacks region* between the header page and the
 //! first record, rewritten in place: every live thread's innermost open calls as of the last
@@ -100,6 +103,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod cost;
 mod crc;
 pub mod decode;
 pub mod duration;
@@ -116,6 +120,10 @@ pub mod rotation;
 pub mod stacks;
 pub mod writer;
 
+pub use cost::{
+    demotion_reason, CostRec, Demotion, DemotionsHead, DemotionsRec, COST_SIZE,
+    DEMOTIONS_FIXED_SIZE, DEMOTION_ENTRY_SIZE,
+};
 pub use crc::{crc32, record_crc, Crc32};
 pub use decode::{
     parse_header, pending_interval, pending_records, records_at, records_in, EdgeEntry, EdgesRec,

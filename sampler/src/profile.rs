@@ -45,6 +45,20 @@ pub fn is_culprit_runtime(image: &str) -> bool {
         .strip_prefix("libculprit_rt.so")
         .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
 }
+/// The PLT stubs through which code built with `-finstrument-functions` calls the hooks, as the
+/// symbolizer names them (`symbol@plt`): part of what tracing costs, like the runtime itself.
+pub const HOOK_PLT_STUBS: [&str; 2] = [
+    "__cyg_profile_func_enter@plt",
+    "__cyg_profile_func_exit@plt",
+];
+
+/// True for a sample that is the cost of tracing, never the program's own work: in the tracer's
+/// runtime ([`CULPRIT_RUNTIME`] in `libculprit_rt.so`), or in the PLT stubs of the hooks in
+/// any image ([`HOOK_PLT_STUBS`]).
+pub fn is_tracing_cost(image: &str, function: &str) -> bool {
+    (function == CULPRIT_RUNTIME && is_culprit_runtime(image)) || HOOK_PLT_STUBS.contains(&function)
+}
+
 /// Events entry that counted tracepoint occurrences the kernel dropped, in files of format
 /// versions up to 6; since version 7 they are in the interval's Lost record, with samples and
 /// process-tracking records apart (a loss is not an event of the node).

@@ -275,6 +275,67 @@ fn instrumented_binaries_name_the_hook_in_their_dynamic_symbols() {
     );
 }
 
+/// Start of the PLT stub `sym@plt` in `bin`, from `objdump -d` (the oracle: symbol tables do
+/// not cover the PLT).
+fn plt_stub(bin: &PathBuf, sym: &str) -> Option<u64> {
+    let o = Command::new("objdump").arg("-d").arg(bin).output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let want = format!("<{sym}@plt>:");
+    let line = text.lines().find(|l| l.trim_end().ends_with(&want))?;
+    u64::from_str_radix(line.split_whitespace().next()?, 16).ok()
+}
+
+/// The PLT stubs through which instrumented code calls the hooks are named `hook@plt` (perf's
+/// name), by address and by file offset, not `_init` (the nearest symbol before the PLT), so
+/// that their samples count as tracing's cost; with and without IBT's `.plt.sec`.
+#[test]
+fn plt_stubs_are_named_by_their_symbol() {
+    let src = "#include <string.h>\n\
+               static int __attribute__((noinline)) leaf(int x) { return x * 3; }\n\
+               int main(int c, char **v) { return leaf(c) + (int)strlen(v[0]); }\n";
+    for (name, flags) in [
+        ("plt", &["-O1", "-finstrument-functions"][..]),
+        (
+            "pltsec",
+            &[
+                "-O1",
+                "-finstrument-functions",
+                "-fcf-protection",
+                "-Wl,-z,ibtplt",
+            ][..],
+        ),
+        ("now", &["-O1", "-finstrument-functions", "-Wl,-z,now"][..]),
+    ] {
+        let bin = build(src, name, flags);
+        let mut s = Symbolizer::new();
+        for sym in [
+            "__cyg_profile_func_enter",
+            "__cyg_profile_func_exit",
+            "strlen",
+        ] {
+            let at = plt_stub(&bin, sym).unwrap_or_else(|| panic!("{name}: no {sym}@plt"));
+            let want = format!("{sym}@plt");
+            for a in [
+                ImageAddr::Virt(at),
+                ImageAddr::Virt(at + 6),
+                ImageAddr::FileOffset(file_offset(&bin, at) + 3),
+            ] {
+                assert_eq!(
+                    s.resolve(&bin, a).as_deref(),
+                    Some(want.as_str()),
+                    "{name}: {a:?}"
+                );
+            }
+        }
+        // The program's own functions still resolve as before.
+        let main = nm(&bin, "main");
+        assert_eq!(
+            s.resolve(&bin, ImageAddr::Virt(main + 1)).as_deref(),
+            Some("main")
+        );
+    }
+}
+
 /// Runs `f` on a thread of its own; panics if it has not returned within `secs` (a blocked
 /// `open` would hang the test instead of failing it).
 fn within<T: Send + 'static>(secs: u64, what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {

@@ -29,9 +29,20 @@ pub fn profile_dir() -> PathBuf {
 /// Builds the `culprit` binary (with the lab: `culprit demo`, `culprit experiment`) and
 /// `libculprit_rt.so` (once per test process) in the same profile as the tests, so `cargo test`
 /// alone is enough.
+///
+/// It also makes every process the tests start trace every function (`CULPRIT_BUDGET=off`,
+/// unless the environment or a test's own `Command` says otherwise): the exact counts the
+/// tests check must not depend on the runtime's cost budget, which would demote the hot
+/// functions of their small programs on a slow machine. tests/tests/budget.rs tests the
+/// budget, setting it on the commands it starts.
 pub fn ensure_built() {
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
+        if std::env::var_os("CULPRIT_BUDGET").is_none() {
+            // Before any traced process is started (they all go through here first); std's
+            // environment lock orders it with other threads' spawns.
+            std::env::set_var("CULPRIT_BUDGET", "off");
+        }
         let release = profile_dir().file_name().is_some_and(|n| n == "release");
         let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
         cmd.current_dir(workspace_root()).args([

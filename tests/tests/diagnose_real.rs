@@ -13,7 +13,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use culprit_analysis::combine::{Role, Verdict};
@@ -67,28 +67,9 @@ fn spawn(exe: &Path, data: &Path, node: &Node<'_>, secs: &str) -> Child {
     spawn_every(exe, data, node, secs, INTERVAL_MS)
 }
 
-/// The first CPU this process may run on (`Cpus_allowed_list` of /proc/self/status).
-fn first_cpu() -> String {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-        .and_then(|v| {
-            let v = v.trim();
-            let end = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
-            (end > 0).then(|| v[..end].to_string())
-        })
-        .unwrap_or_else(|| "0".into())
-}
-
 /// [`spawn`] with records every `interval_ms`.
 fn spawn_every(exe: &Path, data: &Path, node: &Node<'_>, secs: &str, interval_ms: &str) -> Child {
-    let mut cmd = Command::new("taskset");
-    cmd.args(["-c", &first_cpu()]);
-    if is_root() {
-        cmd.args(["nice", "-n", "-10"]);
-    }
-    cmd.arg(exe);
+    let mut cmd = pinned(exe);
     cmd.arg(secs)
         .env("CULPRIT_DIR", data)
         .env("CULPRIT_NODE", node.name)

@@ -399,6 +399,20 @@ pub fn print_human(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
             }
         }
     }
+    if !r.tracing_cost.is_empty() {
+        let per: Vec<String> = r
+            .tracing_cost
+            .iter()
+            .map(|c| format!("{} {:.1} %", c.node, 100.0 * c.share()))
+            .collect();
+        writeln!(out)?;
+        writeln!(
+            out,
+            "tracing cost (samples in libculprit_rt.so, of the traced programs' samples; \
+             never compared): {}",
+            per.join(", ")
+        )?;
+    }
     if !r.notes.is_empty() {
         writeln!(out)?;
         for n in &r.notes {

@@ -5,6 +5,7 @@
 use std::io::Write;
 
 use culprit_analysis::report::calls::{call_tree, neighbours, Side, TreeMark};
+use culprit_analysis::report::cost::{exclude_flags, TracingCost};
 use culprit_analysis::report::{OsReport, ProcessReport, Report};
 use culprit_analysis::time::{self, group_digits};
 
@@ -166,6 +167,9 @@ pub fn print_human(r: &Report, show: Show<'_>, out: &mut impl Write) -> std::io:
                     .unwrap_or_else(|_| at.to_string());
                 writeln!(out, "  trouble at {when}: {what}")?;
             }
+            if let Some(c) = &p.tracing_cost {
+                print_cost(out, c)?;
+            }
             if p.functions.is_empty() {
                 writeln!(out, "  (no calls in range)")?;
                 continue;
@@ -287,6 +291,67 @@ fn print_machine_losses(r: &Report, out: &mut impl Write) -> std::io::Result<()>
             l.nodes.join(", "),
             what.join("; ")
         )?;
+    }
+    Ok(())
+}
+
+/// A rate for people: `7.1 M`, `830 k`, `12`.
+fn rate(v: f64) -> String {
+    if v >= 1e6 {
+        format!("{:.1} M", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.0} k", v / 1e3)
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+/// What tracing cost the process, what the runtime demoted, what to leave out of the build.
+fn print_cost(out: &mut dyn Write, c: &TracingCost) -> std::io::Result<()> {
+    let budget = match c.budget.as_deref() {
+        Some("off") => "; budget off".to_string(),
+        Some(b) => format!("; budget {b}"),
+        None => String::new(),
+    };
+    writeln!(
+        out,
+        "  tracing cost: about {:.1} % of its CPU time ({} traced calls/s at ~{:.0} ns each{budget})",
+        100.0 * c.share(),
+        rate(c.calls_per_s),
+        c.call_ns
+    )?;
+    for d in &c.demoted {
+        writeln!(
+            out,
+            "  demoted at {} ({}): {} ({} calls/s, {:.0} ns per call; called from {})",
+            time::clock(d.at_ns),
+            d.reason,
+            d.function,
+            rate(d.calls_per_s),
+            d.self_ns_per_call,
+            if d.callers.is_empty() {
+                "(not seen)".to_string()
+            } else {
+                d.callers.join(", ")
+            }
+        )?;
+    }
+    if c.expensive || !c.demoted.is_empty() {
+        let names: Vec<&str> = c.exclude.iter().map(|x| x.function.as_str()).collect();
+        if !names.is_empty() {
+            let shown = names.len().min(8);
+            writeln!(
+                out,
+                "  the call rate makes tracing expensive: rebuild without the hooks of {}{} \
+                 (flags: culprit report --exclude-flags)",
+                names[..shown].join(", "),
+                if names.len() > shown {
+                    format!(" and {} more", names.len() - shown)
+                } else {
+                    String::new()
+                }
+            )?;
+        }
     }
     Ok(())
 }
@@ -431,6 +496,60 @@ fn print_neighbours(
             time::duration(e.self_ns),
             e.caller.as_deref().unwrap_or("(no traced caller)"),
             e.callee
+        )?;
+    }
+    Ok(())
+}
+
+/// `culprit report --exclude-flags`: per program, the `gcc` flags that leave out of its build
+/// the functions whose hooks cost most (demoted by the runtime, or needed to bring the tracing
+/// cost within its budget), with what a reader must know about them.
+pub fn print_exclude_flags(r: &Report, out: &mut impl Write) -> std::io::Result<()> {
+    let mut any = false;
+    let mut done: Vec<String> = Vec::new();
+    for n in &r.nodes {
+        for p in &n.processes {
+            let Some(c) = &p.tracing_cost else { continue };
+            if c.exclude.is_empty() || done.contains(&p.exe) {
+                continue;
+            }
+            done.push(p.exe.clone());
+            any = true;
+            let known: Vec<&str> = p.functions.iter().map(|f| f.function.as_str()).collect();
+            let (flags, notes) =
+                exclude_flags(c.exclude.iter().map(|x| x.function.as_str()), &known);
+            let saved: u64 = c
+                .exclude
+                .iter()
+                .filter(|x| !x.demoted)
+                .map(|x| x.calls)
+                .sum();
+            writeln!(
+                out,
+                "# {} ({}, node {}, pid {}): tracing cost about {:.1} % of its CPU time; {} \
+                 function(s), {} of them demoted by the runtime, {} more traced calls",
+                p.program,
+                p.exe,
+                n.node,
+                p.pid,
+                100.0 * c.share(),
+                c.exclude.len(),
+                c.exclude.iter().filter(|x| x.demoted).count(),
+                group_digits(saved)
+            )?;
+            if let Some(f) = flags {
+                writeln!(out, "{f}")?;
+            }
+            for note in notes {
+                writeln!(out, "# note: {note}")?;
+            }
+        }
+    }
+    if !any {
+        writeln!(
+            out,
+            "# nothing to leave out: no traced process demoted functions or costs more than its \
+             budget (or its files are older than the runtime's cost records)"
         )?;
     }
     Ok(())

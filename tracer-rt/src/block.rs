@@ -98,9 +98,19 @@ pub const TABLE_MAX_USED: u32 = (TABLE_CAP * 7 / 8) as u32;
 /// nothing (excluded functions, a full table) and of the sentinel, so that the fast path's exit
 /// never matches them.
 pub const NO_SLOT: usize = TABLE_CAP;
-/// Key bit of a function the fast path must leave to the general path: excluded, or decided
-/// provisionally. Addresses of user space never have it.
+/// Key bit of a function the fast path must leave to the general path: decided provisionally,
+/// or untraced (excluded, demoted) while the general path still looks at its calls (the call
+/// sites to patch, a demoted function's callers). Addresses of user space never have it.
 pub const SLOW_KEY: usize = 1 << 63;
+/// Key bit of an untraced function the hooks' fast path returns at once for (see
+/// `sys::hooks`): excluded or demoted, once the general path has seen enough of its calls
+/// ([`QUIET_AFTER`]).
+pub const QUIET_KEY: usize = 1 << 62;
+/// Both tag bits.
+pub const TAGS: usize = SLOW_KEY | QUIET_KEY;
+/// Calls of an untraced function a thread's general path looks at (noting their call sites
+/// for patching, a demoted function's callers) before its key turns quiet.
+pub const QUIET_AFTER: u32 = crate::demote::OBSERVE_CALLS as u32;
 
 /// Caller → callee edges per thread (`CULPRIT_GRAPH`).
 const EDGE_BITS: u32 = 13;
@@ -187,6 +197,10 @@ pub struct Slot {
     decision: AtomicU32,
     /// The function's id in the ring of intervals (`intervals::Ring::func_id`; 0: none).
     fid: AtomicU32,
+    /// The function is demoted (`crate::demote`): untraced in this thread from the next call.
+    demoted: AtomicU32,
+    /// Calls of the (untraced) function the general path has seen in this thread.
+    seen: AtomicU32,
 }
 
 /// The taker's baselines of a slot (written only by the taker).
@@ -230,6 +244,9 @@ pub struct ThreadBlock {
     /// intervals (`crossing`, below). Set a little early (see [`ThreadBlock::cross`]). In the
     /// first cache line, which every hook reads anyway.
     boundary: AtomicU64,
+    /// Calls of untraced functions the fast path returned at once for (cumulative, owner
+    /// only, one `inc` each): what they cost is part of the runtime's cost (`crate::budget`).
+    quiet: AtomicU64,
     /// [`state`] value.
     pub state: AtomicU32,
     /// Times the block was claimed by a thread (the flusher tells idle free blocks by it).
@@ -275,6 +292,11 @@ pub struct ThreadBlock {
     /// 1 + the ring entry the owner is registered in as a writer, while it is. Owner only (to
     /// unregister after a general path abandoned by `siglongjmp`).
     writing: AtomicU32,
+    /// The generation of the process's demotions this block's table was brought up to
+    /// (`crate::demote::generation`). Owner only.
+    demote_gen: AtomicU32,
+    /// The flusher's baseline of `quiet`.
+    base_quiet: AtomicU64,
     stack: [Frame; STACK_DEPTH],
     table: [Slot; TABLE_CAP + 1],
     bases: [SlotBase; TABLE_CAP],
@@ -293,6 +315,10 @@ pub mod hot {
     pub const TOP: usize = offset_of!(ThreadBlock, top);
     /// Offset of `ThreadBlock::boundary`.
     pub const BOUNDARY: usize = offset_of!(ThreadBlock, boundary);
+    /// Offset of `ThreadBlock::quiet`.
+    pub const QUIET: usize = offset_of!(ThreadBlock, quiet);
+    /// Bit of [`super::QUIET_KEY`].
+    pub const QUIET_BIT: u32 = super::QUIET_KEY.trailing_zeros();
     /// Offset of the table.
     pub const TABLE: usize = offset_of!(ThreadBlock, table);
     /// Size of a frame.
@@ -323,7 +349,7 @@ pub mod hot {
 
     const _: () = assert!(size_of::<Slot>() == 64);
     const _: () = assert!(TOP == 0);
-    const _: () = assert!(BOUNDARY + 8 <= 64);
+    const _: () = assert!(BOUNDARY + 8 <= 64 && QUIET + 8 <= 64);
     const _: () = assert!(NO_SLOT * 64 == size_of::<[Slot; NO_SLOT]>());
 
     /// A stand-in for a block: `top` is 0, so the fast path reads the "frame" at offset 0, whose
@@ -401,6 +427,17 @@ struct Edge {
     base_calls: AtomicU64,
     base_excl: AtomicU64,
     base_incl: AtomicU64,
+}
+
+/// What a thread's table says of a function for a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lookup {
+    /// Traced, at this slot.
+    Traced(usize),
+    /// Not traced (excluded, or demoted), at this slot.
+    Untraced(usize),
+    /// No room for it: not counted (an overflow).
+    Full,
 }
 
 /// A block's per-interval counters of calls it could not account.
@@ -507,7 +544,7 @@ impl ThreadBlock {
     fn frame_fn(&self, f: &Frame) -> usize {
         match self.slot_of(f) {
             NO_SLOT => f.addr.load(Relaxed),
-            s => self.table[s].addr.load(Relaxed) & !SLOW_KEY,
+            s => self.table[s].addr.load(Relaxed) & !TAGS,
         }
     }
 
@@ -535,6 +572,9 @@ impl ThreadBlock {
     /// comes first (in the modes, every call comes here).
     #[inline(always)]
     pub fn enter_general(&self, addr: usize, sp: usize) {
+        if crate::demote::generation() != self.demote_gen.load(Relaxed) {
+            self.sync_demotions();
+        }
         let top = self.top.load(Relaxed);
         if (hot::STACK..=hot::LAST_PUSH).contains(&top) && self.over.load(Relaxed) == 0 {
             let i = (top - hot::STACK) / hot::FRAME;
@@ -566,6 +606,12 @@ impl ThreadBlock {
 
     #[inline(never)]
     fn enter_rare(&self, addr: usize, sp: usize) {
+        let found = self.lookup(addr);
+        if let Lookup::Untraced(i) = found {
+            // Behaves as if not instrumented: nothing is pushed, its time stays in the
+            // caller's self time.
+            return self.untraced(i, addr, sys::patch::return_address(sp), true);
+        }
         let over = self.over.load(Relaxed);
         if over > 0 {
             if sp <= self.overflow_sp.load(Relaxed) {
@@ -588,7 +634,10 @@ impl ThreadBlock {
             bump(&self.overflows, 1);
             return;
         }
-        let slot = self.slot_for(addr).unwrap_or(NO_SLOT);
+        let slot = match found {
+            Lookup::Traced(s) => s,
+            _ => NO_SLOT,
+        };
         self.push(i + 1, addr, slot, sp);
     }
 
@@ -596,7 +645,10 @@ impl ThreadBlock {
     /// frames that count nothing (excluded), exits that do not match the top of the stack, and
     /// every exit in a mode. The fast path's case comes first.
     #[inline(always)]
-    pub fn exit_general(&self, addr: usize) {
+    pub fn exit_general(&self, addr: usize, sp: usize) {
+        if crate::demote::generation() != self.demote_gen.load(Relaxed) {
+            self.sync_demotions();
+        }
         let top = self.top.load(Relaxed);
         if top > hot::STACK && top <= hot::LAST_PUSH + hot::FRAME && self.over.load(Relaxed) == 0 {
             let i = (top - hot::STACK) / hot::FRAME;
@@ -605,11 +657,16 @@ impl ThreadBlock {
                 return self.pop(i, now(), false);
             }
         }
-        self.exit_rare(addr)
+        self.exit_rare(addr, sp)
     }
 
     #[inline(never)]
-    fn exit_rare(&self, addr: usize) {
+    fn exit_rare(&self, addr: usize, sp: usize) {
+        if let Some(i) = self.find(addr) {
+            if let Lookup::Untraced(i) = self.classify(i) {
+                return self.untraced(i, addr, sys::patch::return_address(sp), false);
+            }
+        }
         let over = self.over.load(Relaxed);
         if over > 0 {
             self.over.store(over - 1, Relaxed);
@@ -852,19 +909,13 @@ impl ThreadBlock {
         w - 1
     }
 
-    /// The slot of `addr` for a traced call; `None` when the call is not counted (excluded,
-    /// or the table is full).
-    fn slot_for(&self, addr: usize) -> Option<usize> {
+    /// What the table says of `addr` for a call, adding it when new.
+    fn lookup(&self, addr: usize) -> Lookup {
         let mut i = home(addr);
         loop {
-            let s = &self.table[i];
-            let k = s.addr.load(Relaxed);
-            if k & !SLOW_KEY == addr {
-                let d = s.decision.load(Relaxed);
-                if d & decision::MASK == decision::INCLUDE {
-                    return Some(i);
-                }
-                return self.redecide(i, d);
+            let k = self.table[i].addr.load(Relaxed);
+            if k & !TAGS == addr {
+                return self.classify(i);
             }
             if k == 0 {
                 return self.insert(i, addr);
@@ -873,36 +924,169 @@ impl ThreadBlock {
         }
     }
 
-    fn redecide(&self, i: usize, d: u32) -> Option<usize> {
+    /// The slot of `addr`, if the table has it.
+    fn find(&self, addr: usize) -> Option<usize> {
+        let mut i = home(addr);
+        for _ in 0..TABLE_CAP {
+            match self.table[i].addr.load(Relaxed) {
+                0 => return None,
+                k if k & !TAGS == addr => return Some(i),
+                _ => i = (i + 1) & TABLE_MASK,
+            }
+        }
+        None
+    }
+
+    /// Whether the function of slot `i` is traced (re-deciding a provisional decision when the
+    /// decision table changed).
+    fn classify(&self, i: usize) -> Lookup {
         let s = &self.table[i];
-        let d = if d & decision::PROVISIONAL != 0 && d >> 2 != decide::generation() {
-            let nd = decide::decide(s.addr.load(Relaxed) & !SLOW_KEY);
+        if s.demoted.load(Relaxed) != 0 {
+            return Lookup::Untraced(i);
+        }
+        let d = s.decision.load(Relaxed);
+        let d = if d & decision::MASK == decision::INCLUDE {
+            d
+        } else {
+            self.redecide(i, d)
+        };
+        if d & decision::EXCLUDE == 0 {
+            Lookup::Traced(i)
+        } else {
+            Lookup::Untraced(i)
+        }
+    }
+
+    fn redecide(&self, i: usize, d: u32) -> u32 {
+        let s = &self.table[i];
+        if d & decision::PROVISIONAL != 0 && d >> 2 != decide::generation() {
+            let nd = decide::decide(s.addr.load(Relaxed) & !TAGS);
             s.decision.store(nd, Relaxed);
             s.addr
-                .store(key_of(s.addr.load(Relaxed) & !SLOW_KEY, nd), Relaxed);
+                .store(key_of(s.addr.load(Relaxed) & !TAGS, nd), Relaxed);
             nd
         } else {
             d
-        };
-        (d & decision::EXCLUDE == 0).then_some(i)
+        }
     }
 
-    fn insert(&self, i: usize, addr: usize) -> Option<usize> {
+    fn insert(&self, i: usize, addr: usize) -> Lookup {
         let n = self.nused.load(Relaxed);
         if n >= TABLE_MAX_USED {
             bump(&self.overflows, 1);
-            return None;
+            return Lookup::Full;
         }
         let s = &self.table[i];
         let d = decide::decide(addr);
         s.decision.store(d, Relaxed);
         s.active.store(0, Relaxed);
+        s.seen.store(0, Relaxed);
+        let demoted = crate::demote::state_of(addr) != crate::demote::state::TRACED;
+        s.demoted.store(demoted as u32, Relaxed);
         s.fid
             .store(intervals::get().map_or(0, |r| r.func_id(addr)), Relaxed);
-        s.addr.store(key_of(addr, d), Release);
+        let key = if demoted {
+            addr | SLOW_KEY
+        } else {
+            key_of(addr, d)
+        };
+        s.addr.store(key, Release);
         self.used[n as usize & TABLE_MASK].store(i as u16, Relaxed);
         self.nused.store(n + 1, Release);
-        (d & decision::EXCLUDE == 0).then_some(i)
+        self.classify(i)
+    }
+
+    /// A call of the untraced function of slot `i` on the general path (an entry, or an exit),
+    /// which returns to `ret`: its call site is noted for patching (`sys::patch`), a demoted
+    /// function's caller is looked at (`crate::demote`), and once [`QUIET_AFTER`] calls were
+    /// seen in this thread its key turns quiet — the fast path returns at once for it. An exit
+    /// pops the transparent frame of a call it made while it was traced, if that is on top.
+    fn untraced(&self, i: usize, addr: usize, ret: usize, entry: bool) {
+        let s = &self.table[i];
+        let seen = s.seen.load(Relaxed).saturating_add(1);
+        s.seen.store(seen, Relaxed);
+        let demoted = s.demoted.load(Relaxed) != 0;
+        if demoted && entry {
+            crate::demote::observe(addr, self.caller(), seen as u64);
+        }
+        // A provisional exclusion (a name not known yet) may turn into tracing: its calls keep
+        // coming here, and its sites are left alone.
+        let definitive = demoted || s.decision.load(Relaxed) & decision::PROVISIONAL == 0;
+        if definitive {
+            sys::patch::note_site(ret, addr);
+        }
+        if seen >= QUIET_AFTER && definitive {
+            s.addr.store(addr | QUIET_KEY, Release);
+        }
+        if !entry {
+            let top = self.top_index();
+            let f = &self.stack[top];
+            if top >= 1 && self.slot_of(f) == NO_SLOT && f.addr.load(Relaxed) == addr {
+                self.pop(top, now(), false);
+            }
+        }
+    }
+
+    /// The function of the nearest frame that counts (0: none, a thread's first call).
+    fn caller(&self) -> usize {
+        (1..=self.top_index())
+            .rev()
+            .map(|j| &self.stack[j])
+            .find(|f| self.slot_of(f) != NO_SLOT)
+            .map_or(0, |f| self.frame_fn(f))
+    }
+
+    /// Brings this thread's table up to the process's demotions: a newly demoted function's
+    /// key sends its next calls to the general path (which looks at them, then makes it
+    /// quiet), and its calls open on the stack become transparent frames (counting nothing,
+    /// like an excluded function's), so that none is counted as unwound or lost when its exit
+    /// no longer comes. Owner only, in the general path.
+    #[cold]
+    fn sync_demotions(&self) {
+        self.demote_gen.store(crate::demote::generation(), Relaxed);
+        let top = self.top_index();
+        for i in self.used_indices() {
+            let s = &self.table[i];
+            let addr = s.addr.load(Relaxed) & !TAGS;
+            if s.demoted.load(Relaxed) != 0
+                || crate::demote::state_of(addr) == crate::demote::state::TRACED
+            {
+                continue;
+            }
+            s.demoted.store(1, Relaxed);
+            s.seen.store(0, Relaxed);
+            s.addr.store(addr | SLOW_KEY, Release);
+            for j in 1..=top {
+                let f = &self.stack[j];
+                if self.slot_of(f) == i {
+                    f.addr.store(addr, Relaxed);
+                    f.slot.store(NO_SLOT * 64, Relaxed);
+                    s.active
+                        .store(s.active.load(Relaxed).wrapping_sub(1), Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Makes a fresh block the calibration's (`crate::calibrate`): no owner, an interval
+    /// that never ends (no crossing), and `addr` at its home slot — traced, or quiet.
+    pub fn prepare_calibration(&self, addr: usize, quiet: bool) {
+        let f = &self.stack[0];
+        f.sp.store(usize::MAX, Relaxed);
+        f.slot.store(NO_SLOT * 64, Relaxed);
+        self.set_top_index(0);
+        self.boundary.store(u64::MAX, Relaxed);
+        let s = &self.table[home(addr)];
+        s.decision.store(decision::INCLUDE, Relaxed);
+        s.addr
+            .store(if quiet { addr | QUIET_KEY } else { addr }, Release);
+    }
+
+    /// Calls the fast path returned at once for (untraced functions) since the last call
+    /// (flusher only).
+    pub fn take_quiet(&self) -> u64 {
+        let v = self.quiet.load(Relaxed);
+        v.wrapping_sub(self.base_quiet.swap(v, Relaxed))
     }
 
     /// `culprit_pause()`: stop tracing this thread (nests). The caller then sets the
@@ -1038,7 +1222,7 @@ impl ThreadBlock {
                 unwound: u.wrapping_sub(base(&b.unwound, u)),
             };
             if d != Delta::default() {
-                f(s.addr.load(Relaxed) & !SLOW_KEY, s.fid.load(Relaxed), d);
+                f(s.addr.load(Relaxed) & !TAGS, s.fid.load(Relaxed), d);
             }
         }
         let un = |c: &AtomicU64, b: &AtomicU64| {
@@ -1065,7 +1249,7 @@ impl ThreadBlock {
             if slot >= NO_SLOT {
                 0
             } else {
-                self.table[slot].addr.load(Relaxed) & !SLOW_KEY
+                self.table[slot].addr.load(Relaxed) & !TAGS
             }
         };
         let n = x.nedges.load(Acquire).min(EDGE_MAX_USED) as usize;
@@ -1124,9 +1308,12 @@ impl ThreadBlock {
             &self.base_lost,
             &self.base_overflows,
             &self.base_dropped,
+            &self.quiet,
+            &self.base_quiet,
         ] {
             a.store(0, Relaxed);
         }
+        self.demote_gen.store(0, Relaxed);
         self.top.store(0, Relaxed);
         self.boundary.store(0, Relaxed);
         self.ivs.store(0, Relaxed);
@@ -1559,7 +1746,7 @@ impl ThreadBlock {
             return;
         }
         let f = &self.stack[i];
-        let addr = self.table[slot].addr.load(Relaxed) & !SLOW_KEY;
+        let addr = self.table[slot].addr.load(Relaxed) & !TAGS;
         let kept = crate::io::request_event(crate::io::RequestMark::Call {
             func: addr as u64,
             depth: (i - base).min(u16::MAX as usize) as u16,

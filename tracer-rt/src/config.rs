@@ -43,9 +43,46 @@ pub struct Config {
     /// `CULPRIT_ROTATE` / `CULPRIT_ROTATE_SIZE`: when the flusher moves to a new piece
     /// (`culprit_format::rotation`).
     pub rotate: Rotate,
+    /// `CULPRIT_BUDGET`: the runtime's cost budget, a fraction of the process's CPU time;
+    /// `None` (`off`): trace everything ([`crate::budget`]).
+    pub budget: Option<f64>,
+    /// `CULPRIT_BUDGET` as given (normalised: `2%`, `off`), for the file's Info.
+    pub budget_raw: String,
+    /// `CULPRIT_DEMOTE` as given (its patterns are in `filters`): functions demoted as soon as
+    /// they are seen, like `CULPRIT_EXCLUDE` but recorded as demotions (for tests, and for a
+    /// user who wants a function untraced without breaking the comparison with its peers).
+    pub demote_raw: String,
+    /// `CULPRIT_PATCH=0` turns off rewriting untraced functions' hook call sites to NOPs.
+    pub patch: bool,
     /// [`STALL_VAR`] (tests only): the flusher stops working for `.1` ms once `.0` ms have
     /// passed since it started, as a starved flusher would.
     pub test_stall_ms: Option<(u64, u64)>,
+}
+
+/// The default `CULPRIT_BUDGET`: 2 % of the process's CPU time.
+pub const DEFAULT_BUDGET: f64 = 0.02;
+
+/// `CULPRIT_BUDGET`: `off`, or a percentage in (0, 100] (`2%`, `0.5`); anything else warns
+/// and keeps the default.
+fn budget(warnings: &mut Vec<String>) -> (Option<f64>, String) {
+    let default = (Some(DEFAULT_BUDGET), "2%".to_string());
+    let Some(v) = var("CULPRIT_BUDGET").filter(|v| !v.trim().is_empty()) else {
+        return default;
+    };
+    let t = v.trim();
+    if t.eq_ignore_ascii_case("off") {
+        return (None, "off".into());
+    }
+    match t.trim_end_matches('%').trim().parse::<f64>() {
+        Ok(p) if p > 0.0 && p <= 100.0 => (Some(p / 100.0), format!("{p}%")),
+        _ => {
+            warnings.push(format!(
+                "CULPRIT_BUDGET={v:?} is neither `off` nor a percentage of the CPU time in \
+                 (0, 100]; using 2%"
+            ));
+            default
+        }
+    }
 }
 
 /// For tests of a late flusher without cgroups: `AFTER_MS,FOR_MS` makes the flusher sleep
@@ -127,6 +164,9 @@ impl Config {
                 }
             },
         };
+        let (budget, budget_raw) = budget(warnings);
+        let demote_raw = var("CULPRIT_DEMOTE").unwrap_or_default();
+        let patch = !matches!(var("CULPRIT_PATCH").as_deref().map(str::trim), Some("0"));
         let test_stall_ms = var(STALL_VAR).and_then(|v| {
             let (a, b) = v.split_once(',')?;
             Some((a.trim().parse().ok()?, b.trim().parse().ok()?))
@@ -140,6 +180,7 @@ impl Config {
             filters: Filters {
                 include: parse_list(&include_raw),
                 exclude: parse_list(&exclude_raw),
+                demote: parse_list(&demote_raw),
             },
             include_raw,
             exclude_raw,
@@ -148,6 +189,10 @@ impl Config {
             io,
             rotate,
             request_sample,
+            budget,
+            budget_raw,
+            demote_raw,
+            patch,
             test_stall_ms,
         }
     }

@@ -37,12 +37,14 @@ pub struct Filters {
     pub include: Vec<String>,
     /// Never trace names matching one of these.
     pub exclude: Vec<String>,
+    /// Demote names matching one of these as soon as they are seen (`CULPRIT_DEMOTE`).
+    pub demote: Vec<String>,
 }
 
 impl Filters {
     /// True when no pattern is set (everything is traced, no table is needed).
     pub fn is_empty(&self) -> bool {
-        self.include.is_empty() && self.exclude.is_empty()
+        self.include.is_empty() && self.exclude.is_empty() && self.demote.is_empty()
     }
 
     /// Whether a function named `name` is traced.
@@ -57,6 +59,8 @@ struct Table {
     filters: Filters,
     /// (address, traced), sorted by address, one entry per address.
     entries: Vec<(u64, bool)>,
+    /// Addresses `CULPRIT_DEMOTE` names, sorted.
+    demote: Vec<u64>,
     generation: u32,
 }
 
@@ -83,20 +87,34 @@ pub fn decide(addr: usize) -> u32 {
     }
 }
 
+/// True when `CULPRIT_DEMOTE` names the function at `addr` (the flusher demotes it).
+pub fn demote_wanted(addr: usize) -> bool {
+    TABLE
+        .get()
+        .is_some_and(|t| t.demote.binary_search(&(addr as u64)).is_ok())
+}
+
 /// Builds the decision table for `objects` and publishes it (does nothing without patterns).
 pub fn rebuild(filters: &Filters, objects: &[Obj]) {
     if filters.is_empty() {
         return;
     }
     let mut entries: Vec<(u64, bool)> = Vec::new();
+    let mut demote: Vec<u64> = Vec::new();
     for o in objects.iter().filter(|o| o.has_file()) {
         let _ = elf::for_each_symbol(o.path.as_ref(), Tables::All, |s| {
             if s.defined && s.is_func && s.value != 0 {
                 let name = String::from_utf8_lossy(s.name);
-                entries.push((o.bias.wrapping_add(s.value), filters.wants(&name)));
+                let at = o.bias.wrapping_add(s.value);
+                entries.push((at, filters.wants(&name)));
+                if filters.demote.iter().any(|p| glob_match(p, &name)) {
+                    demote.push(at);
+                }
             }
         });
     }
+    demote.sort_unstable();
+    demote.dedup();
     entries.sort_unstable();
     // One entry per address: traced if any of its names is.
     entries.dedup_by(|later, kept| {
@@ -111,6 +129,7 @@ pub fn rebuild(filters: &Filters, objects: &[Obj]) {
     TABLE.set(Table {
         filters: filters.clone(),
         entries,
+        demote,
         generation,
     });
     GENERATION.store(generation, Release);
@@ -125,6 +144,7 @@ mod tests {
         let f = Filters {
             include: vec!["fib*".into(), "work".into()],
             exclude: vec!["fib_slow".into()],
+            demote: Vec::new(),
         };
         assert!(f.wants("fib"));
         assert!(f.wants("work"));
@@ -133,6 +153,7 @@ mod tests {
         let f = Filters {
             include: vec![],
             exclude: vec!["leaf".into()],
+            demote: Vec::new(),
         };
         assert!(f.wants("main"));
         assert!(!f.wants("leaf"));

@@ -33,6 +33,8 @@ pub struct Sym<'a> {
     pub name: &'a [u8],
     /// `st_value` (an ELF virtual address for defined symbols).
     pub value: u64,
+    /// `st_size` (a function's length in bytes; 0 when unknown).
+    pub size: u64,
     /// Defined in this object (section index not `SHN_UNDEF`).
     pub defined: bool,
     /// A function (`STT_FUNC` or `STT_GNU_IFUNC`).
@@ -110,6 +112,7 @@ pub fn for_each_symbol(
             each(Sym {
                 name,
                 value: le64(s, 8),
+                size: le64(s, 16),
                 defined: le16(s, 6) != 0,
                 is_func: kind == STT_FUNC || kind == STT_GNU_IFUNC,
             });

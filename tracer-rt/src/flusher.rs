@@ -81,17 +81,22 @@ use culprit_format::stacks::{
     encode_slot, thread_flags, StackFrame, StacksSnapshot, ThreadStack, STACK_FRAMES,
 };
 use culprit_format::{
-    end_reason, info_keys, interval_flags, names, object_flags, procfs, records_at, rotation,
-    EdgeEntry, Histogram, IntervalEntry, IntervalHead, IntervalRef, LayersHead, ObjectDesc, Record,
-    RecordBuf, UnwoundEntry, WakeupsRec, HIST_BUCKETS,
+    demotion_reason, end_reason, info_keys, interval_flags, names, object_flags, procfs,
+    records_at, rotation, CostRec, Demotion, DemotionsHead, EdgeEntry, Histogram, IntervalEntry,
+    IntervalHead, IntervalRef, LayersHead, ObjectDesc, Record, RecordBuf, UnwoundEntry, WakeupsRec,
+    HIST_BUCKETS,
 };
 
 use crate::block::{self, mode, state, Delta, EdgeDelta, OpenCall, Taken, Unaccounted};
+use crate::bodies::Bodies;
+use crate::budget::{self, FuncCost};
+use crate::calibrate::{self, CallCost};
 use crate::clock::{self, Calibration};
 use crate::config::Config;
 use crate::control::{
     self, req, CURRENT_FILE, CURRENT_NODE, DONE, FLUSHER_TID, NODE_REQUEST, PENDING, REQ,
 };
+use crate::demote::{self, Decided};
 use crate::intervals::{self, RING_LEN};
 use crate::objects::{Obj, Tracker};
 use crate::output::{TraceOut, WriteError};
@@ -204,6 +209,17 @@ pub struct Flusher {
     rotated: Option<(String, String)>,
     /// After a rotation that failed, no new try before this interval boundary.
     rotate_retry_ns: u64,
+    /// The process's CPU time when the last interval was written (ns).
+    cpu_at: u64,
+    /// What a call costs the hooks (`crate::calibrate`).
+    call: CallCost,
+    /// Function bodies, for the call-site patcher (`sys::patch`).
+    bodies: Bodies,
+    /// Call sites patched, as the file last said.
+    patched: u32,
+    /// The demotions decided (their time) and the runtime's cost share then (ppm), until
+    /// they are written.
+    decisions: Vec<(u64, u32)>,
 }
 
 impl Flusher {
@@ -249,6 +265,11 @@ impl Flusher {
             piece_start_ns: start_ns,
             rotated: None,
             rotate_retry_ns: 0,
+            cpu_at: sys::process_cpu_ns(),
+            call: calibrate::cost(),
+            bodies: Bodies::default(),
+            patched: 0,
+            decisions: Vec::new(),
         }
     }
 
@@ -445,6 +466,12 @@ impl Flusher {
             ),
             (info_keys::INCLUDE, self.cfg.include_raw.clone()),
             (info_keys::EXCLUDE, self.cfg.exclude_raw.clone()),
+            (info_keys::BUDGET, self.cfg.budget_raw.clone()),
+            (
+                info_keys::CALL_COST_PS,
+                ((self.call.traced_ns * 1000.0) as u64).to_string(),
+            ),
+            (info_keys::DEMOTE, self.cfg.demote_raw.clone()),
             (info_keys::KERNEL, procfs::kernel_release()),
             (info_keys::BOOT_ID, procfs::boot_id()),
         ];
@@ -973,11 +1000,176 @@ impl Flusher {
         w.moved = t.moved;
         w.written_late_ns = late_ns;
         let late = late_ns >= self.cfg.interval_ns / 2;
+        // Demotions first: a reader that has read this interval knows what it was demoted
+        // from (`--follow` merges windows only once every node has passed them).
+        self.write_demotions();
         self.buf = self.encode_interval(true, start, flags, t, late, Some(w));
+        self.cost_and_budget(start, flags, t);
         for o in &changes.removed {
             object_record(&mut self.buf, o, object_flags::UNLOADED);
         }
         self.clear_extras();
+    }
+
+    /// The interval's Cost record — the process's CPU time since the last one, the runtime's
+    /// estimate of its own share (traced calls and quiet calls × what each cost at start-up)
+    /// — then the budget's check over the whole interval ([`Self::budget_check`]).
+    fn cost_and_budget(&mut self, start: u64, flags: u32, t: &Tally) {
+        let cpu_now = sys::process_cpu_ns();
+        let cpu_ns = cpu_now.saturating_sub(self.cpu_at);
+        self.cpu_at = cpu_now;
+        // Only the flusher takes a block's quiet count; a block keeps it when its thread exits
+        // (free, until another thread claims it) and hands it over when given back.
+        let mut quiet = pool::take_quiet_released();
+        for b in pool::blocks() {
+            let st = b.state.load(Acquire);
+            if st == state::LIVE || st == state::DEAD || st == state::FREE {
+                quiet += b.take_quiet();
+            }
+        }
+        let calls = t.calls();
+        let cost_ns = calls as f64 * self.call.traced_ns + quiet as f64 * self.call.quiet_hook_ns();
+        let r = IntervalRef {
+            start_ns: start,
+            dur_ns: self.cfg.interval_ns,
+            flags,
+        };
+        self.buf.cost(
+            &r,
+            &CostRec {
+                cpu_ns,
+                cost_ns: cost_ns as u64,
+                calls: calls + quiet,
+                ..CostRec::default()
+            },
+        );
+        if !interval_flags::is_missed(flags) {
+            self.budget_check(t, cpu_ns, self.cfg.interval_ns);
+        }
+    }
+
+    /// The budget's check of `t`, the calls of the last `dur_ns` (an interval, or the interval
+    /// in progress at a checkpoint), in which the process used `cpu_ns` of CPU: above the
+    /// budget, the functions that cost most for what they tell are demoted (`crate::budget`);
+    /// functions `CULPRIT_DEMOTE` names are demoted on sight. Calls of functions already
+    /// demoted are not counted: they no longer cost what they did.
+    fn budget_check(&mut self, t: &Tally, cpu_ns: u64, dur_ns: u64) {
+        let now = sys::realtime_ns();
+        let cal = self.cal;
+        // The record says what a function does in an interval: a checkpoint's part scaled.
+        let per_interval = self.cfg.interval_ns as f64 / dur_ns.max(1) as f64;
+        let decided = |addr: usize, d: &Delta, reason| Decided {
+            addr,
+            reason,
+            calls: (d.calls as f64 * per_interval) as u64,
+            self_ns: (cal.to_ns(d.excl) as f64 * per_interval) as u64,
+        };
+        let cands: Vec<(usize, &Delta)> = t
+            .agg
+            .iter()
+            .filter(|(a, _)| demote::state_of(**a) == demote::state::TRACED)
+            .map(|(&a, d)| (a, d))
+            .collect();
+        let forced: Vec<Decided> = cands
+            .iter()
+            .filter(|(a, _)| decide::demote_wanted(*a))
+            .map(|&(a, d)| decided(a, d, demotion_reason::FORCED))
+            .collect();
+        if demote::begin(&forced, now) > 0 {
+            self.decisions.push((now, 0));
+        }
+        let Some(budget) = self.cfg.budget else {
+            return;
+        };
+        let funcs: Vec<FuncCost> = cands
+            .iter()
+            .map(|(_, d)| FuncCost {
+                calls: d.calls,
+                self_ns: cal.to_ns(d.excl),
+            })
+            .collect();
+        let iv = budget::Interval {
+            cpu_ns,
+            dur_ns,
+            calls: funcs.iter().map(|f| f.calls).sum(),
+        };
+        let pick = budget::choose(budget, self.call.traced_ns, &iv, &funcs);
+        let chosen: Vec<Decided> = pick
+            .iter()
+            .filter(|&&i| demote::state_of(cands[i].0) == demote::state::TRACED)
+            .map(|&i| decided(cands[i].0, cands[i].1, demotion_reason::BUDGET))
+            .collect();
+        // Its own time: the forced demotions of this pass have theirs.
+        let at = now + 1;
+        if demote::begin(&chosen, at) > 0 {
+            let share = iv.share(self.call.traced_ns).min(1.0);
+            self.decisions.push((at, (share * 1e6) as u32));
+        }
+    }
+
+    /// The Demotions records of the functions whose callers were looked at long enough (half
+    /// an interval or more): one per decision.
+    fn write_demotions(&mut self) {
+        let done = demote::finish(sys::realtime_ns().saturating_sub(self.cfg.interval_ns / 2));
+        let mut k = 0;
+        while k < done.len() {
+            let at = done[k].at_ns;
+            let n = done[k..].iter().take_while(|f| f.at_ns == at).count();
+            let group = &done[k..k + n];
+            k += n;
+            let cost_ppm = self.decisions.iter().find(|d| d.0 == at).map_or(0, |d| d.1);
+            let forced = group
+                .iter()
+                .all(|f| f.decided.reason == demotion_reason::FORCED);
+            let head = DemotionsHead {
+                at_ns: at,
+                budget_ppm: match (forced, self.cfg.budget) {
+                    (false, Some(b)) => (b * 1e6) as u32,
+                    _ => 0,
+                },
+                cost_ppm,
+                call_cost_ps: (self.call.traced_ns * 1000.0) as u32,
+            };
+            let entries: Vec<Demotion> = group
+                .iter()
+                .map(|f| Demotion {
+                    func: f.decided.addr as u64,
+                    calls: f.decided.calls,
+                    self_ns: f.decided.self_ns,
+                    observed: f.observed,
+                    reason: f.decided.reason,
+                    callers: f.callers.iter().map(|c| c.map(|a| a as u64)).collect(),
+                })
+                .collect();
+            self.buf.demotions(&head, &entries);
+        }
+        let oldest = done.last().map_or(0, |f| f.at_ns);
+        self.decisions.retain(|d| d.0 > oldest);
+    }
+
+    /// Rewrites the hook call sites of untraced functions noted since the last call to NOPs
+    /// (`sys::patch`), and says in the file how many are.
+    fn patch_sites(&mut self) {
+        if !sys::patch::enabled() || !sys::patch::pending() {
+            return;
+        }
+        let hooks = [
+            sys::hooks::__cyg_profile_func_enter as *const () as usize,
+            sys::hooks::__cyg_profile_func_exit as *const () as usize,
+        ];
+        // The link map now (the tracker's is the last interval's, and its changes are the
+        // Object records').
+        let objs = crate::objects::scan();
+        let bodies = &mut self.bodies;
+        sys::patch::apply(&hooks, &mut |f| bodies.body(&objs, f));
+        let st = sys::patch::stats();
+        if st.patched != self.patched {
+            self.patched = st.patched;
+            self.buf.info([
+                (info_keys::PATCHED_SITES, st.patched.to_string().as_str()),
+                (info_keys::PATCH_KEPT, st.kept.to_string().as_str()),
+            ]);
+        }
     }
 
     /// Encodes `MISSED` records for the `n` intervals from `start` (one per interval up to
@@ -1119,6 +1311,12 @@ impl Flusher {
             return;
         }
         let t = self.peek_open(self.open_start / self.cfg.interval_ns);
+        // The budget need not wait for the interval's end.
+        let cpu_ns = sys::process_cpu_ns().saturating_sub(self.cpu_at);
+        let since = sys::realtime_ns().saturating_sub(self.open_start.max(self.observed_from));
+        if since >= CHECKPOINT_NS {
+            self.budget_check(&t, cpu_ns, since);
+        }
         let sig = t.signature();
         if t.is_empty() || (!self.dirty && self.last_checkpoint == Some(sig)) {
             return;
@@ -1303,6 +1501,7 @@ impl Flusher {
                 sys::futex_wake_all(&DONE);
                 return;
             }
+            self.patch_sites();
             if now >= next_checkpoint {
                 self.write_layers();
                 self.checkpoint();

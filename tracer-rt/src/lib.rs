@@ -60,10 +60,14 @@
 #![deny(unsafe_code)]
 
 pub mod block;
+pub mod bodies;
+pub mod budget;
+pub mod calibrate;
 pub mod clock;
 pub mod config;
 pub mod control;
 pub mod decide;
+pub mod demote;
 pub mod elf;
 pub mod flusher;
 pub mod glob;

@@ -100,7 +100,7 @@ pub fn exit_slow(addr: usize, sp: usize) {
         return;
     }
     if let Some(b) = current() {
-        general(b, sp, |b| b.exit_general(addr));
+        general(b, sp, |b| b.exit_general(addr, sp));
     }
 }
 
@@ -231,6 +231,7 @@ pub fn after_fork(me: Option<&'static ThreadBlock>, oldest: u64) {
     intervals::reset(oldest);
     for b in BLOCKS.iter() {
         b.drop_deltas();
+        let _ = b.take_quiet();
         if !me.is_some_and(|m| std::ptr::eq(m, b)) {
             b.reset_active();
             b.forget_owner();
@@ -242,11 +243,21 @@ pub fn after_fork(me: Option<&'static ThreadBlock>, oldest: u64) {
         m.start_intervals();
     }
     IGNORED.store(0, Relaxed);
+    QUIET_RELEASED.store(0, Relaxed);
 }
 
 /// Calls dropped in threads whose hooks were off, since the last call.
 pub fn take_ignored() -> u64 {
     IGNORED.swap(0, AcqRel)
+}
+
+/// Quiet hook calls of blocks given back to the kernel ([`release_idle`]), since the last
+/// call: their threads had exited, and the flusher had not taken them yet.
+static QUIET_RELEASED: AtomicU64 = AtomicU64::new(0);
+
+/// Quiet hook calls of blocks given back since the last call (flusher only).
+pub fn take_quiet_released() -> u64 {
+    QUIET_RELEASED.swap(0, Relaxed)
 }
 
 /// What the flusher remembers about a block between intervals.
@@ -289,6 +300,7 @@ pub fn release_idle(seen: &mut Vec<Idle>, mut f: impl FnMut(usize, Delta)) -> Un
             continue;
         }
         un += b.take_deltas(|addr, _, d| f(addr, d));
+        QUIET_RELEASED.fetch_add(b.take_quiet(), Relaxed);
         let from = b.forget_all();
         sys::discard_tail(b, from);
         s.released = true;

@@ -100,6 +100,11 @@ pub fn start() {
         modes |= block::mode::MONO;
     }
     block::mode::set(modes);
+    // What a call costs the hooks, for the cost budget (before the program runs: ~2 ms).
+    crate::calibrate::set(crate::calibrate::measure());
+    if !cfg.patch {
+        sys::patch::disable();
+    }
     if !intervals::setup(cfg.interval_ns, start_ns / cfg.interval_ns) {
         say("cannot map the ring of intervals; running untraced");
         STATE.store(state::OFF, Release);

@@ -8,7 +8,8 @@
 //!
 //! A window closes once every live writer has data past its end (or, in `--follow`, has been
 //! silent for longer than the metric's lag; offline, once all input is in). Then the window goes
-//! through the stages of [`pipeline`], top to bottom: complete nodes → keep rule → feature
+//! through the stages of [`pipeline`], top to bottom: demoted functions merged → complete nodes
+//! → keep rule → feature
 //! matrix → weights → scores → the threshold policy decides per node → k of 2k − 1 → root
 //! cause.
 //!
@@ -17,6 +18,7 @@
 
 use std::collections::HashMap;
 
+use crate::demoted::Merge;
 use crate::distance::Distance;
 use crate::family::{Metric, Windows};
 use crate::model::{CompIdx, CompLabel, Interval, IntervalData, PeerIdx};
@@ -69,6 +71,8 @@ pub struct Analyzer {
     names: Vec<String>,
     name_map: HashMap<String, PeerIdx>,
     metrics: Vec<MetricState>,
+    /// Functions compared merged from a time on (tracers' demotions).
+    merges: Vec<Merge>,
 }
 
 impl Analyzer {
@@ -91,6 +95,7 @@ impl Analyzer {
             names: Vec::new(),
             name_map: HashMap::new(),
             metrics,
+            merges: Vec::new(),
         }
     }
 
@@ -148,6 +153,13 @@ impl Analyzer {
             m.writers.push(Vec::new());
         }
         i
+    }
+
+    /// Sets the functions compared merged in windows that end after each merge's start
+    /// (functions a tracer demoted on some node: [`crate::demoted`]). Windows closed before
+    /// are not compared again.
+    pub fn set_merges(&mut self, merges: Vec<Merge>) {
+        self.merges = merges;
     }
 
     /// Node names by index.
@@ -408,6 +420,7 @@ impl Analyzer {
             distance: self.cfg.distance,
             scorer: self.scorer.as_ref(),
             names: &self.names,
+            merges: &self.merges,
         };
         let ev = pipeline::close_window(&mut self.metrics[m], &ctx, b, per_window);
         let ms = &mut self.metrics[m];

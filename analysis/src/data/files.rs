@@ -132,6 +132,9 @@ pub struct TraceInterval {
     pub edge_drops: u32,
     /// Call-duration histograms, when traced with `CULPRIT_HIST=1` (`None` otherwise).
     pub hists: Option<Vec<TraceHist>>,
+    /// The process's CPU time and the runtime's estimate of its own share (format version 7;
+    /// `None` in older files).
+    pub cost: Option<culprit_format::CostRec>,
 }
 
 impl TraceInterval {
@@ -188,6 +191,9 @@ pub struct TraceFile {
     pub stacks_damage: Option<String>,
     /// The flusher's wake-ups and their lateness, per interval (format version 4).
     pub wakeups: Vec<culprit_format::WakeupsRec>,
+    /// Functions the runtime stopped tracing (its cost budget; format version 7), in file
+    /// order.
+    pub demotions: Vec<TraceDemotions>,
     /// Later pieces of a rotated process joined into this one, oldest first (`path` is the
     /// first piece, the identity); reading goes on in the last ([`TraceFile::current_path`]).
     pub pieces: Vec<PathBuf>,
@@ -246,6 +252,16 @@ impl TraceFile {
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_str())
     }
+}
+
+/// One Demotions record (record kind 17): functions the runtime stopped tracing at `at_ns`,
+/// their callers resolved like the intervals' functions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceDemotions {
+    /// The record's fixed fields (`at_ns`: from when the functions were untraced).
+    pub head: culprit_format::DemotionsHead,
+    /// The demoted functions (a caller `None`: calls with no traced frame below).
+    pub entries: Vec<culprit_format::Demotion<FuncId>>,
 }
 
 /// One Layers record (record kind 14): a stretch of layer-boundary I/O events as a writer
@@ -500,6 +516,7 @@ pub(super) fn empty_trace() -> TraceFile {
         stacks: None,
         stacks_damage: None,
         wakeups: Vec::new(),
+        demotions: Vec::new(),
         pieces: Vec::new(),
         rotated_end: None,
     }

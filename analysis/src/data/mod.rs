@@ -33,8 +33,8 @@ mod symbols;
 use files::{empty_samples, empty_trace};
 pub use files::{
     EventCount, EventInterval, FileStatus, LayerStretch, NodeData, OpenFrame, OsInterval, OsValue,
-    SampleCount, SampleFile, SampleInterval, SampleStack, StackSnapshot, ThreadCalls, TraceEdge,
-    TraceEntry, TraceFile, TraceHist, TraceInterval,
+    SampleCount, SampleFile, SampleInterval, SampleStack, StackSnapshot, ThreadCalls,
+    TraceDemotions, TraceEdge, TraceEntry, TraceFile, TraceHist, TraceInterval,
 };
 pub use names::{EventId, FuncId, FuncKey, Interner, Names, OsMetricId, OsMetricKey, ProgramId};
 pub use requests::{RequestMark, RequestStretch};

@@ -138,6 +138,7 @@ impl Piece for TraceFile {
         self.intervals.append(&mut next.intervals);
         self.layers.append(&mut next.layers);
         self.wakeups.append(&mut next.wakeups);
+        self.demotions.append(&mut next.demotions);
         // Trouble notes and `continues`/`piece` of the later piece; the identity keys repeat.
         self.info.append(&mut next.info);
         self.pieces.push(next.path);
@@ -220,6 +221,7 @@ mod tests {
                 edges: None,
                 edge_drops: 0,
                 hists: None,
+                cost: None,
             })
             .collect();
         t

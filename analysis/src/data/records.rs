@@ -15,8 +15,8 @@ use super::symbols::Object;
 use super::{
     push_warning, stacks, Dataset, EventCount, EventInterval, FileStatus, FuncId, FuncKey,
     LayerStretch, OpenFrame, OsInterval, OsMetricKey, OsValue, ReadAt, RefreshStats, SampleCount,
-    SampleFile, SampleInterval, SampleStack, StackSnapshot, ThreadCalls, TraceEdge, TraceEntry,
-    TraceFile, TraceHist, TraceInterval,
+    SampleFile, SampleInterval, SampleStack, StackSnapshot, ThreadCalls, TraceDemotions, TraceEdge,
+    TraceEntry, TraceFile, TraceHist, TraceInterval,
 };
 
 impl Dataset {
@@ -164,6 +164,16 @@ impl Dataset {
     /// Adds an Unwound, Edges or Histograms record to its interval `ti` (same start).
     fn add_extra(&mut self, t: &mut TraceFile, ti: &mut TraceInterval, rec: &Record<'_>) {
         match rec {
+            Record::Cost(c) => {
+                // Two parts of one interval (a flush split it) add up.
+                let sum = ti.cost.get_or_insert(culprit_format::CostRec {
+                    interval: c.interval,
+                    ..Default::default()
+                });
+                sum.cpu_ns += c.cpu_ns;
+                sum.cost_ns += c.cost_ns;
+                sum.calls += c.calls;
+            }
             Record::Unwound(u) => {
                 for e in u.entries() {
                     let func = self.trace_func(t, e.addr);
@@ -235,6 +245,7 @@ impl Dataset {
             edges: None,
             edge_drops: 0,
             hists: None,
+            cost: None,
         }
     }
 
@@ -294,7 +305,10 @@ impl Dataset {
                 t.intervals.push(ti);
                 stats.new_intervals += 1;
             }
-            rec @ (Record::Unwound(_) | Record::Edges(_) | Record::Histograms(_)) => {
+            rec @ (Record::Unwound(_)
+            | Record::Edges(_)
+            | Record::Histograms(_)
+            | Record::Cost(_)) => {
                 let start = extra_interval_start(&rec);
                 // It follows its Interval record.
                 match t.intervals.pop() {
@@ -313,6 +327,17 @@ impl Dataset {
                 }
             }
             Record::Wakeups(w) => t.wakeups.push(w),
+            Record::Demotions(d) => {
+                let entries = d
+                    .entries
+                    .into_iter()
+                    .map(|e| e.map_funcs(|a| self.trace_func(t, a)))
+                    .collect();
+                t.demotions.push(TraceDemotions {
+                    head: d.head,
+                    entries,
+                });
+            }
             Record::End(e) if rotation::is_rotated(e.reason) => t.rotated_end = Some(e.end_ns),
             Record::End(e) => {
                 t.end_ns = Some(e.end_ns);
@@ -563,6 +588,7 @@ fn extra_interval_start(rec: &Record<'_>) -> Option<u64> {
         Record::Unwound(r) => Some(r.interval.start_ns),
         Record::Edges(r) => Some(r.interval.start_ns),
         Record::Histograms(r) => Some(r.interval.start_ns),
+        Record::Cost(r) => Some(r.interval.start_ns),
         _ => None,
     }
 }

@@ -242,6 +242,7 @@ impl Diagnosis {
             warnings: input.warnings,
             layers: Vec::new(),
             serialised: Vec::new(),
+            tracing_cost: Vec::new(),
         }
     }
 }

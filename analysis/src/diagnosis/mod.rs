@@ -86,6 +86,10 @@ pub struct Diagnosis {
     /// compared, no peers needed): absent when none does.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub serialised: Vec<crate::layers::serial::Serialisation>,
+    /// The tracing runtime's share of the traced programs' CPU samples, per node with samples
+    /// in it: its cost, shown apart and never compared (absent without samples in it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tracing_cost: Vec<crate::family::sampler::TracingCost>,
 }
 
 fn schema<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {

@@ -61,6 +61,9 @@ impl MetricFamily for Distributions {
     fn sampling(&self, node: &NodeData, see: &mut dyn FnMut(Sampling)) {
         self.inner.sampling(node, see)
     }
+    fn demoted(&self) -> crate::demoted::Rule {
+        self.inner.demoted()
+    }
     fn how_to_record(&self) -> &'static str {
         self.inner.how_to_record()
     }

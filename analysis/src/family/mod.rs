@@ -353,6 +353,12 @@ pub trait MetricFamily: fmt::Debug + Send + Sync {
     /// [`MetricFamily::sampled`] family.
     fn sampling(&self, _node: &NodeData, _see: &mut dyn FnMut(Sampling)) {}
 
+    /// How its components are compared once a tracer demoted functions on some node
+    /// ([`crate::demoted`]): unaffected unless it reads the tracer's function calls.
+    fn demoted(&self) -> crate::demoted::Rule {
+        crate::demoted::Rule::Unaffected
+    }
+
     /// How a user gets this family's data (`run \`culprit sample\``).
     fn how_to_record(&self) -> &'static str;
 

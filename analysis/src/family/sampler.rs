@@ -1,7 +1,14 @@
 //! The sampler's families: `samples` (instruction-pointer samples per program, image and
 //! function) and `events` (kernel tracepoint counts per node), from `culprit sample`'s files.
+//!
+//! Samples in the tracing runtime (`culprit runtime` in `libculprit_rt.so`, and the PLT stubs
+//! through which instrumented code calls its hooks, `__cyg_profile_func_enter@plt`…) are not
+//! compared:
+//! the tool's cost is never a root cause, and a node whose tracer demoted functions (its cost
+//! budget) spends less in it than its peers with nothing wrong. The report shows them apart, as
+//! the tracing cost ([`tracing_cost`]).
 
-use culprit_sampler::profile::{STOPPED_EVENT, STOPPED_NS_EVENT};
+use culprit_sampler::profile::{is_tracing_cost, STOPPED_EVENT, STOPPED_NS_EVENT};
 use std::collections::HashMap;
 
 use crate::data::{Dataset, EventId, FileStatus, FuncId, NodeData, ProgramId};
@@ -143,6 +150,9 @@ impl FamilyReader for SamplesReader {
                 sink,
                 |iv, sink, out| {
                     for e in &iv.entries {
+                        if is_runtime(ds, e.func) {
+                            continue;
+                        }
                         let program = by_program.then_some(e.program);
                         let comp = function(comps, ds, program, e.func, sink);
                         out.push(CompValue {
@@ -214,4 +224,59 @@ impl FamilyReader for EventsReader {
             .filter_map(|f| self.cursors.next_start(&f.path, &f.events))
             .min()
     }
+}
+
+/// True for the samples that are tracing's cost: in the runtime (the function the sampler
+/// names its samples by), or in the PLT stubs of the hooks.
+fn is_runtime(ds: &Dataset, func: FuncId) -> bool {
+    let k = ds.names.funcs.get(func);
+    is_tracing_cost(&k.image, &k.function)
+}
+
+/// The tracing runtime's share of the traced programs' CPU samples on one node.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TracingCost {
+    /// Node.
+    pub node: String,
+    /// Samples in `libculprit_rt.so` (its hooks and flusher) and in the hooks' PLT stubs.
+    pub runtime_samples: u64,
+    /// Samples of the programs the runtime ran in, its own included.
+    pub program_samples: u64,
+}
+
+impl TracingCost {
+    /// `runtime_samples / program_samples`.
+    pub fn share(&self) -> f64 {
+        self.runtime_samples as f64 / self.program_samples.max(1) as f64
+    }
+}
+
+/// Per node with samples in the tracing runtime, its share of the samples of the programs it
+/// ran in (over every non-missed interval read).
+pub fn tracing_cost(ds: &Dataset) -> Vec<TracingCost> {
+    let mut out = Vec::new();
+    for node in &ds.nodes {
+        let mut per_program: HashMap<ProgramId, (u64, u64)> = HashMap::new();
+        for iv in node.samples.iter().flat_map(|f| &f.intervals) {
+            for e in &iv.entries {
+                let p = per_program.entry(e.program).or_default();
+                p.1 += e.count;
+                if is_runtime(ds, e.func) {
+                    p.0 += e.count;
+                }
+            }
+        }
+        let (runtime, programs) = per_program
+            .values()
+            .filter(|(r, _)| *r > 0)
+            .fold((0, 0), |a, (r, t)| (a.0 + r, a.1 + t));
+        if runtime > 0 {
+            out.push(TracingCost {
+                node: node.name.clone(),
+                runtime_samples: runtime,
+                program_samples: programs,
+            });
+        }
+    }
+    out
 }

@@ -13,8 +13,10 @@ use std::sync::Arc;
 use culprit_format::{hist_bucket_low_ns, HIST_BUCKETS};
 
 use crate::data::{
-    Dataset, FileStatus, FuncId, NodeData, ProgramId, TraceEdge, TraceEntry, TraceInterval,
+    Dataset, FileStatus, FuncId, NodeData, ProgramId, TraceEdge, TraceEntry, TraceFile,
+    TraceInterval,
 };
+use crate::demoted::Rule;
 use crate::error::Result;
 use crate::model::{CompIdx, CompLabel, CompValue};
 use crate::time::fmt_dur;
@@ -68,6 +70,9 @@ impl MetricFamily for Count {
     fn keep_hint(&self, keep: &KeepSettings) -> Option<KeepHint> {
         time_hint(keep)
     }
+    fn demoted(&self) -> Rule {
+        Rule::Drop
+    }
     fn how_to_record(&self) -> &'static str {
         HOW
     }
@@ -101,6 +106,9 @@ impl MetricFamily for Time {
     fn keep_hint(&self, keep: &KeepSettings) -> Option<KeepHint> {
         time_hint(keep)
     }
+    fn demoted(&self) -> Rule {
+        Rule::Merge
+    }
     fn how_to_record(&self) -> &'static str {
         HOW
     }
@@ -111,7 +119,9 @@ impl MetricFamily for Time {
         trace_lengths(node, see)
     }
     fn reader(&self, by_program: bool) -> Box<dyn FamilyReader> {
-        Box::new(TraceReader::new(by_program, |e| e.excl_ns as f64 / 1e6))
+        let mut r = TraceReader::new(by_program, |e| e.excl_ns as f64 / 1e6);
+        r.overhead = true;
+        Box::new(r)
     }
 }
 
@@ -120,8 +130,12 @@ impl MetricFamily for Time {
 struct TraceReader {
     by_program: bool,
     value: fn(&TraceEntry) -> f64,
+    /// Self times: also push the tracing overhead of the calls of demoted functions
+    /// ([`crate::demoted`]).
+    overhead: bool,
     cursors: Cursors,
     comps: HashMap<(Option<ProgramId>, FuncId), CompIdx>,
+    overheads: HashMap<(Option<ProgramId>, FuncId), CompIdx>,
 }
 
 impl TraceReader {
@@ -129,8 +143,10 @@ impl TraceReader {
         TraceReader {
             by_program,
             value,
+            overhead: false,
             cursors: Cursors::default(),
             comps: HashMap::new(),
+            overheads: HashMap::new(),
         }
     }
 }
@@ -163,6 +179,7 @@ fn feed_traces(
     until_ns: u64,
     sink: &mut dyn IntervalSink,
     mut values: impl FnMut(
+        &TraceFile,
         Option<ProgramId>,
         &TraceInterval,
         &mut dyn IntervalSink,
@@ -178,7 +195,7 @@ fn feed_traces(
             open,
             until_ns,
             sink,
-            |iv, sink, out| values(program, iv, sink, out),
+            |iv, sink, out| values(t, program, iv, sink, out),
         )?;
     }
     Ok(())
@@ -200,20 +217,46 @@ impl FamilyReader for TraceReader {
         until_ns: u64,
         sink: &mut dyn IntervalSink,
     ) -> Result<()> {
-        let (value, comps) = (self.value, &mut self.comps);
+        let (value, comps, overheads) = (self.value, &mut self.comps, &mut self.overheads);
+        let demoted = if self.overhead {
+            crate::demoted::first_demotions(ds)
+        } else {
+            HashMap::new()
+        };
         feed_traces(
             &mut self.cursors,
             self.by_program,
             node,
             until_ns,
             sink,
-            |program, iv, sink, out| {
+            |t, program, iv, sink, out| {
+                let call_ns = crate::demoted::call_ns(t);
                 for e in &iv.entries {
                     let comp = function(comps, ds, program, e.func, sink);
                     out.push(CompValue {
                         comp,
                         value: value(e),
                     });
+                    // The calls of a function demoted on some node cost this node the
+                    // hooks' time, which the demoting node no longer spends: pushed apart,
+                    // for the merge to take out (`analyzer::pipeline::merge`).
+                    let late = demoted
+                        .get(&e.func)
+                        .is_some_and(|&at| iv.start_ns + iv.dur_ns > at);
+                    if late && call_ns > 0.0 && e.calls > 0 {
+                        let comp = *overheads.entry((program, e.func)).or_insert_with(|| {
+                            let key = ds.names.funcs.get(e.func);
+                            sink.component(crate::demoted::overhead_label(
+                                program.map(|p| Arc::clone(ds.names.programs.get(p))),
+                                &key.image,
+                                &key.function,
+                            ))
+                        });
+                        out.push(CompValue {
+                            comp,
+                            value: e.calls as f64 * call_ns / 1e6,
+                        });
+                    }
                 }
             },
         )
@@ -267,6 +310,9 @@ impl MetricFamily for EdgeCount {
     fn keep_hint(&self, keep: &KeepSettings) -> Option<KeepHint> {
         time_hint(keep)
     }
+    fn demoted(&self) -> Rule {
+        Rule::DropEdges
+    }
     fn how_to_record(&self) -> &'static str {
         HOW_EDGES
     }
@@ -296,6 +342,9 @@ impl MetricFamily for EdgeTime {
     }
     fn keep_hint(&self, keep: &KeepSettings) -> Option<KeepHint> {
         time_hint(keep)
+    }
+    fn demoted(&self) -> Rule {
+        Rule::DropEdges
     }
     fn how_to_record(&self) -> &'static str {
         HOW_EDGES
@@ -352,7 +401,7 @@ impl FamilyReader for EdgeReader {
             node,
             until_ns,
             sink,
-            |program, iv, sink, out| {
+            |_, program, iv, sink, out| {
                 for e in iv.edges.iter().flatten() {
                     let comp = *comps
                         .entry((program, e.caller, e.callee))
@@ -411,6 +460,9 @@ impl MetricFamily for Latency {
     fn comparison(&self) -> Comparison {
         Comparison::Histograms
     }
+    fn demoted(&self) -> Rule {
+        Rule::Drop
+    }
     fn how_to_record(&self) -> &'static str {
         HOW_HIST
     }
@@ -464,7 +516,7 @@ impl FamilyReader for HistReader {
             node,
             until_ns,
             sink,
-            |program, iv, sink, out| {
+            |_, program, iv, sink, out| {
                 for h in iv.hists.iter().flatten() {
                     let key = ds.names.funcs.get(h.func);
                     let label = |bucket: Option<u8>| CompLabel {

@@ -243,6 +243,9 @@ fn trace_reports(
                 }
             }
         }
+        let per_func: HashMap<FuncId, (u64, u64)> =
+            acc.iter().map(|(&f, v)| (f, (v.0, v.1))).collect();
+        let tracing_cost = super::cost::tracing_cost(ds, &files, &per_func, in_range);
         let mut functions: Vec<FunctionRow> = acc
             .into_iter()
             .map(|(f, (calls, s, t, unwound))| {
@@ -340,6 +343,7 @@ fn trace_reports(
             functions,
             edges,
             edge_drops,
+            tracing_cost,
         });
     }
     out

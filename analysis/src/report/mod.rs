@@ -11,6 +11,7 @@
 
 mod build;
 pub mod calls;
+pub mod cost;
 mod types;
 
 pub use build::build;

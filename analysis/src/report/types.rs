@@ -210,6 +210,10 @@ pub struct ProcessReport {
     /// Calls whose edge the runtime could not record (its edge table was full).
     #[serde(skip_serializing_if = "is_zero")]
     pub edge_drops: u64,
+    /// What tracing cost the process, the functions the runtime demoted and those to leave
+    /// out of the build (files of format version 7 on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tracing_cost: Option<super::cost::TracingCost>,
 }
 
 fn is_zero(v: &u64) -> bool {

@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 
 use culprit_analysis::score::SplitMix64;
 use culprit_analysis::time::NS_PER_S;
-use culprit_format::names::samples_file_name;
+use culprit_format::names::{samples_file_name, trace_file_name};
 use culprit_format::writer::FileWriter;
-use culprit_format::{FileKind, RecordBuf};
+use culprit_format::{object_flags, FileKind, ObjectDesc, RecordBuf, SampleEntry, SamplesHead};
 
 /// Deterministic noise in [-1, 1).
 pub fn noise(a: u64, b: u64, c: u64) -> f64 {
@@ -33,6 +33,68 @@ pub fn samples_writer(root: &Path, n: u64, t0_s: u64, strings: &[(u32, &str)]) -
     let mut buf = RecordBuf::new();
     buf.info([("event", "cpu-clock"), ("period", "1000000")]);
     buf.strings(strings.iter().copied());
+    w.append(&buf).unwrap();
+    w
+}
+
+/// Appends to `buf` one second of cpu-clock samples (1 ms period, event string 1) starting at
+/// epoch second `at_s`.
+pub fn samples_second(buf: &mut RecordBuf, at_s: u64, entries: Vec<SampleEntry>) {
+    let total = entries.iter().map(|e| e.count).sum();
+    buf.samples(
+        &SamplesHead {
+            start_ns: at_s * NS_PER_S,
+            dur_ns: NS_PER_S,
+            flags: 0,
+            event_sid: 1,
+            period: 1_000_000,
+            total,
+            lost: 0,
+        },
+        entries,
+    );
+}
+
+/// Node `n`'s trace file under `root` (`root/io<n>/`, pid 100 + n), started at `t0_s` (epoch
+/// seconds) as the runtime starts it: Info (program `server`, 1 s intervals, and `info`) and
+/// the main executable's Object record at `bias` (its file does not exist: functions are named
+/// `server+0x…`).
+pub fn trace_writer(
+    root: &Path,
+    n: u64,
+    t0_s: u64,
+    bias: u64,
+    info: &[(&str, &str)],
+) -> FileWriter {
+    let dir = root.join(format!("io{n}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pid = 100 + n as u32;
+    let mut w = FileWriter::create_unique(
+        &dir,
+        |seq| trace_file_name(pid, t0_s * NS_PER_S, seq),
+        FileKind::Trace,
+        t0_s * NS_PER_S,
+        pid,
+    )
+    .unwrap();
+    let mut buf = RecordBuf::new();
+    let pid = pid.to_string();
+    let mut pairs = vec![
+        ("program", "server"),
+        ("interval_ns", "1000000000"),
+        ("pid", pid.as_str()),
+    ];
+    pairs.extend_from_slice(info);
+    buf.info(pairs);
+    buf.object(&ObjectDesc {
+        id: 1,
+        flags: object_flags::MAIN,
+        bias,
+        start: bias,
+        end: bias + 0x10_000,
+        build_id: &[],
+        path: "/nonexistent-culprit-test/server",
+    });
     w.append(&buf).unwrap();
     w
 }

@@ -10,6 +10,35 @@ use culprit_analysis::family::Metric;
 use culprit_analysis::missing::Finding;
 use culprit_analysis::Diagnosis;
 use culprit_tests::*;
+use std::path::Path;
+use std::process::Command;
+
+/// A command running `exe` pinned to the first CPU this process may run on, at nice −10 when
+/// root: what the machine's other work does to one server of a group it then does to all
+/// (diagnose_real.rs says what happened without).
+pub fn pinned(exe: &Path) -> Command {
+    let mut cmd = Command::new("taskset");
+    cmd.args(["-c", &first_cpu()]);
+    if is_root() {
+        cmd.args(["nice", "-n", "-10"]);
+    }
+    cmd.arg(exe);
+    cmd
+}
+
+/// The first CPU this process may run on (`Cpus_allowed_list` of /proc/self/status).
+fn first_cpu() -> String {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .and_then(|v| {
+            let v = v.trim();
+            let end = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+            (end > 0).then(|| v[..end].to_string())
+        })
+        .unwrap_or_else(|| "0".into())
+}
 
 /// Runs `culprit diagnose ARGS --json`; returns the exit status (0 or 1, anything else fails the
 /// test with stderr) and the report.

@@ -128,6 +128,10 @@ pub struct Proc {
     pub functions: BTreeMap<String, Func>,
     pub intervals: Vec<Interval>,
     pub objects: Vec<(u32, u32, String)>,
+    /// Demotions records (the cost budget, `CULPRIT_DEMOTE`), functions by address.
+    pub demotions: Vec<culprit_format::DemotionsRec>,
+    /// Cost records, one per interval written.
+    pub costs: Vec<culprit_format::CostRec>,
 }
 
 impl Proc {
@@ -205,6 +209,8 @@ fn load_file(path: &Path) -> Proc {
         functions: BTreeMap::new(),
         intervals: Vec::new(),
         objects: Vec::new(),
+        demotions: Vec::new(),
+        costs: Vec::new(),
     };
     for rec in pf.records() {
         let rec = rec.unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -228,6 +234,8 @@ fn load_file(path: &Path) -> Proc {
                 });
             }
             Record::End(_) => p.end_record = true,
+            Record::Demotions(d) => p.demotions.push(d),
+            Record::Cost(c) => p.costs.push(c),
             _ => {}
         }
     }

@@ -51,7 +51,9 @@ extern "C-unwind" fn exit_slow(func: usize, _call_site: usize, sp: usize) {
 /// Hook called by code compiled with `-finstrument-functions` on entry to every function.
 ///
 /// Fast path: the top frame can be the caller (its stack pointer is at or above ours), the
-/// function's home slot holds it (untagged), there is room for a frame: push it. The new top
+/// function's home slot or the one after holds it (untagged), there is room for a frame: push
+/// it. An untraced function whose key is quiet there returns at once (counted in the block's
+/// `quiet`). The new top
 /// is committed right after the frame's stack pointer is written, before its slot and times
 /// (see `block`, "Signals and re-entrancy").
 #[cfg(target_arch = "x86_64")]
@@ -70,7 +72,8 @@ pub extern "C-unwind" fn __cyg_profile_func_enter(func: *mut u8, call_site: *mut
         "lea r9, [4 * rdi]",
         "and r9, {home_mask}",
         "cmp qword ptr [rcx + r9 + {table}], rdi",
-        "jne 2f",
+        "jne 3f",
+        "4:",
         "lea r10, [rcx + r8 + {frame}]",
         "mov qword ptr [r10 + {f_sp}], rsp",
         "add qword ptr [rcx + {top}], {frame}",
@@ -82,11 +85,29 @@ pub extern "C-unwind" fn __cyg_profile_func_enter(func: *mut u8, call_site: *mut
         "mov qword ptr [r10 + {f_t}], rax",
         "mov qword ptr [r10 + {f_tx}], rax",
         "ret",
+        // The second candidate: the slot after the home slot (where a function whose home was
+        // taken usually lands; past the last slot lies `NO_SLOT`, whose key is always 0).
+        "3:",
+        "add r9, 64",
+        "cmp qword ptr [rcx + r9 + {table}], rdi",
+        "je 4b",
+        // An untraced function whose key is quiet in either: return at once.
+        "mov r10, rdi",
+        "bts r10, {quiet_bit}",
+        "cmp qword ptr [rcx + r9 + {table} - 64], r10",
+        "je 5f",
+        "cmp qword ptr [rcx + r9 + {table}], r10",
+        "je 5f",
         "2:",
         "mov rdx, rsp",
         "jmp {slow}",
+        "5:",
+        "inc qword ptr [rcx + {quiet}]",
+        "ret",
         ".cfi_endproc",
         top = const hot::TOP,
+        quiet = const hot::QUIET,
+        quiet_bit = const hot::QUIET_BIT,
         f_sp = const hot::F_SP,
         f_slot = const hot::F_SLOT,
         f_t = const hot::F_T,
@@ -103,7 +124,8 @@ pub extern "C-unwind" fn __cyg_profile_func_enter(func: *mut u8, call_site: *mut
 /// Hook called on exit from every instrumented function.
 ///
 /// Fast path: the top frame's slot holds this function (so the frame counts, and is not the
-/// sentinel) and the thread's interval has not ended (its timestamp is below the block's
+/// sentinel; an untraced function whose key is quiet at its home slot or the next returns at
+/// once instead) and the thread's interval has not ended (its timestamp is below the block's
 /// boundary; the first exit past it takes the general path, which moves the thread's counts
 /// into the ring of intervals, see `intervals`): account the call, pass its elapsed time to
 /// the parent frame, commit the pop last.
@@ -118,7 +140,7 @@ pub extern "C-unwind" fn __cyg_profile_func_exit(func: *mut u8, call_site: *mut 
         "mov r8, qword ptr [rcx + {top}]",
         "mov r9, qword ptr [rcx + r8 + {f_slot}]",
         "cmp qword ptr [rcx + r9 + {table}], rdi",
-        "jne 2f",
+        "jne 3f",
         "rdtsc",
         "shl rdx, 32",
         "or rax, rdx",
@@ -136,11 +158,31 @@ pub extern "C-unwind" fn __cyg_profile_func_exit(func: *mut u8, call_site: *mut 
         "1:",
         "sub qword ptr [rcx + {top}], {frame}",
         "ret",
+        // Not the top frame's function: an untraced function whose key is quiet at its home
+        // slot or the next returns at once. Not on a stand-in (its `top` is 0): it has no
+        // table.
+        "3:",
+        "test r8, r8",
+        "je 2f",
+        "lea r9, [4 * rdi]",
+        "and r9, {home_mask}",
+        "mov r10, rdi",
+        "bts r10, {quiet_bit}",
+        "cmp qword ptr [rcx + r9 + {table}], r10",
+        "je 5f",
+        "cmp qword ptr [rcx + r9 + {table} + 64], r10",
+        "je 5f",
         "2:",
         "mov rdx, rsp",
         "jmp {slow}",
+        "5:",
+        "inc qword ptr [rcx + {quiet}]",
+        "ret",
         ".cfi_endproc",
         top = const hot::TOP,
+        quiet = const hot::QUIET,
+        quiet_bit = const hot::QUIET_BIT,
+        home_mask = const hot::HOME_MASK,
         boundary = const hot::BOUNDARY,
         f_slot = const hot::F_SLOT,
         f_t = const hot::F_T,
@@ -153,6 +195,34 @@ pub extern "C-unwind" fn __cyg_profile_func_exit(func: *mut u8, call_site: *mut 
         s_active = const hot::S_ACTIVE,
         slow = sym exit_slow,
     )
+}
+
+/// One enter/exit pair of the hooks for `func`, as instrumented code makes it (the cost
+/// budget's calibration, `crate::calibrate`).
+#[inline(never)]
+pub fn enter_exit(func: usize) {
+    let f = std::hint::black_box(func) as *mut u8;
+    __cyg_profile_func_enter(f, std::ptr::null_mut());
+    __cyg_profile_func_exit(f, std::ptr::null_mut());
+}
+
+/// A hook that does nothing, like glibc's: what the calibration subtracts (the calls
+/// themselves are the instrumentation's cost, not the runtime's).
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+extern "C" fn nop_hook(_func: *mut u8, _call_site: *mut u8) {
+    core::arch::naked_asm!("ret")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+extern "C" fn nop_hook(_func: *mut u8, _call_site: *mut u8) {}
+
+/// [`enter_exit`] with hooks that do nothing.
+#[inline(never)]
+pub fn enter_exit_nop(func: usize) {
+    let f = std::hint::black_box(func) as *mut u8;
+    nop_hook(f, std::ptr::null_mut());
+    nop_hook(f, std::ptr::null_mut());
 }
 
 /// Entry hook where there is no fast path: always the general path.

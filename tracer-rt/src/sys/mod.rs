@@ -16,6 +16,7 @@ pub mod ffi;
 pub mod hooks;
 pub mod interpose;
 pub mod io;
+pub mod patch;
 
 // ---------------------------------------------------------------------------------------------
 // Thread-local words.
@@ -571,6 +572,16 @@ pub fn thread_cpu_ns(tid: u32) -> Option<u64> {
 #[inline]
 pub fn monotonic_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// The calling thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`), ns.
+pub fn thread_cpu_ns() -> u64 {
+    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// The process's CPU time, every thread (`CLOCK_PROCESS_CPUTIME_ID`), ns.
+pub fn process_cpu_ns() -> u64 {
+    clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID)
 }
 
 /// The calling thread's kernel thread id.

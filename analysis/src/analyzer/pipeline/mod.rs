@@ -1,5 +1,7 @@
 //! One window, top to bottom (seed 000 §"Diagnosis"):
 //!
+//! 0. `merge` — functions a tracer demoted on some node are compared as demoted on every node
+//!    (merged with their callers, or left out: [`crate::demoted`]);
 //! 1. `node_windows` — each node's data over the window: the share of its seconds present and
 //!    its sums scaled to the whole window; a node with at least half of them present is
 //!    compared, the others are missing for that window: a gap is never read as zeros;
@@ -21,11 +23,12 @@
 //!    persistence accumulators (the order of the root-cause table).
 //!
 //! The window's flow is here (`close_window`, `analyse`); the stages are in their own files:
-//! `select.rs` (1–2), `features.rs` (3), `weights.rs` (4), `cause.rs` (8); what they share is
+//! `merge.rs` (0), `select.rs` (1–2), `features.rs` (3), `weights.rs` (4), `cause.rs` (8); what they share is
 //! `window.rs`.
 
 mod cause;
 mod features;
+mod merge;
 mod select;
 mod weights;
 mod window;
@@ -55,6 +58,7 @@ pub(super) struct Context<'a> {
     pub(super) distance: Distance,
     pub(super) scorer: &'a dyn Scorer,
     pub(super) names: &'a [String],
+    pub(super) merges: &'a [crate::demoted::Merge],
 }
 
 /// Closes window `b` (bucket index of its start) of metric `ms`.
@@ -71,8 +75,18 @@ pub(super) fn close_window(
     let rows: Rows<'_> = (b..b + per_window).map(|i| buckets.get(&i)).collect();
     let slots: SlotRows<'_> = (b..b + per_window).map(|i| slot_values.get(&i)).collect();
     let start = b * ms.result.windows_ns.shift_ns;
-    let compared = node_windows(ms, &rows, &mut windows);
-    let ev = analyse(ms, ctx, &windows, &compared, &slots, start);
+    let end = start + ms.result.windows_ns.size_ns;
+    let ev = {
+        // Stage 0: functions demoted on some node, compared as demoted on every node.
+        let merged = merge::apply(ms, ctx.merges, &rows, &slots, end);
+        let m = merged.as_ref().map(|m| (m.rows(), m.slots()));
+        let (r, sl) = match &m {
+            Some((r, sl)) => (r, sl),
+            None => (&rows, &slots),
+        };
+        let compared = node_windows(ms, r, &mut windows);
+        analyse(ms, ctx, &windows, &compared, sl, start)
+    };
     drop((rows, slots));
     ms.buckets = buckets;
     ms.slot_values = slot_values;
