@@ -366,6 +366,7 @@ mod tests {
             edges,
             edge_drops: 0,
             hists: None,
+            cost: None,
         }
     }
 

@@ -379,10 +379,12 @@ fn peers_stay_comparable_when_one_node_demotes() {
     for mut c in children {
         assert!(c.wait().unwrap().success());
     }
+    // The budget demotes the leaf (its callers as recorded depend on what else it demoted in
+    // the same pass: beside `stress-ng`, `mid` went with it and the leaf's caller was the
+    // nearest frame still traced; which functions go is the_budget_demotes_the_hot_leaf's test).
     let d = demoted(&data, "p0");
     assert!(
-        d.iter()
-            .any(|(f, r, c)| f == "leaf" && r == "budget" && c.iter().any(|c| c == "mid")),
+        d.iter().any(|(f, r, _)| f == "leaf" && r == "budget"),
         "p0 demoted: {d:#?}"
     );
     for n in ["p1", "p2", "p3"] {

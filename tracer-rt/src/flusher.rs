@@ -367,7 +367,7 @@ impl Flusher {
         seen: &mut Vec<u32>,
     ) -> (bool, bool, u32) {
         seen.push(tid);
-        let cpu = sys::thread_cpu_ns(tid);
+        let cpu = sys::thread_cpu_ns_of(tid);
         let w = self.watch.entry(tid).or_insert(Watch {
             returned_calls,
             cpu_ns: cpu.unwrap_or(0),

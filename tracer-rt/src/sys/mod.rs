@@ -557,7 +557,7 @@ fn clock_ns(clock: libc::clockid_t) -> u64 {
 
 /// CPU time of thread `tid` of this process, ns (`None` when it is gone). The kernel's
 /// per-thread CPU clock id: `MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)`.
-pub fn thread_cpu_ns(tid: u32) -> Option<u64> {
+pub fn thread_cpu_ns_of(tid: u32) -> Option<u64> {
     let clock = ((!(tid as libc::clockid_t)) << 3) | 6;
     let mut ts = libc::timespec {
         tv_sec: 0,
