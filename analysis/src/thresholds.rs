@@ -14,10 +14,15 @@ use crate::error::{Error, Result};
 use crate::family::{Features, Metric, Sampling};
 use crate::model::CompLabel;
 use crate::policy::{Spread, Weights};
+use crate::roles::RoleEntry;
 use crate::score::{median_in_place, NormalProfiles, ScoreKind};
 
-/// Version of the thresholds file format this build writes and reads.
+/// Version of the thresholds file format this build writes (without roles) and reads.
 pub const THRESHOLDS_VERSION: u32 = 1;
+/// The version of a file with nodes of another role ([`MetricThresholds::roles`]): a reader
+/// of version 1 would judge those nodes against thresholds learnt with them brought to their
+/// peers' level, so it must refuse the file, not ignore the field. This build reads both.
+pub const THRESHOLDS_VERSION_ROLES: u32 = 2;
 /// Value of the file's `format` field.
 pub const THRESHOLDS_FORMAT: &str = "culprit-thresholds";
 
@@ -327,6 +332,11 @@ pub struct MetricThresholds {
     /// scores), the known-normal traces of seed 002's supervised variant.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub normal_profiles: Vec<NormalProfileEntry>,
+    /// Nodes of another role: each differed from its peers the same way through the training
+    /// data, and diagnosis compares it against its own baseline ([`crate::roles`]). A file with
+    /// roles is [`THRESHOLDS_VERSION_ROLES`]: a reader that would ignore them refuses it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<RoleEntry>,
 }
 
 /// One node's normal profile from one training run.
@@ -429,10 +439,11 @@ impl ThresholdsFile {
             ));
         }
         let version = v.get("version").and_then(|x| x.as_u64()).unwrap_or(0);
-        if version != u64::from(THRESHOLDS_VERSION) {
+        if !(u64::from(THRESHOLDS_VERSION)..=u64::from(THRESHOLDS_VERSION_ROLES)).contains(&version)
+        {
             return bail(format!(
-                "{}: thresholds file version {version}, this culprit reads version \
-                 {THRESHOLDS_VERSION}; retrain with `culprit train`",
+                "{}: thresholds file version {version}, this culprit reads versions \
+                 {THRESHOLDS_VERSION} to {THRESHOLDS_VERSION_ROLES}; retrain with `culprit train`",
                 path.display()
             ));
         }
@@ -489,6 +500,17 @@ impl ThresholdsFile {
                     p.run
                 ));
             }
+            if let Some(r) = t.roles.iter().find(|r| {
+                r.components.iter().any(|c| {
+                    !(c.node.is_finite() && c.peers.is_finite() && c.node >= 0.0 && c.peers >= 0.0)
+                })
+            }) {
+                return bail(format!(
+                    "{}: {m} role of node {} has a level that is not a non-negative number",
+                    path.display(),
+                    r.node
+                ));
+            }
             if f.settings.weighting == Weighting::Variance && t.weights.is_none() {
                 return bail(format!(
                     "{}: trained with variance weighting but {m} has no scales; train again",
@@ -497,6 +519,17 @@ impl ThresholdsFile {
             }
         }
         Ok(f)
+    }
+
+    /// The version this file must be written as: [`THRESHOLDS_VERSION_ROLES`] when a metric
+    /// has nodes of another role, [`THRESHOLDS_VERSION`] otherwise (readable by older
+    /// followers).
+    pub fn needed_version(&self) -> u32 {
+        if self.metrics.values().any(|t| !t.roles.is_empty()) {
+            THRESHOLDS_VERSION_ROLES
+        } else {
+            THRESHOLDS_VERSION
+        }
     }
 
     /// Writes the file (pretty JSON), replacing it atomically.

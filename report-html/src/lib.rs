@@ -368,12 +368,28 @@ pub fn render(d: &Diagnosis, opts: &Options) -> Result<String, Error> {
         2 * d.settings.k - 1,
         format!("{:?}", d.settings.score).to_lowercase(),
         format!("{:?}", d.settings.distance).to_lowercase(),
-        if d.trained {
+        if d.baseline.is_some() {
+            "thresholds learnt from the data itself"
+        } else if d.trained {
             "trained thresholds"
         } else {
             "untrained"
         }
     );
+    if let Some(b) = &d.baseline {
+        let _ = writeln!(
+            h,
+            "<p class=\"note\" id=\"baseline\">baseline: {} ({} – {}; learnt {} time{})</p>",
+            esc(&b.span),
+            esc(&b.learnt.from),
+            esc(&b.learnt.to),
+            b.times,
+            if b.times == 1 { "" } else { "s" }
+        );
+        for w in &b.warnings {
+            let _ = writeln!(h, "<p class=\"note\">warning: {}</p>", esc(w));
+        }
+    }
     // The verdict.
     let culprits: Vec<_> = d
         .verdicts
@@ -448,6 +464,22 @@ pub fn render(d: &Diagnosis, opts: &Options) -> Result<String, Error> {
         let _ = writeln!(h, "<td>{}</td></tr>", esc(&v.combined.reason));
     }
     h.push_str("</table>\n");
+    if !d.roles.is_empty() {
+        h.push_str(
+            "<h2>Another role</h2>\n<p class=\"note\">These nodes differed from their peers the \
+             same way throughout the baseline; each is judged against its own baseline and \
+             convicted only when it changes from it.</p>\n<ul id=\"roles\">\n",
+        );
+        for r in &d.roles {
+            let _ = writeln!(
+                h,
+                "<li><b>{}</b>: {}</li>",
+                esc(&r.node),
+                esc(&culprit_analysis::roles::summary(r))
+            );
+        }
+        h.push_str("</ul>\n");
+    }
     if !d.findings.is_empty() {
         h.push_str("<h2>Findings</h2>\n<ul>\n");
         for f in &d.findings {

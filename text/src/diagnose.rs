@@ -10,6 +10,7 @@ use culprit_analysis::diagnosis::{
 };
 use culprit_analysis::family::Metric;
 use culprit_analysis::resource::{Direction, Observation, Resource};
+use culprit_analysis::roles;
 use culprit_analysis::time::{fmt_dur, fmt_wall, group_digits, parse_time, TimeSpec};
 use culprit_analysis::Diagnosis;
 
@@ -181,6 +182,7 @@ pub fn print_human(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
         )?;
     }
     match (&r.thresholds_file, r.trained) {
+        _ if r.baseline.is_some() => print_baseline(r, out)?,
         (Some(f), true) => writeln!(out, "thresholds: trained ({f})")?,
         (Some(f), false) => writeln!(
             out,
@@ -224,6 +226,14 @@ pub fn print_human(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
             v.node,
             resource_prefix(v),
             v.combined.reason
+        )?;
+    }
+    for role in &r.roles {
+        writeln!(
+            out,
+            "another role: {} — {}; judged against its own baseline",
+            role.node,
+            roles::summary(role)
         )?;
     }
     print_layers(r, out)?;
@@ -326,6 +336,17 @@ pub fn print_human(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
                 nm.anomalous_windows.len(),
                 nm.windows_scored
             )?;
+            let role = r
+                .roles
+                .iter()
+                .find(|x| x.node == nm.node && x.metrics.iter().any(|rm| rm.metric == m.metric));
+            if role.is_some() {
+                writeln!(
+                    out,
+                    "  another role: its functions are compared with its own normal (the median \
+                     node's values scaled by its difference in the baseline)"
+                )?;
+            }
             let size = m
                 .windows_ns
                 .map_or((r.settings.win_size_s * 1e9).round() as u64, |w| w.size_ns);
@@ -369,6 +390,37 @@ pub fn print_human(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
     }
     for wline in &r.warnings {
         writeln!(out, "warning: {wline}")?;
+    }
+    Ok(())
+}
+
+/// Where the thresholds came from when they were learnt from the data itself, and what
+/// learning warned of.
+fn print_baseline(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
+    let Some(b) = &r.baseline else {
+        return Ok(());
+    };
+    let times = match b.times {
+        1 => String::new(),
+        n => format!("; learnt {n} times, last"),
+    };
+    writeln!(
+        out,
+        "thresholds: learnt from the data itself — baseline {}{times} {} – {}",
+        b.span,
+        short(&b.learnt.from),
+        short(&b.learnt.to)
+    )?;
+    for s in &b.left_out {
+        writeln!(
+            out,
+            "  not learnt (a node was flagged or suspected): {} – {}",
+            short(&s.from),
+            short(&s.to)
+        )?;
+    }
+    for w in &b.warnings {
+        writeln!(out, "warning: {w}")?;
     }
     Ok(())
 }

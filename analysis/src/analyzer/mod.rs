@@ -17,6 +17,7 @@
 
 use std::collections::HashMap;
 
+use crate::baseline::Ranges;
 use crate::distance::Distance;
 use crate::family::{Metric, Windows};
 use crate::model::{CompIdx, CompLabel, Interval, IntervalData, PeerIdx};
@@ -29,7 +30,7 @@ pub use crate::error::PushError;
 use state::{add_slot_values, add_values, valid, MetricState, NodeBucket, NodeState, Writer};
 pub use state::{
     AnomWindow, Anomaly, AppliedThreshold, Episode, MetricConfig, MetricResult, NodeResult, Ranked,
-    RootCause, ScoredWindow, WindowEvent, WindowRange, MIN_NODES,
+    Relearnt, RootCause, ScoredWindow, WindowEvent, WindowRange, MIN_NODES,
 };
 
 /// Settings shared by all metrics.
@@ -68,6 +69,9 @@ pub struct Analyzer {
     names: Vec<String>,
     name_map: HashMap<String, PeerIdx>,
     metrics: Vec<MetricState>,
+    /// Only windows wholly inside these stretches are analysed (a baseline, or what follows
+    /// it); `None`: every window.
+    only: Option<Ranges>,
 }
 
 impl Analyzer {
@@ -90,7 +94,20 @@ impl Analyzer {
             names: Vec::new(),
             name_map: HashMap::new(),
             metrics,
+            only: None,
         }
+    }
+
+    /// Analyses only the windows that lie wholly inside `ranges` (a baseline to learn, or the
+    /// data after it to diagnose); the others close unseen — not scored, not counted, not
+    /// growing the kept set, not moving any node's filter.
+    pub fn only_windows(&mut self, ranges: Ranges) {
+        self.only = Some(ranges);
+    }
+
+    /// The stretches of [`Analyzer::only_windows`].
+    pub fn window_ranges(&self) -> Option<&Ranges> {
+        self.only.as_ref()
     }
 
     /// Settings.
@@ -145,6 +162,7 @@ impl Analyzer {
             m.nodes.push(NodeState::new(self.cfg.k));
             m.result.nodes.push(NodeResult::default());
             m.writers.push(Vec::new());
+            m.add_node(name);
         }
         i
     }
@@ -162,6 +180,14 @@ impl Analyzer {
     /// The component `label` of metric `m`, registering it.
     pub fn component(&mut self, m: usize, label: &CompLabel) -> CompIdx {
         self.metrics[m].component(label)
+    }
+
+    /// Metric `m` is judged by what a baseline learnt again (a rolling baseline): new
+    /// thresholds, scales, normal profiles and roles, and the kept set `kept` added to its
+    /// own. Windows already closed keep their verdicts.
+    pub fn relearn(&mut self, m: usize, cfg: Relearnt, kept: &[CompLabel]) {
+        self.metrics[m].relearn(cfg, &self.names);
+        self.seed_kept(m, kept);
     }
 
     /// Marks components kept from the start (a thresholds file's kept set).
@@ -312,8 +338,8 @@ impl Analyzer {
         loop {
             let mut progressed = false;
             for m in 0..self.metrics.len() {
-                if let Some(ev) = self.close_one(m, now_ns) {
-                    events.push(ev);
+                if let Some(closed) = self.close_one(m, now_ns) {
+                    events.extend(closed);
                     progressed = true;
                 }
             }
@@ -346,7 +372,9 @@ impl Analyzer {
             .min(max)
     }
 
-    fn close_one(&mut self, m: usize, now_ns: Option<u64>) -> Option<WindowEvent> {
+    /// Closes the next window of metric `m` if it can close: `None` when it cannot, `Some(None)`
+    /// when it closed outside [`Analyzer::only_windows`] (unseen).
+    fn close_one(&mut self, m: usize, now_ns: Option<u64>) -> Option<Option<WindowEvent>> {
         let limit = self.close_limit(m, now_ns);
         let w = self.metrics[m].result.windows_ns;
         let shift = w.shift_ns;
@@ -375,7 +403,12 @@ impl Analyzer {
             scorer: self.scorer.as_ref(),
             names: &self.names,
         };
-        let ev = pipeline::close_window(&mut self.metrics[m], &ctx, b, per_window);
+        let start = b * shift;
+        let seen = self
+            .only
+            .as_ref()
+            .is_none_or(|r| r.holds(start, start + w.size_ns));
+        let ev = seen.then(|| pipeline::close_window(&mut self.metrics[m], &ctx, b, per_window));
         let ms = &mut self.metrics[m];
         ms.closed_any = true;
         // Recycle buckets no open window needs.
@@ -445,6 +478,7 @@ mod tests {
             policy,
             weights: None,
             normal: None,
+            roles: None,
         }
     }
 

@@ -87,7 +87,7 @@ impl Diagnosis {
             }
             let from_start: Vec<Metric> = metrics
                 .iter()
-                .filter(|m| faulty_from_start(m, n, cfg.k))
+                .filter(|m| !input.after_baseline && faulty_from_start(m, n, cfg.k))
                 .map(|m| m.metric())
                 .collect();
             if combined.verdict.is_culprit() || combined.verdict == Verdict::Suspect {
@@ -196,6 +196,8 @@ impl Diagnosis {
             warnings: input.warnings,
             layers: Vec::new(),
             serialised: Vec::new(),
+            roles: Vec::new(),
+            baseline: None,
         }
     }
 }

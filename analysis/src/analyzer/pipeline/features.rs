@@ -92,6 +92,7 @@ fn cdf_features(
                             None => v.resize(v.len() + spb, ms.slot_fill),
                         }
                     }
+                    super::role::adjust_slots(ms, node, c, &mut v);
                     cdf::moving_average(&mut v, smoothing);
                     v
                 })
