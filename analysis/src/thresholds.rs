@@ -546,3 +546,81 @@ impl ThresholdsFile {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::roles::{RoleComponent, RoleEntry};
+    use crate::setup::{Overrides, Setup};
+
+    fn metric(roles: Vec<RoleEntry>) -> MetricThresholds {
+        MetricThresholds {
+            unit: "ms".into(),
+            recording: Recording {
+                event: None,
+                period: None,
+                freq: false,
+                interval_ns: 1_000_000_000,
+            },
+            kept: vec![CompLabel::func("srv", "f")],
+            thresholds: [("n1".to_string(), 4.0)].into_iter().collect(),
+            max_scores: BTreeMap::new(),
+            flag_scores: BTreeMap::new(),
+            windows: 10,
+            shared_median: None,
+            weights: None,
+            normal_profiles: Vec::new(),
+            roles,
+        }
+    }
+
+    /// A file with a node of another role is version 2, which this build reads and a reader
+    /// of version 1 refuses (it would ignore the role); a file without roles stays version 1;
+    /// a later version is refused in one line.
+    #[test]
+    fn roles_make_version_2() {
+        let mut settings = Setup::resolve(&Overrides::default(), None)
+            .unwrap()
+            .settings;
+        settings.weighting = Weighting::None;
+        let role = RoleEntry {
+            node: "n1".into(),
+            windows: 10,
+            outstanding: 10,
+            components: vec![RoleComponent {
+                label: CompLabel::func("srv", "f"),
+                node: 2.0,
+                peers: 1.0,
+            }],
+        };
+        let mut f = ThresholdsFile {
+            format: THRESHOLDS_FORMAT.into(),
+            version: THRESHOLDS_VERSION,
+            runs: vec!["baseline".into()],
+            settings,
+            metrics: [(Metric::TIME, metric(Vec::new()))].into_iter().collect(),
+        };
+        assert_eq!(f.needed_version(), 1);
+        f.metrics.insert(Metric::TIME, metric(vec![role]));
+        assert_eq!(f.needed_version(), THRESHOLDS_VERSION_ROLES);
+        f.version = f.needed_version();
+        let dir = std::env::temp_dir().join(format!("culprit-thr-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.json");
+        f.save(&path).unwrap();
+        assert_eq!(ThresholdsFile::load(&path).unwrap(), f);
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, text.replacen("\"version\": 2", "\"version\": 3", 1)).unwrap();
+        let e = ThresholdsFile::load(&path).unwrap_err().to_string();
+        assert!(
+            e.contains("version 3") && e.contains("versions 1 to 2"),
+            "{e}"
+        );
+        assert!(!e.contains('\n'), "{e}");
+        let bad = text.replacen("\"peers\": 1.0", "\"peers\": -1.0", 1);
+        std::fs::write(&path, bad).unwrap();
+        let e = ThresholdsFile::load(&path).unwrap_err().to_string();
+        assert!(e.contains("role of node n1"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

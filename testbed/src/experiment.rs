@@ -1411,6 +1411,69 @@ mod tests {
         assert!(!old.contains("untrained"), "{old}");
     }
 
+    /// The baseline column counts runs that measured it, by their culprits (a node of another
+    /// role is not one); older result lines have none.
+    #[test]
+    fn baseline_column() {
+        let with = |l, culprits: &[&str], roles: &[&str]| match l {
+            ResultLine::Run {
+                role,
+                record,
+                flagged,
+                metrics,
+                exit,
+                resources,
+                ..
+            } => ResultLine::Run {
+                role,
+                record,
+                flagged,
+                metrics,
+                exit,
+                untrained: None,
+                requests: None,
+                series: None,
+                resources,
+                baseline: Some(BaselineColumn {
+                    culprits: culprits.iter().map(|s| s.to_string()).collect(),
+                    roles: roles.iter().map(|s| s.to_string()).collect(),
+                    warnings: Vec::new(),
+                }),
+            },
+            other => other,
+        };
+        let lines = vec![
+            with(
+                run_line("faulty", "slow-disk", "io1", &[], &[]),
+                &["io1"],
+                &["io3"],
+            ),
+            with(run_line("faulty", "slow-disk", "io2", &[], &[]), &[], &[]),
+            run_line("faulty", "slow-disk", "io3", &[], &[]),
+            with(run_line("clean", "none", "", &[], &[]), &["io0"], &[]),
+        ];
+        let t = render(&lines);
+        assert!(t.contains("--baseline \"first 1/3\""), "{t}");
+        let row = t.lines().find(|l| l.starts_with("| slow-disk")).unwrap();
+        let (tp, fp) = cells_of(&t, row, "baseline");
+        assert!(tp.starts_with("1/2 (") && fp.starts_with("0/2 ("), "{row}");
+        let none = t.lines().find(|l| l.starts_with("| none")).unwrap();
+        assert!(
+            cells_of(&t, none, "baseline").1.starts_with("1/1 ("),
+            "{none}"
+        );
+        let json = serde_json::to_string(&lines[0]).unwrap();
+        assert!(json.contains("\"roles\":[\"io3\"]"), "{json}");
+        let back: ResultLine = serde_json::from_str(&json).unwrap();
+        assert!(matches!(
+            back,
+            ResultLine::Run {
+                baseline: Some(_),
+                ..
+            }
+        ));
+    }
+
     /// Black-box and white-box verdicts are columns when recorded; the resource is scored among
     /// the runs whose combined verdict flagged the faulty node.
     #[test]
