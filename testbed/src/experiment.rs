@@ -537,13 +537,25 @@ fn diagnose_all(
         if !has {
             continue;
         }
-        let part = tools.diagnose_metrics(data, Some(thresholds), windows, &metrics)?;
+        // A part with too little data of its own (a sampler that stopped early leaves the OS
+        // metrics without a complete window) has no verdict: the column is left out of the
+        // run, as when the part has no data at all.
+        let part = match tools.diagnose_metrics(data, Some(thresholds), windows, &metrics) {
+            Err(e) if not_enough_data(&e) => continue,
+            part => part?,
+        };
         v.flagged.insert(
             column.to_string(),
             part.diagnosis.culprits.iter().cloned().collect(),
         );
     }
     Ok(v)
+}
+
+/// True for `culprit diagnose`'s "not enough data" (exit 2): no verdict, not a failure of the
+/// experiment.
+fn not_enough_data(e: &Error) -> bool {
+    matches!(e, Error::Command { detail, .. } if detail.contains("not enough data"))
 }
 
 /// The resource the checklist should name for each fault class.
@@ -731,9 +743,7 @@ pub fn rediagnose(
 fn untrained_culprits(tools: &Tools, data: &Path, windows: Windows) -> Result<BTreeSet<String>> {
     match tools.diagnose(data, None, windows) {
         Ok(v) => Ok(v.flagged.get("combined").cloned().unwrap_or_default()),
-        Err(Error::Command { detail, .. }) if detail.contains("not enough data") => {
-            Ok(BTreeSet::new())
-        }
+        Err(e) if not_enough_data(&e) => Ok(BTreeSet::new()),
         Err(e) => Err(e),
     }
 }
@@ -742,14 +752,12 @@ fn untrained_culprits(tools: &Tools, data: &Path, windows: Windows) -> Result<BT
 /// to compare after its baseline ("not enough data") has no culprit.
 fn baseline_column(tools: &Tools, data: &Path, windows: Windows) -> Result<BaselineColumn> {
     match tools.diagnose_baseline(data, BASELINE_SPAN, windows) {
+        Err(e) if not_enough_data(&e) => Ok(BaselineColumn::default()),
         Ok(v) => Ok(BaselineColumn {
             culprits: v.flagged.get("combined").cloned().unwrap_or_default(),
             roles: v.diagnosis.roles.iter().map(|r| r.node.clone()).collect(),
             warnings: v.diagnosis.baseline.map(|b| b.warnings).unwrap_or_default(),
         }),
-        Err(Error::Command { detail, .. }) if detail.contains("not enough data") => {
-            Ok(BaselineColumn::default())
-        }
         Err(e) => Err(e),
     }
 }
