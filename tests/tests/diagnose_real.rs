@@ -800,6 +800,14 @@ fn baseline_knows_another_role() {
     assert_eq!(r2.culprits, ["srv3"], "{r2:#?}");
     assert!(r2.baseline.is_none());
     role(&r2);
+    // Offline, a rolling baseline is learnt again as the diagnosis goes on, the fault's
+    // windows left out.
+    let (code, r3) = diagnose2(&[d, "--baseline", "last:8s"]);
+    assert_eq!(code, 1, "{r3:#?}");
+    assert_eq!(r3.culprits, ["srv3"], "{r3:#?}");
+    let b3 = r3.baseline.as_ref().unwrap();
+    assert!(b3.times >= 2, "{b3:#?}");
+    role(&r3);
 }
 
 /// `--follow` with a rolling baseline (`last:6s`): learnt first from the first 6 s, then again

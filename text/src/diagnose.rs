@@ -621,6 +621,67 @@ fn num(v: f64) -> String {
 mod tests {
     use super::*;
 
+    /// With a baseline learnt from the data: where the thresholds came from, what learning
+    /// warned of, the stretches a rolling baseline left out, and each node of another role.
+    #[test]
+    fn baseline_and_roles_for_people() {
+        use culprit_analysis::baseline::{BaselineReport, Stretch};
+        use culprit_analysis::model::CompLabel;
+        use culprit_analysis::roles::{RoleComponent, RoleMetric, RoleReport};
+        let p = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/golden/diagnose.json");
+        let mut d: Diagnosis = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+        let at = |s: &str| format!("2026-11-22T13:{s}.000Z");
+        d.baseline = Some(BaselineReport {
+            span: "rolling, the last 60 s".into(),
+            learnt: Stretch {
+                from: at("01:00"),
+                to: at("02:00"),
+            },
+            times: 3,
+            left_out: vec![Stretch {
+                from: at("01:30"),
+                to: at("01:40"),
+            }],
+            warnings: vec!["baseline: io3 stood out".into()],
+        });
+        d.roles = vec![RoleReport {
+            node: "io1".into(),
+            metrics: vec![RoleMetric {
+                metric: Metric::TIME,
+                windows: 9,
+                outstanding: 9,
+                components: vec![RoleComponent {
+                    label: CompLabel::func("srv", "io_pwrite"),
+                    node: 2.5,
+                    peers: 1.0,
+                }],
+            }],
+        }];
+        let mut out = Vec::new();
+        print_human(&d, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.contains(
+                "thresholds: learnt from the data itself — baseline rolling, the last 60 s; \
+                 learnt 3 times, last"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("  not learnt (a node was flagged or suspected): "),
+            "{text}"
+        );
+        assert!(text.contains("warning: baseline: io3 stood out"), "{text}");
+        assert!(
+            text.contains(
+                "another role: io1 — time: io_pwrite 2.5× its peers'; judged against its own \
+                 baseline"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("thresholds: trained"), "{text}");
+    }
+
     #[test]
     fn values_for_people() {
         assert_eq!(fmt_value("ms", 5210.0), "5.21 s");
