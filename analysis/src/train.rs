@@ -288,11 +288,18 @@ pub fn train(
         &mut notes,
         progress,
     )?;
-    // Nodes of another role (crate::roles), from the unweighted scores; every later pass
+    // A metric's family, from a run that has it (the OS metrics depend on the data).
+    let family_of = |m: Metric| {
+        runs.iter()
+            .find_map(|r| r.setup.families.iter().find(|f| f.metric() == m))
+            .cloned()
+            .expect("trained metrics have families")
+    };
+    // Nodes of another role (crate::roles), from the unweighted pass; every later pass
     // compares them against their own baseline, so that neither the scales nor the thresholds
     // learn their difference.
     let min_windows = 2 * setup.settings.k as u64 - 1;
-    let role_entries = role_entries(&pass2.evidence, min_windows);
+    let role_entries = role_entries(&pass2.evidence, min_windows, |m| family_of(m).resolution());
     let roles: BTreeMap<Metric, Arc<Roles>> = role_entries
         .iter()
         .filter_map(|(&m, e)| Some((m, Roles::from_entries(e)?)))
@@ -321,13 +328,6 @@ pub fn train(
     let mut maxima = pass2.maxima;
     let mut profiles = pass2.profiles;
     let mut weights: BTreeMap<Metric, Weights> = BTreeMap::new();
-    // A metric's family, from a run that has it (the OS metrics depend on the data).
-    let family_of = |m: Metric| {
-        runs.iter()
-            .find_map(|r| r.setup.families.iter().find(|f| f.metric() == m))
-            .cloned()
-            .expect("trained metrics have families")
-    };
     // Variance weighting: scales from pass 2, then a pass 3 scoring with them.
     if setup.settings.weighting == Weighting::Variance {
         let files: BTreeMap<Metric, WeightsFile> = pass2
@@ -663,24 +663,15 @@ fn score(
     })
 }
 
-/// The nodes of another role of each metric ([`Evidence::role`]).
+/// The nodes of another role of each metric ([`roles::roles_among`]).
 fn role_entries(
     evidence: &BTreeMap<Metric, BTreeMap<String, Evidence>>,
     min_windows: u64,
+    resolution: impl Fn(Metric) -> f64,
 ) -> BTreeMap<Metric, Vec<RoleEntry>> {
     let mut out: BTreeMap<Metric, Vec<RoleEntry>> = BTreeMap::new();
     for (&m, nodes) in evidence {
-        let entries: Vec<RoleEntry> = nodes
-            .iter()
-            .filter_map(|(node, e)| {
-                Some(RoleEntry {
-                    node: node.clone(),
-                    windows: e.windows,
-                    outstanding: e.outstanding,
-                    components: e.role(min_windows)?,
-                })
-            })
-            .collect();
+        let entries = roles::roles_among(nodes, min_windows, resolution(m));
         // Roles are standing differences of a few nodes from the many: a metric on which half
         // the nodes or more "differ" has no peers to differ from, and learns no role.
         if !entries.is_empty() && entries.len() * 2 < nodes.len() {
