@@ -8,7 +8,7 @@
 //! windows the node stood out from its peers as a whole). A component differs *standingly* when,
 //! over the baseline, the node's difference from the median node kept its sign
 //! ([`SIGN_CONSISTENCY`]), its level is at least [`MIN_RATIO`] times the median node's (or the
-//! other way round), and the difference is [`SPREAD_FACTOR`] times the typical deviation of its
+//! other way round) on average and in nearly every window ([`ROLE_SHARE`]), and the difference is [`SPREAD_FACTOR`] times the typical deviation of its
 //! peers from the median node in that component. A node with such components has another role
 //! on that metric: its [`RoleEntry`] goes into the thresholds file, and diagnosis compares it
 //! against *its own* baseline — each of those components is brought to its peers' level by the
@@ -50,6 +50,11 @@ pub const SPREAD_FACTOR: f64 = 3.0;
 /// 5 ms of CPU in) can be 7× its peers' in every window without being what the node is for.
 /// Postmark's io1 on the testbed: its extra `io_pwrite` time is 4 % of a node's time.
 pub const MIN_SHARE: f64 = 0.01;
+/// …and if the node's level was [`MIN_RATIO`] apart from the median node's, on the same side,
+/// in at least this share of the baseline windows: "through the whole baseline". A difference
+/// that began part-way through (a fault in the baseline's second half keeps its sign as well as
+/// a role does) is a change, not a role, and the baseline's warnings say so.
+pub const ROLE_SHARE: f64 = 0.8;
 
 /// Training: one node's evidence on one metric (accumulated window by window).
 #[derive(Clone, Debug, Default)]
@@ -80,6 +85,11 @@ pub struct LevelSums {
     pub abs_diff: f64,
     /// Windows summed.
     pub windows: u64,
+    /// Of them, those in which the node's level was at least [`MIN_RATIO`] times the median
+    /// node's…
+    pub over: u64,
+    /// …and those in which the median node's was at least [`MIN_RATIO`] times the node's.
+    pub under: u64,
 }
 
 impl RoleStats {
@@ -112,6 +122,8 @@ impl RoleStats {
         l.median += median;
         l.abs_diff += (node - median).abs();
         l.windows += 1;
+        l.over += u64::from(node > 0.0 && node >= MIN_RATIO * median);
+        l.under += u64::from(median > 0.0 && median >= MIN_RATIO * node);
     }
 }
 
@@ -144,6 +156,8 @@ impl Evidence {
             e.median += l.median;
             e.abs_diff += l.abs_diff;
             e.windows += l.windows;
+            e.over += l.over;
+            e.under += l.under;
         }
         self.stretches
             .extend(s.stretches.iter().map(|&(a, b)| (run.to_string(), a, b)));
@@ -152,7 +166,7 @@ impl Evidence {
 
 /// The nodes of another role on one metric, from every node's evidence (by node name): each
 /// node's components that differ standingly ([`SIGN_CONSISTENCY`], [`MIN_RATIO`],
-/// [`SPREAD_FACTOR`]) over at least `min_windows` baseline windows (2k − 1: a verdict's own
+/// [`ROLE_SHARE`], [`SPREAD_FACTOR`]) over at least `min_windows` baseline windows (2k − 1: a verdict's own
 /// span) and half of the node's, by at least the metric's `resolution` (a difference it cannot
 /// measure — a retransmit every few seconds against none — is no role) and [`MIN_SHARE`] of
 /// what a typical node does.
@@ -181,6 +195,8 @@ pub fn roles_among(
                 let consistent = diff.abs() * w >= SIGN_CONSISTENCY * l.abs_diff;
                 let (lo, hi) = (node.min(median), node.max(median));
                 let large = hi > 0.0 && hi >= MIN_RATIO * lo;
+                let side = if diff > 0.0 { l.over } else { l.under };
+                let throughout = side as f64 >= ROLE_SHARE * w;
                 let mut spread: Vec<f64> = nodes
                     .iter()
                     .filter(|(other, _)| *other != name)
@@ -191,7 +207,7 @@ pub fn roles_among(
                 let apart =
                     spread.is_empty() || diff.abs() >= SPREAD_FACTOR * median_in_place(&mut spread);
                 let measurable = diff.abs() >= resolution.max(MIN_SHARE * total) && diff != 0.0;
-                (consistent && large && apart && measurable).then(|| RoleComponent {
+                (consistent && large && throughout && apart && measurable).then(|| RoleComponent {
                     label: label.clone(),
                     node,
                     peers: median,
@@ -431,6 +447,17 @@ mod tests {
                     median: median * windows as f64,
                     abs_diff: abs * windows as f64,
                     windows,
+                    // As if every window were at the mean levels.
+                    over: if node >= MIN_RATIO * median {
+                        windows
+                    } else {
+                        0
+                    },
+                    under: if median >= MIN_RATIO * node {
+                        windows
+                    } else {
+                        0
+                    },
                 },
             );
         }
@@ -469,6 +496,17 @@ mod tests {
         // The sign changed in part of the baseline (mean 2×, but |Σd| < 0.8 Σ|d|): a change,
         // not a role.
         assert!(roles_among(&group(&[("a", 2.0, 1.0, 1.5)], 10), 5, 0.01).is_empty());
+        // A fault that began half-way through the baseline: 3× in the second half, the sign
+        // kept (the node never fell below the median) and 2× on average, but 1.25× apart in
+        // only half the windows — a change, not a role.
+        let mut g = group(&[("a", 2.0, 1.0, 1.0)], 10);
+        g.get_mut("n1")
+            .unwrap()
+            .levels
+            .get_mut(&label("a"))
+            .unwrap()
+            .over = 5;
+        assert!(roles_among(&g, 5, 0.01).is_empty());
         // Too few windows to say "through the whole baseline".
         assert!(roles_among(&group(&[("a", 2.0, 1.0, 1.0)], 4), 5, 0.01).is_empty());
         // Within the peers' own spread (they stray by 0.1; 1.25× of 0.3 is 0.075 apart).

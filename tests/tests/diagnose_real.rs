@@ -810,6 +810,44 @@ fn baseline_knows_another_role() {
     role(&r3);
 }
 
+/// A baseline that itself holds an anomaly is said, not silently learnt: `srv2` starts
+/// blocking in `lookup_object` 6 s into a 14 s baseline. It stood out from its peers in k of
+/// 2k − 1 windows of the baseline but not through the whole of it, so it is no role and the
+/// report's `baseline` warns of it (as `culprit train` warns of an odd run). Budget: ~30 s.
+#[test]
+fn an_anomaly_in_the_baseline_is_said() {
+    let _turn = turn();
+    let dir = TempDir::new("real-baseline-anomaly");
+    let exe = server(dir.path(), false);
+    let data = dir.join("data");
+    run_group(
+        &exe,
+        &data,
+        &five_with(2, ["block", "lookup_object", "300", "6"]),
+        "22",
+    );
+    let d = data.to_str().unwrap();
+    let (_, r) = diagnose2(&[d, "--baseline", "first 14s"]);
+    let b = r.baseline.as_ref().expect("the baseline is reported");
+    assert!(
+        b.warnings
+            .iter()
+            .any(|w| w.starts_with("baseline: srv2 stood out from its peers")),
+        "{b:#?}"
+    );
+    assert!(r.roles.iter().all(|x| x.node != "srv2"), "{:#?}", r.roles);
+    // Said on stderr too, where a person running the command sees it.
+    let o = culprit()
+        .arg("diagnose")
+        .arg(d)
+        .args(["--baseline", "first 14s"])
+        .args(WINDOWS2)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("baseline: srv2 stood out"), "{err}");
+}
+
 /// `--follow` with a rolling baseline (`last:6s`): learnt first from the first 6 s, then again
 /// every 1.5 s of diagnosed data from the last 6 s without the windows under suspicion. A node
 /// that starts blocking at 12 s is flagged and stays flagged to the end: its fault is never
