@@ -58,6 +58,9 @@ pub enum Verdict {
     Stuck,
     /// Stopped by a signal or a tracer (SIGSTOP), not slow code.
     Paused,
+    /// It has data but no metric could compare it in any window (its data had gaps
+    /// throughout): never "ok" (added within version 1 of the report).
+    NotCompared,
 }
 
 impl Verdict {
@@ -79,6 +82,7 @@ impl Verdict {
             Verdict::Damaged => "damaged",
             Verdict::Stuck => "STUCK",
             Verdict::Paused => "PAUSED",
+            Verdict::NotCompared => "not compared",
         }
     }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::analyzer::Analyzer;
 use crate::baseline::Ranges;
-use crate::data::{Dataset, NodeData};
+use crate::data::{Dataset, FileStatus, NodeData};
 use crate::error::{Error, Result};
 use crate::family::{FamilyReader, IntervalSink, Metric, MetricFamily, Sampling};
 use crate::model::{CompIdx, CompLabel, Interval, PeerIdx};
@@ -152,6 +152,8 @@ pub struct Feeder {
     /// The analyzer's [`Analyzer::window_ranges`]: intervals outside them can reach no window
     /// it analyses, and are not pushed.
     only: Option<Ranges>,
+    /// `--follow`: how far each file had been read at the last look.
+    positions: HashMap<PathBuf, (usize, u64)>,
 }
 
 impl Feeder {
@@ -164,6 +166,43 @@ impl Feeder {
                 .collect(),
             writers: HashMap::new(),
             only: analyzer.window_ranges().cloned(),
+            positions: HashMap::new(),
+        }
+    }
+
+    /// `--follow`: tells the analyzer which writers are alive at `now_ns` — the process writing
+    /// the file runs on this host, or the file grew since the last look (a writer on another
+    /// host, mirrored) — so that it waits for those that are behind ([`Analyzer::writer_alive`]).
+    pub fn mark_alive(&mut self, ds: &Dataset, analyzer: &mut Analyzer, now_ns: u64) {
+        let metrics = analyzer.results().count();
+        for node in &ds.nodes {
+            // (file, how far it was read, its writer runs on this host)
+            let traces = node
+                .traces
+                .iter()
+                .filter(|t| t.status == FileStatus::Open)
+                .map(|t| (&t.path, t.read_position(), t.writer_running()));
+            let samples = node
+                .samples
+                .iter()
+                .filter(|s| s.status == FileStatus::Open)
+                .map(|s| (&s.path, s.read_position(), s.writer_running()));
+            let mut alive = Vec::new();
+            for (path, pos, running) in traces.chain(samples) {
+                let grew = self.positions.insert(path.clone(), pos) != Some(pos);
+                if grew || running {
+                    alive.extend(self.writers.get(path).copied());
+                }
+            }
+            if alive.is_empty() {
+                continue;
+            }
+            let n = analyzer.node(&node.name);
+            for id in alive {
+                for m in 0..metrics {
+                    analyzer.writer_alive(m, n, id, now_ns);
+                }
+            }
         }
     }
 

@@ -181,7 +181,7 @@ fn top_suspect(report: &Diagnosis) -> Option<String> {
     report
         .verdicts
         .iter()
-        .filter(|v| v.combined.verdict != Verdict::Ok)
+        .filter(|v| !matches!(v.combined.verdict, Verdict::Ok | Verdict::NotCompared))
         .map(|v| (v.combined.verdict, evidence(&v.node), &v.node))
         .max_by(|a, b| {
             a.0.cmp(&b.0)

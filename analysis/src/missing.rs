@@ -15,9 +15,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::analyzer::{Outcome, WindowRange};
+use crate::analyzer::Outcome;
 use crate::combine::Verdict;
-use crate::family::{Metric, Windows};
+use crate::family::Metric;
 use crate::score::median_in_place;
 use crate::stacks::OpenCall;
 use crate::time::{fmt_wall, fmt_wall_utc, rezone, rfc3339};
@@ -101,9 +101,17 @@ pub enum Finding {
         node: String,
         /// Metric.
         metric: Metric,
-        /// Windows in which its data was incomplete, not counting those after it stopped or
-        /// before it started.
+        /// Windows in which its data had a gap, not counting those after it stopped or before
+        /// it started: `partial` of them compared on the seconds present, the others left out
+        /// (less than half present).
         windows: u64,
+        /// Of `windows`, those compared on the seconds present (added within version 1).
+        #[serde(default)]
+        partial: u64,
+        /// The least share of a window's seconds present among the `partial` ones (added within
+        /// version 1).
+        #[serde(default)]
+        min_present: Option<f64>,
     },
     /// The node has no data for a metric its peers have.
     NoData {
@@ -237,13 +245,10 @@ impl Finding {
                 fmt_wall(*at_ns),
                 rezone(peers_from)
             ),
-            Finding::Gaps {
-                node,
-                metric,
-                windows,
-            } => format!(
-                "{node} has gaps in its {metric} data: {windows} window(s) left out of the \
-                 comparison (missing data is never read as zeros)"
+            Finding::Gaps { node, metric, .. } => format!(
+                "{node} has gaps in its {metric} data: {} (missing data is never read as \
+                 zeros)",
+                self.gap_words().unwrap_or_default()
             ),
             Finding::NoData { node, metric } if *metric == Metric::OS => format!(
                 "{node} has no OS metrics while its peers do (a sampler run with \
@@ -259,6 +264,82 @@ impl Finding {
             ),
         }
     }
+}
+
+impl Finding {
+    /// A gap finding's windows in words: "7 window(s) compared on the seconds present (at
+    /// least 55 % of each), 2 left out (under half present)".
+    fn gap_words(&self) -> Option<String> {
+        let Finding::Gaps {
+            windows,
+            partial,
+            min_present,
+            ..
+        } = self
+        else {
+            return None;
+        };
+        let mut parts = Vec::new();
+        if *partial > 0 {
+            let least = min_present
+                .map(|p| format!(" (at least {:.0} % of each)", p * 100.0))
+                .unwrap_or_default();
+            parts.push(format!(
+                "{partial} window(s) compared on the seconds present{least}"
+            ));
+        }
+        let left = windows.saturating_sub(*partial);
+        if left > 0 {
+            parts.push(format!(
+                "{left} window(s) left out of the comparison (under half present)"
+            ));
+        }
+        Some(parts.join(", "))
+    }
+}
+
+/// The findings for people: gaps grouped, one line per node (metrics with the same gaps on
+/// one clause), every other finding on its own line, in the findings' order.
+pub fn lines(findings: &[Finding]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut done: Vec<&str> = Vec::new();
+    for f in findings {
+        let Finding::Gaps { node, .. } = f else {
+            out.push(f.describe());
+            continue;
+        };
+        if done.contains(&node.as_str()) {
+            continue;
+        }
+        done.push(node);
+        // (words, metrics) in order of first appearance.
+        let mut clauses: Vec<(String, Vec<String>)> = Vec::new();
+        for g in findings {
+            let Finding::Gaps {
+                node: n, metric, ..
+            } = g
+            else {
+                continue;
+            };
+            if n != node {
+                continue;
+            }
+            let words = g.gap_words().unwrap_or_default();
+            match clauses.iter_mut().find(|c| c.0 == words) {
+                Some(c) => c.1.push(metric.to_string()),
+                None => clauses.push((words, vec![metric.to_string()])),
+            }
+        }
+        let text: Vec<String> = clauses
+            .iter()
+            .map(|(words, metrics)| format!("{}: {words}", metrics.join(", ")))
+            .collect();
+        out.push(format!(
+            "{node} has gaps in its data (missing data is never read as zeros) — {}",
+            text.join("; ")
+        ));
+    }
+    out
 }
 
 fn thread_word(c: &OpenCall) -> String {
@@ -357,47 +438,36 @@ pub fn findings(
                 }
                 continue;
             }
-            // Incomplete windows inside the node's own span: gaps, missed intervals.
-            // Windows holding the node's partial first or last interval are edges, not gaps.
-            let first = nm.first_full_ns.or(nm.first_ns).unwrap_or(0);
+            // The node's own gaps inside its span: windows holding its partial first or last
+            // interval, or after it stopped, are edges, not gaps (the analyzer counts no window
+            // before its first whole interval).
             let last = nm.last_full_ns.or(nm.last_ns).unwrap_or(0);
-            let Some(range) = m.window_range else {
-                continue;
-            };
-            let any = nm.first_ns.unwrap_or(0);
-            let edges = edge_windows(m.windows_ns, range, Span { any, first, last });
-            let inside = nm.incomplete.saturating_sub(edges);
-            if inside > 0 {
+            let size = m.windows_ns.size_ns;
+            let shift = m.windows_ns.shift_ns;
+            let (mut windows, mut partial) = (0u64, 0u64);
+            let mut min_present: Option<f64> = None;
+            for r in &nm.gaps {
+                let inside = (0..r.windows)
+                    .filter(|i| r.first_ns + i * shift + size <= last)
+                    .count() as u64;
+                windows += inside;
+                if !r.left_out && inside > 0 {
+                    partial += inside;
+                    min_present = Some(min_present.map_or(r.min_present, |p| p.min(r.min_present)));
+                }
+            }
+            if windows > 0 {
                 out.push(Finding::Gaps {
                     node: names[n].clone(),
                     metric: m.metric(),
-                    windows: inside,
+                    windows,
+                    partial,
+                    min_present,
                 });
             }
         }
     }
     out
-}
-
-/// Where a node's data is: its first data (`any`), its first whole interval and the end of its
-/// last.
-struct Span {
-    any: u64,
-    first: u64,
-    last: u64,
-}
-
-/// Windows of `range` that are incomplete for a node only because they begin before its first
-/// whole interval or end after its last: those are "late start"/"stopped", not gaps. The
-/// analyzer counts a window incomplete once it ends after the node's first data.
-fn edge_windows(w: Windows, range: WindowRange, span: Span) -> u64 {
-    let (shift, size) = (w.shift_ns, w.size_ns);
-    let total = (range.last_ns - range.first_ns) / shift + 1;
-    (0..total)
-        .map(|i| range.first_ns + i * shift)
-        .filter(|&s| s < span.first || s + size > span.last)
-        .filter(|&s| s + size > span.any)
-        .count() as u64
 }
 
 /// Grace for "stopped" and "late": one WinShift, at least two of the coarsest record intervals.

@@ -218,14 +218,24 @@ pub(crate) fn outcome_notes(
     keep: &KeepSettings,
     notes: &mut Vec<String>,
 ) {
-    for m in &outcome.metrics {
-        if m.late > 0 {
-            notes.push(format!(
-                "{}: {} interval(s) arrived after their window had closed and were left out",
-                m.metric(),
-                m.late
-            ));
+    // Late intervals, per node (all its metrics on one line).
+    for (n, name) in outcome.names.iter().enumerate() {
+        let late: Vec<String> = outcome
+            .metrics
+            .iter()
+            .filter(|m| m.nodes.get(n).is_some_and(|nr| nr.late > 0))
+            .map(|m| format!("{} {}", m.nodes[n].late, m.metric()))
+            .collect();
+        if late.is_empty() {
+            continue;
         }
+        notes.push(format!(
+            "{name}: {} interval(s) arrived after their window had closed and were left out \
+             (its writer was behind by more than `--follow` waits for one that is alive: {} \
+             past the record interval); a diagnosis of the same data afterwards compares them",
+            late.join(", "),
+            fmt_dur(crate::analyzer::BEHIND_WAIT_NS)
+        ));
     }
     for m in &outcome.metrics {
         if m.windows == m.unscored || !m.kept_list.is_empty() {

@@ -84,19 +84,25 @@ fn damage_findings(ds: &Dataset) -> Vec<Finding> {
     };
     let mut out = Vec::new();
     for n in &ds.nodes {
+        // A trace file's stacks region that is damage counts with the rest of the file.
         let files = n
             .traces
             .iter()
-            .map(|t| (&t.path, &t.status))
-            .chain(n.samples.iter().map(|s| (&s.path, &s.status)));
-        for (path, status) in files {
-            if let FileStatus::Damaged(reason) = status {
-                out.push(Finding::Damaged {
-                    node: n.name.clone(),
-                    file: name(path),
-                    reason: reason.clone(),
-                });
-            }
+            .map(|t| (&t.path, &t.status, t.stacks_damage.as_deref()))
+            .chain(n.samples.iter().map(|s| (&s.path, &s.status, None)));
+        for (path, status, stacks) in files {
+            let stacks = stacks.map(|why| format!("{why}; no snapshot of it is used"));
+            let reason = match (status, stacks) {
+                (FileStatus::Damaged(r), Some(s)) => format!("{r}; {s}"),
+                (FileStatus::Damaged(r), None) => r.clone(),
+                (_, Some(s)) => s,
+                (_, None) => continue,
+            };
+            out.push(Finding::Damaged {
+                node: n.name.clone(),
+                file: name(path),
+                reason,
+            });
         }
     }
     for u in &ds.unreadable {
@@ -461,7 +467,14 @@ impl Reporting<'_> {
         LiveStatus::new(
             &outcome,
             report,
-            |n| ending_of(ds, n) == Ending::Damaged,
+            |n| {
+                // A damaged stacks region is damage too (its finding says so).
+                ending_of(ds, n) == Ending::Damaged
+                    || ds
+                        .nodes
+                        .iter()
+                        .any(|x| x.name == n && x.traces.iter().any(|t| t.stacks_damage.is_some()))
+            },
             finished,
         )
     }
@@ -644,7 +657,11 @@ fn follow(
     let mut first = true;
     loop {
         feeder.feed(ds, analyzer, None, no_chunks)?;
-        let events = analyzer.advance(Some(now_ns()));
+        // A writer behind but alive (its process runs, its file grows late) holds windows
+        // open for a while (analyzer::BEHIND_WAIT_NS).
+        let now = now_ns();
+        feeder.mark_alive(ds, analyzer, now);
+        let events = analyzer.advance(Some(now));
         report_windows(analyzer, &events, progress)?;
         reporting.roll(ds, analyzer)?;
         if progress.wants_live() && (first || !events.is_empty()) {

@@ -17,12 +17,25 @@
 //! how long the peer's own open calls of `f` had been running at its last snapshot (a
 //! dispatcher loop that never returns is open on every node). Of a stuck thread's open calls
 //! the innermost that meets the rule is reported: the most specific place.
+//!
+//! **The snapshot is a view, the records are the evidence.** A snapshot says where threads
+//! were; only the file's own intervals say that time passed. So a call is stuck only when
+//! (a) its file is intact — not damaged anywhere, its stacks region included (the loader
+//! drops a snapshot that is torn, cut short, beyond the intact records or inconsistent with
+//! them, and counts it in the damage finding); (b) its function is named by the process's
+//! own load map (an address in no recorded object cannot be compared with the peers'); and
+//! (c) the process's intervals, observed and not missed, cover the call's whole time but for
+//! an interval at either end ([`recorded_through`]): the process was seen running, interval
+//! after interval, while the call did not return. Damage that cuts the records short, or a
+//! snapshot left from before the damage, therefore never makes a node stuck.
 
 use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::data::{process_state, Dataset, FileStatus, FuncId, NodeData, StackSnapshot, TraceFile};
+use crate::data::{
+    process_state, Dataset, FileStatus, FuncId, NodeData, StackSnapshot, TraceFile, UNMAPPED_IMAGE,
+};
 use culprit_format::stacks::thread_flags;
 use culprit_format::{hist_bucket_low_ns, HIST_BUCKETS};
 
@@ -280,6 +293,26 @@ fn longest_calls(node: &NodeData) -> HashMap<FuncId, u64> {
     out
 }
 
+/// True when the intervals of `t` — observed, not missed — cover `[from_ns, to_ns)` but for
+/// at most one interval at either end: the process was seen running all that time (module
+/// docs, c).
+pub fn recorded_through(t: &TraceFile, from_ns: u64, to_ns: u64) -> bool {
+    let interval = t.interval_ns.max(1);
+    let covered: u64 = t
+        .intervals
+        .iter()
+        .filter(|iv| !iv.missed())
+        .map(|iv| {
+            let (a, b) = (
+                iv.start_ns.max(from_ns),
+                (iv.start_ns + iv.dur_ns).min(to_ns),
+            );
+            b.saturating_sub(a)
+        })
+        .sum();
+    covered.saturating_add(2 * interval) >= to_ns.saturating_sub(from_ns)
+}
+
 /// A stuck call: the node, and the call.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Stuck {
@@ -302,12 +335,19 @@ pub fn stuck(ds: &Dataset) -> Vec<Stuck> {
     for (n, node) in ds.nodes.iter().enumerate() {
         let mut best: Option<Stuck> = None;
         for t in &node.traces {
+            // Damage is never a verdict (module docs, a).
+            if matches!(t.status, FileStatus::Damaged(_)) || t.stacks_damage.is_some() {
+                continue;
+            }
             let Some(s) = &t.stacks else { continue };
             for th in &s.threads {
                 // Innermost first: the most specific call that meets the rule.
                 for fr in th.frames.iter().rev() {
                     let d = s.taken_ns.saturating_sub(fr.entry_ns);
-                    if d < STUCK_MIN_NS {
+                    if d < STUCK_MIN_NS
+                        || &*ds.names.funcs.get(fr.func).image == UNMAPPED_IMAGE
+                        || !recorded_through(t, fr.entry_ns, s.taken_ns)
+                    {
                         continue;
                     }
                     let peers = longest

@@ -464,13 +464,15 @@ impl ThresholdsFile {
                     path.display()
                 ));
             }
+            // A threshold of zero or less flags every node; training's least is two grid steps.
             if let Some((n, v)) = t
                 .thresholds
                 .iter()
-                .find(|(_, v)| !v.is_finite() || **v < 0.0)
+                .find(|(_, v)| !(v.is_finite() && **v > 0.0))
             {
                 return bail(format!(
-                    "{}: threshold of node {n} for {m} is {v}, not a non-negative number",
+                    "{}: threshold of node {n} for {m} is {v}, not a positive number (training \
+                     never writes one); retrain with `culprit train`",
                     path.display()
                 ));
             }

@@ -224,8 +224,10 @@ fn an_unreadable_file_costs_its_own_node_only() {
     )
     .unwrap();
     let ds = open(&root);
+    // The node stays, without data (its verdict is `damaged`, not a node fewer).
     let names: Vec<&str> = ds.nodes.iter().map(|n| n.name.as_str()).collect();
-    assert_eq!(names, ["n1"]);
+    assert_eq!(names, ["n1", "n2"]);
+    assert!(ds.nodes[1].traces.is_empty() && ds.nodes[1].samples.is_empty());
     assert_eq!(ds.unreadable.len(), 1);
     assert_eq!(ds.unreadable[0].node, "n2");
     assert_eq!(

@@ -28,7 +28,8 @@ pub struct Args {
     /// 500M).
     #[arg(long, value_name = "SIZE", value_parser = rotation::parse_size)]
     pub max_size: Option<u64>,
-    /// Say what would be deleted, delete nothing.
+    /// Say what would be deleted, delete nothing: the real run's checks are made, so the
+    /// files listed are exactly those it deletes and its errors are shown (exit 2).
     #[arg(long)]
     pub dry_run: bool,
     /// Print only the summary, and only when something was deleted (errors always).

@@ -21,7 +21,8 @@ use culprit_sampler::{Config, NodeRule, Rate, Sampler, Scope};
     culprit sample --node-netns io1=/run/netns/io1 --node-netns io2=/run/netns/io2 \\\n      \
     --node-addr io1=10.0.0.1 --node-addr io2=10.0.0.2   # emulated nodes\n  \
     culprit sample --delayacct --node-pid s1=4242 --node-addr s1=127.0.0.1:3001 \\\n      \
-    --node-pid s2=4243 --node-addr s2=127.0.0.1:3002   # servers sharing a host\n\n\
+    --node-pid s2=4243 --node-addr s2=127.0.0.1:3002   # servers sharing a host\n  \
+    culprit sample --delayacct --node-pid s1=/run/s1.pid --node-pid s2=/run/s2.pid  # start it first\n\n\
     The default event is hardware cycles every 100000 (seed 000); where hardware events do not \
     exist (virtual machines) it falls back to cpu-clock at 1 kHz per CPU and says so. \
     Needs root, CAP_PERFMON, or kernel.perf_event_paranoid <= 0 (see `culprit doctor`).")]
@@ -66,8 +67,11 @@ pub struct Args {
     /// Emulated node: processes in this network namespace (/run/netns/NAME) belong to NODE.
     #[arg(long = "node-netns", value_name = "NODE=PATH")]
     pub node_netns: Vec<String>,
-    /// Emulated node: this process and its descendants belong to NODE.
-    #[arg(long = "node-pid", value_name = "NODE=PID")]
+    /// Emulated node: this process and its descendants belong to NODE. PID may be a pid file's
+    /// path (with a `/`: ./srv.pid, /run/srv.pid): read when it appears and whenever it
+    /// changes, so the sampler can start before the server (as --delayacct wants). A pid that
+    /// does not exist yet is taken when a process gets it. Repeatable.
+    #[arg(long = "node-pid", value_name = "NODE=PID|NODE=PIDFILE")]
     pub node_pid: Vec<String>,
     /// Emulated node: TCP events (retransmits) of sockets with this address belong to NODE, and
     /// so do TCP connections with this local address (OS metrics). `IP:PORT` (`[IPv6]:PORT`) tells
@@ -86,8 +90,9 @@ pub struct Args {
     /// `syscall` and `block`.
     #[arg(long)]
     pub layers: bool,
-    /// Ring buffer data pages per CPU (a power of two; default: 2 s of records at the rate,
-    /// 64 to 4096 pages).
+    /// Data pages of each CPU's samples ring (a power of two; default: 2 s of samples at the
+    /// rate, 64 to 4096 pages). Kernel events and process tracking have rings of their own,
+    /// sized from the tracepoints (docs/sampler.md).
     #[arg(long, value_name = "N")]
     pub ring_pages: Option<usize>,
     /// Record call chains: `fp` (kernel and user, walked through frame pointers; user code
@@ -254,7 +259,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let pruner = policy
         .enabled()
         .then(|| crate::prune::background(vec![cfg.data_dir.clone()], policy, a.quiet));
+    let watchdog = Watchdog::arm(stop, cfg.duration);
     let s = sampler.run(stop);
+    drop(watchdog);
     drop(pruner);
     if let Some(p) = probes {
         // The sampler ended (duration, signal or error): the probes end with it.
@@ -268,12 +275,14 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         let mut err = std::io::stderr().lock();
         writeln!(
             err,
-            "culprit: {} samples ({} lost), {} kernel events ({} lost), {} intervals in {:.1} s; \
-             sampler CPU {:.3} s ({:.2} % of one CPU)",
+            "culprit: {} samples ({} lost), {} kernel events ({} records lost), {} \
+             process-tracking records lost, {} intervals in {:.1} s; sampler CPU {:.3} s ({:.2} % \
+             of one CPU)",
             s.samples,
             s.lost,
             s.events,
             s.lost_events,
+            s.lost_tracking,
             s.intervals,
             secs,
             (u + sys) as f64 / 1e9,
@@ -283,13 +292,27 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 0.0
             }
         )?;
+        let pct = |ns: u64| {
+            if secs > 0.0 {
+                ns as f64 / 1e9 / secs * 100.0
+            } else {
+                0.0
+            }
+        };
+        writeln!(
+            err,
+            "culprit: ring reader CPU {:.3} s ({:.2} % of one CPU); collection threads: {}",
+            s.reader_cpu_ns as f64 / 1e9,
+            pct(s.reader_cpu_ns),
+            s.scheduling
+        )?;
         if s.os.intervals > 0 || s.os.cpu_ns > 0 {
             writeln!(
                 err,
-                "culprit: OS metrics: {} intervals ({} missed); collector CPU {:.3} s + writing \
+                "culprit: OS metrics: {} intervals ({} from reads that came late); collector CPU {:.3} s + writing \
                  {:.3} s ({:.3} % of one CPU)",
                 s.os.intervals,
-                s.os.missed,
+                s.os.late,
                 s.os.cpu_ns as f64 / 1e9,
                 s.os.write_cpu_ns as f64 / 1e9,
                 if secs > 0.0 {
@@ -297,6 +320,17 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 } else {
                     0.0
                 }
+            )?;
+        }
+        for w in &s.notes {
+            writeln!(err, "culprit: warning: {w}")?;
+        }
+        if s.unprocessed_bytes > 0 {
+            writeln!(
+                err,
+                "culprit: warning: to end on time, {} bytes of records were not processed; the \
+                 intervals they covered are written missed",
+                s.unprocessed_bytes
             )?;
         }
         for n in &s.nodes {
@@ -311,6 +345,68 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         }
     }
     Ok(0)
+}
+
+/// How long after a signal or the end of `--duration` the process may still run: the sampler
+/// ends its run within [`culprit_sampler::FINISH_BUDGET`], so this is reached only when a
+/// thread is stuck where nothing should be (a kernel call that never returns).
+const GRACE: Duration = Duration::from_millis(850);
+
+/// Ends the process [`GRACE`] after a signal or the end of `--duration` should the run not end
+/// by then: SIGTERM and SIGINT always end `culprit sample` within a second, and `--duration` is
+/// a deadline, whatever a thread is doing. The files keep what was committed (readers see a
+/// writer that stopped); delay accounting is put back as it was.
+struct Watchdog {
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Watchdog {
+    fn arm(stop: &'static std::sync::atomic::AtomicBool, duration: Option<Duration>) -> Watchdog {
+        use std::sync::atomic::Ordering;
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let d = done.clone();
+        let deadline = duration.map(|t| std::time::Instant::now() + t);
+        let _ = std::thread::Builder::new()
+            .name("culprit-watchdog".into())
+            .spawn(move || {
+                // It must run when its time comes, on a host however busy.
+                culprit_sampler::priority::raise(culprit_sampler::priority::WATCHDOG);
+                // Polled every 50 ms: the signal handler only sets a flag.
+                let why = loop {
+                    if d.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    if stop.load(Ordering::SeqCst) {
+                        break "the signal";
+                    }
+                    if deadline.is_some_and(|t| std::time::Instant::now() >= t) {
+                        break "the end of --duration";
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                };
+                let until = std::time::Instant::now() + GRACE;
+                while std::time::Instant::now() < until {
+                    if d.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                eprintln!(
+                    "culprit: sample did not end within {} ms of {why}: exiting now (the data \
+                     written so far stays readable; the files have no end marker)",
+                    GRACE.as_millis()
+                );
+                culprit_sampler::os::delayacct::restore_now();
+                std::process::exit(2);
+            });
+        Watchdog { done }
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.done.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 fn replay(a: &Args, perf_data: &std::path::Path) -> anyhow::Result<i32> {

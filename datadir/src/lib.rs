@@ -391,6 +391,23 @@ impl Dir {
         sys::unlinkat(self.file.as_fd(), &c).map_err(|e| io_err("remove", &path, e))
     }
 
+    /// The checks [`Dir::remove_file`] makes before it removes `name`, without removing it
+    /// (`culprit prune --dry-run`): a plain name that exists in this directory (as itself: a
+    /// link is looked at, never followed).
+    pub fn check_removable(&self, name: &str) -> Result<(), Error> {
+        let path = self.path.join(name);
+        plain_file_name(&path, name)?;
+        let c = cstr(&path, OsStr::new(name))?;
+        sys::openat(
+            Some(self.file.as_fd()),
+            &c,
+            libc::O_PATH | libc::O_NOFOLLOW,
+            0,
+        )
+        .map(drop)
+        .map_err(|e| io_err("remove", &path, e))
+    }
+
     /// This directory's `node.info`, when it is a regular file (not a link) owned by the
     /// effective user or root and writable by its owner only; `None` otherwise (or when it is
     /// absent, too large or not a node metadata file). Keys that are not `[a-z0-9_]+` are

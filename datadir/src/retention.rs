@@ -244,8 +244,31 @@ fn liveness(path: &Path, recent: bool) -> Option<String> {
 }
 
 /// Decides what `policy` deletes among `entries` (oldest first), deletes it unless `dry_run`,
-/// and says what it did.
+/// and says what it did. A dry run goes through the same checks as the real one (the
+/// directory opened as for the removal, the name checked and there), so it lists exactly
+/// what the real run deletes and fails where the real run fails.
 pub fn apply(entries: Vec<Entry>, policy: &Policy, dry_run: bool) -> Outcome {
+    let mut out = decide(entries, policy);
+    let mut done = Vec::new();
+    for d in std::mem::take(&mut out.deleted) {
+        match remove(&d.entry.path, dry_run) {
+            Ok(()) => done.push(d),
+            Err(error) => {
+                out.failed.push(Failed {
+                    path: d.entry.path.clone(),
+                    error,
+                });
+                out.kept += 1;
+                out.kept_bytes += d.entry.bytes;
+            }
+        }
+    }
+    out.deleted = done;
+    out
+}
+
+/// What `policy` would delete among `entries` (oldest first), before any removal.
+fn decide(entries: Vec<Entry>, policy: &Policy) -> Outcome {
     let now = SystemTime::now();
     let mut out = Outcome::default();
     let mut remaining: Vec<Entry> = Vec::new();
@@ -279,29 +302,14 @@ pub fn apply(entries: Vec<Entry>, policy: &Policy, dry_run: bool) -> Outcome {
         }
         remaining = keep;
     }
-    if !dry_run {
-        let mut done = Vec::new();
-        for d in std::mem::take(&mut out.deleted) {
-            match remove(&d.entry.path) {
-                Ok(()) => done.push(d),
-                Err(error) => {
-                    out.failed.push(Failed {
-                        path: d.entry.path.clone(),
-                        error,
-                    });
-                    remaining.push(d.entry);
-                }
-            }
-        }
-        out.deleted = done;
-    }
     out.kept = remaining.len();
     out.kept_bytes = remaining.iter().map(|e| e.bytes).sum();
     out
 }
 
-/// Removes a data file without following links ([`Dir`]'s checks on its directory).
-fn remove(path: &Path) -> Result<(), Error> {
+/// Removes a data file without following links ([`Dir`]'s checks on its directory); with
+/// `dry_run`, only makes the checks the removal makes.
+fn remove(path: &Path, dry_run: bool) -> Result<(), Error> {
     let not_data = || Error::NotADataFile {
         path: path.to_path_buf(),
     };
@@ -310,7 +318,12 @@ fn remove(path: &Path) -> Result<(), Error> {
         .file_name()
         .and_then(|n| n.to_str())
         .ok_or_else(not_data)?;
-    Dir::open_root(dir, false)?.remove_file(name)?;
+    let dir = Dir::open_root(dir, false)?;
+    if dry_run {
+        dir.check_removable(name)?;
+    } else {
+        dir.remove_file(name)?;
+    }
     Ok(())
 }
 
@@ -421,7 +434,7 @@ mod tests {
             keep: Some(Duration::from_secs(3600)),
             max_bytes: Some(250),
         };
-        let o = apply(entries, &policy, true);
+        let o = decide(entries, &policy);
         let got: Vec<(&str, Reason)> = o
             .deleted
             .iter()

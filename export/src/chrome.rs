@@ -385,6 +385,8 @@ fn diagnosis(w: &mut Writer<'_>, d: &Diagnosis, nodes: &[String]) -> io::Result<
                         MetricStatus::Faulty => "faulty",
                         MetricStatus::Ok => "ok",
                         MetricStatus::NoData => "no-data",
+                        MetricStatus::NotCompared => "not-compared",
+                        MetricStatus::Undecided => "undecided",
                     })
                 ))?;
             }

@@ -1,25 +1,37 @@
 //! The HTTP endpoint of `diagnose --follow --metrics-listen ADDR`: `GET /metrics` answers the
 //! latest [`LiveStatus`] as OpenMetrics text ([`crate::exposition`]); nothing else is served.
 //!
-//! Deliberately small: one thread, std's `TcpListener`, one request per connection, requests
-//! read with a size cap and timeouts (a slow or hostile client holds the thread for at most
-//! [`IO_TIMEOUT`] and can send no more than [`MAX_REQUEST`] bytes). Bound to 127.0.0.1 unless
-//! an address names another interface: the metrics name nodes and functions.
+//! Deliberately small, and safe against clients that never finish: one thread running a
+//! non-blocking event loop over std's sockets and `poll(2)` (no async runtime), one request
+//! per connection. Every connection has a whole-request deadline: its request head (at most
+//! [`MAX_REQUEST`] bytes) must arrive within [`IO_TIMEOUT`] of its accept, and the answer be
+//! read within [`IO_TIMEOUT`] of the head, or it is closed; at most [`MAX_CONNECTIONS`] are
+//! open at once (beyond, the oldest one still sending its head is closed). A slow client
+//! (a byte every few seconds) or a thousand idle ones therefore hold nothing: a scrape that
+//! sends its request is answered at once beside them. Bound to 127.0.0.1 unless an address
+//! names another interface: the metrics name nodes and functions.
 
-use std::io::{Read as _, Write as _};
+use std::io::{ErrorKind, Read as _, Write as _};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::AsRawFd as _;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use culprit_analysis::live::LiveStatus;
 use culprit_analysis::time::now_ns;
 
 use crate::exposition;
+use crate::sys::{poll, PollFd};
 
-/// Longest time a client may take to send its request or read the answer.
+/// Longest time a client may take to send its whole request head, and then to read the
+/// answer (a whole-request deadline, not a per-read timeout).
 pub const IO_TIMEOUT: Duration = Duration::from_secs(5);
 /// Largest request head read (request line and headers).
 pub const MAX_REQUEST: usize = 8192;
+/// Connections open at once; a new one beyond closes the oldest still sending its head.
+pub const MAX_CONNECTIONS: usize = 64;
+/// How long the loop stops accepting after an accept failed (out of descriptors).
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// The status the endpoint serves, shared with the diagnosis.
 pub type Shared = Arc<Mutex<Option<Arc<LiveStatus>>>>;
@@ -74,11 +86,11 @@ impl MetricsServer {
         let addr = parse_addr(spec)?;
         let listener = TcpListener::bind(addr).map_err(|e| {
             let why = match e.kind() {
-                std::io::ErrorKind::AddrInUse => "address already in use".to_string(),
-                std::io::ErrorKind::AddrNotAvailable => {
+                ErrorKind::AddrInUse => "address already in use".to_string(),
+                ErrorKind::AddrNotAvailable => {
                     "no interface of this machine has that address".to_string()
                 }
-                std::io::ErrorKind::PermissionDenied => {
+                ErrorKind::PermissionDenied => {
                     "permission denied (ports below 1024 need privileges)".to_string()
                 }
                 _ => e.to_string(),
@@ -90,22 +102,14 @@ impl MetricsServer {
             }
         })?;
         let addr = listener.local_addr().map_err(ListenError::LocalAddr)?;
+        listener
+            .set_nonblocking(true)
+            .map_err(ListenError::LocalAddr)?;
         let status: Shared = Arc::new(Mutex::new(None));
         let shared = Arc::clone(&status);
         std::thread::Builder::new()
             .name("metrics".into())
-            .spawn(move || {
-                for conn in listener.incoming() {
-                    match conn {
-                        // A failed answer concerns that client only.
-                        Ok(stream) => {
-                            let _ = answer(stream, &shared);
-                        }
-                        // Out of file descriptors and the like: wait rather than spin.
-                        Err(_) => std::thread::sleep(Duration::from_millis(100)),
-                    }
-                }
-            })
+            .spawn(move || serve(&listener, &shared))
             .map_err(ListenError::Thread)?;
         Ok(MetricsServer { addr, status })
     }
@@ -145,11 +149,171 @@ fn parse_addr(spec: &str) -> Result<SocketAddr, ListenError> {
     }
 }
 
-/// Reads one request and answers it.
-fn answer(mut stream: TcpStream, status: &Shared) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(IO_TIMEOUT))?;
-    stream.set_write_timeout(Some(IO_TIMEOUT))?;
-    let head = read_head(&mut stream)?;
+/// One client connection.
+#[derive(Debug)]
+struct Conn {
+    stream: TcpStream,
+    /// When it must be done with its current phase (head, then answer).
+    deadline: Instant,
+    /// Accepted at (the oldest goes first beyond [`MAX_CONNECTIONS`]).
+    accepted: Instant,
+    /// The request head so far.
+    head: Vec<u8>,
+    /// The answer and how much of it was written, once the head is in.
+    answer: Option<(Vec<u8>, usize)>,
+}
+
+/// What a connection is after some I/O.
+#[derive(Debug, PartialEq, Eq)]
+enum Progress {
+    /// Waits for more.
+    Pending,
+    /// Done (answered, closed by the client, or failed): close it.
+    Done,
+}
+
+impl Conn {
+    fn new(stream: TcpStream, now: Instant) -> Conn {
+        Conn {
+            stream,
+            deadline: now + IO_TIMEOUT,
+            accepted: now,
+            head: Vec::new(),
+            answer: None,
+        }
+    }
+
+    /// Reads what has arrived; once the head is complete, answers (as much as can be written
+    /// now). Never blocks.
+    fn progress(&mut self, status: &Shared, now: Instant) -> Progress {
+        if self.answer.is_none() {
+            let mut buf = [0u8; 1024];
+            loop {
+                if head_complete(&self.head) {
+                    break;
+                }
+                match self.stream.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => self.head.extend_from_slice(&buf[..n]),
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => return Progress::Pending,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                    Err(_) => return Progress::Done,
+                }
+            }
+            let text = String::from_utf8_lossy(&self.head).into_owned();
+            self.answer = Some((respond(&text, status), 0));
+            self.deadline = now + IO_TIMEOUT;
+        }
+        let Some((bytes, written)) = self.answer.as_mut() else {
+            return Progress::Done;
+        };
+        while *written < bytes.len() {
+            match self.stream.write(&bytes[*written..]) {
+                Ok(0) => return Progress::Done,
+                Ok(n) => *written += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Progress::Pending,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(_) => return Progress::Done,
+            }
+        }
+        Progress::Done
+    }
+}
+
+/// True once `head` holds the blank line ending a request head, or [`MAX_REQUEST`] bytes.
+fn head_complete(head: &[u8]) -> bool {
+    head.len() >= MAX_REQUEST || head.windows(4).any(|w| w == b"\r\n\r\n")
+}
+
+/// The event loop: accepts, reads heads, answers, and closes what is done or late (module
+/// docs). Runs until the process exits.
+fn serve(listener: &TcpListener, status: &Shared) {
+    let mut conns: Vec<Conn> = Vec::new();
+    let mut accept_after = Instant::now();
+    let mut fds: Vec<PollFd> = Vec::new();
+    loop {
+        let now = Instant::now();
+        let accepting = now >= accept_after;
+        fds.clear();
+        fds.push(PollFd::new(listener.as_raw_fd(), accepting, false));
+        for c in &conns {
+            fds.push(PollFd::new(
+                c.stream.as_raw_fd(),
+                c.answer.is_none(),
+                c.answer.is_some(),
+            ));
+        }
+        // Wake for the nearest deadline (or the end of an accept back-off).
+        let mut wake = conns.iter().map(|c| c.deadline).min();
+        if !accepting {
+            wake = Some(wake.map_or(accept_after, |w| w.min(accept_after)));
+        }
+        let timeout = wake.map(|w| w.saturating_duration_since(now));
+        if poll(&mut fds, timeout).is_err() {
+            // EINTR, or ENOMEM: try again shortly rather than spin.
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        }
+        let now = Instant::now();
+        // Connections with something to do; a new one is read at once (a scraper's request
+        // is usually there with it), so a flood of connections cannot push it out first.
+        let ready: Vec<bool> = fds[1..].iter().map(PollFd::ready).collect();
+        let mut i = 0;
+        conns.retain_mut(|c| {
+            let r = ready[i];
+            i += 1;
+            !(r && c.progress(status, now) == Progress::Done) && c.deadline > now
+        });
+        if fds[0].ready() {
+            accept_all(listener, &mut conns, status, now, &mut accept_after);
+        }
+    }
+}
+
+/// Accepts every pending connection, reading each at once; beyond [`MAX_CONNECTIONS`] the
+/// oldest connection still sending its head is closed.
+fn accept_all(
+    listener: &TcpListener,
+    conns: &mut Vec<Conn>,
+    status: &Shared,
+    now: Instant,
+    accept_after: &mut Instant,
+) {
+    loop {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                if stream.set_nonblocking(true).is_err() {
+                    continue;
+                }
+                let mut c = Conn::new(stream, now);
+                if c.progress(status, now) == Progress::Done {
+                    continue;
+                }
+                if conns.len() >= MAX_CONNECTIONS {
+                    let oldest = conns
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, c)| c.answer.is_none())
+                        .min_by_key(|(_, c)| c.accepted)
+                        .map(|(i, _)| i)
+                        .unwrap_or(0);
+                    conns.swap_remove(oldest);
+                }
+                conns.push(c);
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(_) => {
+                // Out of descriptors and the like: stop accepting a moment rather than spin.
+                *accept_after = now + ACCEPT_BACKOFF;
+                return;
+            }
+        }
+    }
+}
+
+/// The whole HTTP answer to a request head.
+fn respond(head: &str, status: &Shared) -> Vec<u8> {
     let line = head.lines().next().unwrap_or("");
     let mut parts = line.split(' ');
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
@@ -182,27 +346,12 @@ fn answer(mut stream: TcpStream, status: &Shared) -> std::io::Result<()> {
     } else {
         ""
     };
-    write!(
-        stream,
+    format!(
         "HTTP/1.1 {code}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{allow}\
          Connection: close\r\n\r\n{body}",
         body.len()
-    )?;
-    stream.flush()
-}
-
-/// The request head, up to the blank line (or [`MAX_REQUEST`] bytes, or the end of input).
-fn read_head(stream: &mut TcpStream) -> std::io::Result<String> {
-    let mut head = Vec::new();
-    let mut buf = [0u8; 1024];
-    while head.len() < MAX_REQUEST && !head.windows(4).any(|w| w == b"\r\n\r\n") {
-        let n = stream.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        head.extend_from_slice(&buf[..n]);
-    }
-    Ok(String::from_utf8_lossy(&head).into_owned())
+    )
+    .into_bytes()
 }
 
 #[cfg(test)]

@@ -390,6 +390,8 @@ pub enum Record<'a> {
     Requests(crate::requests::RequestsRec<'a>),
     /// The flusher's wake-ups in an interval and how late they came (tracer).
     Wakeups(WakeupsRec),
+    /// Records the kernel dropped in an interval, by kind (sampler).
+    Lost(LostRec),
     /// A record kind this reader does not know (written by a newer compatible writer).
     Unknown {
         /// The kind number.
@@ -838,6 +840,38 @@ pub struct WakeupsRec {
     pub late_ns: u64,
     /// The largest lateness, ns.
     pub max_late_ns: u64,
+    /// Calls counted in this interval that returned in an earlier one, which the writer had
+    /// written already when their thread handed them over (format version 7; 0 before).
+    pub moved: u64,
+    /// How long after the interval's end the writer wrote it, when later than its slack
+    /// (format version 7; 0 before, and for an interval written on time).
+    pub written_late_ns: u64,
+}
+
+/// A decoded [`RecordKind::Lost`] record: what the kernel dropped in an interval (its rings
+/// were full), by kind. Samples, kernel-event records and process-tracking records have rings
+/// of their own, so each count is of what it says.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LostRec {
+    /// The interval.
+    pub interval: IntervalKey,
+    /// Whose the counts are ([`lost_whose`]): the machine's, or this node's own.
+    pub whose: u32,
+    /// IP samples dropped.
+    pub samples: u64,
+    /// Kernel-event (tracepoint) records dropped: the `Events` counts of the interval are
+    /// short by as many occurrences.
+    pub events: u64,
+    /// Process-tracking records dropped (COMM, MMAP2, FORK, EXIT, NAMESPACES): samples of
+    /// processes or mappings they announced may be named `[unknown]` or given to no node.
+    pub tracking: u64,
+}
+
+impl LostRec {
+    /// True when the counts are this node's own, not the machine's.
+    pub fn is_own(&self) -> bool {
+        self.whose == lost_whose::NODE
+    }
 }
 
 /// A decoded [`RecordKind::Stacks`] record.
@@ -950,7 +984,10 @@ pub struct OsMetricsRec<'a> {
     pub start_ns: u64,
     /// Interval length, ns.
     pub dur_ns: u64,
-    /// Time between the two reads the rates come from, ns.
+    /// Time between the two reads the rates come from, ns (monotonic clock; near `dur_ns`).
+    /// Longer than `dur_ns` when the later read came late: its rates are averages over the
+    /// span, written for each interval the span covers (the sampler since format version 7;
+    /// before, such intervals were written MISSED).
     pub span_ns: u64,
     /// [`interval_flags`] bits.
     pub flags: u32,
@@ -1137,6 +1174,28 @@ fn decode_payload(kind: RecordKind, p: &[u8]) -> Result<Record<'_>, &'static str
                 late: le32(p, 24),
                 late_ns: le64(p, 32),
                 max_late_ns: le64(p, 40),
+                moved: if p.len() >= WAKEUPS_SIZE_V7 {
+                    le64(p, 48)
+                } else {
+                    0
+                },
+                written_late_ns: if p.len() >= WAKEUPS_SIZE_V7 {
+                    le64(p, 56)
+                } else {
+                    0
+                },
+            })
+        }
+        RecordKind::Lost => {
+            if p.len() < LOST_SIZE {
+                return Err("lost record too short");
+            }
+            Record::Lost(LostRec {
+                interval: interval_key(p),
+                whose: le32(p, 20),
+                samples: le64(p, 24),
+                events: le64(p, 32),
+                tracking: le64(p, 40),
             })
         }
         RecordKind::Stacks => {

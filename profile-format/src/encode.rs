@@ -3,8 +3,8 @@
 
 use crate::crc::record_crc;
 use crate::decode::{
-    EdgeEntry, EventEntry, Histogram, IntervalEntry, OsMetricEntry, SampleEntry, UnwoundEntry,
-    WakeupsRec,
+    EdgeEntry, EventEntry, Histogram, IntervalEntry, LostRec, OsMetricEntry, SampleEntry,
+    UnwoundEntry, WakeupsRec,
 };
 use crate::layers::{LayerDesc, LayerEvent, LayersHead, MAX_LAYER_NAME};
 use crate::layout::*;
@@ -90,6 +90,9 @@ pub struct OsMetricsHead {
     /// Interval length in ns.
     pub dur_ns: u64,
     /// Time between the two reads the rates come from, ns (monotonic clock; near `dur_ns`).
+    /// Longer than `dur_ns` when the later read came late: its rates are averages over the
+    /// span, written for each interval the span covers (the sampler since format version 7;
+    /// before, such intervals were written MISSED).
     pub span_ns: u64,
     /// [`interval_flags`] bits.
     pub flags: u32,
@@ -384,6 +387,20 @@ impl RecordBuf {
         self.u32(0);
         self.u64(w.late_ns);
         self.u64(w.max_late_ns);
+        self.u64(w.moved);
+        self.u64(w.written_late_ns);
+        self.finish(start);
+    }
+
+    /// Appends a [`RecordKind::Lost`] record (the `interval` field of `l` is ignored: `r` names
+    /// the interval).
+    pub fn lost(&mut self, r: &IntervalRef, l: &LostRec) {
+        let start = self.begin(RecordKind::Lost, 0);
+        self.interval_ref(r);
+        self.u32(l.whose);
+        self.u64(l.samples);
+        self.u64(l.events);
+        self.u64(l.tracking);
         self.finish(start);
     }
 

@@ -25,7 +25,16 @@ pub const MAGIC: [u8; 8] = *b"CULPRIT\0";
 /// `data_offset`: older readers skip it; see [`crate::stacks`]) and the tracer's
 /// [`RecordKind::Wakeups`] (older readers skip the kind). Version 6 added the tracer's
 /// [`RecordKind::Requests`] (sampled requests and their calls; older readers skip the kind).
-pub const FORMAT_VERSION: u16 = 6;
+/// Version 7 appended two fields to [`RecordKind::Wakeups`] (`moved`, `written_late_ns`:
+/// older readers read the first 48 bytes) and the flag [`interval_flags::LATE`] of the
+/// tracer's Edges and Histograms records (older readers ignore it); a tracer of version 7
+/// places every call in its interval itself, so a late writer writes intervals late, not
+/// `MISSED`.
+/// Version 7 also added the sampler's [`RecordKind::Lost`] (what the kernel dropped, by kind, and
+/// whose it was; older readers skip the kind), and the Samples record's `lost` counts samples
+/// only (before, kernel-event and process-tracking records the kernel dropped were counted
+/// there too whenever they shared a ring with the samples).
+pub const FORMAT_VERSION: u16 = 7;
 /// Oldest reader version able to read what this crate writes.
 pub const MIN_READER_VERSION: u16 = 2;
 /// Reader version this crate implements: it reads files whose `min_reader_version` is at most
@@ -229,6 +238,10 @@ pub enum RecordKind {
     /// A stretch of sampled requests and the calls made in them (seed 004): the tracer's
     /// `culprit_request_*` C API ([`crate::requests`]).
     Requests = 15,
+    /// One interval's records the kernel dropped (sampler): samples, kernel-event records and
+    /// process-tracking records counted apart, and whose they were ([`lost_whose`]). Written
+    /// only for intervals in which something was lost (format version 7).
+    Lost = 16,
 }
 
 impl RecordKind {
@@ -250,6 +263,7 @@ impl RecordKind {
             13 => Self::Wakeups,
             14 => Self::Layers,
             15 => Self::Requests,
+            16 => Self::Lost,
             _ => return None,
         })
     }
@@ -282,6 +296,13 @@ pub mod interval_flags {
     pub const MISSED: u32 = 1;
     /// The interval is only partly covered: the writer started or stopped inside it.
     pub const PARTIAL: u32 = 2;
+    /// Only in the interval reference of the tracer's Edges and Histograms records (kinds 10
+    /// and 11; never in an Interval record): the writer wrote the interval late, more than
+    /// half an interval after its end. Its calls are exact (each call is placed in its
+    /// interval as it returns), but edges and histograms are taken from the threads when the
+    /// writer writes: these hold the calls up to then, from later intervals too, and the
+    /// late intervals written after it in the same catch-up hold almost none.
+    pub const LATE: u32 = 4;
 
     /// True when `flags` say the writer could not observe the interval ([`MISSED`]).
     pub const fn is_missed(flags: u32) -> bool {
@@ -355,9 +376,28 @@ pub const EDGES_ENTRY_SIZE: usize = 40;
 pub const HISTOGRAMS_FIXED_SIZE: usize = 24;
 /// Fixed part of a [`RecordKind::Stacks`] payload, in bytes.
 pub const STACKS_FIXED_SIZE: usize = 24;
-/// Size of a [`RecordKind::Wakeups`] payload: the interval (start, length, flags), wake-ups,
-/// late wake-ups, reserved, the sum and the largest of the lateness beyond the slack.
+/// Size of a [`RecordKind::Wakeups`] payload as format version 5 wrote it: the interval
+/// (start, length, flags), wake-ups, late wake-ups, reserved, the sum and the largest of the
+/// lateness beyond the slack. Version 7 appends calls moved and how late the interval was
+/// written ([`WAKEUPS_SIZE_V7`]).
 pub const WAKEUPS_SIZE: usize = 48;
+/// Size of a [`RecordKind::Wakeups`] payload since format version 7.
+pub const WAKEUPS_SIZE_V7: usize = 64;
+/// Size of a [`RecordKind::Lost`] payload: the interval (start, length, flags), whose
+/// ([`lost_whose`]), samples, kernel-event records and process-tracking records lost.
+pub const LOST_SIZE: usize = 48;
+
+/// Values of a [`RecordKind::Lost`] record's `whose` field.
+pub mod lost_whose {
+    /// The counts are the whole machine's (every CPU's rings): the kernel says how many records
+    /// a ring dropped, not whose they were, so they belong to no node in particular. Every
+    /// node file of the sampler run carries the same counts.
+    pub const MACHINE: u32 = 0;
+    /// The counts are this node's own: it is the only node of a sampler that samples the whole
+    /// machine, so every sample dropped was its.
+    pub const NODE: u32 = 1;
+}
+
 /// Buckets of a call-duration histogram: bucket 0 holds calls of 0–1 ns, bucket `k ≥ 1` calls
 /// of `2^k ..= 2^(k+1) − 1` ns, and the last one everything longer (≥ 2^47 ns, 39 hours).
 pub const HIST_BUCKETS: usize = 48;
@@ -445,6 +485,10 @@ pub mod info_keys {
     pub const CONTINUES: &str = "continues";
     /// Rotation: this file's piece number (absent or 0 for a writer's first file).
     pub const PIECE: &str = "piece";
+    /// What worked less well than asked, one line each, in the file's first Info record or in
+    /// a later one when it happened (the sampler: events not counted, a process image refused
+    /// because it was not a regular file).
+    pub const WARNING: &str = "warning";
 }
 
 /// Rounds `n` up to the record alignment.

@@ -80,7 +80,8 @@
 //! | [`RecordKind::Stacks`] | sampler | one interval's sampled call chains per program (`--call-graph fp`) |
 //! | [`RecordKind::Layers`] | both | a stretch of layer-boundary I/O events (seed 003): per event its time, layer, ADMIT/ISSUE/COMPLT/CALLBACK, request, object, offset, bytes ([`layers`]) |
 //! | [`RecordKind::Requests`] | tracer | a stretch of sampled requests (seed 004): per event its time, thread, BEGIN (id, parent id, type) / END / CALL (function, depth, inclusive and exclusive ns) ([`requests`]); since format version 6 |
-//! | [`RecordKind::Wakeups`] | tracer | one interval's flusher wake-ups and how late they came (a stopped or starved process) |
+//! | [`RecordKind::Wakeups`] | tracer | one interval's flusher wake-ups and how late they came (a stopped or starved process); since version 7 also how late the interval was written and the calls moved into it from earlier intervals |
+//! | [`RecordKind::Lost`] | sampler | one interval's records the kernel dropped: samples, kernel-event records and process-tracking records apart, and whether they were the node's own or the machine's ([`lost_whose`]); since format version 7, only for intervals that lost something |
 //! | [`RecordKind::End`] | both | clean end: nothing follows |
 //!
 //! The tracer writes an interval's Unwound, Edges and Histograms records (kinds 9–11; the
@@ -92,7 +93,9 @@
 //! interval ([`stacks`]).
 //!
 //! Every interval gets a record, even an empty one; an interval the writer could not observe is
-//! written with [`interval_flags::MISSED`]. A file without an `End` record belongs to a process
+//! written with [`interval_flags::MISSED`] (the tracer, which places every call in its interval
+//! itself, only when it fell more than 64 intervals behind: a late tracer writes intervals
+//! late, exact). A file without an `End` record belongs to a process
 //! that is still running or that died; readers must not read a gap as zeros.
 
 #![deny(unsafe_code)]
@@ -117,9 +120,9 @@ pub use crc::{crc32, record_crc, Crc32};
 pub use decode::{
     parse_header, pending_interval, pending_records, records_at, records_in, EdgeEntry, EdgesRec,
     EndRec, EventEntry, EventsRec, FormatError, Histogram, HistogramsRec, Info, IntervalEntry,
-    IntervalKey, IntervalRec, ObjectRec, OsMetricEntry, OsMetricsRec, ParsedFile, Pending, Record,
-    Records, SampleEntry, SamplesRec, StackEntry, StacksRec, StringsRec, UnwoundEntry, UnwoundRec,
-    WakeupsRec,
+    IntervalKey, IntervalRec, LostRec, ObjectRec, OsMetricEntry, OsMetricsRec, ParsedFile, Pending,
+    Record, Records, SampleEntry, SamplesRec, StackEntry, StacksRec, StringsRec, UnwoundEntry,
+    UnwoundRec, WakeupsRec,
 };
 pub use encode::{IntervalHead, IntervalRef, ObjectDesc, OsMetricsHead, RecordBuf, SamplesHead};
 pub use layers::{

@@ -18,7 +18,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use culprit_analysis::combine::Verdict;
-use culprit_analysis::diagnosis::{MetricReport, NodeReport};
+use culprit_analysis::diagnosis::{MetricReport, MetricStatus, NodeReport};
 use culprit_analysis::Diagnosis;
 use plotters::prelude::*;
 
@@ -97,8 +97,17 @@ const FLAGGED: [RGBColor; 3] = [CULPRIT, RGBColor(255, 127, 14), RGBColor(140, 2
 fn verdict_class(v: Verdict) -> &'static str {
     match v {
         Verdict::Ok => "ok",
-        Verdict::Suspect | Verdict::Damaged => "suspect",
+        Verdict::Suspect | Verdict::Damaged | Verdict::NotCompared => "suspect",
         _ => "culprit",
+    }
+}
+
+/// Order of verdicts in the ranked table: not compared ranks with ok (nothing was found).
+fn severity(v: Verdict) -> Verdict {
+    if v == Verdict::NotCompared {
+        Verdict::Ok
+    } else {
+        v
     }
 }
 
@@ -437,7 +446,7 @@ pub fn render(d: &Diagnosis, opts: &Options) -> Result<String, Error> {
             |v: &&culprit_analysis::diagnosis::NodeVerdict| v.combined.verdict.is_culprit();
         culprit(b)
             .cmp(&culprit(a))
-            .then(b.combined.verdict.cmp(&a.combined.verdict))
+            .then(severity(b.combined.verdict).cmp(&severity(a.combined.verdict)))
             .then(evidence(&b.node).total_cmp(&evidence(&a.node)))
             .then(a.node.cmp(&b.node))
     });
@@ -455,9 +464,13 @@ pub fn render(d: &Diagnosis, opts: &Options) -> Result<String, Error> {
                 .nodes
                 .iter()
                 .find(|n| n.node == v.node)
-                .map_or("–".to_string(), |n| match n.evidence {
-                    Some(e) => format!("{:?} ({e:.1}×)", n.verdict).to_lowercase(),
-                    None => format!("{:?}", n.verdict).to_lowercase(),
+                .map_or("–".to_string(), |n| {
+                    let word = n.verdict.word().to_lowercase();
+                    // The evidence belongs to a faulty verdict, never to an "ok".
+                    match n.evidence {
+                        Some(e) if n.verdict == MetricStatus::Faulty => format!("{word} ({e:.1}×)"),
+                        _ => word,
+                    }
                 });
             let _ = write!(h, "<td>{}</td>", esc(&cell));
         }
@@ -482,8 +495,8 @@ pub fn render(d: &Diagnosis, opts: &Options) -> Result<String, Error> {
     }
     if !d.findings.is_empty() {
         h.push_str("<h2>Findings</h2>\n<ul>\n");
-        for f in &d.findings {
-            let _ = writeln!(h, "<li>{}</li>", esc(&f.describe()));
+        for line in culprit_analysis::missing::lines(&d.findings) {
+            let _ = writeln!(h, "<li>{}</li>", esc(&line));
         }
         h.push_str("</ul>\n");
     }

@@ -23,6 +23,32 @@ pub enum Stream {
     Samples,
     /// Tracepoint `n` (index into the engine's tracepoint list).
     Tracepoint(u16),
+    /// The process-tracking event (COMM, MMAP2, FORK, EXIT, NAMESPACES records).
+    Tracking,
+}
+
+/// What the records the kernel dropped were: each kind has a ring of its own per CPU, so a
+/// LOST record says which (by the event that owns the ring).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Loss {
+    /// IP samples.
+    Samples,
+    /// Kernel-event (tracepoint) records.
+    Events,
+    /// Process-tracking records: COMM, MMAP2, FORK, EXIT, NAMESPACES.
+    Tracking,
+}
+
+impl Loss {
+    /// The kind of records lost by the ring of a stream (`None`: not known, as in a replayed
+    /// `perf.data` file, where everything shares one ring: counted as samples).
+    fn of(stream: Option<Stream>) -> Loss {
+        match stream {
+            Some(Stream::Tracepoint(_)) => Loss::Events,
+            Some(Stream::Tracking) => Loss::Tracking,
+            Some(Stream::Samples) | None => Loss::Samples,
+        }
+    }
 }
 
 /// How to decode the records of a buffer: by event id, or one layout for all.
@@ -133,7 +159,7 @@ enum Ev {
         tid: u32,
     },
     Lost {
-        events: bool,
+        what: Loss,
         n: u64,
     },
     Throttle,
@@ -175,6 +201,8 @@ pub struct EngineStats {
     pub lost: u64,
     /// Tracepoint records the kernel reported lost.
     pub lost_events: u64,
+    /// Process-tracking records (COMM, MMAP2, FORK, EXIT, NAMESPACES) the kernel reported lost.
+    pub lost_tracking: u64,
     /// Tracepoint hits counted.
     pub events: u64,
     /// Throttle records (the kernel slowed sampling down).
@@ -369,7 +397,8 @@ impl Engine {
                     tid: s.tid,
                     key: self.tp_key(tp, s.raw),
                 },
-                None => {
+                // The tracking event counts nothing: it never samples.
+                Some((_, Stream::Tracking)) | None => {
                     self.stats.unknown_stream += 1;
                     return;
                 }
@@ -419,11 +448,11 @@ impl Engine {
             Rec::Fork { pid, ppid, tid, .. } => Ev::Fork { pid, ppid, tid },
             Rec::Exit { pid, tid, .. } => Ev::Exit { pid, tid },
             Rec::Lost { id, lost, .. } => Ev::Lost {
-                events: matches!(streams.lookup(Some(id)), Some((_, Stream::Tracepoint(_)))),
+                what: Loss::of(streams.lookup(Some(id)).map(|(_, s)| s)),
                 n: lost,
             },
-            Rec::LostSamples { lost, .. } => Ev::Lost {
-                events: false,
+            Rec::LostSamples { lost, sid } => Ev::Lost {
+                what: Loss::of(streams.lookup(sid.id).map(|(_, s)| s)),
                 n: lost,
             },
             Rec::Throttle { on: true, .. } => Ev::Throttle,
@@ -629,13 +658,13 @@ impl Engine {
             Ev::Netns { pid, tid, ino } => self.tracker.on_netns(pid, tid, ino),
             Ev::Fork { pid, ppid, tid } => self.tracker.on_fork(pid, ppid, tid),
             Ev::Exit { pid, tid } => self.tracker.on_exit(pid, tid, t.time),
-            Ev::Lost { events, n } => {
-                if events {
-                    self.stats.lost_events += n;
-                } else {
-                    self.stats.lost += n;
+            Ev::Lost { what, n } => {
+                match what {
+                    Loss::Samples => self.stats.lost += n,
+                    Loss::Events => self.stats.lost_events += n,
+                    Loss::Tracking => self.stats.lost_tracking += n,
                 }
-                self.intervals.lost(wall, n, events);
+                self.intervals.lost(wall, n, what);
                 return true;
             }
             Ev::Throttle => self.stats.throttles += 1,

@@ -200,16 +200,10 @@ impl fmt::Display for Sampling {
 pub const SAMPLE_ID_TYPE: u64 =
     (b::PERF_SAMPLE_IDENTIFIER | b::PERF_SAMPLE_TID | b::PERF_SAMPLE_TIME) as u64;
 
-/// The attr of the sampling event (one per CPU). `side_band` asks for the COMM, MMAP2 and
-/// FORK/EXIT records process tracking needs, `namespaces` for NAMESPACES records (a task's
-/// network namespace, for `--node-netns`). `wakeup_bytes` wakes `poll` when that much is
-/// waiting in the ring.
-pub fn sampling_attr(
-    s: &Sampling,
-    side_band: bool,
-    namespaces: bool,
-    wakeup_bytes: u32,
-) -> perf_event_attr {
+/// The attr of the sampling event (one per CPU, alone in its ring, so that the samples it
+/// loses are told apart from other records lost). `wakeup_bytes` wakes `poll` when that much
+/// is waiting in the ring.
+pub fn sampling_attr(s: &Sampling, wakeup_bytes: u32) -> perf_event_attr {
     let mut a = base_attr(s.event.type_, s.event.config, wakeup_bytes);
     match s.rate {
         Rate::Period(p) => a.__bindgen_anon_1.sample_period = p,
@@ -222,15 +216,27 @@ pub fn sampling_attr(
     if s.event.type_ == b::PERF_TYPE_SOFTWARE {
         a.set_exclude_idle(1);
     }
-    if side_band {
-        // The kernel only emits mapping records while some event has `mmap` set (it counts
-        // those alone); with `mmap2` set too they come in the MMAP2 format, as perf does it.
-        a.set_mmap(1);
-        a.set_mmap2(1);
-        a.set_comm(1);
-        a.set_comm_exec(1);
-        a.set_task(1);
-    }
+    a
+}
+
+/// The attr of the process-tracking event (one per CPU, with a ring of its own): a software
+/// `dummy` event that counts nothing and asks for the COMM, MMAP2 and FORK/EXIT records
+/// process tracking needs, and with `namespaces` the NAMESPACES records (a task's network
+/// namespace, for `--node-netns`). perf does the same (`--sideband` / its dummy event).
+pub fn tracking_attr(namespaces: bool, wakeup_bytes: u32) -> perf_event_attr {
+    let mut a = base_attr(
+        b::PERF_TYPE_SOFTWARE,
+        u64::from(b::PERF_COUNT_SW_DUMMY),
+        wakeup_bytes,
+    );
+    a.sample_type = SAMPLE_ID_TYPE;
+    // The kernel only emits mapping records while some event has `mmap` set (it counts those
+    // alone); with `mmap2` set too they come in the MMAP2 format, as perf does it.
+    a.set_mmap(1);
+    a.set_mmap2(1);
+    a.set_comm(1);
+    a.set_comm_exec(1);
+    a.set_task(1);
     if namespaces {
         a.set_namespaces(1);
     }
@@ -354,12 +360,17 @@ mod tests {
             rate: Rate::Freq(99),
             fallback_reason: None,
         };
-        let a = sampling_attr(&s, true, false, 4096);
+        let a = sampling_attr(&s, 4096);
         assert_eq!(a.freq(), 1);
-        assert_eq!(a.mmap2(), 1);
-        assert_eq!(a.comm_exec(), 1);
+        assert_eq!(a.mmap2(), 0, "the samples' ring holds samples only");
         assert_eq!(a.use_clockid(), 1);
         assert_eq!(a.exclude_idle(), 0);
+        let k = tracking_attr(true, 4096);
+        assert_eq!(
+            (k.mmap2(), k.comm_exec(), k.task(), k.namespaces()),
+            (1, 1, 1, 1)
+        );
+        assert_eq!(k.sample_type, SAMPLE_ID_TYPE);
         let t = tracepoint_attr(5, true, 4096);
         assert_eq!(t.mmap2(), 0);
         assert_eq!(

@@ -44,8 +44,10 @@ pub enum RuleError {
         /// The rule as given.
         rule: String,
     },
-    /// The value of a `--node-pid` rule is not a process id.
-    #[error("{flag} {rule}: {value:?} is not a process id")]
+    /// The value of a `--node-pid` rule is not a process id (nor a pid file's path).
+    #[error(
+        "{flag} {rule}: {value:?} is not a process id (a pid file is given by its path: ./FILE)"
+    )]
     Pid {
         /// The flag.
         flag: &'static str,
@@ -91,6 +93,11 @@ impl NodeRule {
                 path: value.into(),
             },
             RuleKind::Netns => NodeRule::Netns {
+                node,
+                path: value.into(),
+            },
+            // A path (it has a `/`): a pid file, read when it appears.
+            RuleKind::Pid if value.contains('/') => NodeRule::PidFile {
                 node,
                 path: value.into(),
             },
@@ -205,7 +212,17 @@ mod tests {
             }
         );
         let e = NodeRule::parse(RuleKind::Pid, "n1=x").unwrap_err();
-        assert_eq!(e.to_string(), "--node-pid n1=x: \"x\" is not a process id");
+        assert_eq!(
+            e.to_string(),
+            "--node-pid n1=x: \"x\" is not a process id (a pid file is given by its path: ./FILE)"
+        );
+        assert_eq!(
+            NodeRule::parse(RuleKind::Pid, "n1=./run/x.pid").unwrap(),
+            NodeRule::PidFile {
+                node: "n1".into(),
+                path: "./run/x.pid".into()
+            }
+        );
         let e = NodeRule::parse(RuleKind::Cgroup, "=/a").unwrap_err();
         assert_eq!(e.to_string(), "--node-cgroup takes NODE=VALUE, got \"=/a\"");
         assert!(matches!(

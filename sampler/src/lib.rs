@@ -9,12 +9,15 @@
 //!
 //! # Pipeline
 //!
-//! One sampling event per online CPU ([`event`]), each with its own mmap'd ring; tracepoint
-//! events ([`tracefs`]) write into the same per-CPU ring. A reader thread drains the rings every
-//! 50 ms (or as soon as one is half full) and does nothing else, so the rings never wait for
-//! the slow part; the main thread decodes the records ([`record`]), merges them across CPUs in
-//! timestamp order (records older than the previous drain are complete) and feeds the process
-//! tracker ([`procs`], [`nodes`]) and the interval counters ([`engine`], [`profile`]). Each
+//! Three mmap'd rings per online CPU: the sampling event's ([`event`]), the tracepoints'
+//! ([`tracefs`]; the first one's ring takes the others' records) and a `dummy` event's for the
+//! process-tracking records (COMM, MMAP2, FORK, EXIT), so that what the kernel drops is known by
+//! kind (docs/sampler.md). A reader thread drains the rings every 50 ms (or as soon as one is a
+//! quarter full) and does nothing else, ahead of the load under a kernel-enforced CPU cap
+//! ([`priority`]), so the rings never wait for the slow part; the main thread decodes the
+//! records ([`record`]), merges them across rings in timestamp order (records older than the
+//! previous drain are complete) and feeds the process tracker ([`procs`], [`nodes`]) and the
+//! interval counters ([`engine`], [`profile`]). Each
 //! interval, every distinct location is named once ([`symbolize`], in batches per image, cached
 //! for the whole run) and one Samples and one Events record per node goes to
 //! `DATA/<node>/samples-<start_ns>.cul` ([`culprit_format`]). [`Sampler`] drives it all;
@@ -120,6 +123,7 @@ pub mod launch;
 pub mod nodes;
 pub mod os;
 pub mod perfdata;
+pub mod priority;
 pub mod probe;
 pub mod procs;
 pub mod profile;
@@ -130,13 +134,14 @@ pub mod symbolize;
 mod sys;
 pub mod syscalls;
 pub mod tracefs;
+pub mod untrusted;
 pub mod uprobe;
 
 pub use event::{CallGraph, Rate, Sampling};
 pub use nodes::{NodeRule, Scope};
 pub use sampler::{
-    default_node_name, online_cpus, perf_event_paranoid, ring_pages_for, Config, Error, Sampler,
-    Summary, DEFAULT_INTERVAL, DEFAULT_RING_PAGES,
+    default_node_name, event_ring_pages, online_cpus, perf_event_paranoid, ring_pages_for, Config,
+    Error, Sampler, Summary, DEFAULT_INTERVAL, DEFAULT_RING_PAGES, FINISH_BUDGET,
 };
 
 /// Installs SIGINT and SIGTERM handlers (once per process, `signal-hook`) that set the returned

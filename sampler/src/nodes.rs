@@ -42,12 +42,22 @@ pub enum NodeRule {
         path: PathBuf,
     },
     /// This process and its descendants (forked after the sampler started, or found in the
-    /// /proc snapshot with it as an ancestor).
+    /// /proc snapshot with it as an ancestor). A process id that does not exist yet is taken
+    /// when a process gets it.
     Pid {
         /// Node name.
         node: String,
         /// Root process id.
         pid: u32,
+    },
+    /// The process whose id a pid file holds, and its descendants: read when the file appears
+    /// and again whenever it changes ([`PidFiles`]), so the sampler can start before the
+    /// server it watches (as `--delayacct` wants).
+    PidFile {
+        /// Node name.
+        node: String,
+        /// The pid file.
+        path: PathBuf,
     },
     /// TCP events whose socket has this address (source first, then destination), and for
     /// the OS metrics the TCP connections with this local address. With a port, only that
@@ -69,6 +79,7 @@ impl NodeRule {
             NodeRule::Cgroup { node, .. }
             | NodeRule::Netns { node, .. }
             | NodeRule::Pid { node, .. }
+            | NodeRule::PidFile { node, .. }
             | NodeRule::Addr { node, .. } => node,
         }
     }
@@ -157,6 +168,7 @@ pub struct Nodes {
     cgroup_rules: Vec<(String, NodeIdx)>,
     netns_rules: Vec<(u64, NodeIdx)>,
     pid_rules: HashMap<u32, NodeIdx>,
+    pid_files: Vec<(PathBuf, NodeIdx)>,
     addr_rules: HashMap<IpAddr, NodeIdx>,
     port_rules: HashMap<(IpAddr, u16), NodeIdx>,
     scope: Scope,
@@ -172,6 +184,7 @@ impl Nodes {
             cgroup_rules: Vec::new(),
             netns_rules: Vec::new(),
             pid_rules: HashMap::new(),
+            pid_files: Vec::new(),
             addr_rules: HashMap::new(),
             port_rules: HashMap::new(),
             scope,
@@ -214,6 +227,7 @@ impl Nodes {
                 NodeRule::Pid { pid, .. } => {
                     n.pid_rules.insert(*pid, idx);
                 }
+                NodeRule::PidFile { path, .. } => n.pid_files.push((path.clone(), idx)),
                 NodeRule::Addr {
                     addr, port: None, ..
                 } => {
@@ -266,6 +280,16 @@ impl Nodes {
     /// The node of the process tree rooted at `pid`, if a pid rule names it.
     pub fn pid_rule(&self, pid: u32) -> Option<NodeIdx> {
         self.pid_rules.get(&pid).copied()
+    }
+
+    /// Adds a pid rule: the tree rooted at `pid` belongs to `node` (a pid file gave it).
+    pub fn add_pid_rule(&mut self, pid: u32, node: NodeIdx) {
+        self.pid_rules.insert(pid, node);
+    }
+
+    /// The pid files of `--node-pid NODE=FILE` rules, with their nodes.
+    pub fn pid_files(&self) -> &[(PathBuf, NodeIdx)] {
+        &self.pid_files
     }
 
     /// The node a process belongs to by its cgroup or network namespace.
@@ -339,6 +363,33 @@ pub fn parse_proc_cgroup(text: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pid_files_are_read_as_they_appear_and_change() {
+        assert_eq!(parse_pid_file(b" 4242\n"), Some(4242));
+        assert_eq!(parse_pid_file(b"42 43"), None);
+        assert_eq!(parse_pid_file(b"0\n"), None);
+        assert_eq!(parse_pid_file(b""), None, "written half-way");
+        let dir = std::env::temp_dir().join(format!("culprit-pidfile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("srv.pid");
+        let rules = [NodeRule::PidFile {
+            node: "srv".into(),
+            path: f.clone(),
+        }];
+        let nodes = Nodes::new("h", &rules, Scope::System).unwrap();
+        let mut w = PidFiles::new(&nodes);
+        assert!(w.poll().is_empty(), "not there yet");
+        assert_eq!(w.waiting().count(), 1);
+        std::fs::write(&f, "999999999\n").unwrap();
+        assert!(w.poll().is_empty(), "no such process");
+        let me = std::process::id();
+        std::fs::write(&f, format!("{me}\n")).unwrap();
+        assert_eq!(w.poll(), vec![(me, 0)]);
+        assert!(w.poll().is_empty(), "read once");
+        assert_eq!(w.waiting().count(), 0);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn cgroup_paths() {
@@ -415,4 +466,89 @@ mod tests {
         assert!(!single.has_rules());
         assert!(Nodes::new("_bad", &[], Scope::System).is_err());
     }
+}
+
+/// Reads the pid files of `--node-pid NODE=FILE` rules as they appear and change. A pid file is
+/// another program's (often another user's) and is opened as [`crate::untrusted`] says; it is
+/// read again only when its inode, size or modification time changed.
+#[derive(Debug, Default)]
+pub struct PidFiles {
+    /// Per file: its node, what it was when last read, the pid it gave.
+    files: Vec<(PathBuf, NodeIdx, Option<Stamp>, Option<u32>)>,
+}
+
+impl PidFiles {
+    /// Watches the pid files of `nodes`.
+    pub fn new(nodes: &Nodes) -> PidFiles {
+        PidFiles {
+            files: nodes
+                .pid_files()
+                .iter()
+                .map(|(p, n)| (p.clone(), *n, None, None))
+                .collect(),
+        }
+    }
+
+    /// True when there is nothing to watch.
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
+
+    /// The pid files that have not named a running process yet.
+    pub fn waiting(&self) -> impl Iterator<Item = &Path> {
+        self.files
+            .iter()
+            .filter(|f| f.3.is_none())
+            .map(|f| f.0.as_path())
+    }
+
+    /// The pid files that give a new pid of a running process since the last call: (pid,
+    /// node) each.
+    pub fn poll(&mut self) -> Vec<(u32, NodeIdx)> {
+        let mut out = Vec::new();
+        for (path, node, seen, pid) in &mut self.files {
+            let Ok(m) = std::fs::metadata(&*path) else {
+                continue;
+            };
+            let stamp = Stamp {
+                dev: m.dev(),
+                ino: m.ino(),
+                size: m.size(),
+                mtime_ns: m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128,
+            };
+            if *seen == Some(stamp) {
+                continue;
+            }
+            let Ok(bytes) = crate::untrusted::read(path, 64) else {
+                continue;
+            };
+            let Some(p) = parse_pid_file(&bytes) else {
+                continue; // written half-way, or not a pid: read again when it changes
+            };
+            if !Path::new(&format!("/proc/{p}")).exists() {
+                continue;
+            }
+            *seen = Some(stamp);
+            if *pid != Some(p) {
+                *pid = Some(p);
+                out.push((p, *node));
+            }
+        }
+        out
+    }
+}
+
+/// What a pid file was when last read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime_ns: i128,
+}
+
+/// The pid in a pid file's bytes: one decimal number, blanks around it.
+fn parse_pid_file(bytes: &[u8]) -> Option<u32> {
+    let text = std::str::from_utf8(bytes).ok()?.trim();
+    text.parse::<u32>().ok().filter(|&p| p > 0)
 }

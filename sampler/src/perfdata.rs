@@ -155,6 +155,8 @@ pub fn replay(
         call_graph: first.0.sample_type
             & perf_event_open_sys::bindings::PERF_SAMPLE_CALLCHAIN as u64
             != 0,
+        // `perf record -a` writes one node's file from the whole machine.
+        own_loss: names.len() == 1,
     };
     let start_wall = clock.wall(first_time);
     let mut output =

@@ -40,7 +40,7 @@ fn try_open(name: &str) -> Result<(), std::io::Error> {
         event: ev,
         fallback_reason: None,
     };
-    PerfFd::open(&sampling_attr(&s, true, false, 4096), -1, 0, 0).map(drop)
+    PerfFd::open(&sampling_attr(&s, 4096), -1, 0, 0).map(drop)
 }
 
 /// Can this process sample system-wide (cpu-clock on CPU 0, all processes)?

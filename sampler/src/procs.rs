@@ -513,6 +513,34 @@ impl Tracker {
         self.reclassify(pid);
     }
 
+    /// A pid file named `root` (`--node-pid NODE=FILE`): from now on it and the descendants it
+    /// has now (found through /proc's parent links) belong to `node`, and so do those it forks
+    /// later.
+    pub fn adopt_tree(&mut self, root: u32, node: NodeIdx) {
+        self.nodes.add_pid_rule(root, node);
+        if !self.read_proc {
+            return;
+        }
+        let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter_map(|pid| Some((pid, ppid(pid)?)))
+            .collect();
+        let mut tree = vec![root];
+        let mut i = 0;
+        while i < tree.len() {
+            let p = tree[i];
+            tree.extend(parents.iter().filter(|&&(_, pp)| pp == p).map(|&(c, _)| c));
+            i += 1;
+        }
+        for pid in tree {
+            self.get_or_load(pid).tree_node = Some(node);
+            self.reclassify(pid);
+        }
+    }
+
     /// Classifies `pid` again from its current facts.
     fn reclassify(&mut self, pid: u32) {
         let Some(p) = self.procs.get(&pid) else {

@@ -19,12 +19,14 @@ use culprit_format::names::{self, NodeInfo};
 use culprit_format::rotation::{self, Rotate};
 use culprit_format::writer::FileWriter;
 use culprit_format::{
-    end_reason, info_keys, interval_flags, samples_flags, EventEntry, FileKind, IntervalRef,
-    LayerDesc, LayerEvent, LayersHead, OsMetricEntry, RecordBuf, SampleEntry, SamplesHead,
+    end_reason, info_keys, interval_flags, lost_whose, samples_flags, EventEntry, FileKind,
+    IntervalKey, IntervalRef, LayerDesc, LayerEvent, LayersHead, LostRec, OsMetricEntry, RecordBuf,
+    SampleEntry, SamplesHead,
 };
 
 use rustc_hash::FxHashMap;
 
+use crate::engine::Loss;
 use crate::nodes::NodeIdx;
 use crate::procs::{ImageKind, Loc, ProgId, Tracker};
 use crate::symbolize::{unresolved_name, ImageAddr, Symbolizer};
@@ -43,7 +45,9 @@ pub fn is_culprit_runtime(image: &str) -> bool {
         .strip_prefix("libculprit_rt.so")
         .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
 }
-/// Events entry counting tracepoint occurrences the kernel dropped (ring full), when nonzero.
+/// Events entry that counted tracepoint occurrences the kernel dropped, in files of format
+/// versions up to 6; since version 7 they are in the interval's Lost record, with samples and
+/// process-tracking records apart (a loss is not an event of the node).
 pub const LOST_EVENTS: &str = "culprit:lost_events";
 /// Events entry: threads of the node switched out in the stopped state (`sched_switch` with
 /// `prev_state` T or t: SIGSTOP, or a tracer), in the interval. Written with
@@ -81,6 +85,7 @@ struct Acc {
     nodes: Vec<NodeAcc>,
     lost: u64,
     lost_events: u64,
+    lost_tracking: u64,
 }
 
 /// One interval, closed and ready to write.
@@ -106,6 +111,9 @@ pub struct Intervals {
     next: u64,
     open: BTreeMap<u64, Acc>,
     missed: BTreeSet<u64>,
+    /// Intervals ending after this wall time were not observed in full (the run ended
+    /// before their records could be processed).
+    missed_from: Option<u64>,
     late: u64,
 }
 
@@ -152,6 +160,7 @@ impl Intervals {
             next: first,
             open: BTreeMap::new(),
             missed: BTreeSet::new(),
+            missed_from: None,
             late: 0,
         }
     }
@@ -231,13 +240,13 @@ impl Intervals {
         }
     }
 
-    /// Counts samples (`events == false`) or tracepoint records the kernel dropped.
-    pub fn lost(&mut self, wall_ns: u64, n: u64, events: bool) {
+    /// Counts records of kind `what` the kernel dropped.
+    pub fn lost(&mut self, wall_ns: u64, n: u64, what: Loss) {
         let a = self.acc(wall_ns);
-        if events {
-            a.lost_events += n;
-        } else {
-            a.lost += n;
+        match what {
+            Loss::Samples => a.lost += n,
+            Loss::Events => a.lost_events += n,
+            Loss::Tracking => a.lost_tracking += n,
         }
     }
 
@@ -248,6 +257,12 @@ impl Intervals {
         for idx in first..end {
             self.missed.insert(idx);
         }
+    }
+
+    /// Marks every interval that ends after `from_wall` (wall ns) as not observed: the records
+    /// from then on were not processed.
+    pub fn mark_missed_from(&mut self, from_wall: u64) {
+        self.missed_from = Some(self.missed_from.map_or(from_wall, |m| m.min(from_wall)));
     }
 
     /// Closes every interval that ends at or before `wall_ns`.
@@ -288,7 +303,11 @@ impl Intervals {
                 })
                 .collect();
         }
-        if self.missed.remove(&idx) {
+        if self.missed.remove(&idx)
+            || self
+                .missed_from
+                .is_some_and(|m| (idx + 1) * self.dur_ns > m)
+        {
             flags |= interval_flags::MISSED;
         }
         Closed {
@@ -304,6 +323,9 @@ impl Intervals {
 #[derive(Debug)]
 pub struct Namer {
     symbolizer: Symbolizer,
+    /// Past this, new user-space locations are named `image+0xoffset` without reading the
+    /// image (the run is ending and must end on time).
+    deadline: Option<std::time::Instant>,
     cache: FxHashMap<Loc, (Arc<str>, Arc<str>)>,
     kernel_image: Arc<str>,
     unknown: Arc<str>,
@@ -325,11 +347,23 @@ impl Namer {
     pub fn new(symbolizer: Symbolizer) -> Namer {
         Namer {
             symbolizer,
+            deadline: None,
             cache: FxHashMap::default(),
             kernel_image: Arc::from(KERNEL_IMAGE),
             unknown: Arc::from(UNKNOWN),
             named: 0,
         }
+    }
+
+    /// After `at`, new user-space locations are named `image+0xoffset` without reading their
+    /// images.
+    pub fn set_deadline(&mut self, at: Option<std::time::Instant>) {
+        self.deadline = at;
+    }
+
+    fn out_of_time(&self) -> bool {
+        self.deadline
+            .is_some_and(|d| std::time::Instant::now() >= d)
     }
 
     /// Drops what is cached about images whose files were replaced.
@@ -370,7 +404,11 @@ impl Namer {
             offsets.dedup();
             let img = tracker.image(image);
             let addrs: Vec<ImageAddr> = offsets.iter().map(|&o| ImageAddr::FileOffset(o)).collect();
-            let names = self.symbolizer.resolve_many(&img.path, &addrs);
+            let names = if self.out_of_time() {
+                vec![None; addrs.len()]
+            } else {
+                self.symbolizer.resolve_many(&img.path, &addrs)
+            };
             let runtime = is_culprit_runtime(&img.name);
             for (offset, name) in offsets.into_iter().zip(names) {
                 let func = match name {
@@ -406,10 +444,13 @@ impl Namer {
                         (img.name.clone(), Arc::from(CULPRIT_RUNTIME))
                     }
                     ImageKind::File => {
-                        let f = match self
-                            .symbolizer
-                            .resolve(&img.path, ImageAddr::FileOffset(offset))
-                        {
+                        let found = if self.out_of_time() {
+                            None
+                        } else {
+                            self.symbolizer
+                                .resolve(&img.path, ImageAddr::FileOffset(offset))
+                        };
+                        let f = match found {
                             Some(f) => f,
                             None => self.unresolved(&img.path, offset),
                         };
@@ -424,11 +465,18 @@ impl Namer {
     /// The name of an address no symbol covers: `image+<offset of its function's start>` when the
     /// image's unwind table knows the function, else `image+<offset>`.
     fn unresolved(&mut self, path: &Path, offset: u64) -> Arc<str> {
-        let at = self
-            .symbolizer
-            .function_start(path, offset)
-            .unwrap_or(offset);
+        let at = if self.out_of_time() {
+            None
+        } else {
+            self.symbolizer.function_start(path, offset)
+        }
+        .unwrap_or(offset);
         Arc::from(unresolved_name(path, at).as_str())
+    }
+
+    /// Images the symbolizer refused since the last call (one line each).
+    pub fn take_notes(&mut self) -> Vec<String> {
+        self.symbolizer.take_notes()
     }
 
     /// The (image, function) of a prepared location.
@@ -455,6 +503,9 @@ pub struct RunInfo {
     pub tracepoints: Vec<String>,
     /// Call chains are sampled: every interval gets a Stacks record.
     pub call_graph: bool,
+    /// The kernel's losses are the node's own ([`lost_whose::NODE`]): it is the only node and
+    /// the whole machine is sampled. Otherwise they are the machine's.
+    pub own_loss: bool,
 }
 
 #[derive(Debug)]
@@ -592,6 +643,8 @@ pub struct Output {
     piece_start_ns: u64,
     piece: u32,
     rotations: u64,
+    /// Notes written into the files so far (images refused as unsafe to open).
+    notes: Vec<String>,
 }
 
 impl Output {
@@ -633,6 +686,7 @@ impl Output {
             piece_start_ns: start_ns,
             piece: 0,
             rotations: 0,
+            notes: Vec::new(),
         })
     }
 
@@ -735,6 +789,17 @@ impl Output {
                 }),
             );
         }
+        let notes = namer.take_notes();
+        if !notes.is_empty() {
+            // One line each in every node's data: what was not read, and why.
+            self.buf.clear();
+            self.buf
+                .info(notes.iter().map(|n| (info_keys::WARNING, n.as_str())));
+            for f in &mut self.files {
+                f.writer.append(&self.buf)?;
+            }
+            self.notes.extend(notes);
+        }
         let mut flags = c.flags;
         if self.info.freq {
             flags |= samples_flags::FREQ;
@@ -761,8 +826,6 @@ impl Output {
                         .or_insert(0) += count;
                 }
             }
-            let lost_sid =
-                (c.acc.lost_events > 0 && !missed).then(|| f.sid(&Arc::from(LOST_EVENTS)));
             // Stops are counted where context switches are (named before the strings go out).
             let stop_sids = self
                 .info
@@ -826,14 +889,29 @@ impl Output {
                         count: n.stopped_ns,
                     });
                 }
-                if let Some(event) = lost_sid {
-                    events.push(EventEntry {
-                        event,
-                        count: c.acc.lost_events,
-                    });
-                }
             }
             self.buf.events(c.start_ns, c.dur_ns, c.flags, events);
+            let a = &c.acc;
+            if a.lost + a.lost_events + a.lost_tracking > 0 {
+                self.buf.lost(
+                    &IntervalRef {
+                        start_ns: c.start_ns,
+                        dur_ns: c.dur_ns,
+                        flags: c.flags,
+                    },
+                    &LostRec {
+                        interval: IntervalKey::default(),
+                        whose: if self.info.own_loss {
+                            lost_whose::NODE
+                        } else {
+                            lost_whose::MACHINE
+                        },
+                        samples: a.lost,
+                        events: a.lost_events,
+                        tracking: a.lost_tracking,
+                    },
+                );
+            }
             if self.info.call_graph {
                 let mut stacks: Vec<(NamedStack, u64)> = stacks.into_iter().collect();
                 stacks.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
@@ -937,6 +1015,11 @@ impl Output {
             });
         }
         Ok(out)
+    }
+
+    /// The notes written into the files so far (images refused as unsafe to open).
+    pub fn notes(&self) -> &[String] {
+        &self.notes
     }
 
     /// Intervals written so far.

@@ -3,7 +3,6 @@
 //! the configured duration. `culprit sample`, `culprit record --sample` and the testbed drive it
 //! in-process.
 
-use std::collections::HashMap;
 use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,8 +12,9 @@ use culprit_format::{info_keys, procfs};
 
 use crate::engine::{ClockMap, Engine, Stream, Streams, TpSpec};
 use crate::event::{self, sampling_attr, tracepoint_attr, CallGraph, Rate, Sampling};
-use crate::nodes::{NodeRule, Nodes, ProcFacts, Scope};
+use crate::nodes::{NodeRule, Nodes, PidFiles, ProcFacts, Scope};
 use crate::os::{self, Collector, NodePids, OsConfig, OsInterval, OsStats};
+use crate::priority;
 use crate::procs::{self, Tracker, TrackerStats};
 use crate::profile::{Gaps, Intervals, Namer, NodeSummary, Output, RunInfo};
 use crate::record::Layout;
@@ -105,6 +105,10 @@ const MAX_AUTO_RING_PAGES: usize = 4096;
 /// Seconds of records a ring sized from the rate holds: the reader drains every 50 ms (or at a
 /// quarter full), so this is what a starved reader can fall behind before samples are lost.
 const RING_SLACK_S: u64 = 2;
+/// How long the sampler may take, once a signal or `--duration` ends its run, to process what
+/// is still queued, name it and write it; past it the rest is dropped (its intervals written
+/// MISSED), so that the run ends within a second.
+pub const FINISH_BUDGET: Duration = Duration::from_millis(600);
 /// How often the rings are drained when no watermark wakes the sampler earlier.
 const TICK: Duration = Duration::from_millis(50);
 
@@ -165,13 +169,12 @@ pub fn online_cpus() -> Vec<u32> {
     out
 }
 
-/// Pages per CPU ring for `sampling`: what 2 s of records at the rate
-/// take — samples of a busy CPU (call chains of 32 frames on average) and, for tracepoints, 64
-/// KiB/s each and 256 KiB/s for `sched:sched_switch` (≈2,000 switches/s per CPU) — as a power
-/// of two between [`DEFAULT_RING_PAGES`] and 4096 pages (16 MiB). Without root the kernel
-/// charges rings beyond `kernel.perf_event_mlock_kb` (516 KiB) to the locked-memory limit, so
-/// they stay at 128 pages.
-pub fn ring_pages_for(sampling: &Sampling, call_graph: CallGraph, tracepoints: &[String]) -> usize {
+/// Pages of each CPU's samples ring for `sampling`: what 2 seconds of samples of a busy CPU
+/// take at the rate (call chains of 32 frames on average), as a power of two between
+/// [`DEFAULT_RING_PAGES`] and 4096 pages (16 MiB). Without root the kernel charges
+/// rings beyond `kernel.perf_event_mlock_kb` (516 KiB per CPU) to the locked-memory limit, so
+/// the three rings of a CPU stay within it: 64 pages here.
+pub fn ring_pages_for(sampling: &Sampling, call_graph: CallGraph) -> usize {
     // Samples per second of a busy CPU: from the rate; hardware events at a 4 GHz clock.
     let hz = match sampling.rate {
         Rate::Freq(f) => f,
@@ -185,26 +188,56 @@ pub fn ring_pages_for(sampling: &Sampling, call_graph: CallGraph, tracepoints: &
         } else {
             0
         };
-    let tp_bytes: u64 = tracepoints
+    pages_for(hz * sample_bytes * RING_SLACK_S, 64)
+}
+
+/// Pages of each CPU's kernel-events ring for `tracepoints`: 2 seconds at 64 KiB/s per
+/// tracepoint, 512 KiB/s for `sched:sched_switch` (≈7,000 switches/s per CPU) and 4 MiB/s for
+/// each system-call tracepoint of `--layers` (a `pread` of cached data takes a few µs: 50 MB/s
+/// of records per CPU were measured), between 64 and 4096 pages; 32 without root (see
+/// [`ring_pages_for`]). 0 without tracepoints. The reader runs ahead of the load
+/// ([`crate::priority`]) and drains a ring whenever a quarter of it is filled, so bursts far
+/// above these rates fit (45,000 switches/s per CPU were measured at load 30 without a record
+/// lost).
+pub fn event_ring_pages(tracepoints: &[String]) -> usize {
+    if tracepoints.is_empty() {
+        return 0;
+    }
+    let per_s: u64 = tracepoints
         .iter()
         .map(|t| {
             if t == "sched:sched_switch" {
-                256 << 10
+                512 << 10
+            } else if crate::syscalls::TRACEPOINTS.contains(&t.as_str()) {
+                4 << 20
             } else {
                 64 << 10
             }
         })
         .sum();
-    let bytes = (hz * sample_bytes + tp_bytes) * RING_SLACK_S;
-    let max = if sys::euid() == 0 {
-        MAX_AUTO_RING_PAGES
-    } else {
+    pages_for(per_s * RING_SLACK_S, 32)
+}
+
+/// Pages of each CPU's process-tracking ring: 128 (512 KiB: a few thousand forks, execs and
+/// mappings between two drains); 16 without root.
+fn tracking_ring_pages() -> usize {
+    if sys::euid() == 0 {
         128
-    };
+    } else {
+        16
+    }
+}
+
+/// `bytes` as a power of two of pages between [`DEFAULT_RING_PAGES`] and
+/// [`MAX_AUTO_RING_PAGES`], or `unprivileged` pages without root.
+fn pages_for(bytes: u64, unprivileged: usize) -> usize {
+    if sys::euid() != 0 {
+        return unprivileged;
+    }
     (bytes as usize)
         .div_ceil(sys::page_size())
         .next_power_of_two()
-        .clamp(DEFAULT_RING_PAGES, max)
+        .clamp(DEFAULT_RING_PAGES, MAX_AUTO_RING_PAGES)
 }
 
 fn is_permission(e: &io::Error) -> bool {
@@ -240,6 +273,10 @@ pub struct Sampler {
     warnings: Vec<String>,
     os: Option<Collector>,
     delayacct: Option<os::delayacct::Guard>,
+    /// What the collection threads get ([`crate::priority`]), as probed at open.
+    scheduling: priority::Raised,
+    /// `--node-pid NODE=FILE` rules whose files are read again as they change.
+    pid_files: PidFiles,
 }
 
 // The testbed runs a sampler on its own thread.
@@ -258,8 +295,10 @@ pub struct Summary {
     pub samples: u64,
     /// Samples lost (ring full).
     pub lost: u64,
-    /// Tracepoint records lost.
+    /// Kernel-event (tracepoint) records lost.
     pub lost_events: u64,
+    /// Process-tracking records (COMM, MMAP2, FORK, EXIT, NAMESPACES) lost.
+    pub lost_tracking: u64,
     /// Tracepoint hits counted.
     pub events: u64,
     /// Samples outside the scope.
@@ -280,6 +319,16 @@ pub struct Summary {
     pub tracking: TrackerStats,
     /// What the OS-metrics collector did (zero when it was off).
     pub os: OsStats,
+    /// What was not read and why, one line each (process images refused as unsafe to open:
+    /// a FIFO or a device in place of a library), also written into the node files.
+    pub notes: Vec<String>,
+    /// Bytes of records left unprocessed to end on time ([`FINISH_BUDGET`] after the signal
+    /// or the deadline); the intervals they covered are written MISSED. 0 normally.
+    pub unprocessed_bytes: u64,
+    /// CPU time of the ring reader thread, ns (its cap: [`priority::RING_READER`]).
+    pub reader_cpu_ns: u64,
+    /// What the collection threads got ([`crate::priority`]).
+    pub scheduling: priority::Raised,
 }
 
 impl Sampler {
@@ -302,10 +351,23 @@ impl Sampler {
                 return Err(Error::Config(format!("--pid {pid}: no such process")));
             }
         }
-        let nodes = Nodes::new(&config.node, &config.node_rules, config.scope.clone())
+        let mut nodes = Nodes::new(&config.node, &config.node_rules, config.scope.clone())
             .map_err(Error::Config)?;
-        let cpus = online_cpus();
+        // Pid files there already name their trees from the start; the others are read when
+        // they appear.
+        let mut pid_files = PidFiles::new(&nodes);
+        for (pid, node) in pid_files.poll() {
+            nodes.add_pid_rule(pid, node);
+        }
         let mut warnings = Vec::new();
+        for f in pid_files.waiting() {
+            warnings.push(format!(
+                "{}: no running process's id in it yet; its process tree joins its node when \
+                 it has one (checked every 500 ms)",
+                f.display()
+            ));
+        }
+        let cpus = online_cpus();
         let wanted: Vec<String> = config.tracepoints.clone().unwrap_or_else(|| {
             tracefs::DEFAULT_TRACEPOINTS
                 .iter()
@@ -316,66 +378,101 @@ impl Sampler {
         let sampling = choose_event(&config, cpus[0], 1)?;
         let mut config = config;
         if config.ring_pages == 0 {
-            config.ring_pages = ring_pages_for(&sampling, config.call_graph, &wanted);
+            config.ring_pages = ring_pages_for(&sampling, config.call_graph);
         }
-        // Wake the reader when a quarter of a ring is filled (besides its 50 ms tick).
-        let wakeup = (config.ring_pages * sys::page_size() / 4) as u32;
-        let mut rings = Vec::with_capacity(cpus.len());
+        // Three rings per CPU, so that what the kernel drops is known by kind (a LOST record
+        // says how many records one ring dropped, not which): samples, kernel events, and
+        // process tracking. Each wakes the reader when a quarter of it is filled (besides its
+        // 50 ms tick).
+        let wakeup = |pages: usize| (pages * sys::page_size() / 4) as u32;
+        let mut rings = Vec::with_capacity(cpus.len() * 3);
         let mut streams = Streams::new();
-        let mut attr = sampling_attr(&sampling, true, nodes.needs_netns(), wakeup);
+        let mut attr = sampling_attr(&sampling, wakeup(config.ring_pages));
         event::set_call_graph(&mut attr, config.call_graph);
         let sample_layout = Layout {
             sample_type: attr.sample_type,
             sample_id_all: true,
         };
-        for &cpu in &cpus {
-            let fd = PerfFd::open(&attr, -1, cpu as i32, 0).map_err(|e| {
-                if is_permission(&e) {
-                    permission_error(e)
-                } else {
-                    Error::Event {
-                        event: sampling.event.name.into(),
-                        reason: format!("perf_event_open on CPU {cpu}: {e}"),
-                    }
-                }
-            })?;
-            let id = fd.id().map_err(io_err("perf event id"))?;
-            streams.add(id, sample_layout, Stream::Samples);
-            let ring = Ring::map(fd, config.ring_pages).map_err(|e| Error::Io {
+        let tracking_pages = tracking_ring_pages();
+        let tracking = event::tracking_attr(nodes.needs_netns(), wakeup(tracking_pages));
+        let tracking_layout = Layout {
+            sample_type: tracking.sample_type,
+            sample_id_all: true,
+        };
+        let map = |fd: PerfFd, pages: usize, cpu: u32, what: &str| {
+            Ring::map(fd, pages).map_err(|e| Error::Io {
                 what: format!(
-                    "map a {} KiB ring buffer for CPU {cpu} (lower --ring-pages, or raise \
+                    "map a {} KiB {what} ring buffer for CPU {cpu} (lower --ring-pages, or raise \
                      kernel.perf_event_mlock_kb)",
-                    config.ring_pages * sys::page_size() / 1024
+                    pages * sys::page_size() / 1024
                 ),
                 source: e,
-            })?;
-            rings.push(ring);
+            })
+        };
+        let open_error = |e: io::Error, what: &str, cpu: u32| {
+            if is_permission(&e) {
+                permission_error(e)
+            } else {
+                Error::Event {
+                    event: what.into(),
+                    reason: format!("perf_event_open on CPU {cpu}: {e}"),
+                }
+            }
+        };
+        for &cpu in &cpus {
+            let fd = PerfFd::open(&attr, -1, cpu as i32, 0)
+                .map_err(|e| open_error(e, sampling.event.name, cpu))?;
+            let id = fd.id().map_err(io_err("perf event id"))?;
+            streams.add(id, sample_layout, Stream::Samples);
+            rings.push(map(fd, config.ring_pages, cpu, "samples")?);
+            let fd = PerfFd::open(&tracking, -1, cpu as i32, 0)
+                .map_err(|e| open_error(e, "dummy (process tracking)", cpu))?;
+            let id = fd.id().map_err(io_err("perf event id"))?;
+            streams.add(id, tracking_layout, Stream::Tracking);
+            rings.push(map(fd, tracking_pages, cpu, "process-tracking")?);
         }
 
-        // Tracepoints: their records go to the sampling ring of the same CPU.
+        // Tracepoints: on each CPU the first one's ring takes the others' records too.
         let mut tps = Vec::new();
         let mut tp_fds = Vec::new();
         if !wanted.is_empty() {
+            let event_pages = event_ring_pages(&wanted);
             match tracefs::find_or_mount(config.mount_tracefs && sys::euid() == 0) {
                 Err(why) => warnings.push(format!("kernel events are not counted: {why}")),
                 Ok(root) => {
+                    let mut per_cpu: Vec<Option<Ring>> = cpus.iter().map(|_| None).collect();
                     for name in &wanted {
                         match open_tracepoint(
                             &root,
                             name,
-                            &rings,
                             &cpus,
-                            wakeup,
+                            wakeup(event_pages),
                             tps.len() as u16,
                             &mut streams,
                         ) {
                             Ok((spec, fds)) => {
                                 tps.push(spec);
-                                tp_fds.extend(fds);
+                                for ((fd, slot), &cpu) in
+                                    fds.into_iter().zip(&mut per_cpu).zip(&cpus)
+                                {
+                                    match slot {
+                                        Some(ring) => {
+                                            fd.set_output(ring.fd()).map_err(io_err(
+                                                "redirect a tracepoint to its CPU's ring",
+                                            ))?;
+                                            tp_fds.push(fd);
+                                        }
+                                        None => {
+                                            *slot =
+                                                Some(map(fd, event_pages, cpu, "kernel-events")?)
+                                        }
+                                    }
+                                }
                             }
                             Err(why) => warnings.push(format!("not counting {name}: {why}")),
                         }
                     }
+                    rings.extend(per_cpu.into_iter().flatten());
                 }
             }
         }
@@ -402,7 +499,17 @@ impl Sampler {
                 Some(c)
             }
         };
+        let scheduling = priority::probe(priority::RING_READER);
+        match &scheduling {
+            priority::Raised::Deadline(_) | priority::Raised::Fifo => {}
+            other => warnings.push(format!(
+                "the collection threads run at {other}: a loaded host can delay them (samples \
+                 and OS-metrics seconds may be lost); run as root for real-time scheduling"
+            )),
+        }
         Ok(Sampler {
+            pid_files,
+            scheduling,
             config,
             sampling,
             nodes,
@@ -453,7 +560,8 @@ impl Sampler {
             _ => String::new(),
         };
         format!(
-            "sampling {} on {} CPUs, {} ({}), {} s intervals → {}/{{{}}}; kernel events: {}{os}",
+            "sampling {} on {} CPUs, {} ({}), {} s intervals → {}/{{{}}}; kernel events: {}{os}; \
+             collection threads: {}",
             self.sampling,
             self.cpus.len(),
             self.nodes.scope().describe(),
@@ -469,6 +577,12 @@ impl Sampler {
                 "none".to_string()
             } else {
                 tps.join(", ")
+            },
+            match &self.scheduling {
+                priority::Raised::Deadline(_) => "SCHED_DEADLINE (capped)",
+                priority::Raised::Fifo => "SCHED_FIFO 1 (capped by real-time throttling)",
+                priority::Raised::Nice(_) => "nice -20",
+                priority::Raised::Unchanged(_) => "normal priority",
             }
         )
     }
@@ -535,7 +649,7 @@ impl Sampler {
             ));
         }
         for w in &self.warnings {
-            pairs.push(("warning".into(), w.clone()));
+            pairs.push((info_keys::WARNING.into(), w.clone()));
         }
         RunInfo {
             pairs,
@@ -544,6 +658,9 @@ impl Sampler {
             freq: self.sampling.rate.is_freq(),
             tracepoints: self.tps.iter().map(|t| t.name.clone()).collect(),
             call_graph: self.config.call_graph != CallGraph::None,
+            own_loss: self.nodes.names().len() == 1
+                && !self.nodes.has_rules()
+                && matches!(self.nodes.scope(), Scope::System),
         }
     }
 
@@ -554,6 +671,15 @@ impl Sampler {
     /// being looked up, which can take a while for a large new image), and this one, which
     /// decodes, tracks, counts, names and writes.
     pub fn run(self, stop: &AtomicBool) -> Result<Summary, Error> {
+        // This thread decodes, names and writes: unbounded work, so no real-time policy, but a
+        // larger share of a contended CPU (`crate::priority`), given back at the end.
+        let before = priority::raise_worker();
+        let out = self.run_inner(stop);
+        priority::restore_worker(before);
+        out
+    }
+
+    fn run_inner(self, stop: &AtomicBool) -> Result<Summary, Error> {
         let interval_ns = self.config.interval.as_nanos() as u64;
         let cpu0 = sys::self_cpu_ns();
         let host = procfs::host_name();
@@ -585,8 +711,10 @@ impl Sampler {
             .os_metrics
             .as_ref()
             .map_or(os::DEFAULT_OS_INTERVAL, |o| o.interval);
+        let self_scheduling = self.scheduling.clone();
         let Sampler {
             mut rings,
+            mut pid_files,
             tp_fds,
             streams,
             os: collector,
@@ -599,13 +727,17 @@ impl Sampler {
         let mut os_stats = OsStats::default();
 
         let (tx, rx) = std::sync::mpsc::channel::<Round>();
+        // (record-clock time from which records were not processed, their bytes).
+        let mut unprocessed: Option<(u64, u64)> = None;
+        let mut reader_cpu_ns = 0u64;
         let abort_flag = AtomicBool::new(false);
         let abort = &abort_flag;
         let result = std::thread::scope(|scope| -> Result<(bool, u64), Error> {
             let reader = std::thread::Builder::new()
                 .name("culprit-rings".into())
                 .spawn_scoped(scope, move || {
-                    read_rings(&mut rings, &tp_fds, &tx, stop, deadline, abort, facts)
+                    read_rings(&mut rings, &tp_fds, &tx, stop, deadline, abort, facts);
+                    sys::thread_cpu_ns()
                 })
                 .map_err(io_err("start the ring reader thread"))?;
             // The OS metrics: their own thread and interval; values come back over a channel
@@ -618,6 +750,7 @@ impl Sampler {
                         std::thread::Builder::new()
                             .name("culprit-os".into())
                             .spawn_scoped(scope, move || {
+                                priority::raise(priority::OS_COLLECTOR);
                                 os::run(c, os_interval, stop, abort, deadline, pids, &os_tx)
                             })
                             .map_err(io_err("start the OS metrics thread"))?,
@@ -627,6 +760,7 @@ impl Sampler {
             };
             drop(os_tx);
             let mut last_publish = 0u64;
+            let mut last_pid_files = 0u64;
             let mut os_write_ns = 0u64;
             // On an error: stop the reader and let it end (it owns the sending side).
             let finish = || {
@@ -649,6 +783,11 @@ impl Sampler {
             engine.set_snapshot(snap_time, procs::scan_proc(facts));
             let mut prev_round = snap_time;
             let mut gaps = Gaps::default();
+            // Once the run is to end (a signal, or --duration passed), what is still queued is
+            // done within FINISH_BUDGET; past it the rest is not processed, and the intervals
+            // it covered are written MISSED: `--duration` is a deadline, and a signal ends the
+            // run within a second.
+            let mut finish_by: Option<u64> = None;
             let end = loop {
                 let Ok(msg) = rx.recv() else {
                     break (stop.load(Ordering::SeqCst), sys::monotonic_ns());
@@ -663,9 +802,32 @@ impl Sampler {
                 else {
                     continue;
                 };
+                let now = sys::monotonic_ns();
+                if finish_by.is_none()
+                    && (stop.load(Ordering::SeqCst) || deadline.is_some_and(|d| now >= d))
+                {
+                    finish_by = Some(now + FINISH_BUDGET.as_nanos() as u64);
+                    namer.set_deadline(Some(std::time::Instant::now() + FINISH_BUDGET));
+                }
+                if finish_by.is_some_and(|f| now > f) {
+                    let u = unprocessed.get_or_insert((prev_round, 0));
+                    u.1 += bufs.iter().map(|b| b.len() as u64).sum::<u64>();
+                    if let Some(end) = last {
+                        break end;
+                    }
+                    continue;
+                }
                 engine.provide_facts(facts);
                 for b in &bufs {
                     engine.ingest(b, &streams);
+                }
+                if !pid_files.is_empty() && round.saturating_sub(last_pid_files) >= 500_000_000 {
+                    // Up to this round first: the trees are as the records left them.
+                    engine.process_until(prev_round);
+                    for (pid, node) in pid_files.poll() {
+                        engine.tracker.adopt_tree(pid, node);
+                    }
+                    last_pid_files = round;
                 }
                 if publish_pids && round.saturating_sub(last_publish) >= 200_000_000 {
                     // Up to this round: the tracker has seen every fork, exec and exit before it.
@@ -710,10 +872,11 @@ impl Sampler {
                 }
                 prev_round = round;
             };
-            let _ = reader.join();
-            // However the loop ended, the OS thread ends too.
+            reader_cpu_ns = reader.join().unwrap_or(0);
+            // However the loop ended, the OS thread ends too (woken now if it sleeps).
             abort.store(true, Ordering::SeqCst);
             if let Some(t) = os_thread {
+                t.thread().unpark();
                 if let Ok(st) = t.join() {
                     os_stats = st;
                 }
@@ -727,6 +890,9 @@ impl Sampler {
         });
         let (stopped, end_mono) = result?;
 
+        if let Some((from, _)) = unprocessed {
+            engine.intervals.mark_missed_from(engine.clock.wall(from));
+        }
         engine.process_until(u64::MAX);
         let end_wall = match deadline {
             // A run of --duration ends at start + duration exactly.
@@ -740,6 +906,7 @@ impl Sampler {
                 .map_err(io_err("write a profile"))?;
         }
         let intervals = output.intervals();
+        let notes = output.notes().to_vec();
         let nodes = output
             .finish(sys::realtime_ns(), stopped)
             .map_err(io_err("end the profile files"))?;
@@ -750,6 +917,7 @@ impl Sampler {
             samples: s.samples,
             lost: s.lost,
             lost_events: s.lost_events,
+            lost_tracking: s.lost_tracking,
             events: s.events,
             out_of_scope: s.out_of_scope,
             throttles: s.throttles,
@@ -760,6 +928,10 @@ impl Sampler {
             stopped,
             tracking: engine.tracker.stats(),
             os: os_stats,
+            notes,
+            unprocessed_bytes: unprocessed.map_or(0, |u| u.1),
+            reader_cpu_ns,
+            scheduling: self_scheduling,
         })
     }
 }
@@ -807,8 +979,8 @@ fn read_rings(
 ) {
     // Draining must not wait behind the work it samples: on a machine whose CPUs are all
     // busy, a reader at the default priority can be kept off a CPU long enough for the rings
-    // to fill. It does little work, so it runs at a higher priority when allowed (root).
-    sys::raise_thread_priority();
+    // to fill. It does little work, so it runs ahead of the load, capped (`crate::priority`).
+    priority::raise(priority::RING_READER);
     let enabled = rings
         .iter()
         .map(|r| r.fd())
@@ -936,7 +1108,7 @@ fn choose_event(config: &Config, cpu: u32, wakeup: u32) -> Result<Sampling, Erro
         rate,
         fallback_reason: None,
     };
-    match PerfFd::open(&sampling_attr(&s, false, false, wakeup), -1, cpu as i32, 0) {
+    match PerfFd::open(&sampling_attr(&s, wakeup), -1, cpu as i32, 0) {
         Ok(_) => Ok(s),
         Err(e) if is_permission(&e) => Err(permission_error(e)),
         Err(e) if is_missing_event(&e) && explicit.is_none() => {
@@ -960,18 +1132,16 @@ fn choose_event(config: &Config, cpu: u32, wakeup: u32) -> Result<Sampling, Erro
                 rate,
                 fallback_reason: Some(format!("hardware cycles are not available here ({e})")),
             };
-            PerfFd::open(&sampling_attr(&fb, false, false, wakeup), -1, cpu as i32, 0).map_err(
-                |e| {
-                    if is_permission(&e) {
-                        permission_error(e)
-                    } else {
-                        Error::Event {
-                            event: fb.event.name.into(),
-                            reason: e.to_string(),
-                        }
+            PerfFd::open(&sampling_attr(&fb, wakeup), -1, cpu as i32, 0).map_err(|e| {
+                if is_permission(&e) {
+                    permission_error(e)
+                } else {
+                    Error::Event {
+                        event: fb.event.name.into(),
+                        reason: e.to_string(),
                     }
-                },
-            )?;
+                }
+            })?;
             Ok(fb)
         }
         Err(e) => Err(Error::Event {
@@ -985,11 +1155,10 @@ fn choose_event(config: &Config, cpu: u32, wakeup: u32) -> Result<Sampling, Erro
     }
 }
 
-/// Opens tracepoint `name` on every CPU, its output redirected to that CPU's ring.
+/// Opens tracepoint `name` on every CPU (one event per CPU, in `cpus` order).
 fn open_tracepoint(
     root: &std::path::Path,
     name: &str,
-    rings: &[Ring],
     cpus: &[u32],
     wakeup: u32,
     index: u16,
@@ -1003,8 +1172,7 @@ fn open_tracepoint(
         sample_id_all: true,
     };
     let mut fds = Vec::with_capacity(cpus.len());
-    let mut ids: HashMap<u64, ()> = HashMap::new();
-    for (ring, &cpu) in rings.iter().zip(cpus) {
+    for &cpu in cpus {
         let fd = PerfFd::open(&attr, -1, cpu as i32, 0).map_err(|e| {
             if is_permission(&e) {
                 format!("{e} (tracepoints need root or CAP_PERFMON)")
@@ -1012,14 +1180,9 @@ fn open_tracepoint(
                 e.to_string()
             }
         })?;
-        fd.set_output(ring.fd())
-            .map_err(|e| format!("redirect to the CPU ring: {e}"))?;
         let id = fd.id().map_err(|e| e.to_string())?;
-        ids.insert(id, ());
-        fds.push(fd);
-    }
-    for id in ids.into_keys() {
         streams.add(id, layout, Stream::Tracepoint(index));
+        fds.push(fd);
     }
     Ok((
         TpSpec {

@@ -21,6 +21,17 @@
 //! Addresses are ELF virtual addresses (what `st_value` holds, i.e. runtime address minus the
 //! load bias) or file offsets (what `/proc/<pid>/maps` and perf's MMAP2 records give).
 //!
+//! # Files other users may have planted
+//!
+//! Images are opened as [`crate::untrusted`] says — never blocking, never anything but a
+//! regular file (a FIFO or a device planted in place of a library is refused with a note,
+//! [`Symbolizer::take_notes`]) — and blazesym reads each through `/proc/self/fd/N` of that open
+//! file, which stays open while blazesym holds the image. blazesym opens other files on its
+//! own only for DWARF, through a binary's debug links (`.gnu_debuglink`, `.gnu_debugaltlink`):
+//! those are followed only when every directory blazesym would look in is one no other user can
+//! write ([`crate::untrusted::trusted_dir`]); otherwise the image is named from its symbol
+//! tables alone.
+//!
 //! # Kernel and vDSO
 //!
 //! Kernel addresses are looked up in a table read once from `/proc/kallsyms` (text symbols,
@@ -38,6 +49,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use blazesym::symbolize::evict::{self, Evict};
+
+use crate::untrusted::{self, Refused};
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized};
 
@@ -70,8 +83,22 @@ pub struct Symbolizer {
     starts: HashMap<Arc<Path>, Option<FunctionStarts>>,
     /// Images handed to blazesym, with the tick of their last use.
     open: HashMap<Arc<Path>, u64>,
+    /// The open file of each image being read ([`crate::untrusted`]).
+    files: HashMap<Arc<Path>, OpenImage>,
+    /// Images refused as unsafe, one line each, until taken.
+    notes: Vec<String>,
     tick: u64,
     max_open: usize,
+}
+
+/// An image opened for reading: blazesym reads it through `fd_path`, which names this open file
+/// and nothing else.
+#[derive(Debug)]
+struct OpenImage {
+    file: std::fs::File,
+    fd_path: PathBuf,
+    /// Its DWARF may be read (its debug links, if any, lead only into trusted directories).
+    dwarf: bool,
 }
 
 impl std::fmt::Debug for Symbolizer {
@@ -108,6 +135,8 @@ impl Symbolizer {
             vdso: None,
             starts: HashMap::new(),
             open: HashMap::new(),
+            files: HashMap::new(),
+            notes: Vec::new(),
             tick: 0,
             max_open: MAX_OPEN_IMAGES,
         }
@@ -143,14 +172,56 @@ impl Symbolizer {
         }
     }
 
-    /// Drops everything cached for `image`, blazesym's parsed file and descriptor included.
+    /// Drops everything cached for `image`, blazesym's parsed file and descriptor included,
+    /// then our open file (blazesym first: its cache is keyed by the `/proc/self/fd/N` path,
+    /// which names another file once the descriptor is closed).
     fn evict(&mut self, image: &Arc<Path>) {
         self.open.remove(image);
-        let _ = self
-            .inner
-            .evict(&Evict::Elf(evict::Elf::new(image.to_path_buf())));
+        if let Some(f) = self.files.remove(image) {
+            let _ = self
+                .inner
+                .evict(&Evict::Elf(evict::Elf::new(f.fd_path.clone())));
+        }
         self.cache.retain(|(p, _), _| p != image);
         self.starts.remove(image);
+    }
+
+    /// The open file of `image`, opened now if need be; `None` (noted when unsafe) when it
+    /// cannot be read.
+    fn source(&mut self, image: &Arc<Path>) -> Option<&OpenImage> {
+        if self.unreadable.contains(image) {
+            return None;
+        }
+        if !self.files.contains_key(image) {
+            match untrusted::open_regular(image) {
+                Ok(file) => {
+                    let fd_path = untrusted::fd_path(&file);
+                    let dwarf = debug_links_trusted(&file, &fd_path);
+                    self.files.insert(
+                        image.clone(),
+                        OpenImage {
+                            file,
+                            fd_path,
+                            dwarf,
+                        },
+                    );
+                }
+                Err(e) => {
+                    if e.is_unsafe() {
+                        self.notes.push(e.to_string());
+                    }
+                    self.unreadable.insert(image.clone());
+                    return None;
+                }
+            }
+        }
+        self.files.get(image)
+    }
+
+    /// Images refused since the last call, one line each (a FIFO or a device in place of a
+    /// binary, a file system that stalls): for the caller's log or data.
+    pub fn take_notes(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.notes)
     }
 
     /// Reads images under `root` instead of `/` (like `perf report --symfs`): an image recorded
@@ -230,11 +301,16 @@ impl Symbolizer {
                 continue;
             }
             let is_virt = make(0) == ImageAddr::Virt(0);
+            let Some((fd_path, dwarf)) = self.source(&image).map(|f| (f.fd_path.clone(), f.dwarf))
+            else {
+                self.unreadable.insert(image.clone());
+                return out;
+            };
             self.touch(&image);
             // ELF symbol tables first: cheap, and enough for nearly every address. DWARF (and
             // debug files found through debug links) only for what they leave unresolved: parsing
             // DWARF costs far more than reading .symtab.
-            let mut names = match self.lookup(&image, false, is_virt, list) {
+            let mut names = match self.lookup(&fd_path, false, is_virt, list) {
                 Ok(n) => n,
                 Err(()) => {
                     // Missing, unreadable, or not ELF: degrade to image+offset for good.
@@ -243,9 +319,9 @@ impl Symbolizer {
                 }
             };
             let missing: Vec<usize> = (0..names.len()).filter(|&j| names[j].is_none()).collect();
-            if !missing.is_empty() {
+            if !missing.is_empty() && dwarf {
                 let retry: Vec<u64> = missing.iter().map(|&j| list[j]).collect();
-                if let Ok(found) = self.lookup(&image, true, is_virt, &retry) {
+                if let Ok(found) = self.lookup(&fd_path, true, is_virt, &retry) {
                     for (j, name) in missing.into_iter().zip(found) {
                         names[j] = name;
                     }
@@ -259,8 +335,9 @@ impl Symbolizer {
         out
     }
 
-    /// One blazesym call: the names of `addrs` (virtual addresses or file offsets) in `image`,
-    /// with or without debug symbols. `Err` when the image cannot be read.
+    /// One blazesym call: the names of `addrs` (virtual addresses or file offsets) in the image
+    /// opened at `image` (a `/proc/self/fd/N` path), with or without debug symbols. `Err` when
+    /// the image cannot be read.
     fn lookup(
         &mut self,
         image: &Path,
@@ -350,12 +427,13 @@ impl Symbolizer {
     /// granularity, so they add up as a function would instead of scattering over addresses.
     pub fn function_start(&mut self, path: &Path, file_offset: u64) -> Option<u64> {
         let image = self.image(path);
-        let table = self
-            .starts
-            .entry(image.clone())
-            .or_insert_with(|| FunctionStarts::read(&image))
-            .as_ref()?;
-        table.start_of(file_offset)
+        if !self.starts.contains_key(&image) {
+            let table = self
+                .source(&image)
+                .and_then(|f| FunctionStarts::read(&f.file));
+            self.starts.insert(image.clone(), table);
+        }
+        self.starts.get(&image)?.as_ref()?.start_of(file_offset)
     }
 
     /// Number of cached (image, address) results.
@@ -381,10 +459,10 @@ impl FunctionStarts {
     /// Reads the table of an ELF64 file (`object` for the program headers, `gimli` for the
     /// search table, whatever its pointer encoding); `None` when the file has none. Only the
     /// headers and the table are read, not the whole file.
-    fn read(path: &Path) -> Option<FunctionStarts> {
+    fn read(file: &std::fs::File) -> Option<FunctionStarts> {
         use object::read::elf::{ElfFile64, ProgramHeader as _};
         use object::{elf, Endian as _, Endianness, ReadCache};
-        let data = ReadCache::new(std::fs::File::open(path).ok()?);
+        let data = ReadCache::new(file.try_clone().ok()?);
         let file = ElfFile64::<Endianness, _>::parse(&data).ok()?;
         let e = file.endian();
         let mut loads = Vec::new();
@@ -543,12 +621,16 @@ impl VdsoCopy {
     }
 }
 
-/// The GNU build-id of the ELF file at `path`, if it has one and can be read.
-pub fn read_build_id(path: &Path) -> Option<Vec<u8>> {
-    blazesym::helper::read_elf_build_id(path)
-        .ok()
-        .flatten()
-        .map(|b| b.into_owned())
+/// The GNU build-id of the ELF file at `path` (`None` when it has none or is not ELF); `Err`
+/// when the file cannot be read, or was refused as unsafe ([`crate::untrusted`]: say so).
+pub fn read_build_id(path: &Path) -> Result<Option<Vec<u8>>, Refused> {
+    use object::{Object as _, ReadCache};
+    let f = untrusted::open_regular(path)?;
+    let data = ReadCache::new(f);
+    let Ok(file) = object::File::parse(&data) else {
+        return Ok(None);
+    };
+    Ok(file.build_id().ok().flatten().map(<[u8]>::to_vec))
 }
 
 /// Whether the ELF file at `path` names `symbol` in its dynamic symbol table (as every object
@@ -556,12 +638,59 @@ pub fn read_build_id(path: &Path) -> Option<Vec<u8>> {
 /// an ELF file (a script) or cannot be read. Only the headers and the table are read.
 pub fn names_dynamic_symbol(path: &Path, symbol: &str) -> Option<bool> {
     use object::{Object as _, ObjectSymbol as _, ReadCache};
-    let data = ReadCache::new(std::fs::File::open(path).ok()?);
+    let data = ReadCache::new(untrusted::open_regular(path).ok()?);
     let file = object::File::parse(&data).ok()?;
     let found = file
         .dynamic_symbols()
         .any(|s| s.name_bytes().is_ok_and(|n| n == symbol.as_bytes()));
     Some(found)
+}
+
+/// Directories blazesym looks for separate debug files in, besides the binary's own.
+const DEBUG_DIRS: &[&str] = &["/usr/lib/debug", "/lib/debug"];
+
+/// Whether blazesym may follow the debug links of the image open as `file` (`fd_path`, its
+/// `/proc/self/fd/N`): true when it has none, or when every directory blazesym would look in
+/// — the binary's own (blazesym canonicalizes `fd_path` to the file's real path), the one an
+/// absolute `.gnu_debugaltlink` names, and [`DEBUG_DIRS`] — is one no other user can write.
+fn debug_links_trusted(file: &std::fs::File, fd_path: &Path) -> bool {
+    use object::{Object as _, ObjectSection as _, ReadCache};
+    let Ok(f) = file.try_clone() else {
+        return false;
+    };
+    let data = ReadCache::new(f);
+    let Ok(elf) = object::File::parse(&data) else {
+        return true; // not ELF: blazesym reads nothing more
+    };
+    let link = elf.section_by_name(".gnu_debuglink").is_some();
+    let alt = elf.section_by_name(".gnu_debugaltlink").and_then(|s| {
+        let d = s.data().ok()?;
+        let end = d.iter().position(|&b| b == 0)?;
+        Some(PathBuf::from(
+            String::from_utf8_lossy(&d[..end]).into_owned(),
+        ))
+    });
+    if !link && alt.is_none() {
+        return true;
+    }
+    // The nearest existing directory: one that does not exist yet can be made only by whoever
+    // may write its existing parent.
+    let trusted = |dir: &Path| {
+        let mut d = Some(dir);
+        while let Some(p) = d {
+            if p.exists() {
+                return untrusted::trusted_dir(p);
+            }
+            d = p.parent();
+        }
+        false
+    };
+    let own_dir = std::fs::read_link(fd_path)
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf));
+    own_dir.is_some_and(|d| trusted(&d))
+        && DEBUG_DIRS.iter().all(|d| trusted(Path::new(d)))
+        && alt.is_none_or(|a| !a.is_absolute() || a.parent().is_some_and(trusted))
 }
 
 /// Formats an unresolved address the way reports show it: `image+0x1a2b`.

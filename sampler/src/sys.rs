@@ -491,14 +491,126 @@ pub fn mount_tracefs(target: &std::path::Path) -> io::Result<()> {
     check(rc)
 }
 
-/// Raises the calling thread's scheduling priority (nice −10), when allowed; otherwise
-/// nothing changes.
-pub fn raise_thread_priority() {
-    // SAFETY: gettid and setpriority take plain integers; failure (no privilege) is ignored.
+/// `SCHED_DEADLINE` (linux/sched.h; not in the libc crate).
+const SCHED_DEADLINE: u32 = 6;
+/// `SCHED_FLAG_RESET_ON_FORK`: threads and processes the caller creates start at the normal
+/// policy (without it a deadline thread cannot even create a thread: `clone` fails EAGAIN).
+const SCHED_FLAG_RESET_ON_FORK: u64 = 1;
+
+/// `struct sched_attr` of `sched_setattr(2)` (its first version, 48 bytes).
+#[repr(C)]
+struct SchedAttr {
+    size: u32,
+    policy: u32,
+    flags: u64,
+    nice: i32,
+    priority: u32,
+    runtime: u64,
+    deadline: u64,
+    period: u64,
+}
+
+/// Puts the *calling thread* under `SCHED_DEADLINE`: at most `runtime_ns` of CPU in every
+/// `period_ns` (the kernel throttles it past that until its next period), ahead of every
+/// normal and real-time thread while within it. Needs CAP_SYS_NICE; the kernel refuses
+/// (EBUSY) when the deadline bandwidth of the CPUs is taken, and (EPERM) when the thread may
+/// not run on every CPU.
+pub fn set_thread_deadline(runtime_ns: u64, period_ns: u64) -> io::Result<()> {
+    let attr = SchedAttr {
+        size: size_of::<SchedAttr>() as u32,
+        policy: SCHED_DEADLINE,
+        flags: SCHED_FLAG_RESET_ON_FORK,
+        nice: 0,
+        priority: 0,
+        runtime: runtime_ns,
+        deadline: period_ns,
+        period: period_ns,
+    };
+    // SAFETY: sched_setattr reads one sched_attr of `size` bytes through a pointer to a local
+    // that lives across the call; pid 0 is the calling thread; flags 0.
+    let rc = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, std::ptr::addr_of!(attr), 0) };
+    check(rc as libc::c_int)
+}
+
+/// Puts the *calling thread* back under the normal policy (`SCHED_OTHER`) at `nice`.
+pub fn set_thread_normal(nice: i32) -> io::Result<()> {
+    let attr = SchedAttr {
+        size: size_of::<SchedAttr>() as u32,
+        policy: libc::SCHED_OTHER as u32,
+        flags: 0,
+        nice,
+        priority: 0,
+        runtime: 0,
+        deadline: 0,
+        period: 0,
+    };
+    // SAFETY: as in `set_thread_deadline`.
+    let rc = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, std::ptr::addr_of!(attr), 0) };
+    check(rc as libc::c_int)
+}
+
+/// Puts the *calling thread* under `SCHED_FIFO` at `priority` (1 is the lowest real-time
+/// priority), reset to the normal policy in threads and processes it creates. Needs
+/// CAP_SYS_NICE (or RLIMIT_RTPRIO), and a cgroup with real-time runtime when the kernel has
+/// real-time group scheduling.
+pub fn set_thread_fifo(priority: i32) -> io::Result<()> {
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: sched_setscheduler reads one sched_param through a pointer to a local; pid 0 is
+    // the calling thread.
+    check(unsafe {
+        libc::sched_setscheduler(
+            0,
+            libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK,
+            std::ptr::addr_of!(param),
+        )
+    })
+}
+
+/// Sets the *calling thread*'s nice value (normal policy). Lowering it below 0 needs
+/// CAP_SYS_NICE (or RLIMIT_NICE).
+pub fn set_thread_nice(nice: i32) -> io::Result<()> {
+    // SAFETY: gettid and setpriority take plain integers.
+    let rc = unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, nice)
+    };
+    check(rc)
+}
+
+/// The *calling thread*'s nice value (0 when it cannot be read).
+pub fn thread_nice() -> i32 {
+    // SAFETY: gettid and getpriority take plain integers. getpriority may return −1 as a
+    // value, so errno is cleared first and checked after.
     unsafe {
         let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        libc::setpriority(libc::PRIO_PROCESS, tid, -10);
+        *libc::__errno_location() = 0;
+        let n = libc::getpriority(libc::PRIO_PROCESS, tid);
+        if n == -1 && *libc::__errno_location() != 0 {
+            0
+        } else {
+            n
+        }
     }
+}
+
+/// The *calling thread*'s scheduling policy (`SCHED_*`, without the reset-on-fork bit).
+pub fn thread_policy() -> i32 {
+    // SAFETY: sched_getscheduler takes a pid (0: the calling thread) and returns an integer.
+    let p = unsafe { libc::sched_getscheduler(0) };
+    p & !libc::SCHED_RESET_ON_FORK
+}
+
+/// True when `file` lives on a FUSE file system (`fstatfs`: FUSE_SUPER_MAGIC); false when
+/// that cannot be told.
+pub fn is_fuse(file: &File) -> bool {
+    const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
+    // SAFETY: statfs is plain old data; all-zero is a valid value.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs writes one statfs through a valid pointer; the descriptor is open.
+    let rc = unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) };
+    rc == 0 && st.f_type as i64 == FUSE_SUPER_MAGIC
 }
 
 /// CLOCK_BOOTTIME in ns: the clock `/proc/PID/stat`'s start times count from.

@@ -51,7 +51,7 @@ fn static_and_global_functions_resolve_in_a_pie() {
         s.resolve(&bin, ImageAddr::Virt(v + 1)).as_deref(),
         Some("visible")
     );
-    assert!(read_build_id(&bin).is_some_and(|b| b.len() == 20));
+    assert!(read_build_id(&bin).is_ok_and(|b| b.is_some_and(|b| b.len() == 20)));
     // Cached: a second lookup hits the cache.
     let before = s.cached();
     s.resolve(&bin, ImageAddr::Virt(h));
@@ -219,13 +219,15 @@ fn least_recently_used_images_are_closed_beyond_the_cap() {
         assert_eq!(s.resolve(c, ImageAddr::Virt(one)).as_deref(), Some("one"));
     }
     assert_eq!(s.open_images(), 2);
-    assert!(open_fds_under(&dir) <= 2, "{} open", open_fds_under(&dir));
+    // Two descriptors per open image: the symbolizer's own (opened safely) and blazesym's,
+    // which reads it again through /proc/self/fd/N.
+    assert!(open_fds_under(&dir) <= 4, "{} open", open_fds_under(&dir));
     // A closed image comes back when asked for.
     assert_eq!(
         s.resolve(&copies[0], ImageAddr::Virt(one)).as_deref(),
         Some("one")
     );
-    assert!(open_fds_under(&dir) <= 2);
+    assert!(open_fds_under(&dir) <= 4);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -248,8 +250,9 @@ fn a_replaced_image_is_closed_when_forgotten() {
             Some("one")
         );
     }
-    // Only the current file is open, none of the replaced (deleted) ones.
-    assert_eq!(open_fds_under(&dir), 1);
+    // Only the current file is open (the symbolizer's descriptor and blazesym's), none of the
+    // replaced (deleted) ones.
+    assert_eq!(open_fds_under(&dir), 2);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -270,4 +273,98 @@ fn instrumented_binaries_name_the_hook_in_their_dynamic_symbols() {
         names_dynamic_symbol(std::path::Path::new("/nonexistent"), hook),
         None
     );
+}
+
+/// Runs `f` on a thread of its own; panics if it has not returned within `secs` (a blocked
+/// `open` would hang the test instead of failing it).
+fn within<T: Send + 'static>(secs: u64, what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(secs))
+        .unwrap_or_else(|_| panic!("{what}: still blocked after {secs} s"))
+}
+
+fn mkfifo(p: &std::path::Path) {
+    let _ = std::fs::remove_file(p);
+    assert!(Command::new("mkfifo").arg(p).status().unwrap().success());
+}
+
+/// Issue 30: a binary whose path became a FIFO (planted by another user) is refused at once
+/// with a note, never opened; the same symbolizer goes on with other images.
+#[test]
+fn a_binary_replaced_by_a_fifo_is_refused_at_once() {
+    let src = "int __attribute__((noinline)) work(int x) { return x * 7; }\n\
+               int main(int c, char **v) { (void)v; return work(c); }\n";
+    let bin = build(src, "fifo_victim", &["-O1"]);
+    let good = build(src, "fifo_bystander", &["-O1"]);
+    let addr = nm(&bin, "work");
+    mkfifo(&bin);
+    let (name, notes, other, id) = within(5, "symbolizing a FIFO", move || {
+        let mut s = Symbolizer::new();
+        let name = s.resolve(&bin, ImageAddr::Virt(addr));
+        let notes = s.take_notes();
+        let other = s.resolve(&good, ImageAddr::Virt(addr));
+        (
+            name,
+            notes,
+            other,
+            read_build_id(&bin).map_err(|e| e.to_string()),
+        )
+    });
+    assert_eq!(name, None);
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(notes[0].contains("a FIFO, not a regular file"), "{notes:?}");
+    assert_eq!(other.as_deref(), Some("work"));
+    assert!(id.is_err_and(|e| e.contains("FIFO")));
+}
+
+/// Issue 30: blazesym follows a stripped binary's debug link to `<its dir>/<name>.debug`; in a
+/// directory other users can write, a FIFO planted there would block it for ever, so the
+/// symbolizer reads no DWARF through it (the function stays unnamed, at once). In a directory
+/// only its owner writes, the same link is followed and names the function.
+#[test]
+fn debug_links_are_followed_only_into_trusted_directories() {
+    let src = "static int __attribute__((noinline)) hidden(int x) { return x * 5; }\n\
+               int main(int c, char **v) { (void)v; return hidden(c); }\n";
+    let full = build(src, "dbg_full", &["-O1", "-g"]);
+    let addr = nm(&full, "hidden");
+    let base = std::env::temp_dir().join(format!("culprit-sym-dbg-{}", std::process::id()));
+    for (tag, mode) in [("trusted", 0o755), ("open", 0o777)] {
+        let dir = base.join(tag);
+        std::fs::create_dir_all(&dir).unwrap();
+        let bin = dir.join("prog");
+        let dbg = dir.join("prog.debug");
+        std::fs::copy(&full, &bin).unwrap();
+        let run = |args: &[&std::ffi::OsStr]| {
+            assert!(Command::new(args[0])
+                .args(&args[1..])
+                .status()
+                .unwrap()
+                .success());
+        };
+        run(&[
+            "objcopy".as_ref(),
+            "--only-keep-debug".as_ref(),
+            bin.as_os_str(),
+            dbg.as_os_str(),
+        ]);
+        run(&["strip".as_ref(), "--strip-all".as_ref(), bin.as_os_str()]);
+        let link = format!("--add-gnu-debuglink={}", dbg.display());
+        run(&["objcopy".as_ref(), link.as_ref(), bin.as_os_str()]);
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
+        if tag == "open" {
+            mkfifo(&dbg);
+        }
+        let b = bin.clone();
+        let name = within(5, "following a debug link", move || {
+            Symbolizer::new().resolve(&b, ImageAddr::Virt(addr))
+        });
+        match tag {
+            "trusted" => assert_eq!(name.as_deref(), Some("hidden"), "DWARF through the link"),
+            _ => assert_eq!(name, None),
+        }
+    }
+    let _ = std::fs::remove_dir_all(&base);
 }

@@ -4,10 +4,39 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use culprit_format::rotation::{parse_duration_ns, parse_size};
+
 use crate::connect::{Address, Auth, Broker};
 use crate::error::Error;
 use crate::follow::{FollowConfig, Follower};
 use crate::ship::ShipConfig;
+use crate::StreamLimits;
+
+/// The limits of the group's stream, set by the side that creates it (shared by `ship` and
+/// `diagnose`).
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct StreamArgs {
+    /// Most bytes the group's stream keeps when this creates it (the broker drops the oldest
+    /// messages beyond) [default: 1G, halved until the broker can reserve it]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub stream_max_bytes: Option<u64>,
+    /// Oldest message the group's stream keeps when this creates it (e.g. 12h) [default: 24h]
+    #[arg(long, value_name = "AGE", value_parser = parse_age)]
+    pub stream_max_age: Option<Duration>,
+}
+
+impl StreamArgs {
+    fn limits(&self) -> StreamLimits {
+        StreamLimits {
+            max_bytes: self.stream_max_bytes,
+            max_age: self.stream_max_age,
+        }
+    }
+}
+
+fn parse_age(s: &str) -> Result<Duration, String> {
+    parse_duration_ns(s).map(Duration::from_nanos)
+}
 
 /// How to reach the broker (shared by `ship` and `diagnose`).
 #[derive(Clone, Debug, Default, clap::Args)]
@@ -90,6 +119,8 @@ pub struct ShipArgs {
     #[arg(long)]
     pub until_ended: bool,
     #[command(flatten)]
+    pub stream: StreamArgs,
+    #[command(flatten)]
     pub broker: BrokerArgs,
 }
 
@@ -108,6 +139,7 @@ impl ShipArgs {
             group: self.group.clone(),
             node_dir: self.node_dir.clone(),
             until_ended: self.until_ended,
+            stream: self.stream.limits(),
         })
     }
 }
@@ -122,6 +154,12 @@ pub struct FollowArgs {
     /// With nats://…: the durable consumer's name [default: one per mirror directory]
     #[arg(long, value_name = "NAME")]
     pub durable: Option<String>,
+    /// With nats://…: most bytes the mirror holds; past it mirroring stops, and the records
+    /// stay on the stream for a follower restarted with room [default: 20G]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub mirror_max_size: Option<u64>,
+    #[command(flatten)]
+    pub stream: StreamArgs,
     #[command(flatten)]
     pub broker: BrokerArgs,
 }
@@ -170,6 +208,10 @@ impl FollowArgs {
             group: group.clone(),
             mirror,
             durable,
+            mirror_max_bytes: self
+                .mirror_max_size
+                .unwrap_or(crate::DEFAULT_MIRROR_MAX_BYTES),
+            stream: self.stream.limits(),
         })?;
         eprintln!(
             "culprit: mirroring culprit.{group}.> into {}; waiting for records",

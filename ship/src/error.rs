@@ -16,6 +16,10 @@ pub enum Error {
     /// Reading or writing local files.
     #[error("{0}")]
     Io(String),
+    /// The mirror holds as many bytes as it may: mirroring stops (the messages stay on the
+    /// stream for a follower restarted with room).
+    #[error("{0}")]
+    MirrorFull(String),
     /// The data directory or the mirror refused a name or a file.
     #[error(transparent)]
     Dir(#[from] culprit_datadir::Error),

@@ -15,7 +15,7 @@ use crate::chunk::{self, Chunk};
 use crate::connect::Broker;
 use crate::error::Error;
 use crate::mirror::{Applied, Mirror};
-use crate::{ensure_stream, runtime, Backoff};
+use crate::{ensure_stream, runtime, Backoff, StreamLimits};
 
 const WHO: &str = "culprit follow";
 
@@ -31,6 +31,10 @@ pub struct FollowConfig {
     /// The durable consumer's name: the broker remembers what it delivered and acknowledged
     /// to it, so one name goes with one mirror.
     pub durable: String,
+    /// Most bytes the mirror holds.
+    pub mirror_max_bytes: u64,
+    /// The stream's limits, if the follower creates it.
+    pub stream: StreamLimits,
 }
 
 /// Counts of what the follower did, and why it stopped if it did.
@@ -46,6 +50,10 @@ pub struct FollowStatus {
     pub refused: u64,
     /// The error that stopped the follower.
     pub failed: Option<String>,
+    /// Why mirroring stopped with the mirror full (verdicts are still published).
+    pub full: Option<String>,
+    /// Mirrored files open now (at most `mirror::MAX_OPEN_FILES`).
+    pub open_files: usize,
 }
 
 /// A running follower.
@@ -66,7 +74,7 @@ impl Follower {
                 cfg.group
             )));
         }
-        let mirror = Mirror::open(&cfg.mirror)?;
+        let mirror = Mirror::open(&cfg.mirror, cfg.mirror_max_bytes)?;
         let root = mirror.root();
         let rt = runtime()?;
         let (tx, rx) = mpsc::unbounded_channel();
@@ -143,8 +151,9 @@ async fn consume(
     let client = cfg.broker.connect("culprit follow", WHO).await?;
     let js = jetstream::new(client.clone());
     let verdict_subject = chunk::subject(&cfg.group, chunk::VERDICTS);
+    let mut mirroring = true;
     loop {
-        let stream = ensure_stream(&js, &cfg.group, WHO).await?;
+        let stream = ensure_stream(&js, &cfg.group, cfg.stream, WHO).await?;
         let config = consumer::pull::Config {
             durable_name: Some(cfg.durable.clone()),
             ack_policy: consumer::AckPolicy::Explicit,
@@ -172,11 +181,22 @@ async fn consume(
         };
         loop {
             tokio::select! {
-                m = messages.next() => match m {
+                m = messages.next(), if mirroring => match m {
                     Some(Ok(m)) => {
-                        let kept = handle(cfg, &mut mirror, status, &verdict_subject, &m)?;
+                        let kind = match handle(cfg, &mut mirror, status, &verdict_subject, &m) {
+                            Ok(true) => AckKind::Ack,
+                            Ok(false) => AckKind::Term,
+                            Err(Error::MirrorFull(why)) => {
+                                // Not acknowledged: the broker keeps it (and what follows) for
+                                // a follower restarted with room. Verdicts still go out.
+                                eprintln!("{WHO}: {why}: mirroring stops");
+                                status.lock().expect("status").full = Some(why);
+                                mirroring = false;
+                                continue;
+                            }
+                            Err(e) => return Err(e),
+                        };
                         backoff.recovered("receiving");
-                        let kind = if kept { AckKind::Ack } else { AckKind::Term };
                         if let Err(e) = m.ack_with(kind).await {
                             backoff.failed(&format!("acknowledgement lost ({e})")).await?;
                         }
@@ -201,8 +221,10 @@ async fn consume(
     }
 }
 
-/// Mirrors one message; false when it is refused (said in one line). Only a local write
-/// error stops the follower.
+/// Mirrors one message; false when it is refused (said in one line): bad data, or a node or
+/// file the mirror cannot hold (a directory refused, a name taken by something else), which
+/// costs that node its chunk, never the follower. A full mirror is [`Error::MirrorFull`]; a
+/// local write error stops the follower.
 fn handle(
     cfg: &FollowConfig,
     mirror: &mut Mirror,
@@ -225,8 +247,36 @@ fn handle(
             s.refused += 1;
             return Ok(false);
         }
+        Err(Error::Dir(e)) if concerns_one_node(&e) => {
+            eprintln!("{WHO}: refused a message on {:.120}: {e}", m.subject);
+            s.refused += 1;
+            return Ok(false);
+        }
         Err(e) => return Err(e),
     }
     s.nodes = mirror.nodes();
+    s.open_files = mirror.open_files();
     Ok(true)
+}
+
+/// True when the mirror's directory or file refused a chunk for reasons of that node or file
+/// (a directory that fails the ownership checks, a name taken by something else): the chunk
+/// is refused and the follower goes on. Not when the mirror as a whole cannot be written (out
+/// of descriptors or space, an I/O error, a read-only file system): that stops it.
+fn concerns_one_node(e: &culprit_datadir::Error) -> bool {
+    match e {
+        culprit_datadir::Error::Io { source, .. } => !matches!(
+            source.raw_os_error(),
+            Some(
+                libc::EMFILE
+                    | libc::ENFILE
+                    | libc::ENOSPC
+                    | libc::EDQUOT
+                    | libc::EIO
+                    | libc::EROFS
+                    | libc::ENOMEM
+            )
+        ),
+        _ => true,
+    }
 }

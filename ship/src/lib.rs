@@ -34,26 +34,72 @@ pub use error::Error;
 /// How long JetStream remembers message ids to drop resends (its default).
 pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 
+/// What a group's stream keeps, set by whichever side creates it (`ship`, or the follower when
+/// it comes first): the broker drops the oldest messages beyond either limit, so its disk is
+/// bounded whatever the publishers send. A stream that exists keeps its own limits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StreamLimits {
+    /// Most bytes stored (`max_bytes`); `None`: [`DEFAULT_STREAM_MAX_BYTES`], halved until
+    /// the broker can reserve it (an explicit size it cannot is an error).
+    pub max_bytes: Option<u64>,
+    /// Oldest message kept (`max_age`); `None`: [`DEFAULT_STREAM_MAX_AGE`].
+    pub max_age: Option<Duration>,
+}
+
+/// `--stream-max-bytes`' default: 1 GiB, about 40 minutes of 20 nodes' records of 765
+/// functions a second (docs/nats.md, "Limits"), or less when the broker cannot reserve it.
+pub const DEFAULT_STREAM_MAX_BYTES: u64 = 1 << 30;
+/// The least the default is halved to when the broker cannot reserve more.
+const MIN_STREAM_MAX_BYTES: u64 = 1 << 20;
+/// `--stream-max-age`'s default: a day.
+pub const DEFAULT_STREAM_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
+/// `--mirror-max-size`'s default: 20 GiB.
+pub const DEFAULT_MIRROR_MAX_BYTES: u64 = 20 << 30;
+
 /// Creates `group`'s stream when it is missing (subjects `culprit.<group>.>`, stored on disk,
-/// [`DUPLICATE_WINDOW`]); retries with backoff, saying so once on stderr as `who`.
+/// [`DUPLICATE_WINDOW`], `limits`); retries with backoff, saying so once on stderr as `who`.
 async fn ensure_stream(
     js: &jetstream::Context,
     group: &str,
+    limits: StreamLimits,
     who: &str,
 ) -> Result<stream::Stream, Error> {
     let mut backoff = Backoff::new(who);
+    let mut max_bytes = limits.max_bytes.unwrap_or(DEFAULT_STREAM_MAX_BYTES);
     loop {
         let config = stream::Config {
             name: chunk::stream_name(group),
             subjects: vec![format!("culprit.{group}.>")],
             duplicate_window: DUPLICATE_WINDOW,
             max_message_size: (chunk::MAX_CHUNK + 4096) as i32,
+            max_bytes: i64::try_from(max_bytes).unwrap_or(i64::MAX),
+            max_age: limits.max_age.unwrap_or(DEFAULT_STREAM_MAX_AGE),
+            discard: stream::DiscardPolicy::Old,
             ..Default::default()
         };
         match js.get_or_create_stream(config).await {
             Ok(s) => {
                 backoff.recovered("the stream is there");
+                if max_bytes != limits.max_bytes.unwrap_or(DEFAULT_STREAM_MAX_BYTES) {
+                    eprintln!(
+                        "{who}: the broker cannot reserve the default stream size: stream {} \
+                         created with --stream-max-bytes {}M",
+                        chunk::stream_name(group),
+                        max_bytes >> 20
+                    );
+                }
                 return Ok(s);
+            }
+            Err(e) if no_room(&e) => {
+                // Retrying cannot help: a smaller default, or one line for a size asked for.
+                if limits.max_bytes.is_some() || max_bytes / 2 < MIN_STREAM_MAX_BYTES {
+                    return Err(Error::Broker(format!(
+                        "the broker cannot store {max_bytes} bytes for stream {}: give a \
+                         smaller --stream-max-bytes ({e})",
+                        chunk::stream_name(group)
+                    )));
+                }
+                max_bytes /= 2;
             }
             Err(e) => {
                 backoff
@@ -62,6 +108,13 @@ async fn ensure_stream(
             }
         }
     }
+}
+
+/// True when the broker refused a stream for lack of storage it can reserve.
+fn no_room(e: &jetstream::context::CreateStreamError) -> bool {
+    use jetstream::context::CreateStreamErrorKind;
+    matches!(e.kind(), CreateStreamErrorKind::JetStream(j)
+        if j.error_code() == jetstream::ErrorCode::STORAGE_RESOURCES_EXCEEDED)
 }
 
 /// Retries with exponential backoff (100 ms to 5 s), saying the first failure and the

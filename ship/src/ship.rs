@@ -14,7 +14,7 @@ use culprit_format::{decode::parse_header, file_state, FileHeader, DATA_OFFSET};
 use crate::chunk::{self, Chunk, HEADER_LEN, MAX_CHUNK};
 use crate::connect::Broker;
 use crate::error::Error;
-use crate::{ensure_stream, runtime, Backoff};
+use crate::{ensure_stream, runtime, Backoff, StreamLimits};
 
 /// Largest state file read back.
 const MAX_STATE: u64 = 1 << 20;
@@ -33,6 +33,8 @@ pub struct ShipConfig {
     pub node_dir: PathBuf,
     /// Stop once every file has ended and is shipped (else run until killed).
     pub until_ended: bool,
+    /// The stream's limits, when this shipper creates it.
+    pub stream: StreamLimits,
 }
 
 /// What the broker acknowledged of one file.
@@ -81,7 +83,7 @@ async fn ship(cfg: &ShipConfig, node: &str, dir: &Dir) -> Result<(), Error> {
         .connect(&format!("culprit ship {node}"), WHO)
         .await?;
     let js = jetstream::new(client);
-    ensure_stream(&js, &cfg.group, WHO).await?;
+    ensure_stream(&js, &cfg.group, cfg.stream, WHO).await?;
     let subject = chunk::subject(&cfg.group, node);
     eprintln!(
         "{WHO}: shipping {} to {subject} ({} file(s) resumed)",
@@ -122,7 +124,7 @@ async fn ship(cfg: &ShipConfig, node: &str, dir: &Dir) -> Result<(), Error> {
                 header: chunk::chunk_header(&header, end),
                 data,
             };
-            publish(&js, &cfg.group, &subject, &c).await?;
+            publish(&js, cfg, &subject, &c).await?;
             let ended = ended && end == header.committed_end;
             acked.insert(name.clone(), Shipped { end, ended });
             save_state(dir, &state_name, &acked)?;
@@ -140,7 +142,7 @@ async fn ship(cfg: &ShipConfig, node: &str, dir: &Dir) -> Result<(), Error> {
 
 /// Publishes `c` until the broker acknowledges it (a resend after a lost acknowledgement has
 /// the same message id, which JetStream drops within its duplicate window).
-async fn publish(js: &Context, group: &str, subject: &str, c: &Chunk) -> Result<(), Error> {
+async fn publish(js: &Context, cfg: &ShipConfig, subject: &str, c: &Chunk) -> Result<(), Error> {
     let mut backoff = Backoff::new(WHO);
     loop {
         let (headers, payload) = c.to_message();
@@ -160,7 +162,7 @@ async fn publish(js: &Context, group: &str, subject: &str, c: &Chunk) -> Result<
                 backoff.failed(&format!("not acknowledged ({e})")).await?;
                 if e.contains("no responders") {
                     // The broker lost the stream (a new store): create it again.
-                    ensure_stream(js, group, WHO).await?;
+                    ensure_stream(js, &cfg.group, cfg.stream, WHO).await?;
                 }
             }
         }

@@ -452,3 +452,83 @@ pub fn rfc3339_ns(s: &str) -> u128 {
     let ms: u128 = format!("{frac:0<3}")[..3].parse().unwrap();
     ((days * 86_400 + (t[0] * 3600 + t[1] * 60 + t[2]) as u128) * 1000 + ms) * 1_000_000
 }
+
+/// Runs a healthy traced peer group for `secs` seconds and returns its data root: `nodes`
+/// each run one process of `c/stuck.c` (three workers serving ~1 ms requests, `main` and the
+/// workers' loops open for the whole run), built at -O0 with `-finstrument-functions` and the
+/// runtime preloaded, into `dir/data`. Every process exits cleanly (end markers), so the files
+/// are final: tests damage copies of them. A run of 12 s or more has open calls past the
+/// stuck rule's 10 s, which a damaged stacks region could turn into a wrong "stuck".
+pub fn run_traced_group(dir: &Path, nodes: &[&str], secs: u32) -> PathBuf {
+    let exe = dir.join("stuck-server");
+    gcc(
+        &[&c_source("stuck.c")],
+        &exe,
+        &["-finstrument-functions", "-O0", "-g", "-pthread"],
+    );
+    let data = dir.join("data");
+    let mut kids: Vec<std::process::Child> = nodes
+        .iter()
+        .map(|n| {
+            Command::new(&exe)
+                .arg(secs.to_string())
+                .env("CULPRIT_DIR", &data)
+                .env("CULPRIT_NODE", n)
+                .env("LD_PRELOAD", runtime_lib())
+                .spawn()
+                .expect("start the traced server")
+        })
+        .collect();
+    for k in &mut kids {
+        let st = k.wait().expect("wait for the traced server");
+        assert!(st.success(), "the traced server failed: {st}");
+    }
+    data
+}
+
+/// `stress-ng --cpu N` running beside a test, in a process group of its own, killed (the
+/// whole group) when dropped: a host whose CPUs are all busy, on which the collectors must
+/// still be exact. `None`, after [`require`] said why, when stress-ng is not installed
+/// (`scripts/install-deps` installs it).
+#[derive(Debug)]
+pub struct CpuLoad {
+    child: std::process::Child,
+}
+
+impl CpuLoad {
+    /// Starts `n` CPU hogs for at most `limit` (a backstop should the test die unwound).
+    pub fn start(n: u32, limit: std::time::Duration) -> Option<CpuLoad> {
+        use std::os::unix::process::CommandExt as _;
+        let spawned = Command::new("stress-ng")
+            .args(["--cpu", &n.to_string(), "--timeout"])
+            .arg(format!("{}s", limit.as_secs().max(1)))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .process_group(0)
+            .spawn();
+        match spawned {
+            Ok(child) => {
+                // Let the hogs start before the measurement does.
+                std::thread::sleep(std::time::Duration::from_millis(500));
+                Some(CpuLoad { child })
+            }
+            Err(e) => {
+                require(
+                    false,
+                    &format!("stress-ng ({e}; scripts/install-deps installs it)"),
+                );
+                None
+            }
+        }
+    }
+}
+
+impl Drop for CpuLoad {
+    fn drop(&mut self) {
+        // SAFETY: kill takes plain integers; the negative pid names the group made above.
+        unsafe {
+            libc::kill(-(self.child.id() as libc::pid_t), libc::SIGKILL);
+        }
+        let _ = self.child.wait();
+    }
+}

@@ -477,7 +477,9 @@ fn a_remote_broker_needs_credentials() {
 /// Messages on the stream with a node or file name that is a path, an offset far past the
 /// file's end, a foreign format version or no culprit headers at all are refused, one line
 /// each, and nothing is written outside the mirror root; the real nodes' records shipped
-/// beside them are mirrored whole. The broker wants a token, which every client gets from
+/// beside them are mirrored whole. A node the mirror cannot hold (a file planted where its
+/// directory goes) costs its own chunks only (before: the follower stopped), and a refused
+/// first chunk leaves no empty node directory (before: it did). The broker wants a token, which every client gets from
 /// CULPRIT_NATS_TOKEN. ~5 s.
 #[test]
 fn hostile_messages_are_refused() {
@@ -516,7 +518,18 @@ fn hostile_messages_are_refused() {
         ];
         (format!("culprit.{GROUP}.io0"), headers, payload)
     };
+    // A node the mirror cannot hold (a regular file planted where its directory would go):
+    // that node's chunks are refused, the follower goes on.
+    std::fs::create_dir_all(&mirror).unwrap();
+    std::fs::write(mirror.join("planted"), b"not a directory").unwrap();
+    let mut planted = msg("planted", "samples-1.cul", 4096, "1");
+    planted.0 = format!("culprit.{GROUP}.planted");
+    // A first chunk of a new node that is refused leaves no directory behind.
+    let mut ghost = msg("ghost", "samples-1.cul", 4096 + 8, "1");
+    ghost.0 = format!("culprit.{GROUP}.ghost");
     let hostile = vec![
+        planted,
+        ghost,
         msg("../evil", "samples-1.cul", 4096, "1"),
         msg("io0", "../../escape.cul", 4096, "1"),
         msg("io0", "far.cul", 4096 + (1 << 30), "1"),
@@ -542,6 +555,8 @@ fn hostile_messages_are_refused() {
     let refused: Vec<&str> = stderr.lines().filter(|l| l.contains("refused")).collect();
     assert_eq!(refused.len(), n_hostile, "{stderr}");
     for (line, says) in refused.iter().zip([
+        "planted",
+        "not at the data offset",
         "node name",
         "file name",
         "not at the data offset",
@@ -557,7 +572,11 @@ fn hostile_messages_are_refused() {
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
     nodes.sort();
-    assert_eq!(nodes, ["io0", "io1", "io2", "io3"]);
+    assert_eq!(nodes, ["io0", "io1", "io2", "io3", "planted"]);
+    assert_eq!(
+        std::fs::read(mirror.join("planted")).unwrap(),
+        b"not a directory"
+    );
     for n in 0..4 {
         let node = format!("io{n}");
         let a = std::fs::read(node_file(&data, &node)).unwrap();
@@ -683,4 +702,208 @@ fn tls_and_token() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     let last = err.lines().last().unwrap();
     assert!(last.contains("refused the credentials"), "{err}");
+}
+
+/// The first chunk of a new file named `file` of `node`: the header of the samples file
+/// `local` with its committed end at the end of its first record, and that record (an Info
+/// record: a valid, tiny file).
+fn first_chunk(local: &[u8], node: &str, file: &str) -> Raw {
+    let (h, _) = parse_header(local).unwrap();
+    let recs = record_offsets(local);
+    let (from, to) = (h.data_offset as usize, recs[1]);
+    let mut payload = local[..128].to_vec();
+    payload[32..40].copy_from_slice(&(to as u64).to_le_bytes());
+    payload[20..24].copy_from_slice(&0u32.to_le_bytes()); // open
+    payload.extend_from_slice(&local[from..to]);
+    let headers = vec![
+        ("Culprit-Ship", "1".to_string()),
+        ("Culprit-Node", node.to_string()),
+        ("Culprit-File", file.to_string()),
+        ("Culprit-Offset", from.to_string()),
+        ("Nats-Msg-Id", format!("{node}/{file}/{from}-{to}")),
+    ];
+    (format!("culprit.{GROUP}.{node}"), headers, payload)
+}
+
+/// Issue 30, case 4: ~1,000 tiny messages naming new files (and new nodes) used to end the
+/// follower under the usual `ulimit -n 1024` ("Too many open files": it kept a descriptor per
+/// mirrored file and per node). With 1,200 new files on 600 nodes under that limit, the
+/// follower's descriptors stay bounded, it goes on, and the real nodes shipped after the flood
+/// are mirrored whole. ~20 s.
+#[test]
+fn a_flood_of_new_files_keeps_the_follower_within_its_descriptors() {
+    let Some((_turn, dir)) = start("nats-flood") else {
+        return;
+    };
+    let (data, mirror) = (dir.join("data"), dir.join("mirror"));
+    write_peer_samples(&data, true, false);
+    let broker = Broker::start(&dir.join("js"), free_port(), None);
+    let url = broker.url();
+    let mut follow = Command::new("sh")
+        .args(["-c", "ulimit -n 1024 && exec \"$0\" \"$@\""])
+        .arg(culprit_bin())
+        .arg("diagnose")
+        .arg(format!("{url}/{GROUP}"))
+        .arg("--mirror")
+        .arg(&mirror)
+        .args(["--follow", "--for", "40s", "--json"])
+        .env_remove("CULPRIT_NATS_TOKEN")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = follow.id();
+    // The follower's open descriptors, sampled while it runs.
+    let most = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let sampler = {
+        let most = most.clone();
+        std::thread::spawn(move || {
+            while let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
+                most.fetch_max(rd.count(), std::sync::atomic::Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+    let local = std::fs::read(node_file(&data, "io0")).unwrap();
+    let mut flood: Vec<Raw> = (0..600)
+        .map(|i| first_chunk(&local, "flood", &format!("samples-{i}.cul")))
+        .collect();
+    flood.extend((0..600).map(|i| first_chunk(&local, &format!("f{i}"), "samples-1.cul")));
+    publish_raw(&url, None, flood);
+    let mut shippers: Vec<Child> = (0..4)
+        .map(|n| ship(&broker, &data.join(format!("io{n}"))))
+        .collect();
+    for s in &mut shippers {
+        assert!(wait_for(s, "culprit ship", Duration::from_secs(30)).success());
+    }
+    // The real nodes' records reach the mirror whole.
+    let t0 = Instant::now();
+    let whole = |n: u32| {
+        let node = format!("io{n}");
+        let a = std::fs::read(node_file(&data, &node)).unwrap();
+        let has_file = std::fs::read_dir(mirror.join(&node))
+            .is_ok_and(|mut d| d.any(|e| e.is_ok_and(|e| e.path().extension().is_some())));
+        has_file && std::fs::read(node_file(&mirror, &node)).is_ok_and(|b| b == a)
+    };
+    while !(0..4).all(whole) {
+        if t0.elapsed() > Duration::from_secs(30) || follow.try_wait().unwrap().is_some() {
+            let _ = follow.kill();
+            let o = follow.wait_with_output().unwrap();
+            panic!(
+                "the real nodes were not mirrored whole; the follower said:\n{}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = follow.kill();
+    let o = follow.wait_with_output().unwrap();
+    sampler.join().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!stderr.contains("Too many open files"), "{stderr}");
+    assert_eq!(
+        std::fs::read_dir(mirror.join("flood")).unwrap().count(),
+        600,
+        "{stderr}"
+    );
+    let most = most.load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!("nats flood: the follower held at most {most} descriptors");
+    assert!(most <= 200, "the follower held {most} descriptors");
+}
+
+/// The limits of group `group`'s stream as the broker has them: (max_bytes, max_age); `None`
+/// while there is no such stream.
+fn stream_limits(url: &str, group: &str) -> Option<(i64, Duration)> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let client = async_nats::connect(url).await.unwrap();
+        let js = async_nats::jetstream::new(client);
+        let mut s = js.get_stream(format!("CULPRIT_{group}")).await.ok()?;
+        let c = &s.info().await.ok()?.config;
+        Some((c.max_bytes, c.max_age))
+    })
+}
+
+/// Issue 30, case 4: neither the stream nor the mirror grows without bound. `ship` creates the
+/// stream with `--stream-max-bytes` / `--stream-max-age` (the follower, when it comes first,
+/// with the defaults: 1 GiB, a day); a follower whose mirror reaches `--mirror-max-size` stops
+/// mirroring with one line (the records stay on the stream) and its mirror stays within the
+/// limit. ~15 s.
+#[test]
+fn the_stream_and_the_mirror_are_bounded() {
+    let Some((_turn, dir)) = start("nats-limits") else {
+        return;
+    };
+    let (data, mirror) = (dir.join("data"), dir.join("mirror"));
+    write_peer_samples(&data, true, false);
+    let broker = Broker::start(&dir.join("js"), free_port(), None);
+    let url = broker.url();
+    // `ship` creates its group's stream with the limits it is given.
+    let o = culprit_for(&broker)
+        .args(["ship", "--to", &url, "--group", "shipped", "--until-ended"])
+        .args(["--stream-max-bytes", "64M", "--stream-max-age", "2h"])
+        .arg(data.join("io0"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        stream_limits(&url, "shipped"),
+        Some((64 << 20, Duration::from_secs(7200)))
+    );
+    // The follower comes first on its group: the defaults. Its mirror may hold 20 KiB: the
+    // four nodes' files need more.
+    let limit: u64 = 20 << 10;
+    let mut follow = culprit_for(&broker)
+        .arg("diagnose")
+        .arg(format!("{url}/{GROUP}"))
+        .arg("--mirror")
+        .arg(&mirror)
+        .args(["--mirror-max-size", "20K", "--follow", "--for", "15s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while stream_limits(&url, GROUP).is_none() {
+        assert!(t0.elapsed() < Duration::from_secs(20), "no stream");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        stream_limits(&url, GROUP),
+        Some((1 << 30, Duration::from_secs(24 * 3600)))
+    );
+    let mut shippers: Vec<Child> = (0..4)
+        .map(|n| ship(&broker, &data.join(format!("io{n}"))))
+        .collect();
+    for s in &mut shippers {
+        assert!(wait_for(s, "culprit ship", Duration::from_secs(30)).success());
+    }
+    let st = wait_for(&mut follow, "diagnose --follow", Duration::from_secs(60));
+    let o = follow.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    let full: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("mirroring stops"))
+        .collect();
+    assert_eq!(full.len(), 1, "{st}: {stderr}");
+    assert!(full[0].contains("--mirror-max-size"), "{stderr}");
+    // The mirror's disk use: its files' blocks, within the limit (each file's last block
+    // rounded up to the file system's 4 KiB).
+    let mut used = 0;
+    let mut files = 0;
+    for node in std::fs::read_dir(&mirror).unwrap().flatten() {
+        for f in std::fs::read_dir(node.path()).unwrap().flatten() {
+            use std::os::unix::fs::MetadataExt;
+            used += f.metadata().unwrap().blocks() * 512;
+            files += 1;
+        }
+    }
+    assert!(files > 0, "{stderr}");
+    assert!(
+        used <= limit + 4096 * files,
+        "the mirror holds {used} bytes in {files} files (limit {limit}): {stderr}"
+    );
 }

@@ -105,11 +105,11 @@ fn one_flipped_byte_is_damage_not_a_stopped_node() {
              mismatch); the intact part was compared"
         ),
         String::new(),
-        "node  samples     combined".into(),
-        "io0   ok          ok".into(),
-        "io1   ok          damaged".into(),
-        "io2   ok          ok".into(),
-        "io3   ok          damaged".into(),
+        "node  samples       combined".into(),
+        "io0   ok            ok".into(),
+        "io1   ok            damaged".into(),
+        "io2   ok            ok".into(),
+        "io3   ok            damaged".into(),
         String::new(),
         "findings:".into(),
         format!(
@@ -361,4 +361,202 @@ fn a_data_directory_that_cannot_be_a_node_is_named() {
             dir.join("io 3").display()
         )
     );
+}
+
+/// Copies the data root `from` to `to` (node directories and their files).
+fn copy_root(from: &Path, to: &Path) {
+    let _ = std::fs::remove_dir_all(to);
+    for node in std::fs::read_dir(from).unwrap().flatten() {
+        let dest = to.join(node.file_name());
+        std::fs::create_dir_all(&dest).unwrap();
+        for f in std::fs::read_dir(node.path()).unwrap().flatten() {
+            std::fs::copy(f.path(), dest.join(f.file_name())).unwrap();
+        }
+    }
+}
+
+/// The combined verdict of `node` in a JSON report.
+fn verdict_of(v: &serde_json::Value, node: &str) -> String {
+    v["verdicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["node"] == node)
+        .unwrap_or_else(|| panic!("no verdict for {node}: {v:#}"))["verdict"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// Issue 30, case 3: cutting, inserting or deleting bytes in a healthy node's trace file —
+/// its stacks region included — never makes it stuck, paused or a culprit: a snapshot that is
+/// torn, beyond the file's intact records or cut short is not evidence, and the node is
+/// `damaged`. (Before: `truncate -s 8192` made a healthy node "STUCK … for 12 s", exit 1.) Nor
+/// does a header whose committed end was moved back to a record boundary (before: "STOPPED").
+#[test]
+fn damage_to_a_healthy_trace_file_is_never_a_verdict() {
+    use culprit_format::stacks::STACKS_SLOT_SIZE;
+    let dir = TempDir::new("dmg-stacks");
+    // 13 s: main and the workers' loops are open for 13 s, past the stuck rule's 10 s.
+    let data = run_traced_group(dir.path(), &["io1", "io2", "io3", "io4"], 13);
+    let windows = ["--win-size", "4s", "--win-shift", "2s", "--json"];
+    let healthy = diagnose(&data, &windows);
+    assert_eq!(healthy.status.code(), Some(0), "{}", text(&healthy.stdout));
+    let f = node_file(&data, "io2");
+    let original = std::fs::read(&f).unwrap();
+    let (h, _) = culprit_format::parse_header(&original).unwrap();
+    let (region, records) = (h.stacks_offset as usize, h.data_offset as usize);
+    assert!(region > 0 && records > region, "{h:?}");
+    let slot1 = region + STACKS_SLOT_SIZE;
+    let mid = records + (original.len() - records) / 2;
+    type Cut = Box<dyn Fn(&mut Vec<u8>)>;
+    let cases: Vec<(&str, Cut)> = vec![
+        ("truncate -s 8192", Box::new(|b| b.truncate(8192))),
+        ("cut in slot 1", Box::new(move |b| b.truncate(slot1 + 100))),
+        ("cut at the records", Box::new(move |b| b.truncate(records))),
+        ("cut in the records", Box::new(move |b| b.truncate(mid))),
+        (
+            "64 bytes inserted in slot 0",
+            Box::new(move |b| {
+                b.splice(region + 100..region + 100, [0x5a; 64]);
+            }),
+        ),
+        (
+            "a page inserted before the region",
+            Box::new(move |b| {
+                b.splice(region..region, [0u8; 4096]);
+            }),
+        ),
+        (
+            "64 bytes deleted from slot 1",
+            Box::new(move |b| {
+                b.drain(slot1 + 8..slot1 + 72);
+            }),
+        ),
+        (
+            "the region's first page deleted",
+            Box::new(move |b| {
+                b.drain(region..region + 4096);
+            }),
+        ),
+        (
+            "a range of records deleted",
+            Box::new(move |b| {
+                b.drain(mid..mid + 200);
+            }),
+        ),
+        (
+            "the committed end moved back to a record",
+            Box::new(|b| {
+                let recs = record_offsets(b);
+                let at = recs[recs.len() / 2] as u64;
+                let field = culprit_format::HEADER_COMMITTED_END_OFFSET;
+                b[field..field + 8].copy_from_slice(&at.to_le_bytes());
+            }),
+        ),
+    ];
+    let copy = dir.join("copy");
+    for (what, cut) in cases {
+        copy_root(&data, &copy);
+        let mut bytes = original.clone();
+        cut(&mut bytes);
+        std::fs::write(node_file(&copy, "io2"), &bytes).unwrap();
+        let o = diagnose(&copy, &windows);
+        let v = stdout_json(&o);
+        assert_eq!(
+            (o.status.code(), &v["culprits"]),
+            (Some(0), &serde_json::json!([])),
+            "{what}: {v:#}"
+        );
+        assert_eq!(verdict_of(&v, "io2"), "damaged", "{what}: {v:#}");
+        let stuck: Vec<&serde_json::Value> = v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["kind"] == "stuck" || f["kind"] == "paused")
+            .collect();
+        assert!(stuck.is_empty(), "{what}: {stuck:#?}");
+    }
+}
+
+/// Issue 30, case 3: a node whose only file has a damaged header (a junk kind, header size or
+/// version) stays in the report — in `nodes`, the headline and the verdicts, as `damaged` —
+/// instead of vanishing ("3 nodes").
+#[test]
+fn a_node_with_a_damaged_header_stays_in_the_verdicts() {
+    // (offset, bytes): kind, header size, the reader version it needs. (A junk `version` alone
+    // is a newer writer's file, read as far as this reader can.)
+    let junk: [(usize, &[u8]); 3] = [(16, &[0xee; 4]), (12, &[0xff; 4]), (10, &[0x7f, 0x7f])];
+    for (at, bytes) in junk {
+        let dir = TempDir::new("dmg-head");
+        write_peer_samples(dir.path(), false, false);
+        let f1 = node_file(dir.path(), "io1");
+        let mut b = std::fs::read(&f1).unwrap();
+        b[at..at + bytes.len()].copy_from_slice(bytes);
+        std::fs::write(&f1, b).unwrap();
+        let o = diagnose(dir.path(), &[]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        let out = text(&o.stdout);
+        assert!(
+            out.starts_with("culprit diagnose: 4 nodes (io0, io1, io2, io3)"),
+            "header byte {at}: {out}"
+        );
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with("io1 ") && l.ends_with("damaged")),
+            "header byte {at}: {out}"
+        );
+        let v = stdout_json(&diagnose(dir.path(), &["--json"]));
+        assert_eq!(
+            v["nodes"],
+            serde_json::json!(["io0", "io1", "io2", "io3"]),
+            "{v:#}"
+        );
+        assert_eq!(verdict_of(&v, "io1"), "damaged", "{v:#}");
+        assert_eq!(v["culprits"], serde_json::json!([]), "{v:#}");
+    }
+}
+
+/// Issue 30, case 6: a thresholds file whose thresholds are zero (or negative) would flag every
+/// node; training never writes one (its least threshold is two grid steps), so it is refused in
+/// one line. (Before: accepted, every node FAULTY, exit 1.)
+#[test]
+fn a_thresholds_file_of_zero_thresholds_is_refused() {
+    let dir = TempDir::new("dmg-zero");
+    write_peer_samples(dir.path(), false, false);
+    let data = dir.path().as_os_str();
+    let trained = dir.join("t.json");
+    run_ok(
+        culprit()
+            .args(["train"])
+            .arg(data)
+            .arg("--out")
+            .arg(&trained),
+    );
+    let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&trained).unwrap()).unwrap();
+    for (what, value) in [("all zero", 0.0), ("all negative", -2.0)] {
+        let mut z = t.clone();
+        for th in z["metrics"]["samples"]["thresholds"]
+            .as_object_mut()
+            .unwrap()
+            .values_mut()
+        {
+            *th = serde_json::json!(value);
+        }
+        let path = dir.join("zero.json");
+        std::fs::write(&path, z.to_string()).unwrap();
+        let err = one_error(&[os("diagnose"), data, os("--thresholds"), path.as_os_str()]);
+        assert_eq!(
+            err,
+            format!(
+                "culprit: error: {}: threshold of node io0 for samples is {value}, not a \
+                 positive number (training never writes one); retrain with `culprit train`",
+                path.display()
+            ),
+            "{what}"
+        );
+    }
+    // The trained file itself is taken: no node flagged.
+    let o = diagnose(dir.path(), &["--thresholds", trained.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
 }

@@ -337,3 +337,154 @@ fn sample_profiles_and_events_are_shown() {
     );
     assert_eq!(v["nodes"][0]["events"][0]["count"], 14);
 }
+
+/// One sampler file of `node` for the run `(host, pid)`: two 10 s intervals of 500 samples,
+/// `lost` in the Samples records, and the given Lost records (interval index, record).
+fn write_lossy_samples(
+    root: &Path,
+    node: &str,
+    run: (&str, &str),
+    lost: u64,
+    losses: &[(u64, LostRec)],
+) {
+    let dir = root.join(node);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut w =
+        FileWriter::create_unique(&dir, |s| samples_file_name(T0, s), FileKind::Samples, T0, 1)
+            .unwrap();
+    let mut buf = RecordBuf::new();
+    buf.info([
+        (info_keys::NODE, node),
+        (info_keys::EVENT, "cpu-clock"),
+        (info_keys::HOST, run.0),
+        (info_keys::PID, run.1),
+        (info_keys::PROC_START_NS, "555"),
+    ]);
+    buf.strings([(1, "cpu-clock"), (2, "srv"), (3, "srv"), (4, "work")]);
+    for i in 0..2 {
+        let r = IntervalRef {
+            start_ns: T0 + i * 10 * SEC,
+            dur_ns: 10 * SEC,
+            flags: 0,
+        };
+        buf.samples(
+            &SamplesHead {
+                start_ns: r.start_ns,
+                dur_ns: r.dur_ns,
+                event_sid: 1,
+                period: 1_000_000,
+                total: 500,
+                lost,
+                ..SamplesHead::default()
+            },
+            [SampleEntry {
+                program: 2,
+                image: 3,
+                function: 4,
+                count: 500,
+            }],
+        );
+        for (_, l) in losses.iter().filter(|(at, _)| *at == i) {
+            buf.lost(&r, l);
+        }
+    }
+    w.append(&buf).unwrap();
+    w.finish(T0 + 20 * SEC, end_reason::SIGNAL).unwrap();
+}
+
+/// Issue 31: a sampler of several nodes shares its per-CPU rings between them, so what it lost
+/// belongs to no node: each node shows its own loss (none), and the run's loss is shown once.
+/// The only node of a whole-machine sampler shows its loss as its own; a file older than
+/// format 7 (losses of every kind in the Samples record, no Lost record) is reported once as
+/// records of any kind. Before: every node showed the machine's count as its own.
+#[test]
+fn each_node_shows_its_own_loss_and_the_machine_loss_once() {
+    let dir = TempDir::new("report-loss");
+    let data = dir.join("data");
+    let machine = |samples, events, tracking| LostRec {
+        whose: lost_whose::MACHINE,
+        samples,
+        events,
+        tracking,
+        ..LostRec::default()
+    };
+    for node in ["a", "b", "c"] {
+        write_lossy_samples(
+            &data,
+            node,
+            ("h1", "77"),
+            5,
+            &[(0, machine(5, 100, 2)), (1, machine(0, 50, 0))],
+        );
+    }
+    let own = LostRec {
+        whose: lost_whose::NODE,
+        samples: 3,
+        events: 9,
+        ..LostRec::default()
+    };
+    write_lossy_samples(&data, "solo", ("h2", "88"), 3, &[(1, own)]);
+    write_lossy_samples(&data, "old", ("h3", "99"), 40, &[]);
+    // Written by a sampler of format version 6.
+    let old_file = node_file(&data, "old");
+    let mut bytes = std::fs::read(&old_file).unwrap();
+    bytes[8..10].copy_from_slice(&6u16.to_le_bytes());
+    std::fs::write(&old_file, bytes).unwrap();
+    let v = report_json(&[data.to_str().unwrap()]);
+    let node = |name: &str| {
+        v["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["node"] == name)
+            .unwrap()["samples"][0]
+            .clone()
+    };
+    let losses = v["machine_losses"].as_array().unwrap();
+    assert_eq!(losses.len(), 2, "{v}");
+    let shared = node("a")["machine_loss"].as_u64().unwrap() as usize;
+    for n in ["a", "b", "c"] {
+        assert_eq!(node(n)["lost"], 0, "{n}: {v}");
+        assert_eq!(node(n)["machine_loss"], shared, "{n}");
+    }
+    let m = &losses[shared];
+    assert_eq!(m["nodes"], serde_json::json!(["a", "b", "c"]));
+    assert_eq!(
+        (m["samples"].as_u64(), m["events"].as_u64()),
+        (Some(5), Some(150))
+    );
+    assert_eq!(
+        (m["tracking"].as_u64(), m["unsorted"].as_u64()),
+        (Some(2), Some(0))
+    );
+    assert_eq!(m["host"], "h1");
+    assert_eq!(m["sampler_pid"], 77);
+    let solo = node("solo");
+    assert_eq!(
+        (solo["lost"].as_u64(), solo["lost_events"].as_u64()),
+        (Some(3), Some(9))
+    );
+    assert!(solo["machine_loss"].is_null());
+    let old = node("old");
+    assert_eq!(old["lost"], 0);
+    let o = &losses[old["machine_loss"].as_u64().unwrap() as usize];
+    assert_eq!(o["unsorted"], 80, "two intervals of 40: {o}");
+
+    let text = String::from_utf8(run_ok(culprit().arg("report").arg(&data)).stdout).unwrap();
+    assert_eq!(
+        text.matches("sampler losses not attributable to a node")
+            .count(),
+        1,
+        "{text}"
+    );
+    assert!(
+        text.contains("host h1, sampler pid 77, nodes a, b, c: 5 samples, 150 kernel-event records, 2 process-tracking records"),
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("lost: not attributable to a node").count(),
+        4,
+        "{text}"
+    );
+    assert!(text.contains("3 lost"), "{text}");
+}

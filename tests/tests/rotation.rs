@@ -406,18 +406,7 @@ fn sampler_rotating_every_second_keeps_every_interval_once() {
     let tmp = TempDir::new("rot-sampler");
     let data = tmp.join("data");
     // A finished sampler file of ten days ago: `--keep 7d` deletes it while sampling.
-    std::fs::create_dir_all(data.join("s1")).unwrap();
-    let old = culprit_format::writer::FileWriter::create_unique(
-        &data.join("s1"),
-        |seq| culprit_format::names::samples_file_name(1_000_000_000, seq),
-        culprit_format::FileKind::Samples,
-        1_000_000_000,
-        1,
-    )
-    .unwrap()
-    .finish(2_000_000_000, end_reason::DONE)
-    .unwrap();
-    age(&old, 10);
+    let old = old_finished_file(&data.join("s1"), 10);
     let out = run_ok(culprit().arg("sample").arg("-o").arg(&data).args([
         "--node",
         "s1",
@@ -572,4 +561,59 @@ fn rotation_by_size_and_a_bad_setting() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("CULPRIT_ROTATE"), "{err}");
     assert_eq!(cul_files(&data.join("n1")).len(), 1);
+}
+
+/// Writes a finished samples file into `dir`, last written `days` ago.
+fn old_finished_file(dir: &Path, days: u32) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let p = culprit_format::writer::FileWriter::create_unique(
+        dir,
+        |seq| culprit_format::names::samples_file_name(1_000_000_000, seq),
+        culprit_format::FileKind::Samples,
+        1_000_000_000,
+        1,
+    )
+    .unwrap()
+    .finish(2_000_000_000, end_reason::DONE)
+    .unwrap();
+    age(&p, days);
+    p
+}
+
+/// Issue 30, case 6: `prune --dry-run` lists exactly what the real run deletes. A node
+/// directory that is a link (to a directory of old finished files) is refused by the real run;
+/// the dry run said "would delete" its files. Now both say the same, verb apart.
+#[test]
+fn a_dry_run_lists_exactly_what_the_real_run_deletes() {
+    let tmp = TempDir::new("prune-dry");
+    let data = tmp.join("data");
+    let kept = old_finished_file(&data.join("n1"), 10);
+    let elsewhere = tmp.join("elsewhere");
+    let behind = old_finished_file(&elsewhere, 10);
+    std::os::unix::fs::symlink(&elsewhere, data.join("n2")).unwrap();
+    let prune = |extra: &[&str]| {
+        let o = culprit()
+            .arg("prune")
+            .arg(&data)
+            .args(["--keep", "7d"])
+            .args(extra)
+            .output()
+            .unwrap();
+        (o.status.code(), stdout(&o))
+    };
+    let (dry_status, dry) = prune(&["--dry-run"]);
+    assert!(kept.exists() && behind.exists(), "the dry run deleted");
+    assert!(
+        !dry.contains(&format!("would delete {}/", data.join("n2").display())),
+        "{dry}"
+    );
+    let (status, real) = prune(&[]);
+    assert!(!kept.exists(), "{real}");
+    assert!(behind.exists(), "the real run followed the link: {real}");
+    assert_eq!(
+        (dry_status, dry.replace("would delete", "deleted")),
+        (status, real.clone())
+    );
+    assert_eq!(status, Some(2), "{real}");
+    assert!(real.contains("culprit: error: cannot delete"), "{real}");
 }

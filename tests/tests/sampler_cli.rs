@@ -178,6 +178,81 @@ fn pid_scope_keeps_one_process_tree_and_duration_ends_the_run() {
     );
 }
 
+/// Issue 31: `--node-pid NODE=FILE` lets the sampler start before the server (as
+/// `--delayacct` wants): the pid file does not exist when it starts; a server that forked a
+/// worker and then wrote its pid file joins the node, worker included, with its samples and
+/// its OS metrics; a process outside that tree does not.
+#[test]
+#[ignore = "needs privileges (root or perf access): scripts/test runs it with --include-ignored"]
+fn a_pid_file_that_appears_later_names_its_tree() {
+    if !require(can_sample(), "root or kernel.perf_event_paranoid=-1") {
+        return;
+    }
+    let progs = build_programs();
+    let _lock = machine_lock();
+    let data = TempDir::new("smp-pidfile");
+    let pid_file = data.join("run").join("srv.pid");
+    std::fs::create_dir_all(pid_file.parent().unwrap()).unwrap();
+    let rule = format!("srv={}", pid_file.display());
+    let sampler = SamplerProc::start(
+        data.path(),
+        &[
+            "--node-pid",
+            &rule,
+            "--delayacct",
+            "--interval",
+            "500ms",
+            "--event",
+            "cpu-clock",
+            "--tracepoints",
+            "none",
+        ],
+        "_unassigned",
+    );
+    std::thread::sleep(Duration::from_millis(600));
+    // The server: a worker forked first, then the pid file (written whole, then renamed).
+    let script = format!(
+        "{} 800 & echo $$ > {f}.tmp && mv {f}.tmp {f} && exec {} 800",
+        progs.path("smp_libuser").display(),
+        progs.path("smp_ratio").display(),
+        f = pid_file.display()
+    );
+    let mut server = Command::new("sh").args(["-c", &script]).spawn().unwrap();
+    let mut outsider = Command::new(progs.path("smp_strip"))
+        .arg("800")
+        .spawn()
+        .unwrap();
+    assert!(server.wait().unwrap().success());
+    assert!(outsider.wait().unwrap().success());
+    // The worker may outlive the server's own work.
+    std::thread::sleep(Duration::from_millis(300));
+    let (code, err) = sampler.stop();
+    assert_eq!(code, 0, "{err}");
+    let run = read_node(data.path(), "srv");
+    let programs: std::collections::BTreeSet<String> =
+        run.totals().keys().map(|(p, _, _)| p.clone()).collect();
+    assert!(run.program_total("smp_ratio") > 100, "{programs:?}\n{err}");
+    assert!(
+        run.program_total("smp_libuser") > 100,
+        "the worker forked before the pid file joins too: {programs:?}"
+    );
+    assert!(!programs.contains("smp_strip"), "{programs:?}");
+    // Its OS metrics count its processes (both, once the file was read).
+    let v = stdout_json(&run_ok(
+        culprit()
+            .args(["report", "--json", "--node", "srv", "--only", "os"])
+            .arg(data.path()),
+    ));
+    let procs = v["nodes"][0]["os"]["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["metric"] == "proc.procs")
+        .cloned()
+        .unwrap_or_default();
+    assert!(procs["max"].as_f64().unwrap_or(0.0) >= 2.0, "{procs}\n{v}");
+}
+
 #[test]
 #[ignore = "needs privileges (root or perf access): scripts/test runs it with --include-ignored"]
 fn intervals_the_sampler_could_not_observe_are_flagged_missed() {

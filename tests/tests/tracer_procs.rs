@@ -1,5 +1,5 @@
-//! The tracer across processes: fork, daemonizing, exec, kill -9, SIGSTOP, and a data
-//! directory that cannot be written.
+//! The tracer across processes: fork, daemonizing, exec, kill -9, SIGSTOP (its intervals
+//! written late, as zeros), and a data directory that cannot be written.
 
 mod tracer_util;
 
@@ -172,7 +172,10 @@ fn kill_9_keeps_the_completed_intervals() {
 }
 
 #[test]
-fn stopped_process_gets_missed_intervals_not_zeros() {
+fn stopped_process_writes_its_stopped_intervals_as_zeros() {
+    // A process stopped with SIGSTOP made no call while stopped: its flusher writes those
+    // intervals when it resumes, late, as real (zero) intervals — not MISSED — and says how
+    // late it woke (Wakeups records: the pause detection reads them).
     let tmp = TempDir::new("rt-stop");
     let exe = build(tmp.path(), "tracee.c", "t", "-O2", Link::Preload);
     let data = tmp.join("d");
@@ -193,12 +196,35 @@ fn stopped_process_gets_missed_intervals_not_zeros() {
     assert!(out.status.success());
     let p = load_one(&data.join("n1"));
     assert_well_formed(&p);
-    let missed = p.intervals.iter().filter(|i| i.flags & 1 != 0).count();
-    assert!(missed >= 4, "{:#?}", p.intervals);
-    assert!(p
+    assert!(
+        p.intervals
+            .iter()
+            .all(|i| i.flags & 1 == 0 && i.dropped == 0),
+        "{:#?}",
+        p.intervals
+    );
+    // 150 rounds of 1000 calls, every one of them placed.
+    assert_eq!(p.func("tiny_leaf").calls, 150_000);
+    // The stop: at least four whole intervals in a row without a call.
+    let longest_idle = p
         .intervals
-        .iter()
-        .all(|i| i.flags & 1 == 0 || i.entries == 0));
+        .split(|i| i.calls > 0)
+        .map(|run| run.iter().filter(|i| i.flags == 0).count())
+        .max()
+        .unwrap_or(0);
+    assert!(longest_idle >= 4, "{:#?}", p.intervals);
+    // The flusher's late wake-up is recorded.
+    let bytes = std::fs::read(&p.file).unwrap();
+    let f = culprit_format::ParsedFile::parse(&bytes).unwrap();
+    let max_late = f
+        .records()
+        .filter_map(|r| match r {
+            Ok(culprit_format::Record::Wakeups(w)) => Some(w.max_late_ns.max(w.written_late_ns)),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
+    assert!(max_late >= 400_000_000, "late by {max_late} ns");
 }
 
 #[test]

@@ -85,6 +85,10 @@ fn observation(o: &Observation) -> String {
     } else {
         "not anomalous".to_string()
     };
+    if o.class == culprit_analysis::resource::Class::Slowdown {
+        // The white-box slowdown: a ratio to the peers already (the median function's).
+        return format!("{what}: {} its peers' ({state})", fmt_ratio(o.ratio));
+    }
     format!(
         "{what} {} vs {} ({}; {state})",
         fmt_level(&o.unit, o.node),
@@ -122,22 +126,27 @@ fn print_resource(node: &str, r: &Resource, out: &mut impl Write) -> std::io::Re
     Ok(())
 }
 
-/// The word of the OS family in the verdict table: FAULTY when one OS metric is.
-fn os_word(os: &[&MetricReport], node: &str) -> &'static str {
-    let mut any = false;
-    for m in os {
-        match m.nodes.iter().find(|x| x.node == node).map(|x| x.verdict) {
-            Some(MetricStatus::Faulty) => return "FAULTY",
-            Some(MetricStatus::Ok) => any = true,
-            _ => {}
-        }
-    }
-    if any {
-        "ok"
-    } else {
-        "-"
-    }
+/// The status of the OS family in the verdict table: FAULTY when one OS metric is, else
+/// undecided when one is (missing data could hide a fault), else ok when one was compared,
+/// else not compared when one has data.
+fn os_status(os: &[&MetricReport], node: &str) -> MetricStatus {
+    let statuses: Vec<MetricStatus> = os
+        .iter()
+        .filter_map(|m| m.nodes.iter().find(|x| x.node == node).map(|x| x.verdict))
+        .collect();
+    [
+        MetricStatus::Faulty,
+        MetricStatus::Undecided,
+        MetricStatus::Ok,
+        MetricStatus::NotCompared,
+    ]
+    .into_iter()
+    .find(|s| statuses.contains(s))
+    .unwrap_or(MetricStatus::NoData)
 }
+
+/// Width of a column of the verdict table.
+const COLUMN: usize = 12;
 
 fn fmt_score(v: f64) -> String {
     if v.abs() >= 100.0 {
@@ -214,11 +223,12 @@ pub fn print_human(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
             )?;
         }
     }
-    for v in r
-        .verdicts
-        .iter()
-        .filter(|v| matches!(v.combined.verdict, Verdict::Suspect | Verdict::Damaged))
-    {
+    for v in r.verdicts.iter().filter(|v| {
+        matches!(
+            v.combined.verdict,
+            Verdict::Suspect | Verdict::Damaged | Verdict::NotCompared
+        )
+    }) {
         writeln!(
             out,
             "{}: {} — {}{}",
@@ -244,27 +254,46 @@ pub fn print_human(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
     let w = r.nodes.iter().map(|n| n.len()).max().unwrap_or(4).max(4);
     write!(out, "{:<w$}", "node")?;
     for m in &white {
-        write!(out, "  {:<10}", m.metric.name())?;
+        write!(out, "  {:<COLUMN$}", m.metric.name())?;
     }
     if !os.is_empty() {
-        write!(out, "  {:<10}", format!("os ({})", os.len()))?;
+        write!(out, "  {:<COLUMN$}", format!("os ({})", os.len()))?;
     }
     writeln!(out, "  combined")?;
+    let mut seen: Vec<MetricStatus> = Vec::new();
     for v in &r.verdicts {
         write!(out, "{:<w$}", v.node)?;
-        for m in &white {
-            let nm = m.nodes.iter().find(|x| x.node == v.node);
-            let word = match nm.map(|x| x.verdict) {
-                Some(MetricStatus::Faulty) => "FAULTY",
-                Some(MetricStatus::Ok) => "ok",
-                _ => "-",
-            };
-            write!(out, "  {}", paint(word, 10))?;
-        }
+        let mut cells: Vec<MetricStatus> = white
+            .iter()
+            .map(|m| {
+                m.nodes
+                    .iter()
+                    .find(|x| x.node == v.node)
+                    .map_or(MetricStatus::NoData, |x| x.verdict)
+            })
+            .collect();
         if !os.is_empty() {
-            write!(out, "  {}", paint(os_word(&os, &v.node), 10))?;
+            cells.push(os_status(&os, &v.node));
+        }
+        for s in cells {
+            write!(out, "  {}", paint(s.word(), COLUMN))?;
+            seen.push(s);
         }
         writeln!(out, "  {}", paint(v.combined.verdict.word(), 0))?;
+    }
+    if seen.contains(&MetricStatus::Undecided) {
+        writeln!(
+            out,
+            "  undecided: not faulty in the windows compared, but its data had gaps: a fault \
+             could hide in the windows left out (not enough comparable windows)"
+        )?;
+    }
+    if seen.contains(&MetricStatus::NotCompared) {
+        writeln!(
+            out,
+            "  not compared: it has data, but no window could compare it (gaps throughout, or \
+             too few nodes)"
+        )?;
     }
     for v in &r.verdicts {
         if let Some(res) = &v.resource {
@@ -275,8 +304,8 @@ pub fn print_human(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
     if !r.findings.is_empty() {
         writeln!(out)?;
         writeln!(out, "findings:")?;
-        for f in &r.findings {
-            writeln!(out, "  {}", f.describe())?;
+        for line in culprit_analysis::missing::lines(&r.findings) {
+            writeln!(out, "  {line}")?;
         }
     }
     // OS metrics of faulty and suspect nodes: one line each (their resource is above).
@@ -544,8 +573,22 @@ pub fn print_window(ev: &ClosedWindow, k: usize, out: &mut impl Write) -> std::i
             .collect();
         line.push_str(&format!("; anomalous: {}", list.join(", ")));
     }
+    if !ev.partial.is_empty() {
+        let list: Vec<String> = ev
+            .partial
+            .iter()
+            .map(|(n, p)| format!("{n} ({:.0} %)", p * 100.0))
+            .collect();
+        line.push_str(&format!(
+            "; compared on the seconds present: {}",
+            list.join(", ")
+        ));
+    }
     if !ev.incomplete.is_empty() {
-        line.push_str(&format!("; incomplete data: {}", ev.incomplete.join(", ")));
+        line.push_str(&format!(
+            "; left out (under half present): {}",
+            ev.incomplete.join(", ")
+        ));
     }
     writeln!(out, "{line}")?;
     for n in &ev.newly_faulty {

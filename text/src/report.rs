@@ -187,17 +187,33 @@ pub fn print_human(r: &Report, show: Show<'_>, out: &mut impl Write) -> std::io:
                 (None, Some(p)) => format!("period {}", group_digits(p)),
                 _ => "?".to_string(),
             };
+            // The node's own loss; what the kernel could not attribute is said once, below.
+            let lost = match s.machine_loss {
+                Some(i) if s.lost == 0 => {
+                    format!("lost: not attributable to a node (note {})", i + 1)
+                }
+                Some(i) => format!("{} lost (and note {})", group_digits(s.lost), i + 1),
+                None => format!("{} lost", group_digits(s.lost)),
+            };
             writeln!(
                 out,
-                "\nsamples  ·  {} at {rate}  ·  {} interval(s)  ·  {} samples  ·  {} lost  ·  {}",
+                "\nsamples  ·  {} at {rate}  ·  {} interval(s)  ·  {} samples  ·  {lost}  ·  {}",
                 s.event,
                 s.intervals,
                 group_digits(s.total),
-                group_digits(s.lost),
                 s.status
             )?;
             if s.missed_intervals > 0 {
                 writeln!(out, "  note: {} interval(s) missed", s.missed_intervals)?;
+            }
+            if s.lost_events + s.lost_tracking > 0 {
+                writeln!(
+                    out,
+                    "  note: the kernel dropped {} kernel-event and {} process-tracking record(s) \
+                     of this node (its event counts are short by the first)",
+                    group_digits(s.lost_events),
+                    group_digits(s.lost_tracking)
+                )?;
             }
             writeln!(
                 out,
@@ -230,6 +246,47 @@ pub fn print_human(r: &Report, show: Show<'_>, out: &mut impl Write) -> std::io:
         if let Some(os) = &n.os {
             print_os(out, os)?;
         }
+    }
+    print_machine_losses(r, out)
+}
+
+/// What each sampler run lost that belongs to no node in particular, once per run.
+fn print_machine_losses(r: &Report, out: &mut impl Write) -> std::io::Result<()> {
+    if r.machine_losses.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "\nsampler losses not attributable to a node (a CPU's ring is shared by every node; the \
+         kernel says how many records it dropped, not whose):"
+    )?;
+    for (i, l) in r.machine_losses.iter().enumerate() {
+        let mut what = Vec::new();
+        if l.samples + l.events + l.tracking > 0 || l.unsorted == 0 {
+            what.push(format!(
+                "{} samples, {} kernel-event records, {} process-tracking records",
+                group_digits(l.samples),
+                group_digits(l.events),
+                group_digits(l.tracking)
+            ));
+        }
+        if l.unsorted > 0 {
+            what.push(format!(
+                "{} records of any kind (files older than format 7 did not tell them apart)",
+                group_digits(l.unsorted)
+            ));
+        }
+        writeln!(
+            out,
+            "  {}. host {}{}, nodes {}: {}",
+            i + 1,
+            if l.host.is_empty() { "?" } else { &l.host },
+            l.sampler_pid
+                .map(|p| format!(", sampler pid {p}"))
+                .unwrap_or_default(),
+            l.nodes.join(", "),
+            what.join("; ")
+        )?;
     }
     Ok(())
 }

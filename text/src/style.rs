@@ -40,7 +40,7 @@ pub fn init(when: ColorWhen) {
 fn verdict_style(word: &str) -> Style {
     let color = match word.to_ascii_lowercase().as_str() {
         "faulty" | "stopped" => AnsiColor::Red,
-        "damaged" | "suspect" | "untrained" => AnsiColor::Yellow,
+        "damaged" | "suspect" | "untrained" | "undecided" | "not compared" => AnsiColor::Yellow,
         "ok" => AnsiColor::Green,
         _ => return Style::new(),
     };

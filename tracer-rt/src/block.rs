@@ -71,13 +71,14 @@
 //! the abandoned hook's stack pointer cannot be inside it (unless it runs on an alternate signal
 //! stack, which is checked).
 
-use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicUsize};
 
 use culprit_format::{hist_bucket, HIST_BUCKETS};
 
 use crate::clock;
 use crate::decide::{self, decision};
+use crate::intervals::{self, Place};
 use crate::sys::{self, OnceRef, Zeroable};
 
 /// Deepest shadow stack, counting the sentinel frame; deeper calls are counted as overflows and
@@ -117,6 +118,25 @@ pub mod state {
     pub const DEAD: u32 = 2;
     /// Free, and its memory being given back by the flusher: not claimable meanwhile.
     pub const RELEASING: u32 = 3;
+}
+
+/// The interval state of a block (`ThreadBlock::ivs`): `(interval + 1) << 2 | locks`; 0
+/// for a block without an owner.
+pub mod ivs {
+    /// The owner is crossing: moving its counts into the ring.
+    pub const CROSSING: u64 = 1;
+    /// The flusher is moving the counts of an owner that has not crossed.
+    pub const FLUSHER: u64 = 2;
+
+    /// The word of interval `iv`, unlocked.
+    pub const fn pack(iv: u64) -> u64 {
+        (iv + 1) << 2
+    }
+
+    /// The interval of word `v` (not 0).
+    pub const fn interval(v: u64) -> u64 {
+        (v >> 2).wrapping_sub(1)
+    }
 }
 
 /// Process-wide modes that take every call through the general path.
@@ -165,6 +185,8 @@ pub struct Slot {
     unwound: AtomicU64,
     active: AtomicU32,
     decision: AtomicU32,
+    /// The function's id in the ring of intervals (`intervals::Ring::func_id`; 0: none).
+    fid: AtomicU32,
 }
 
 /// The taker's baselines of a slot (written only by the taker).
@@ -203,6 +225,11 @@ pub struct ThreadBlock {
     /// Byte offset of the top frame from the start of the block (the sentinel's when no call is
     /// open). First field: the fast path reads it at offset 0.
     top: AtomicUsize,
+    /// Timestamp (ticks) by which the interval of [`Self::ivs`] has ended: the exit fast path
+    /// takes the general path from it on, which moves the thread's counts into the ring of
+    /// intervals (`crossing`, below). Set a little early (see [`ThreadBlock::cross`]). In the
+    /// first cache line, which every hook reads anyway.
+    boundary: AtomicU64,
     /// [`state`] value.
     pub state: AtomicU32,
     /// Times the block was claimed by a thread (the flusher tells idle free blocks by it).
@@ -238,6 +265,16 @@ pub struct ThreadBlock {
     req_id: AtomicU64,
     /// Some of the open request's calls could not be recorded (the ring was full).
     req_lost: AtomicU32,
+    /// The interval the counts not yet handed over belong to, and who is moving them
+    /// ([`ivs`]); 0: no owner. Written by the owner at its crossings and by the flusher for
+    /// owners that do not cross (compare-and-swap: each count goes to one of them).
+    ivs: AtomicU64,
+    /// While the flusher moves this block's counts: 1 + the interval the owner's calls go
+    /// straight into (the ring's entry). Owner only.
+    divert: AtomicU64,
+    /// 1 + the ring entry the owner is registered in as a writer, while it is. Owner only (to
+    /// unregister after a general path abandoned by `siglongjmp`).
+    writing: AtomicU32,
     stack: [Frame; STACK_DEPTH],
     table: [Slot; TABLE_CAP + 1],
     bases: [SlotBase; TABLE_CAP],
@@ -254,6 +291,8 @@ pub mod hot {
 
     /// Offset of `ThreadBlock::top`.
     pub const TOP: usize = offset_of!(ThreadBlock, top);
+    /// Offset of `ThreadBlock::boundary`.
+    pub const BOUNDARY: usize = offset_of!(ThreadBlock, boundary);
     /// Offset of the table.
     pub const TABLE: usize = offset_of!(ThreadBlock, table);
     /// Size of a frame.
@@ -284,6 +323,7 @@ pub mod hot {
 
     const _: () = assert!(size_of::<Slot>() == 64);
     const _: () = assert!(TOP == 0);
+    const _: () = assert!(BOUNDARY + 8 <= 64);
     const _: () = assert!(NO_SLOT * 64 == size_of::<[Slot; NO_SLOT]>());
 
     /// A stand-in for a block: `top` is 0, so the fast path reads the "frame" at offset 0, whose
@@ -618,6 +658,7 @@ impl ThreadBlock {
             let children = f.tx.load(Relaxed).wrapping_sub(f.t.load(Relaxed));
             bump(&parent.tx, children);
         } else {
+            self.check_boundary(now);
             let elapsed = now.wrapping_sub(f.t.load(Relaxed));
             let excl = now.wrapping_sub(f.tx.load(Relaxed));
             self.account(slot, elapsed, excl, i, unwound);
@@ -633,17 +674,23 @@ impl ThreadBlock {
         if self.req_on.load(Relaxed) != 0 {
             self.request_call(slot, elapsed, excl, i);
         }
-        bump(&s.excl, excl);
-        if unwound {
-            bump(&s.unwound, 1);
+        let divert = self.divert.load(Relaxed);
+        if divert == 0 {
+            bump(&s.excl, excl);
+            if unwound {
+                bump(&s.unwound, 1);
+            }
+            // After the exclusive time, with release: a taker that sees neither the call
+            // count nor the inclusive time move may skip the slot (`take_deltas`).
+            s.calls
+                .store(s.calls.load(Relaxed).wrapping_add(1), Release);
         }
-        // After the exclusive time, with release: a taker that sees neither the call count
-        // nor the inclusive time move may skip the slot (`take_deltas`).
-        s.calls
-            .store(s.calls.load(Relaxed).wrapping_add(1), Release);
         let a = s.active.load(Relaxed).wrapping_sub(1);
         s.active.store(a, Relaxed);
-        if a == 0 {
+        let incl = if a == 0 { elapsed } else { 0 };
+        if divert != 0 {
+            self.account_diverted(s, divert - 1, excl, incl, unwound);
+        } else if a == 0 {
             bump(&s.incl, elapsed);
         }
         let m = mode::get();
@@ -747,6 +794,7 @@ impl ThreadBlock {
             return STACK_DEPTH - 1;
         }
         let now = now();
+        self.check_boundary(now);
         // Runs are found from the top down; frames above a dropped one move down over it, so
         // unwind the dropped frames (with their children's time) first, then close the gaps.
         let mut keep = vec_free::Marks::default();
@@ -849,6 +897,8 @@ impl ThreadBlock {
         let d = decide::decide(addr);
         s.decision.store(d, Relaxed);
         s.active.store(0, Relaxed);
+        s.fid
+            .store(intervals::get().map_or(0, |r| r.func_id(addr)), Relaxed);
         s.addr.store(key_of(addr, d), Release);
         self.used[n as usize & TABLE_MASK].store(i as u16, Relaxed);
         self.nused.store(n + 1, Release);
@@ -940,12 +990,28 @@ impl ThreadBlock {
         self.nused.load(Acquire).min(TABLE_MAX_USED)
     }
 
-    /// Calls `f(addr, delta)` for every function whose counters moved since the last call,
-    /// advances the baselines, and returns the unaccounted calls since then. Run by the
-    /// flusher, and by the owner thread as it exits: the baselines are swapped atomically, so
-    /// when both take at once every delta goes to exactly one of them (the counters no longer
-    /// move once the owner exits).
-    pub fn take_deltas(&self, mut f: impl FnMut(usize, Delta)) -> Unaccounted {
+    /// Calls `f(addr, fid, delta)` for every function whose counters moved since the last
+    /// call (`fid`: its id in the ring of intervals), advances the baselines, and returns the
+    /// unaccounted calls since then. The baselines are swapped atomically, so when two take at
+    /// once every delta goes to exactly one of them; who may take is decided by `ivs`
+    /// (the owner as it crosses or exits, the flusher for an owner that has not crossed).
+    pub fn take_deltas(&self, f: impl FnMut(usize, u32, Delta)) -> Unaccounted {
+        self.deltas(true, f)
+    }
+
+    /// What [`Self::take_deltas`] would take now, leaving it (the flusher's checkpoints).
+    pub fn peek_deltas(&self, f: impl FnMut(usize, u32, Delta)) -> Unaccounted {
+        self.deltas(false, f)
+    }
+
+    fn deltas(&self, take: bool, mut f: impl FnMut(usize, u32, Delta)) -> Unaccounted {
+        let base = |b: &AtomicU64, v: u64| {
+            if take {
+                b.swap(v, Relaxed)
+            } else {
+                b.load(Relaxed)
+            }
+        };
         for i in self.used_indices() {
             let (s, b) = (&self.table[i], &self.bases[i]);
             // The exclusive time moves only before the call count (`account`): a slot whose
@@ -958,23 +1024,23 @@ impl ThreadBlock {
             let e = s.excl.load(Relaxed);
             let u = s.unwound.load(Relaxed);
             let d = Delta {
-                calls: c.wrapping_sub(b.calls.swap(c, Relaxed)),
-                excl: e.wrapping_sub(b.excl.swap(e, Relaxed)),
-                incl: inc.wrapping_sub(b.incl.swap(inc, Relaxed)),
-                unwound: u.wrapping_sub(b.unwound.swap(u, Relaxed)),
+                calls: c.wrapping_sub(base(&b.calls, c)),
+                excl: e.wrapping_sub(base(&b.excl, e)),
+                incl: inc.wrapping_sub(base(&b.incl, inc)),
+                unwound: u.wrapping_sub(base(&b.unwound, u)),
             };
             if d != Delta::default() {
-                f(s.addr.load(Relaxed) & !SLOW_KEY, d);
+                f(s.addr.load(Relaxed) & !SLOW_KEY, s.fid.load(Relaxed), d);
             }
         }
-        let take = |c: &AtomicU64, base: &AtomicU64| {
+        let un = |c: &AtomicU64, b: &AtomicU64| {
             let v = c.load(Relaxed);
-            v.wrapping_sub(base.swap(v, Relaxed))
+            v.wrapping_sub(base(b, v))
         };
         Unaccounted {
-            lost: take(&self.lost, &self.base_lost),
-            overflows: take(&self.overflows, &self.base_overflows),
-            dropped: take(&self.dropped, &self.base_dropped),
+            lost: un(&self.lost, &self.base_lost),
+            overflows: un(&self.overflows, &self.base_overflows),
+            dropped: un(&self.dropped, &self.base_dropped),
         }
     }
 
@@ -1033,7 +1099,7 @@ impl ThreadBlock {
 
     /// Forgets counts not yet taken (a forked child must not report its parent's counts).
     pub fn drop_deltas(&self) {
-        self.take_deltas(|_, _| {});
+        self.take_deltas(|_, _, _| {});
         self.take_extras(|_, _, _| {}, |_, _| {});
     }
 
@@ -1054,6 +1120,10 @@ impl ThreadBlock {
             a.store(0, Relaxed);
         }
         self.top.store(0, Relaxed);
+        self.boundary.store(0, Relaxed);
+        self.ivs.store(0, Relaxed);
+        self.divert.store(0, Relaxed);
+        self.writing.store(0, Relaxed);
         self.over.store(0, Relaxed);
         self.pauses.store(0, Relaxed);
         self.overflow_sp.store(0, Relaxed);
@@ -1062,6 +1132,274 @@ impl ThreadBlock {
             sys::discard_tail(x, 0);
         }
         std::mem::offset_of!(ThreadBlock, stack)
+    }
+}
+
+/// What the flusher found when it came to move a block's counts ([`ThreadBlock::flusher_take`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Taken {
+    /// Nothing to move: no owner, or the owner has crossed out of the interval already.
+    Crossed,
+    /// Moved; `late`: they belonged to an interval before the one asked (a crossing the
+    /// flusher gave up waiting for).
+    Moved {
+        /// The counts were of an earlier interval.
+        late: bool,
+        /// Calls not accounted among them.
+        unaccounted: Unaccounted,
+    },
+    /// The owner's crossing did not finish by the deadline.
+    GaveUp,
+}
+
+/// Crossings: a thread moves its counts into the ring of intervals (`intervals`) at the first
+/// accounting past its boundary; the flusher moves those of threads that do not cross.
+impl ThreadBlock {
+    /// The general path's boundary check (the fast path's is one `cmp` in assembly).
+    #[inline(always)]
+    fn check_boundary(&self, now: u64) {
+        if now >= self.boundary.load(Relaxed) {
+            self.cross(now);
+        }
+    }
+
+    /// Starts the interval state of a new owner (at claim time, and in a forked child's
+    /// thread): counts from now on belong to the interval now.
+    pub fn start_intervals(&self) {
+        let now = now();
+        let wall = sys::realtime_ns();
+        let cur = wall / intervals::interval_ns();
+        self.divert.store(0, Relaxed);
+        self.writing.store(0, Relaxed);
+        self.ivs.store(ivs::pack(cur), Release);
+        self.set_boundary(now, wall, cur);
+    }
+
+    /// Sets the boundary to the end of interval `iv`, given a (ticks, wall-clock ns) pair
+    /// read now. The ticks to go come out a little short (`clock::ns_to_ticks_short`): the
+    /// boundary is reached early, never late, despite the ratio's error and a slewing wall
+    /// clock; the crossing then finds the interval not over and sets it again, closer.
+    fn set_boundary(&self, now: u64, wall: u64, iv: u64) {
+        let end = (iv + 1).saturating_mul(intervals::interval_ns());
+        let ticks = clock::ns_to_ticks_short(end.saturating_sub(wall));
+        self.boundary.store(now.saturating_add(ticks), Relaxed);
+    }
+
+    /// The first accounting at or past the boundary: moves the counts since the last crossing
+    /// — all of the interval recorded then, since every later exit would have crossed first
+    /// — into the ring, then records the interval now and its boundary. Never waits: if the
+    /// flusher is moving this block's counts right now, the call being accounted goes
+    /// straight into the ring (`divert`) and the next exit tries again.
+    #[cold]
+    #[inline(never)]
+    fn cross(&self, now: u64) {
+        let Some(ring) = intervals::get() else {
+            self.boundary.store(u64::MAX, Relaxed);
+            return;
+        };
+        let wall = sys::realtime_ns();
+        let cur = wall / intervals::interval_ns();
+        let v = self.ivs.load(Acquire);
+        if v == 0 {
+            return self.start_intervals();
+        }
+        if v & ivs::FLUSHER != 0 {
+            self.divert.store(cur + 1, Relaxed);
+            return;
+        }
+        let iv = ivs::interval(v);
+        if iv >= cur {
+            // Early (the boundary is set a little short), or the flusher moved the counts and
+            // the interval on while this thread was idle.
+            self.divert.store(0, Relaxed);
+            self.set_boundary(now, wall, iv);
+            return;
+        }
+        // `v` may carry a crossing mark of our own, left by a crossing abandoned with
+        // `siglongjmp` (see `repair_abandoned`): it is ours to finish.
+        if self
+            .ivs
+            .compare_exchange(v, v | ivs::CROSSING, Acquire, Relaxed)
+            .is_err()
+        {
+            self.divert.store(cur + 1, Relaxed);
+            return;
+        }
+        self.divert.store(0, Relaxed);
+        self.hand_over(ring, iv, true);
+        self.ivs.store(ivs::pack(cur), Release);
+        self.set_boundary(now, wall, cur);
+    }
+
+    /// Moves the counts not yet handed over, all of interval `iv`, into the ring (the caller
+    /// holds the block's crossing or flusher mark). `owner`: the caller is the owner thread.
+    fn hand_over(&self, ring: &'static intervals::Ring, iv: u64, owner: bool) {
+        match ring.enter(iv, true) {
+            Place::At(e, moved) => {
+                if owner {
+                    self.writing.store(e.index() + 1, Relaxed);
+                }
+                let mut calls = 0;
+                let un = self.take_deltas(|_, fid, d| {
+                    calls += d.calls;
+                    e.add(fid, d.calls, d.excl, d.incl, d.unwound);
+                });
+                e.add_unaccounted(un.lost, un.overflows, un.dropped);
+                if moved {
+                    e.add_moved(calls);
+                }
+                e.leave();
+                if owner {
+                    self.writing.store(0, Relaxed);
+                }
+            }
+            Place::Beyond => {
+                let mut calls = 0;
+                let un = self.take_deltas(|_, _, d| calls += d.calls);
+                intervals::unplaced(calls, un.lost, un.overflows, un.dropped);
+            }
+        }
+    }
+
+    /// A call accounted while the flusher moves this block's counts: straight into the entry
+    /// of interval `iv` (the interval now).
+    #[cold]
+    fn account_diverted(&self, s: &Slot, iv: u64, excl: u64, incl: u64, unwound: bool) {
+        let Some(ring) = intervals::get() else { return };
+        match ring.enter(iv, false) {
+            Place::At(e, moved) => {
+                self.writing.store(e.index() + 1, Relaxed);
+                e.add(s.fid.load(Relaxed), 1, excl, incl, unwound as u64);
+                if moved {
+                    e.add_moved(1);
+                }
+                e.leave();
+                self.writing.store(0, Relaxed);
+            }
+            Place::Beyond => intervals::unplaced(1, 0, 0, 0),
+        }
+    }
+
+    /// The owner exits (its hooks are already off): hands its counts over like a crossing
+    /// and counts itself in the interval now. False when the flusher is moving them right
+    /// now: the block is then left to it (state `DEAD`).
+    pub fn hand_over_at_exit(&self) -> bool {
+        let Some(ring) = intervals::get() else {
+            return true;
+        };
+        let v = self.ivs.load(Acquire);
+        if v == 0 {
+            return true;
+        }
+        if v & ivs::FLUSHER != 0
+            || self
+                .ivs
+                .compare_exchange(v, v | ivs::CROSSING, Acquire, Relaxed)
+                .is_err()
+        {
+            return false;
+        }
+        self.hand_over(ring, ivs::interval(v), true);
+        if let Place::At(e, _) = ring.enter(intervals::current(), false) {
+            e.add_exited();
+            e.leave();
+        }
+        self.ivs.store(0, Release);
+        true
+    }
+
+    /// The flusher moves the counts of an owner that has not crossed out of interval `x`
+    /// (idle, blocked, or gone: a `DEAD` block): `f(addr, fid, delta)` gets them, and the
+    /// block's interval becomes `next`. A crossing in flight is waited for until `deadline`
+    /// (monotonic ns); the hooks never wait for the flusher (see `cross`).
+    pub fn flusher_take(
+        &self,
+        x: u64,
+        next: u64,
+        deadline: u64,
+        mut f: impl FnMut(usize, u32, Delta),
+    ) -> Taken {
+        loop {
+            let v = self.ivs.load(SeqCst);
+            if v == 0 || ivs::interval(v) > x {
+                return Taken::Crossed;
+            }
+            if v & (ivs::CROSSING | ivs::FLUSHER) != 0 {
+                if sys::monotonic_ns() >= deadline {
+                    return Taken::GaveUp;
+                }
+                sys::sleep_ns(intervals::WAIT_STEP_NS);
+                continue;
+            }
+            if self
+                .ivs
+                .compare_exchange(v, v | ivs::FLUSHER, SeqCst, Relaxed)
+                .is_err()
+            {
+                continue;
+            }
+            let unaccounted = self.take_deltas(&mut f);
+            let _ = self
+                .ivs
+                .compare_exchange(v | ivs::FLUSHER, ivs::pack(next), Release, Relaxed);
+            return Taken::Moved {
+                late: ivs::interval(v) < x,
+                unaccounted,
+            };
+        }
+    }
+
+    /// The flusher frees the block of a thread that exited without handing its counts over
+    /// (state `DEAD`): they go into the ring, at their interval. True when there were any
+    /// to move (the thread is then counted as exited by the caller).
+    pub fn flusher_reap(&self) -> bool {
+        let v = self.ivs.load(SeqCst);
+        if v == 0 {
+            return false;
+        }
+        let Some(ring) = intervals::get() else {
+            return false;
+        };
+        if v & ivs::CROSSING != 0
+            || self
+                .ivs
+                .compare_exchange(v, v | ivs::FLUSHER, SeqCst, Relaxed)
+                .is_err()
+        {
+            return false;
+        }
+        self.hand_over(ring, ivs::interval(v), false);
+        self.ivs.store(0, Release);
+        true
+    }
+
+    /// The block has no owner any more (the other threads of a process that forked).
+    pub fn forget_owner(&self) {
+        self.ivs.store(0, Relaxed);
+        self.divert.store(0, Relaxed);
+        self.writing.store(0, Relaxed);
+    }
+
+    /// True when the owner has not crossed out of interval `x` yet: its pending counts
+    /// ([`Self::peek_deltas`]) belong to `x` or earlier.
+    pub fn pending_in(&self, x: u64) -> bool {
+        let v = self.ivs.load(Acquire);
+        v != 0 && ivs::interval(v) <= x
+    }
+
+    /// A general-path hook of the owner was abandoned (a signal handler left it with
+    /// `siglongjmp`): undoes what a crossing in it may have left — its registration as a
+    /// writer in the ring, its crossing mark (the counts not moved yet go at the next
+    /// crossing).
+    pub fn repair_abandoned(&self) {
+        let w = self.writing.swap(0, Relaxed);
+        if w != 0 {
+            intervals::abandoned_writer(w - 1);
+        }
+        let v = self.ivs.load(Relaxed);
+        if v & ivs::CROSSING != 0 {
+            self.ivs.store(v & !ivs::CROSSING, Release);
+        }
     }
 }
 

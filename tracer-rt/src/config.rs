@@ -43,7 +43,14 @@ pub struct Config {
     /// `CULPRIT_ROTATE` / `CULPRIT_ROTATE_SIZE`: when the flusher moves to a new piece
     /// (`culprit_format::rotation`).
     pub rotate: Rotate,
+    /// [`STALL_VAR`] (tests only): the flusher stops working for `.1` ms once `.0` ms have
+    /// passed since it started, as a starved flusher would.
+    pub test_stall_ms: Option<(u64, u64)>,
 }
+
+/// For tests of a late flusher without cgroups: `AFTER_MS,FOR_MS` makes the flusher sleep
+/// for `FOR_MS` once `AFTER_MS` have passed (the hooks go on meanwhile). Not for users.
+pub const STALL_VAR: &str = "CULPRIT_TEST_FLUSHER_STALL_MS";
 
 /// A rotation setting: `None` when unset or empty; an invalid value is warned about and
 /// ignored (no rotation rather than a wrong one).
@@ -120,6 +127,10 @@ impl Config {
                 }
             },
         };
+        let test_stall_ms = var(STALL_VAR).and_then(|v| {
+            let (a, b) = v.split_once(',')?;
+            Some((a.trim().parse().ok()?, b.trim().parse().ok()?))
+        });
         let include_raw = var("CULPRIT_INCLUDE").unwrap_or_default();
         let exclude_raw = var("CULPRIT_EXCLUDE").unwrap_or_default();
         Config {
@@ -137,6 +148,7 @@ impl Config {
             io,
             rotate,
             request_sample,
+            test_stall_ms,
         }
     }
 

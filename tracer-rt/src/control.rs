@@ -2,8 +2,8 @@
 //! runtime's state, the request channel and the names of the current file and node. Both
 //! import this module; the flusher never imports the runtime (the runtime starts the flusher).
 
-use std::sync::atomic::AtomicU32;
-use std::sync::atomic::Ordering::Acquire;
+use std::sync::atomic::Ordering::{Acquire, Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64};
 
 use crate::sys::Publish;
 
@@ -49,3 +49,14 @@ pub static NODE_REQUEST: Publish<String> = Publish::new();
 pub static CURRENT_FILE: Publish<String> = Publish::new();
 /// Node this process writes to now (a forked child starts there).
 pub static CURRENT_NODE: Publish<String> = Publish::new();
+
+/// Bumped by the flusher at every step of its work: the exit handler waits for it as long as
+/// it moves (`runtime::before_exit`).
+pub static PROGRESS: AtomicU64 = AtomicU64::new(0);
+/// Kernel thread id of the flusher (0 before it runs).
+pub static FLUSHER_TID: AtomicU32 = AtomicU32::new(0);
+
+/// The flusher made a step.
+pub fn progress() {
+    PROGRESS.fetch_add(1, Relaxed);
+}

@@ -1,5 +1,6 @@
-//! The flusher thread: every interval, on wall-clock boundaries, it takes every thread's
-//! counts since the last interval and appends one `Interval` record to the process's file.
+//! The flusher thread: once an interval has ended (on wall-clock boundaries), it writes that
+//! interval's counts, which the hooks placed in the ring of intervals (`intervals`), as one
+//! `Interval` record of the process's file.
 //!
 //! # Intervals
 //!
@@ -9,12 +10,14 @@
 //! * the first interval (the runtime started inside it) and the last (the process exited inside
 //!   it) are flagged `PARTIAL`; so are both parts of an interval split by `culprit_flush()` or
 //!   `culprit_set_node()` — records with the same start add up;
-//! * the flusher wakes at each boundary with an absolute `CLOCK_REALTIME` timeout. Calls that
-//!   return between the boundary and the wake-up (normally microseconds) count in the interval
-//!   that just ended. If it wakes half an interval late or more (the process was stopped with
-//!   SIGSTOP, or the flusher starved), the counts since its last wake-up cannot be placed in an
-//!   interval: they are dropped, the intervals it missed are written with `MISSED` (no entries)
-//!   and the current one is `PARTIAL`. A gap is thus never read as zeros.
+//! * the flusher wakes at each boundary with an absolute `CLOCK_REALTIME` timeout and writes
+//!   every interval that has ended, oldest first (`Flusher::finalize`): the threads placed
+//!   their calls in each interval themselves as they crossed its end, and the flusher moves
+//!   those of threads that did not cross. However late it wakes (a CPU quota, a loaded host,
+//!   the process stopped with SIGSTOP), each interval is written late, exactly; its `Wakeups`
+//!   record says how late. Only an interval whose entry the ring could not keep (the flusher
+//!   was more than `intervals::RING_LEN` intervals behind) is written `MISSED` (no entries,
+//!   its calls counted as dropped). A gap is never read as zeros.
 //!
 //! # Files
 //!
@@ -83,10 +86,13 @@ use culprit_format::{
     RecordBuf, UnwoundEntry, WakeupsRec, HIST_BUCKETS,
 };
 
-use crate::block::{self, mode, state, Delta, EdgeDelta, OpenCall, Unaccounted};
+use crate::block::{self, mode, state, Delta, EdgeDelta, OpenCall, Taken, Unaccounted};
 use crate::clock::{self, Calibration};
 use crate::config::Config;
-use crate::control::{req, CURRENT_FILE, CURRENT_NODE, DONE, NODE_REQUEST, PENDING, REQ};
+use crate::control::{
+    self, req, CURRENT_FILE, CURRENT_NODE, DONE, FLUSHER_TID, NODE_REQUEST, PENDING, REQ,
+};
+use crate::intervals::{self, RING_LEN};
 use crate::objects::{Obj, Tracker};
 use crate::output::{TraceOut, WriteError};
 use crate::{decide, io, pool, procinfo, sys};
@@ -96,6 +102,10 @@ use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
 /// Most `MISSED` records written one per interval for one gap; a longer gap gets one more
 /// record covering the rest (its `dur_ns` is longer than an interval).
 const MAX_MISSED_RECORDS: u64 = 100_000;
+/// How long the flusher waits for a thread's crossing in flight before it writes an interval
+/// without it (its counts then go into a later interval, counted as moved): a crossing takes
+/// microseconds, unless its thread is preempted in it.
+pub const HOOKS_WAIT_NS: u64 = 1_000_000_000;
 /// Period of checkpoints: the most a crash can lose.
 pub const CHECKPOINT_NS: u64 = 100_000_000;
 /// Most bytes of records kept while writes fail; beyond, they are dropped (and that is noted).
@@ -137,20 +147,26 @@ pub struct Flusher {
     open_start: u64,
     /// Time since which that interval is observed (after its start: partial).
     observed_from: u64,
-    agg: HashMap<usize, Delta>,
     /// Caller → callee edges (`CULPRIT_GRAPH`); caller 0: none traced.
     edges: HashMap<(usize, usize), EdgeDelta>,
     /// Calls whose edge found no room.
     edge_drops: u64,
     /// Call-duration histograms (`CULPRIT_HIST`).
     hists: HashMap<usize, [u64; HIST_BUCKETS]>,
-    unaccounted: Unaccounted,
-    /// Threads that exited during the interval.
-    exited: u64,
-    /// Blocks owned by a thread at the last collection.
-    live: u32,
-    /// Something was collected since the last checkpoint.
+    /// Edges or histograms were taken since the last checkpoint.
     dirty: bool,
+    /// What the last checkpoint held ([`Tally::signature`]): an unchanged interval is not
+    /// written again.
+    last_checkpoint: Option<[u64; 3]>,
+    /// Per entry of the ring of intervals, when it was labelled with its interval (wall-clock
+    /// ns; 0: before the flusher started): an interval whose entry was labelled after it
+    /// began may have lost counts (see [`Flusher::finalize`]).
+    labelled_at: Vec<u64>,
+    /// A wait for the hooks ran out (noted once in the file).
+    waits_ran_out: bool,
+    /// Tests only ([`crate::config::STALL_VAR`]): when (wall-clock ns) to stop working, and
+    /// for how long (ns).
+    stall: Option<(u64, u64)>,
     /// Encoded records not yet committed (kept while writes fail).
     queue: Vec<u8>,
     /// Since when, and why, writes fail.
@@ -194,14 +210,16 @@ impl Flusher {
             objects: Tracker::default(),
             open_start: start_ns / i * i,
             observed_from: start_ns,
-            agg: HashMap::new(),
             edges: HashMap::new(),
             edge_drops: 0,
             hists: HashMap::new(),
-            unaccounted: Unaccounted::default(),
-            exited: 0,
-            live: 0,
             dirty: false,
+            last_checkpoint: None,
+            labelled_at: vec![0; RING_LEN as usize],
+            waits_ran_out: false,
+            stall: cfg
+                .test_stall_ms
+                .map(|(after, dur)| (start_ns + after * 1_000_000, dur * 1_000_000)),
             queue: Vec::new(),
             failing: None,
             idle: Vec::new(),
@@ -298,6 +316,7 @@ impl Flusher {
 
     /// Creates the file with its `Info` and `Object` records, and refreshes `node.info`.
     pub fn open_file(&mut self) -> Result<(), WriteError> {
+        control::progress();
         let pid = std::process::id();
         let start_ns = self.start_ns;
         let piece = self.piece;
@@ -325,6 +344,11 @@ impl Flusher {
         CURRENT_FILE.set(out.name().to_string());
         CURRENT_NODE.set(self.node.clone());
         self.out = Some(out);
+        if matches!(self.origin, Origin::Forked(_)) && self.piece == 0 {
+            // The parent described the node already (a child starts in its node): thousands
+            // of children would otherwise each rewrite node.info at once.
+            return Ok(());
+        }
         let cfg = self.cfg;
         let _ = dir.update_node_info(|info| {
             let mut set = |k: &str, v: String| {
@@ -418,6 +442,7 @@ impl Flusher {
     /// Commits the encoded records (and any kept from failed writes). A file that is gone is
     /// continued in a new one; a failed write keeps the records for the next try.
     fn commit(&mut self) {
+        control::progress();
         self.queue.extend_from_slice(self.buf.as_bytes());
         self.buf.clear();
         if self.failed {
@@ -557,18 +582,196 @@ impl Flusher {
         }
     }
 
-    /// Takes every thread's counts since the last call into `agg`, and frees the blocks of
-    /// threads that have exited (their last counts are now taken).
-    fn collect(&mut self) {
-        let agg = &mut self.agg;
-        let mut moved = false;
-        let mut add = |addr: usize, d: Delta| {
-            *agg.entry(addr).or_default() += d;
-            moved = true;
+    /// Writes interval `x` from the ring (see `intervals`): closes its entry, moves the
+    /// counts of the threads that have not crossed out of it (idle or blocked) into it, waits
+    /// for crossings in flight (up to [`HOOKS_WAIT_NS`]; the hooks never wait for the
+    /// flusher), reads the entry and relabels it for the interval a ring later. Also takes
+    /// the edges and histograms and frees the blocks of threads that exited ([`Self::reap`]).
+    ///
+    /// Returns the interval's tally and whether it is missing counts: its entry was labelled
+    /// only after the interval began (the flusher was more than the ring behind) and some
+    /// thread could not place counts of it or of a later interval. Such an interval is
+    /// written `MISSED`, its counts (and those that could not be placed) as `dropped`.
+    fn finalize(&mut self, x: u64, now: u64) -> (Tally, bool) {
+        let mut t = Tally::default();
+        let Some(ring) = intervals::get() else {
+            self.reap(&mut t);
+            return (t, false);
         };
+        ring.close(x);
+        let deadline = sys::monotonic_ns() + HOOKS_WAIT_NS;
+        let e = ring.entry(x);
+        let mut ran_out = false;
+        for b in pool::blocks() {
+            let st = b.state.load(Acquire);
+            if st != state::LIVE && st != state::DEAD {
+                continue;
+            }
+            let mut calls = 0;
+            let took = b.flusher_take(x, x + 1, deadline, |_, fid, d| {
+                calls += d.calls;
+                e.add(fid, d.calls, d.excl, d.incl, d.unwound);
+            });
+            match took {
+                Taken::Moved { late, unaccounted } => {
+                    let u = unaccounted;
+                    e.add_unaccounted(u.lost, u.overflows, u.dropped);
+                    if late {
+                        e.add_moved(calls);
+                    }
+                }
+                Taken::GaveUp => ran_out = true,
+                Taken::Crossed => {}
+            }
+        }
+        let quiet = ring.wait_writers(x, deadline);
+        let slot = (x % RING_LEN) as usize;
+        let missing = self.labelled_at[slot] > x.saturating_mul(self.cfg.interval_ns)
+            && intervals::overflow_high() > x;
+        let agg = &mut t.agg;
+        let head = ring.read(x, !quiet, |addr, [calls, excl, incl, unwound]| {
+            *agg.entry(addr).or_default() += Delta {
+                calls,
+                excl,
+                incl,
+                unwound,
+            };
+        });
+        t.add_head(&head);
+        self.reap(&mut t);
+        control::progress();
+        ring.recycle(x, quiet);
+        self.labelled_at[slot] = now;
+        if (ran_out || !quiet) && !self.waits_ran_out {
+            self.waits_ran_out = true;
+            self.note(
+                now,
+                "a thread did not finish moving its counts into the interval being written \
+                 within 1 s; its counts went into a later interval (counted as moved)",
+            );
+        }
+        // Counts found in blocks given back (none unless a fork left some): this interval.
+        let agg = &mut t.agg;
+        t.unaccounted += pool::release_idle(&mut self.idle, |addr, d| {
+            *agg.entry(addr).or_default() += d;
+        });
+        (t, missing)
+    }
+
+    /// The open interval `x` so far, taken (`culprit_flush`, `culprit_set_node`, exit): its
+    /// entry's counts and those the threads have not handed over yet (they keep counting in
+    /// `x`; the rest of it comes in its next record, and records with the same start add up).
+    fn take_open(&mut self, x: u64) -> Tally {
+        let mut t = Tally::default();
+        if let Some(ring) = intervals::get() {
+            let deadline = sys::monotonic_ns() + HOOKS_WAIT_NS;
+            for b in pool::blocks() {
+                let st = b.state.load(Acquire);
+                if st != state::LIVE && st != state::DEAD {
+                    continue;
+                }
+                let (agg, mut calls) = (&mut t.agg, 0);
+                let took = b.flusher_take(x, x, deadline, |addr, _, d| {
+                    calls += d.calls;
+                    *agg.entry(addr).or_default() += d;
+                });
+                if let Taken::Moved { late, unaccounted } = took {
+                    t.unaccounted += unaccounted;
+                    if late {
+                        t.moved += calls;
+                    }
+                }
+            }
+            let agg = &mut t.agg;
+            let head = ring.read(x, true, |addr, [calls, excl, incl, unwound]| {
+                *agg.entry(addr).or_default() += Delta {
+                    calls,
+                    excl,
+                    incl,
+                    unwound,
+                };
+            });
+            t.add_head(&head);
+        }
+        self.reap(&mut t);
+        Self::add_unplaced(&mut t);
+        t
+    }
+
+    /// What the open interval `x` holds now, read without taking it (checkpoints): its
+    /// entry's counts and those the threads have not handed over yet.
+    fn peek_open(&self, x: u64) -> Tally {
+        let mut t = Tally::default();
+        if let Some(ring) = intervals::get() {
+            let agg = &mut t.agg;
+            let head = ring.read(x, false, |addr, [calls, excl, incl, unwound]| {
+                *agg.entry(addr).or_default() += Delta {
+                    calls,
+                    excl,
+                    incl,
+                    unwound,
+                };
+            });
+            t.add_head(&head);
+        }
+        for b in pool::blocks() {
+            let st = b.state.load(Acquire);
+            if st == state::LIVE {
+                t.threads += 1;
+            }
+            if (st == state::LIVE || st == state::DEAD) && b.pending_in(x) {
+                let agg = &mut t.agg;
+                t.unaccounted += b.peek_deltas(|addr, _, d| *agg.entry(addr).or_default() += d);
+            }
+        }
+        t
+    }
+
+    /// Takes the edges and histograms of every thread (`CULPRIT_GRAPH`, `CULPRIT_HIST`; they
+    /// stay on the flusher's schedule, see `interval_flags::LATE`), counts the live threads,
+    /// frees the blocks of threads that exited (what they had not handed over goes into the
+    /// ring, in its interval), and adds the calls of threads whose hooks were off.
+    fn reap(&mut self, t: &mut Tally) {
+        self.take_extras();
+        for b in pool::blocks() {
+            match b.state.load(Acquire) {
+                state::LIVE => t.threads += 1,
+                state::DEAD => {
+                    if b.flusher_reap() {
+                        t.threads += 1;
+                    }
+                    let _ = b
+                        .state
+                        .compare_exchange(state::DEAD, state::FREE, AcqRel, Acquire);
+                }
+                _ => {}
+            }
+        }
+        t.unaccounted.dropped += pool::take_ignored();
+    }
+
+    /// Adds to `t` the counts no interval of the ring could take (their interval was beyond
+    /// it), as dropped calls: into a `MISSED` interval, or the first written after every
+    /// interval they came from.
+    fn add_unplaced(t: &mut Tally) {
+        let [calls, lost, overflows, dropped] = intervals::take_unplaced();
+        t.unaccounted += Unaccounted {
+            lost,
+            overflows,
+            dropped: calls + dropped,
+        };
+    }
+
+    /// Takes every thread's edges and histograms counted since the last call.
+    fn take_extras(&mut self) {
+        if !mode::on(mode::GRAPH | mode::HIST) {
+            return;
+        }
         let (edges, hists) = (&mut self.edges, &mut self.hists);
+        let mut moved = false;
         let mut edge = |caller: usize, callee: usize, d: EdgeDelta| {
             *edges.entry((caller, callee)).or_default() += d;
+            moved = true;
         };
         let mut hist = |addr: usize, counts: &[u64; HIST_BUCKETS]| {
             let h = hists.entry(addr).or_insert([0; HIST_BUCKETS]);
@@ -576,49 +779,37 @@ impl Flusher {
                 *a += c;
             }
         };
-        let mut un = Unaccounted::default();
-        let mut live = 0;
         for b in pool::blocks() {
             let st = b.state.load(Acquire);
-            if st != state::LIVE && st != state::DEAD {
-                continue;
-            }
-            un += b.take_deltas(&mut add);
-            self.edge_drops += b.take_extras(&mut edge, &mut hist);
-            if st == state::DEAD {
-                self.exited += 1;
-                let _ = b
-                    .state
-                    .compare_exchange(state::DEAD, state::FREE, AcqRel, Acquire);
-            } else {
-                live += 1;
+            if st == state::LIVE || st == state::DEAD {
+                self.edge_drops += b.take_extras(&mut edge, &mut hist);
             }
         }
-        let (u, exited) = pool::take_retired(&mut add);
-        un += u;
-        un.dropped += pool::take_ignored();
-        self.exited += exited;
-        self.live = live;
-        self.dirty |= moved || un != Unaccounted::default();
-        self.unaccounted += un;
+        self.dirty |= moved || !self.hists.is_empty();
     }
 
-    fn clear_counts(&mut self) {
-        self.agg.clear();
+    fn clear_extras(&mut self) {
         self.edges.clear();
         self.edge_drops = 0;
         self.hists.clear();
-        self.unaccounted = Unaccounted::default();
-        self.exited = 0;
         self.dirty = false;
     }
 
-    /// The interval's records for `start` from what `collect` gathered: its Interval record,
-    /// then its Unwound record (when calls were unwound) and, in those modes, its Edges and
-    /// Histograms records.
-    fn encode_interval(&mut self, buf_is_self: bool, start: u64, flags: u32) -> RecordBuf {
+    /// The interval's records for `start` from tally `t`: its Interval record, then its
+    /// Unwound record (when calls were unwound), its Wakeups record (`wakeups`, committed
+    /// intervals only) and, in those modes, its Edges and Histograms records (flagged
+    /// `LATE` with `late`).
+    fn encode_interval(
+        &mut self,
+        buf_is_self: bool,
+        start: u64,
+        flags: u32,
+        t: &Tally,
+        late: bool,
+        wakeups: Option<WakeupsRec>,
+    ) -> RecordBuf {
         let cal = self.cal;
-        let mut entries: Vec<IntervalEntry> = self
+        let mut entries: Vec<IntervalEntry> = t
             .agg
             .iter()
             .map(|(&addr, d)| IntervalEntry {
@@ -634,10 +825,10 @@ impl Flusher {
             start_ns: start,
             dur_ns: self.cfg.interval_ns,
             flags,
-            threads: sat(self.live as u64 + self.exited),
-            lost_frames: sat(self.unaccounted.lost),
-            overflows: sat(self.unaccounted.overflows),
-            dropped: sat(self.unaccounted.dropped),
+            threads: sat(t.threads),
+            lost_frames: sat(t.unaccounted.lost),
+            overflows: sat(t.unaccounted.overflows),
+            dropped: sat(t.unaccounted.dropped),
         };
         let mut out = if buf_is_self {
             std::mem::take(&mut self.buf)
@@ -650,7 +841,7 @@ impl Flusher {
             dur_ns: self.cfg.interval_ns,
             flags,
         };
-        let mut unwound: Vec<UnwoundEntry> = self
+        let mut unwound: Vec<UnwoundEntry> = t
             .agg
             .iter()
             .filter(|(_, d)| d.unwound > 0)
@@ -665,9 +856,17 @@ impl Flusher {
         }
         // Committed intervals only: a checkpoint holds nothing but what version-3 readers
         // accept in one.
-        if buf_is_self && self.wakeups.wakeups > 0 {
-            out.wakeups(&r, &std::mem::take(&mut self.wakeups));
+        if let Some(w) = wakeups.filter(|w| w.wakeups > 0 || w.moved > 0 || w.written_late_ns > 0) {
+            out.wakeups(&r, &w);
         }
+        let extras = IntervalRef {
+            flags: if late {
+                flags | interval_flags::LATE
+            } else {
+                flags
+            },
+            ..r
+        };
         if mode::on(mode::GRAPH) {
             let mut edges: Vec<EdgeEntry> = self
                 .edges
@@ -681,7 +880,7 @@ impl Flusher {
                 })
                 .collect();
             edges.sort_unstable_by_key(|e| (e.callee, e.caller));
-            out.edges(&r, sat(self.edge_drops), edges);
+            out.edges(&extras, sat(self.edge_drops), edges);
         }
         if mode::on(mode::HIST) {
             let mut hists: Vec<Histogram> = self
@@ -693,15 +892,17 @@ impl Flusher {
                 })
                 .collect();
             hists.sort_unstable_by_key(|h| h.addr);
-            out.histograms(&r, &hists);
+            out.histograms(&extras, &hists);
         }
         out
     }
 
-    /// Writes the interval starting at `start` with what `collect` gathered.
-    fn write_interval(&mut self, start: u64, flags: u32) {
+    /// Encodes the interval starting at `start` from tally `t` (with the edges and
+    /// histograms taken so far) into the records to commit; `late_ns`: how long after its end
+    /// it is written (0: on time).
+    fn write_interval(&mut self, start: u64, flags: u32, t: &Tally, late_ns: u64) {
         if !self.ensure_open() {
-            self.clear_counts();
+            self.clear_extras();
             return;
         }
         let changes = self.objects.refresh();
@@ -712,116 +913,178 @@ impl Flusher {
             object_record(&mut self.buf, o, 0);
         }
         self.cal.refine();
-        self.buf = self.encode_interval(true, start, flags);
+        let mut w = std::mem::take(&mut self.wakeups);
+        w.moved = t.moved;
+        w.written_late_ns = late_ns;
+        let late = late_ns >= self.cfg.interval_ns / 2;
+        self.buf = self.encode_interval(true, start, flags, t, late, Some(w));
         for o in &changes.removed {
             object_record(&mut self.buf, o, object_flags::UNLOADED);
         }
-        self.clear_counts();
+        self.clear_extras();
+    }
+
+    /// Encodes `MISSED` records for the `n` intervals from `start` (one per interval up to
+    /// [`MAX_MISSED_RECORDS`], then one covering the rest); the first carries `un`.
+    fn write_missed(&mut self, start: u64, n: u64, un: Unaccounted) {
+        if !self.ensure_open() {
+            return;
+        }
+        let i = self.cfg.interval_ns;
+        let sat = |v: u64| v.min(u32::MAX as u64) as u32;
+        let mut un = un;
+        let mut k = 0;
+        while k < n {
+            let dur_ns = if k == MAX_MISSED_RECORDS {
+                (n - k) * i
+            } else {
+                i
+            };
+            let head = IntervalHead {
+                start_ns: start + k * i,
+                dur_ns,
+                flags: interval_flags::MISSED,
+                lost_frames: sat(un.lost),
+                overflows: sat(un.overflows),
+                dropped: sat(un.dropped),
+                ..IntervalHead::default()
+            };
+            self.buf.interval(&head, std::iter::empty());
+            un = Unaccounted::default();
+            k += dur_ns / i;
+        }
+        self.clear_extras();
+    }
+
+    /// Writes the records of every interval that has ended by `now`, oldest first, however
+    /// late: each from the ring (see [`Self::finalize`]). A gap longer than
+    /// [`MAX_MISSED_RECORDS`] intervals is skipped in one step ([`Self::skip_gap`]).
+    fn close_ended(&mut self, now: u64) {
+        let i = self.cfg.interval_ns;
+        if now < self.open_start + i {
+            return;
+        }
+        while self.open_start + i <= now {
+            let x = self.open_start / i;
+            let cur = now / i;
+            if cur - x > MAX_MISSED_RECORDS + 2 * RING_LEN {
+                self.skip_gap(x, cur - RING_LEN, now);
+                continue;
+            }
+            let (mut t, missing) = self.finalize(x, now);
+            if missing || x + 1 >= intervals::overflow_high() {
+                Self::add_unplaced(&mut t);
+            }
+            let end = self.open_start + i;
+            if missing {
+                let mut un = t.unaccounted;
+                un.dropped += t.calls();
+                self.write_missed(self.open_start, 1, un);
+            } else {
+                let flags = if self.observed_from > self.open_start {
+                    interval_flags::PARTIAL
+                } else {
+                    0
+                };
+                let late = now - end;
+                let late = if late > LATE_SLACK_NS { late } else { 0 };
+                self.write_interval(self.open_start, flags, &t, late);
+            }
+            self.open_start = end;
+            self.observed_from = end;
+            if self.cfg.rotate.enabled() {
+                self.commit();
+                self.maybe_rotate(end);
+            }
+        }
         self.commit();
     }
 
-    fn write_missed(&mut self, start: u64, dur_ns: u64, dropped: u64) {
-        let head = IntervalHead {
-            start_ns: start,
-            dur_ns,
-            flags: interval_flags::MISSED,
-            dropped: dropped.min(u32::MAX as u64) as u32,
-            ..IntervalHead::default()
-        };
-        self.buf.interval(&head, std::iter::empty());
-    }
-
-    /// Writes the records of every interval that has ended by `now`.
-    fn close_ended(&mut self, now: u64) {
+    /// The flusher is so late (more than [`MAX_MISSED_RECORDS`] intervals: the process was
+    /// stopped for days, or the wall clock jumped) that it writes the intervals from `from`
+    /// to `to` (excluded) `MISSED` at once: whatever the ring and the threads hold of them is
+    /// counted as dropped, and the ring starts again at `to`.
+    fn skip_gap(&mut self, from: u64, to: u64, now: u64) {
         let i = self.cfg.interval_ns;
-        let end = self.open_start + i;
-        if now < end {
-            return;
-        }
-        if now - end < i / 2 {
-            self.collect();
-            let flags = if self.observed_from > self.open_start {
-                interval_flags::PARTIAL
-            } else {
-                0
-            };
-            self.write_interval(self.open_start, flags);
-            self.open_start = end;
-            self.observed_from = end;
-            self.maybe_rotate(end);
-            let mut add_late = HashMap::new();
-            let un = pool::release_idle(&mut self.idle, |addr, d: Delta| {
-                *add_late.entry(addr).or_default() += d;
-            });
-            // Counts found in released blocks (none unless a fork left some): this interval.
-            self.agg = add_late;
-            self.unaccounted += un;
-            return;
-        }
-        // Woke too late (the process was stopped, or the flusher starved): what the last
-        // checkpoints collected belongs to the open interval, observed up to then; what came
-        // since cannot be placed, and is counted as dropped.
-        let observed = !self.agg.is_empty() || self.unaccounted != Unaccounted::default();
-        if observed {
-            self.write_interval(self.open_start, interval_flags::PARTIAL);
-        }
-        self.collect();
-        let unplaced: u64 =
-            self.agg.values().map(|d| d.calls).sum::<u64>() + self.unaccounted.dropped;
-        self.clear_counts();
-        let cur = now / i * i;
-        let mut s = if observed {
-            self.open_start + i
-        } else {
-            self.open_start
-        };
-        if s < cur && self.ensure_open() {
-            let mut n = 0;
-            let mut dropped = unplaced;
-            while s < cur {
-                if n == MAX_MISSED_RECORDS {
-                    self.write_missed(s, cur - s, dropped);
-                    break;
-                }
-                self.write_missed(s, i, dropped);
-                dropped = 0;
-                s += i;
-                n += 1;
+        let mut un = Unaccounted::default();
+        if let Some(ring) = intervals::get() {
+            for k in 0..RING_LEN {
+                ring.close(from + k);
             }
-            self.commit();
-        } else if unplaced > 0 {
-            // No whole interval was missed: the current one carries the count.
-            self.unaccounted.dropped += unplaced;
+            let deadline = sys::monotonic_ns() + HOOKS_WAIT_NS;
+            let mut calls = 0;
+            for b in pool::blocks() {
+                let st = b.state.load(Acquire);
+                if st != state::LIVE && st != state::DEAD {
+                    continue;
+                }
+                let took = b.flusher_take(to - 1, to, deadline, |_, _, d| calls += d.calls);
+                if let Taken::Moved { unaccounted, .. } = took {
+                    un += unaccounted;
+                }
+            }
+            for k in 0..RING_LEN {
+                let quiet = ring.wait_writers(from + k, deadline);
+                let head = ring.read(from + k, !quiet, |_, v| calls += v[0]);
+                un += Unaccounted {
+                    lost: head.lost,
+                    overflows: head.overflows,
+                    dropped: head.dropped,
+                };
+            }
+            ring.relabel(to);
+            un.dropped += calls;
         }
-        self.open_start = cur;
-        self.observed_from = now;
+        self.labelled_at.fill(now);
+        let mut t = Tally::default();
+        self.reap(&mut t);
+        Self::add_unplaced(&mut t);
+        un += t.unaccounted;
+        un.dropped += t.calls();
+        self.write_missed(from * i, to - from, un);
+        self.commit();
+        self.open_start = to * i;
+        self.observed_from = self.open_start;
     }
 
     /// Writes what the open interval has so far, flagged partial.
     fn write_partial(&mut self, now: u64) {
-        self.collect();
-        self.write_interval(self.open_start, interval_flags::PARTIAL);
+        let t = self.take_open(self.open_start / self.cfg.interval_ns);
+        self.write_interval(self.open_start, interval_flags::PARTIAL, &t, 0);
+        self.commit();
         self.observed_from = now.max(self.open_start + 1);
     }
 
-    /// Collects, and writes the interval in progress as the file's checkpoint when something
-    /// was counted since the last one.
+    /// Writes the interval in progress as the file's checkpoint, read without taking it,
+    /// when it changed since the last one.
     fn checkpoint(&mut self) {
-        self.collect();
-        if !self.dirty || !self.queue.is_empty() || self.failed {
+        self.take_extras();
+        if !self.queue.is_empty() || self.failed {
             return;
         }
-        if self.agg.is_empty() && self.unaccounted == Unaccounted::default() {
+        let t = self.peek_open(self.open_start / self.cfg.interval_ns);
+        let sig = t.signature();
+        if t.is_empty() || (!self.dirty && self.last_checkpoint == Some(sig)) {
             return;
         }
         if !self.ensure_open() {
             return;
         }
         self.cal.refine();
-        let rec = self.encode_interval(false, self.open_start, interval_flags::PARTIAL);
+        let rec = self.encode_interval(
+            false,
+            self.open_start,
+            interval_flags::PARTIAL,
+            &t,
+            false,
+            None,
+        );
         let Some(out) = self.out.as_mut() else { return };
         match out.checkpoint(rec.as_bytes()) {
-            Ok(()) => self.dirty = false,
+            Ok(()) => {
+                self.dirty = false;
+                self.last_checkpoint = Some(sig);
+            }
             Err(WriteError::Gone(why)) => {
                 let now = sys::realtime_ns();
                 let old = self.file_name().unwrap_or_default();
@@ -839,6 +1102,7 @@ impl Flusher {
     }
 
     fn end_file(&mut self, now: u64, reason: u32) {
+        control::progress();
         if !self.ensure_open() {
             return;
         }
@@ -916,13 +1180,13 @@ impl Flusher {
     /// child that counted nothing leaves no file.
     fn exit(&mut self, now: u64) {
         self.write_layers();
-        self.collect();
-        let nothing = self.agg.is_empty() && self.unaccounted == Unaccounted::default();
-        if self.out.is_none() && nothing {
+        let t = self.take_open(self.open_start / self.cfg.interval_ns);
+        if self.out.is_none() && t.is_empty() {
             return;
         }
-        self.write_interval(self.open_start, interval_flags::PARTIAL);
+        self.write_interval(self.open_start, interval_flags::PARTIAL, &t, 0);
         self.write_stacks();
+        // The End record is committed with the interval (one write).
         self.end_file(now, end_reason::EXIT);
     }
 
@@ -932,7 +1196,8 @@ impl Flusher {
     /// storing in [`DONE`] the value of `REQ` it read before taking the bits. It sleeps only
     /// when every request it has seen is acknowledged, so none waits for the next interval.
     pub fn run(mut self) {
-        io::thread_off();
+        io::flusher_thread(sys::own_fd_table());
+        FLUSHER_TID.store(sys::gettid(), Release);
         let start = sys::realtime_ns();
         let mut next_checkpoint = (start / CHECKPOINT_NS + 1) * CHECKPOINT_NS;
         let mut rng = Probe::new(start ^ u64::from(std::process::id()));
@@ -940,8 +1205,14 @@ impl Flusher {
         let runq = RunDelay::open();
         let mut slept_at_delay = runq.read();
         loop {
+            control::progress();
             let seen = REQ.load(Acquire);
             let now = sys::realtime_ns();
+            if let Some((_, dur)) = self.stall.take_if(|&mut (at, _)| now >= at) {
+                // A starved flusher, for tests: the hooks go on meanwhile.
+                sys::sleep_ns(dur);
+                continue;
+            }
             let deadline = (self.open_start + self.cfg.interval_ns)
                 .min(next_checkpoint)
                 .min(next_probe);
@@ -984,6 +1255,47 @@ impl Flusher {
             DONE.store(seen, Release);
             sys::futex_wake_all(&DONE);
         }
+    }
+}
+
+/// One interval's counts as the flusher writes them.
+#[derive(Debug, Default)]
+struct Tally {
+    agg: HashMap<usize, Delta>,
+    unaccounted: Unaccounted,
+    /// Threads alive in the interval (live when written, and those that exited in it).
+    threads: u64,
+    /// Calls among them that returned in an earlier interval (see `intervals`).
+    moved: u64,
+}
+
+impl Tally {
+    fn add_head(&mut self, h: &intervals::Head) {
+        self.unaccounted += Unaccounted {
+            lost: h.lost,
+            overflows: h.overflows,
+            dropped: h.dropped,
+        };
+        self.moved += h.moved;
+        self.threads += h.exited;
+    }
+
+    fn calls(&self) -> u64 {
+        self.agg.values().map(|d| d.calls).sum()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.agg.is_empty() && self.unaccounted == Unaccounted::default()
+    }
+
+    /// What changes when anything is counted: calls, exclusive ticks, calls not accounted.
+    fn signature(&self) -> [u64; 3] {
+        let u = &self.unaccounted;
+        [
+            self.calls(),
+            self.agg.values().map(|d| d.excl).sum(),
+            u.lost + u.overflows + u.dropped,
+        ]
     }
 }
 

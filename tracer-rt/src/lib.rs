@@ -29,7 +29,9 @@
 //! * **Never break the host program.** If set-up fails or is refused (data directory not
 //!   writable, or not safe: see the `culprit-datadir` crate) one `culprit:` line goes to stderr
 //!   and the program runs untraced; after start-up nothing is printed (trouble goes into the
-//!   data). Nothing is ever written to stdout; no signal is used; no descriptor is kept open.
+//!   data). Nothing is ever written to stdout; no signal is used; none of the program's
+//!   descriptor numbers is ever taken or held (the flusher has a descriptor table of its own,
+//!   [`sys::own_fd_table`]).
 //!   A program that calls no hook (not instrumented) is left alone entirely: no file, no
 //!   thread. Under secure execution (set-user-id programs) the runtime does nothing, silently.
 //! * **Hooks are cheap and async-signal-safe**: no allocation, lock, system call or unwinding;
@@ -37,6 +39,11 @@
 //!   `%fs:` load, TSC timestamps (see [`clock`]); the modes cost the default path nothing. They
 //!   write only memory the runtime owns; the flusher copies it into the file with `pwrite`
 //!   ([`output`]), so truncating or removing the file cannot fault the program.
+//! * **Exact when starved**: the hooks place every call in its interval themselves (the exit
+//!   hook compares its timestamp with the thread's interval boundary; the first exit past it
+//!   moves the thread's counts into the ring of intervals, [`intervals`]), so a flusher that
+//!   runs late writes each interval late and exactly, never missed or merged, up to
+//!   [`intervals::RING_LEN`] intervals behind.
 //! * **Crash-safe output**: every 100 ms the interval in progress is checkpointed into the
 //!   file; a crash, `abort` or `kill -9` loses at most the calls of the last 100 ms. `exit`
 //!   and `_exit` (interposed) write everything.
@@ -60,6 +67,7 @@ pub mod decide;
 pub mod elf;
 pub mod flusher;
 pub mod glob;
+pub mod intervals;
 pub mod io;
 pub mod objects;
 pub mod output;

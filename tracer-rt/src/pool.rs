@@ -3,22 +3,24 @@
 //!
 //! * A thread's first hook claims a free block (or maps a new one) and keeps it in the
 //!   thread-local pointer.
-//! * When the thread exits, it hands its counts not yet taken over to the process-wide
-//!   retired table (a few atomic adds per function it called, no system call) and frees
-//!   its block at once: the next new thread reuses it, so a server that starts a thread per
-//!   request keeps as many blocks as it has threads at once, not as many as it started in an
-//!   interval. Only when that table is full does the block wait, dead, for the flusher.
-//! * The flusher takes the counts of every live block and of the retired table each
-//!   interval, and gives the memory of blocks that stayed free for a whole interval back to
-//!   the kernel ([`release_idle`]).
+//! * When the thread exits, it hands its counts not yet handed over to the ring of intervals
+//!   like a crossing (`intervals`; a few atomic adds per function it called, no system call)
+//!   and frees its block at once: the next new thread reuses it, so a server that starts a
+//!   thread per request keeps as many blocks as it has threads at once, not as many as it
+//!   started in an interval. Only when the flusher is moving its counts that very moment, or
+//!   the block has edge or histogram tables, does the block wait, dead, for the flusher.
+//! * The flusher moves the counts of threads that do not cross into the ring as it writes
+//!   each interval, and gives the memory of blocks that stayed free for a whole interval back
+//!   to the kernel ([`release_idle`]).
 //! * Calls that no block can count (a thread exiting or being set up, or one that could not
 //!   get a block) are counted in [`take_ignored`]: nothing is lost silently.
 
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicU32, AtomicU64};
 
 use crate::block::{hot, state, Delta, ThreadBlock, Unaccounted};
 use crate::control;
+use crate::intervals;
 use crate::sys::{self, Registry, ThreadData, Zeroable};
 
 /// Most blocks (threads alive at once); a thread beyond it runs untraced, its calls counted
@@ -129,6 +131,7 @@ fn nested_in_busy(sp: usize, entry: bool) -> bool {
     match b {
         Some(b) => {
             b.count_lost();
+            b.repair_abandoned();
             sys::set_tls_cur(b.idle_word());
             false
         }
@@ -182,6 +185,7 @@ fn claim_block() -> Option<&'static ThreadBlock> {
                 b.state.store(state::FREE, Release);
                 return None;
             }
+            b.start_intervals();
             return Some(b);
         }
     }
@@ -197,6 +201,7 @@ fn claim_block() -> Option<&'static ThreadBlock> {
         b.state.store(state::FREE, Release);
         return None;
     }
+    b.start_intervals();
     Some(b)
 }
 
@@ -206,11 +211,12 @@ pub fn blocks() -> impl Iterator<Item = &'static ThreadBlock> {
 }
 
 /// The owner of `b` exits (its hooks are already off): its open calls end now (`pthread_exit`,
-/// cancellation), its counts are handed over and it is freed. A block with edge or histogram
-/// tables is left for the flusher to take (the retired table holds function counts only).
+/// cancellation), its counts are handed over to the ring and it is freed. A block with edge or
+/// histogram tables is left for the flusher to take those (the ring holds function counts
+/// only), and so is one whose counts the flusher is moving that very moment.
 fn thread_exited(b: &'static ThreadBlock) {
     b.unwind_all();
-    let st = if !b.has_extras() && RETIRED.retire(b) {
+    let st = if b.hand_over_at_exit() && !b.has_extras() {
         state::FREE
     } else {
         state::DEAD
@@ -219,32 +225,28 @@ fn thread_exited(b: &'static ThreadBlock) {
 }
 
 /// `fork` child: only the calling thread (block `me`) exists; nothing counted before the fork
-/// is the child's.
-pub fn after_fork(me: Option<&'static ThreadBlock>) {
+/// is the child's. The ring of intervals starts afresh from interval `oldest`.
+pub fn after_fork(me: Option<&'static ThreadBlock>, oldest: u64) {
     SERIALS.store(1, Relaxed);
-    if let Some(m) = me {
-        m.set_owner(sys::gettid(), 1);
-    }
+    intervals::reset(oldest);
     for b in BLOCKS.iter() {
         b.drop_deltas();
         if !me.is_some_and(|m| std::ptr::eq(m, b)) {
             b.reset_active();
+            b.forget_owner();
             b.state.store(state::FREE, Release);
         }
     }
-    RETIRED.take(|_, _| {});
+    if let Some(m) = me {
+        m.set_owner(sys::gettid(), 1);
+        m.start_intervals();
+    }
     IGNORED.store(0, Relaxed);
 }
 
 /// Calls dropped in threads whose hooks were off, since the last call.
 pub fn take_ignored() -> u64 {
     IGNORED.swap(0, AcqRel)
-}
-
-/// Counts of threads that exited since the last call: `f(addr, delta)` per function, and
-/// (unaccounted calls, threads handed over).
-pub fn take_retired(f: impl FnMut(usize, Delta)) -> (Unaccounted, u64) {
-    RETIRED.take(f)
 }
 
 /// What the flusher remembers about a block between intervals.
@@ -286,166 +288,11 @@ pub fn release_idle(seen: &mut Vec<Idle>, mut f: impl FnMut(usize, Delta)) -> Un
         {
             continue;
         }
-        un += b.take_deltas(&mut f);
+        un += b.take_deltas(|addr, _, d| f(addr, d));
         let from = b.forget_all();
         sys::discard_tail(b, from);
         s.released = true;
         b.state.store(state::FREE, Release);
     }
     un
-}
-
-// ---------------------------------------------------------------------------------------------
-// The retired table.
-
-const RETIRED_BITS: u32 = 14;
-const RETIRED_CAP: usize = 1 << RETIRED_BITS;
-const RETIRED_MASK: usize = RETIRED_CAP - 1;
-/// Slots that may be filled (keeps probe chains short, and an empty slot always exists).
-const RETIRED_MAX: u32 = (RETIRED_CAP * 7 / 8) as u32;
-
-/// One function's counts handed over by exited threads: added with atomic adds by exiting
-/// threads, taken with atomic swaps by the flusher (nothing in between is lost).
-#[derive(Debug)]
-#[repr(C, align(64))]
-struct RetiredSlot {
-    addr: AtomicUsize,
-    calls: AtomicU64,
-    excl: AtomicU64,
-    incl: AtomicU64,
-    unwound: AtomicU64,
-}
-
-impl RetiredSlot {
-    const fn new() -> Self {
-        RetiredSlot {
-            addr: AtomicUsize::new(0),
-            calls: AtomicU64::new(0),
-            excl: AtomicU64::new(0),
-            incl: AtomicU64::new(0),
-            unwound: AtomicU64::new(0),
-        }
-    }
-}
-
-/// Counts of exited threads not yet taken by the flusher. Lives in `.bss`: pages are used
-/// only as functions arrive.
-#[derive(Debug)]
-struct Retired {
-    slots: [RetiredSlot; RETIRED_CAP],
-    /// Indices (+1) of the filled slots, in filling order; 0 while being written.
-    used: [AtomicU32; RETIRED_CAP],
-    nused: AtomicU32,
-    /// Slots promised to threads retiring right now (see [`Retired::retire`]).
-    reserved: AtomicU32,
-    lost: AtomicU64,
-    overflows: AtomicU64,
-    dropped: AtomicU64,
-    threads: AtomicU64,
-}
-
-static RETIRED: Retired = Retired::new();
-
-impl Retired {
-    const fn new() -> Self {
-        Retired {
-            slots: [const { RetiredSlot::new() }; RETIRED_CAP],
-            used: [const { AtomicU32::new(0) }; RETIRED_CAP],
-            nused: AtomicU32::new(0),
-            reserved: AtomicU32::new(0),
-            lost: AtomicU64::new(0),
-            overflows: AtomicU64::new(0),
-            dropped: AtomicU64::new(0),
-            threads: AtomicU64::new(0),
-        }
-    }
-
-    /// Moves the counts of `b` (whose owner is exiting) here. False, with nothing moved, when
-    /// the table might not hold its functions.
-    fn retire(&self, b: &ThreadBlock) -> bool {
-        let n = b.used_count();
-        let r = self.reserved.fetch_add(n, AcqRel);
-        if r.saturating_add(n) > RETIRED_MAX {
-            self.reserved.fetch_sub(n, AcqRel);
-            return false;
-        }
-        // With the reservation, every new function finds an empty slot.
-        let mut added = 0;
-        let un = b.take_deltas(|addr, d| added += self.add(addr, d) as u32);
-        self.reserved.fetch_sub(n - added.min(n), AcqRel);
-        self.lost.fetch_add(un.lost, Relaxed);
-        self.overflows.fetch_add(un.overflows, Relaxed);
-        self.dropped.fetch_add(un.dropped, Relaxed);
-        self.threads.fetch_add(1, Release);
-        true
-    }
-
-    /// Adds `d` to the slot of `addr`; true when this filled a new slot.
-    fn add(&self, addr: usize, d: Delta) -> bool {
-        let mut i =
-            ((addr as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - RETIRED_BITS)) as usize;
-        let mut new = false;
-        for _ in 0..RETIRED_CAP {
-            let s = &self.slots[i];
-            let k = s.addr.load(Acquire);
-            let mine = k == addr
-                || (k == 0
-                    && match s.addr.compare_exchange(0, addr, AcqRel, Acquire) {
-                        Ok(_) => {
-                            new = true;
-                            let n = self.nused.fetch_add(1, AcqRel) as usize;
-                            if let Some(u) = self.used.get(n) {
-                                u.store(i as u32 + 1, Release);
-                            }
-                            true
-                        }
-                        Err(other) => other == addr,
-                    });
-            if mine {
-                // Locked adds on lines other exiting threads share: only those that add.
-                for (a, v) in [
-                    (&s.calls, d.calls),
-                    (&s.excl, d.excl),
-                    (&s.incl, d.incl),
-                    (&s.unwound, d.unwound),
-                ] {
-                    if v != 0 {
-                        a.fetch_add(v, Relaxed);
-                    }
-                }
-                return new;
-            }
-            i = (i + 1) & RETIRED_MASK;
-        }
-        new
-    }
-
-    /// Takes everything added since the last call.
-    fn take(&self, mut f: impl FnMut(usize, Delta)) -> (Unaccounted, u64) {
-        let n = (self.nused.load(Acquire) as usize).min(RETIRED_CAP);
-        for u in &self.used[..n] {
-            let i = u.load(Acquire);
-            if i == 0 {
-                continue; // being written: taken next time
-            }
-            let s = &self.slots[(i - 1) as usize & RETIRED_MASK];
-            let d = Delta {
-                calls: s.calls.swap(0, AcqRel),
-                excl: s.excl.swap(0, AcqRel),
-                incl: s.incl.swap(0, AcqRel),
-                unwound: s.unwound.swap(0, AcqRel),
-            };
-            if d != Delta::default() {
-                f(s.addr.load(Relaxed), d);
-            }
-        }
-        (
-            Unaccounted {
-                lost: self.lost.swap(0, AcqRel),
-                overflows: self.overflows.swap(0, AcqRel),
-                dropped: self.dropped.swap(0, AcqRel),
-            },
-            self.threads.swap(0, AcqRel),
-        )
-    }
 }

@@ -7,12 +7,13 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 use crate::clock::{self, Calibration};
 use crate::config::Config;
 use crate::control::{
-    self, req, state, CURRENT_FILE, CURRENT_NODE, DONE, NODE_REQUEST, PENDING, REQ, STATE,
+    self, req, state, CURRENT_FILE, CURRENT_NODE, DONE, FLUSHER_TID, NODE_REQUEST, PENDING,
+    PROGRESS, REQ, STATE,
 };
 use crate::flusher::{Flusher, Origin};
 use crate::output::WriteError;
 use crate::sys::{self, Publish};
-use crate::{block, decide, elf, io, objects, pool};
+use crate::{block, decide, elf, intervals, io, objects, pool};
 
 static CONFIG: Publish<Config> = Publish::new();
 
@@ -58,6 +59,9 @@ pub fn start() {
         STATE.store(state::OFF, Release);
         return;
     }
+    // Files opened here get numbers from 3 on, even if the program starts with 0, 1 or 2
+    // closed (the flusher, later, opens files in a table of its own).
+    let _std = sys::hold_std_fds();
     let objs = objects::scan();
     // A program (and its libraries) that never calls the hooks is left alone: no file, no
     // thread. This keeps `culprit record -- sh -c …` from writing files for the shell. One that
@@ -96,6 +100,11 @@ pub fn start() {
         modes |= block::mode::MONO;
     }
     block::mode::set(modes);
+    if !intervals::setup(cfg.interval_ns, start_ns / cfg.interval_ns) {
+        say("cannot map the ring of intervals; running untraced");
+        STATE.store(state::OFF, Release);
+        return;
+    }
     decide::rebuild(&cfg.filters, &objs);
     let origin = chain_origin();
     CONFIG.set(cfg);
@@ -155,27 +164,64 @@ fn chain_origin() -> Origin {
     }
 }
 
-/// Sends `bits` to the flusher and waits (up to `timeout_ns`) until it has handled them.
-/// False at once in a process that is not the flusher's (see [`OWNER_PID`]).
-fn request(bits: u32, timeout_ns: u64) -> bool {
+/// How long the exit handler waits for a flusher that makes no progress and sleeps (a lock
+/// it cannot get) before the process exits without its last records.
+const EXIT_STALL_NS: u64 = 5_000_000_000;
+/// How long it waits for a flusher that makes no progress at all, even one that waits for a
+/// CPU or for the disk the whole time (thousands of processes creating their files in one
+/// directory at once wait for its lock, in uninterruptible sleep; a hung file system too).
+const EXIT_STALL_MAX_NS: u64 = 60_000_000_000;
+
+/// How a requester waits for the flusher.
+#[derive(Clone, Copy, Debug)]
+enum Wait {
+    /// At most this long (ns).
+    Upto(u64),
+    /// As long as the flusher makes progress or waits for a CPU (see [`EXIT_STALL_NS`]).
+    WhileProgressing,
+}
+
+/// Sends `bits` to the flusher and waits until it has handled them. False at once in a
+/// process that is not the flusher's (see [`OWNER_PID`]), and when the wait ends first.
+fn request(bits: u32, wait: Wait) -> bool {
     if std::process::id() != OWNER_PID.load(Relaxed) {
         return false;
     }
     PENDING.fetch_or(bits, AcqRel);
     let mine = REQ.fetch_add(1, AcqRel).wrapping_add(1);
     sys::futex_wake_all(&REQ);
-    let give_up = sys::monotonic_ns() + timeout_ns;
+    let start = sys::monotonic_ns();
+    let mut seen = (PROGRESS.load(Relaxed), start);
     loop {
         let done = DONE.load(Acquire);
         if done.wrapping_sub(mine) as i32 >= 0 {
             return true;
         }
         let now = sys::monotonic_ns();
-        if now >= give_up {
-            return false;
-        }
-        sys::futex_wait_for(&DONE, done, give_up - now);
+        let slice = match wait {
+            Wait::Upto(ns) if now >= start + ns => return false,
+            Wait::Upto(ns) => (start + ns - now).min(100_000_000),
+            Wait::WhileProgressing => {
+                let p = PROGRESS.load(Relaxed);
+                if p != seen.0 {
+                    seen = (p, now);
+                }
+                let still = now - seen.1;
+                if still >= EXIT_STALL_MAX_NS || (still >= EXIT_STALL_NS && !flusher_busy()) {
+                    return false;
+                }
+                100_000_000
+            }
+        };
+        sys::futex_wait_for(&DONE, done, slice);
     }
+}
+
+/// True when the flusher thread is runnable (running, or waiting for a CPU) or waiting for
+/// the disk (uninterruptible sleep), or when that cannot be told.
+fn flusher_busy() -> bool {
+    let tid = FLUSHER_TID.load(Acquire);
+    tid == 0 || sys::thread_state(tid).is_none_or(|s| s == b'R' || s == b'D')
 }
 
 /// `culprit_flush()`.
@@ -183,7 +229,7 @@ pub fn flush() -> i32 {
     if !is_active() {
         return -1;
     }
-    if request(req::FLUSH, 5_000_000_000) {
+    if request(req::FLUSH, Wait::Upto(5_000_000_000)) {
         0
     } else {
         -2
@@ -199,7 +245,7 @@ pub fn set_node(name: &str) -> i32 {
         return -1;
     }
     NODE_REQUEST.set(name.to_string());
-    if request(req::NODE, 5_000_000_000) {
+    if request(req::NODE, Wait::Upto(5_000_000_000)) {
         0
     } else {
         -3
@@ -235,15 +281,22 @@ extern "C" fn at_exit() {
 }
 
 /// The process exits (`exit`, or `_exit`/`_Exit`, which the runtime interposes): the flusher
-/// writes the last interval and the end marker; waits for it at most 3 s. Does nothing in a
-/// child without a flusher (with vfork, ENDED would stop the parent's tracing).
+/// writes the last interval and the end marker. The exit waits for it as long as it makes
+/// progress, or waits for a CPU or the disk: thousands of processes that exit at once on a
+/// loaded host each leave their last records, however long their flushers wait (a fixed
+/// limit of 3 s ran out there). It gives up on a flusher that sleeps without progress for
+/// `EXIT_STALL_NS` (a lock it cannot get), or that makes none for `EXIT_STALL_MAX_NS`. Does
+/// nothing in a child without a flusher (with vfork, ENDED would stop the parent's tracing).
+///
+/// The flusher does the writing, not the exiting thread (which has the CPU): `_exit` may be
+/// called from a signal handler that interrupted `malloc`, and writing the records allocates.
 pub fn before_exit() {
     if std::process::id() == OWNER_PID.load(Relaxed)
         && STATE
             .compare_exchange(state::ACTIVE, state::ENDED, AcqRel, Acquire)
             .is_ok()
     {
-        request(req::EXIT, 3_000_000_000);
+        request(req::EXIT, Wait::WhileProgressing);
     }
 }
 
@@ -254,14 +307,15 @@ extern "C" fn after_fork_child() {
     if STATE.load(Acquire) != state::ACTIVE {
         return;
     }
-    pool::after_fork(pool::current());
+    let (Some(cfg), Some(cal)) = (CONFIG.get(), CALIBRATION.get()) else {
+        return;
+    };
+    let start_ns = sys::realtime_ns();
+    pool::after_fork(pool::current(), start_ns / cfg.interval_ns);
     io::after_fork();
     PENDING.store(0, Relaxed);
     REQ.store(0, Relaxed);
     DONE.store(0, Relaxed);
-    let (Some(cfg), Some(cal)) = (CONFIG.get(), CALIBRATION.get()) else {
-        return;
-    };
     let node = CURRENT_NODE
         .get()
         .cloned()
@@ -270,7 +324,6 @@ extern "C" fn after_fork_child() {
         Some(f) => Origin::Forked(f.clone()),
         None => Origin::Start,
     };
-    let start_ns = sys::realtime_ns();
     START_NS.store(start_ns, Relaxed);
     OWNER_PID.store(std::process::id(), Relaxed);
     let flusher = Flusher::new(cfg, node, *cal, start_ns, origin);

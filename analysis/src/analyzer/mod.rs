@@ -29,8 +29,9 @@ mod state;
 pub use crate::error::PushError;
 use state::{add_slot_values, add_values, valid, MetricState, NodeBucket, NodeState, Writer};
 pub use state::{
-    AnomWindow, Anomaly, AppliedThreshold, Episode, MetricConfig, MetricResult, NodeResult, Ranked,
-    Relearnt, RootCause, ScoredWindow, WindowEvent, WindowRange, MIN_NODES,
+    AnomWindow, Anomaly, AppliedThreshold, Episode, GapRun, MetricConfig, MetricResult, NodeResult,
+    Ranked, Relearnt, RootCause, ScoredWindow, WindowEvent, WindowRange, BEHIND_WAIT_NS, MIN_NODES,
+    MIN_PRESENT,
 };
 
 /// Settings shared by all metrics.
@@ -266,12 +267,14 @@ impl Analyzer {
                 id: writer,
                 frontier: end,
                 ended: false,
+                alive_ns: None,
             }),
         }
         let bucket = iv.start_ns / shift;
         match ms.next_window {
             Some(w) if ms.closed_any && bucket < w => {
                 ms.result.late += 1;
+                ms.result.nodes[node].late += 1;
                 return Ok(());
             }
             Some(w) if bucket < w => ms.next_window = Some(bucket),
@@ -283,19 +286,23 @@ impl Analyzer {
             row.resize_with(node + 1, NodeBucket::default);
         }
         let nb = &mut row[node];
-        if nb.full.is_empty() {
-            let words = spb.div_ceil(64);
-            let mut fresh = ms.pool.pop().unwrap_or_default();
-            fresh.vals.clear();
-            fresh.full.clear();
-            fresh.full.resize(words, 0);
-            fresh.missed.clear();
-            fresh.missed.resize(words, 0);
-            *nb = fresh;
-        }
+        let wi = match nb.writers.iter().position(|w| w.id == writer) {
+            Some(i) => i,
+            None => {
+                let mut fresh = ms.pool.pop().unwrap_or_default();
+                fresh.reset(writer, spb.div_ceil(64));
+                nb.writers.push(fresh);
+                nb.writers.len() - 1
+            }
+        };
+        let wb = &mut nb.writers[wi];
         let first = ((iv.start_ns % shift) / slot) as usize;
         let count = (iv.dur_ns / slot) as usize;
-        let ok = add_values(&mut nb.vals, iv.data, n_comps);
+        let ok = if iv.partial {
+            add_values(&mut wb.part, iv.data, n_comps)
+        } else {
+            add_values(&mut wb.vals, iv.data, n_comps)
+        };
         if ms.per_slot {
             let row = ms.slot_values.entry(bucket).or_default();
             if row.len() <= node {
@@ -311,24 +318,45 @@ impl Analyzer {
                 fill,
             );
         }
+        if !ok {
+            // A bad value poisons what the writer sent for this bucket: all of it is missing
+            // (its sums may hold the bad value), never compared.
+            wb.vals.fill(0.0);
+            wb.part.fill(0.0);
+            for s in 0..spb {
+                wb.missed[s / 64] |= 1 << (s % 64);
+            }
+            let bad = match iv.data {
+                IntervalData::Dense(v) => v.iter().copied().find(|x| !valid(*x)),
+                _ => None,
+            };
+            return Err(PushError::BadValue(bad.unwrap_or(f64::NAN)));
+        }
         let bits = match iv.data {
-            IntervalData::Missed => &mut nb.missed,
-            _ if !ok => &mut nb.missed,
-            // Values count; coverage comes from another writer or not at all.
-            _ if iv.partial => return Ok(()),
-            _ => &mut nb.full,
+            IntervalData::Missed => &mut wb.missed,
+            // Values count where the node was observed whole; coverage comes from another
+            // writer or not at all.
+            _ if iv.partial => &mut wb.partial,
+            _ => &mut wb.full,
         };
         for s in first..first + count {
             bits[s / 64] |= 1 << (s % 64);
         }
-        if ok {
-            return Ok(());
+        Ok(())
+    }
+
+    /// `--follow`: writer `writer` of `node` was seen alive (its process runs, or its file grew)
+    /// at `now_ns`; behind but alive, it holds metric `m`'s windows open for up to
+    /// [`BEHIND_WAIT_NS`] more than the metric's lag.
+    pub fn writer_alive(&mut self, m: usize, node: PeerIdx, writer: u64, now_ns: u64) {
+        let ms = &mut self.metrics[m];
+        if let Some(w) = ms
+            .writers
+            .get_mut(node)
+            .and_then(|ws| ws.iter_mut().find(|w| w.id == writer))
+        {
+            w.alive_ns = Some(w.alive_ns.map_or(now_ns, |a| a.max(now_ns)));
         }
-        let bad = match iv.data {
-            IntervalData::Dense(v) => v.iter().copied().find(|x| !valid(*x)),
-            _ => None,
-        };
-        Err(PushError::BadValue(bad.unwrap_or(f64::NAN)))
     }
 
     /// Closes every window that can close. `now_ns` is the wall clock in `--follow` (windows
@@ -362,10 +390,16 @@ impl Analyzer {
         let Some(now) = now_ns else {
             return max;
         };
+        let lag = ms.result.config.lag_ns;
         ms.writers
             .iter()
             .flatten()
-            .filter(|w| !w.ended && now.saturating_sub(w.frontier) <= ms.result.config.lag_ns)
+            .filter(|w| {
+                // Behind but alive: waited for a while longer.
+                let alive = w.alive_ns.is_some_and(|a| now.saturating_sub(a) <= lag);
+                let wait = if alive { lag + BEHIND_WAIT_NS } else { lag };
+                !w.ended && now.saturating_sub(w.frontier) <= wait
+            })
             .map(|w| w.frontier)
             .min()
             .unwrap_or(max)
@@ -418,8 +452,7 @@ impl Analyzer {
                 break;
             }
             let row = ms.buckets.remove(&k).unwrap_or_default();
-            ms.pool
-                .extend(row.into_iter().filter(|nb| !nb.full.is_empty()));
+            ms.pool.extend(row.into_iter().flat_map(|nb| nb.writers));
         }
         ms.slot_values.retain(|&k, _| k >= keep_from);
         // Skip closable windows without any data (an idle night must not take a loop per
@@ -434,7 +467,7 @@ impl Analyzer {
         let skipped = next - keep_from;
         for ns in &mut ms.nodes {
             for _ in 0..skipped.min(2 * k as u64) {
-                ns.gap(k);
+                ns.gap(k, false);
             }
         }
         ms.next_window = Some(next);
@@ -682,7 +715,7 @@ mod tests {
         for s in [5.0, 5.0] {
             g.note_training_score(s, 3, &mut gr);
         }
-        g.gap(3);
+        g.gap(3, true);
         assert_eq!(gr.flag_score, 0.0, "two high windows and a gap never flag");
         g.note_training_score(5.0, 3, &mut gr);
         assert_eq!(gr.flag_score, 5.0);
@@ -718,10 +751,186 @@ mod tests {
         }
         e.advance(None);
         let d = &e.result(0).nodes[3];
-        // Windows [109,111) … [120,122) touch the gap or the missed interval.
-        assert_eq!(d.incomplete, 12, "{d:?}");
+        // Windows [110,112) … [119,121) hold none of d's seconds: left out. [109,111) and
+        // [120,122) hold one of two (109; 121, 120 being missed): compared on it, scaled.
+        assert_eq!(d.incomplete, 10, "{d:?}");
+        assert_eq!(d.partial, 2, "{d:?}");
+        assert_eq!(d.scored, 29 - 10, "{d:?}");
         assert!(d.anomalous.is_empty(), "a gap is not an anomaly");
+        // Scaled to the window, its sums are its peers': a score of 0 where it was compared.
+        assert!(d.scores.iter().all(|w| w.score == 0.0), "{:?}", d.scores);
+        let runs: Vec<(u64, u64, bool)> = d
+            .gaps
+            .iter()
+            .map(|r| (r.first_ns / NS_PER_S, r.windows, r.left_out))
+            .collect();
+        assert_eq!(runs, [(109, 1, false), (110, 10, true), (120, 1, false)]);
+        assert_eq!(d.gaps[0].min_present, 0.5);
         assert_eq!(e.result(0).unscored, 0);
+    }
+
+    /// Pushes second `s` of writer `w` of node `n` (metric 0).
+    fn push_as(
+        e: &mut Analyzer,
+        n: PeerIdx,
+        w: u64,
+        s: u64,
+        partial: bool,
+        data: IntervalData<'_>,
+    ) {
+        e.push(
+            0,
+            n,
+            w,
+            &Interval {
+                start_ns: s * NS_PER_S,
+                dur_ns: NS_PER_S,
+                partial,
+                data,
+            },
+        )
+        .unwrap();
+    }
+
+    /// One window of 10 s, four nodes each doing 100 per second of `f`; node d's data has
+    /// gaps shaped by `d_second(writer, s)`; returns d's and a's window sums of `f` as the
+    /// analyzer compared them (root cause of an anomalous window is not needed: the score is
+    /// |d − median| in this one-component Manhattan world).
+    fn one_window(
+        d_writers: u64,
+        d_second: impl Fn(u64, u64) -> Option<(bool, Option<f64>)>,
+    ) -> NodeResult {
+        let mut e = Analyzer::new(
+            cfg(10, 10),
+            vec![metric(Policy::Untrained(Unsupervised::default()))],
+        );
+        let nodes: Vec<PeerIdx> = ["a", "b", "c", "d"].iter().map(|n| e.node(n)).collect();
+        let f = e.component(0, &CompLabel::func("x", "f"));
+        for s in 100..110u64 {
+            for &n in &nodes[..3] {
+                push_second(&mut e, n, s, &[v(f, 100.0)]);
+            }
+            for w in 0..d_writers {
+                if let Some((partial, val)) = d_second(w, s) {
+                    let data = [v(f, val.unwrap_or(0.0))];
+                    let data = match val {
+                        Some(_) => IntervalData::Sparse(&data),
+                        None => IntervalData::Missed,
+                    };
+                    push_as(&mut e, nodes[3], w, s, partial, data);
+                }
+            }
+        }
+        e.advance(None);
+        e.result(0).nodes[3].clone()
+    }
+
+    /// The score of d's one window: |its scaled sum − the median's 100 × 10|.
+    fn d_score(d: &NodeResult) -> Option<f64> {
+        assert!(d.scores.len() <= 1);
+        d.scores.first().map(|w| w.score)
+    }
+
+    #[test]
+    fn a_window_with_a_gap_is_compared_on_the_seconds_present() {
+        // Three seconds missed, in the middle: 7 s of 100 scaled to 10 s.
+        let d = one_window(1, |_, s| {
+            Some((false, (!(103..106).contains(&s)).then_some(100.0)))
+        });
+        assert_eq!((d.partial, d.incomplete), (1, 0));
+        assert_eq!(d_score(&d), Some(0.0));
+        // Doing 3× on the seconds present is 3× on the window.
+        let d = one_window(1, |_, s| {
+            Some((false, (!(103..106).contains(&s)).then_some(300.0)))
+        });
+        assert_eq!(d_score(&d), Some(2000.0));
+        // Six of ten missed: not compared, never ok.
+        let d = one_window(1, |_, s| Some((false, (s < 104).then_some(100.0))));
+        assert_eq!((d.scored, d.partial, d.incomplete), (0, 0, 1));
+        // Half present is the floor.
+        let d = one_window(1, |_, s| Some((false, (s < 105).then_some(100.0))));
+        assert_eq!((d.scored, d.partial), (1, 1));
+        assert_eq!(d_score(&d), Some(0.0));
+        // A partial interval after a missed stretch (the flusher woke late: the calls of its
+        // first part were dropped) does not count: the second is not present.
+        let d = one_window(1, |_, s| match s {
+            103 | 104 => Some((false, None)),
+            105 => Some((true, Some(40.0))),
+            _ => Some((false, Some(100.0))),
+        });
+        assert_eq!(d_score(&d), Some(0.0));
+        // A late start: seconds before the node's first are not zeros either.
+        let d = one_window(1, |_, s| match s {
+            ..102 => None,
+            102 => Some((true, Some(30.0))),
+            _ => Some((false, Some(100.0))),
+        });
+        assert_eq!(d_score(&d), Some(0.0));
+    }
+
+    /// A node of two processes, one of which missed seconds: that one is scaled over its own
+    /// seconds, the other is not extrapolated from them.
+    #[test]
+    fn each_writer_is_scaled_over_its_own_seconds() {
+        // Writer 0 does 80 a second throughout; writer 1 does 20 but missed 4 seconds.
+        let d = one_window(2, |w, s| {
+            Some(match w {
+                0 => (false, Some(80.0)),
+                _ => (false, (!(102..106).contains(&s)).then_some(20.0)),
+            })
+        });
+        assert_eq!(d.partial, 1);
+        assert_eq!(d_score(&d), Some(0.0), "80 × 10 + 20 × 6 × 10/6");
+        // A second process started mid-window: its first partial interval counts (another
+        // writer covers that second), and its seconds are not scaled to the window.
+        let d = one_window(2, |w, s| match (w, s) {
+            (0, _) => Some((false, Some(90.0))),
+            (_, ..105) => None,
+            (_, 105) => Some((true, Some(5.0))),
+            _ => Some((false, Some(10.0))),
+        });
+        assert_eq!((d.partial, d.incomplete), (0, 0));
+        assert_eq!(d_score(&d), Some(55.0), "900 + 5 + 40 against 1000");
+    }
+
+    /// A node anomalous in the windows it could be compared in, with the others missing, is
+    /// "undecided" (not enough comparable windows), never "transient"; one compared
+    /// throughout and anomalous in two of five is not.
+    #[test]
+    fn missing_windows_that_could_hide_a_fault_are_undecided() {
+        let run = |gap: bool| {
+            let mut e = Analyzer::new(
+                cfg(2, 1),
+                vec![metric(Policy::Trained {
+                    by_node: HashMap::new(),
+                    fallback: 50.0,
+                    shared: None,
+                })],
+            );
+            let nodes: Vec<PeerIdx> = ["a", "b", "c", "d"].iter().map(|n| e.node(n)).collect();
+            let f = e.component(0, &CompLabel::func("x", "f"));
+            for s in 100..120u64 {
+                for (i, &n) in nodes.iter().enumerate() {
+                    let bad = i == 3 && s == 110;
+                    let missing = i == 3 && gap && (111..115).contains(&s);
+                    let data = [v(f, if bad { 500.0 } else { 100.0 })];
+                    let data = if missing {
+                        IntervalData::Missed
+                    } else {
+                        IntervalData::Sparse(&data)
+                    };
+                    push_as(&mut e, n, 0, s, false, data);
+                }
+            }
+            e.advance(None);
+            e.result(0).nodes[3].clone()
+        };
+        let d = run(true);
+        assert!(!d.faulty() && !d.anomalous.is_empty(), "{d:?}");
+        assert!(d.undecided > 0, "{d:?}");
+        let d = run(false);
+        assert!(!d.faulty() && !d.anomalous.is_empty(), "{d:?}");
+        assert_eq!(d.undecided, 0, "{d:?}");
     }
 
     #[test]
@@ -746,9 +955,59 @@ mod tests {
             evs.iter().map(|e| e.start_ns).collect::<Vec<_>>(),
             vec![10 * NS_PER_S, 11 * NS_PER_S, 12 * NS_PER_S]
         );
+        // [10, 12) holds one of its two seconds: compared on it; the next two hold none.
+        assert_eq!(evs[0].partial, [(nodes[2], 0.5)]);
         assert!(evs[1].incomplete.contains(&nodes[2]));
-        // Too few complete nodes: unscored.
-        assert_eq!(e.result(0).unscored, 3);
+        // Too few compared nodes: unscored.
+        assert_eq!(e.result(0).unscored, 2);
+        // Late intervals of c are counted, per node, and left out.
+        push(&mut e, nodes[2], 11);
+        assert_eq!(e.result(0).nodes[2].late, 1);
+    }
+
+    /// A writer behind but alive (its process runs, its file grows late) holds windows open
+    /// for up to BEHIND_WAIT_NS past the lag; its late intervals then count as any other.
+    #[test]
+    fn follow_waits_longer_for_a_writer_behind_but_alive() {
+        let mut e = Analyzer::new(
+            cfg(2, 1),
+            vec![metric(Policy::Untrained(Unsupervised::default()))],
+        );
+        let nodes: Vec<PeerIdx> = ["a", "b", "c"].iter().map(|n| e.node(n)).collect();
+        let f = e.component(0, &CompLabel::func("x", "f"));
+        let push = |e: &mut Analyzer, n, s: u64| push_second(e, n, s, &[v(f, 1.0)]);
+        for s in 10..40 {
+            push(&mut e, nodes[0], s);
+            push(&mut e, nodes[1], s);
+        }
+        push(&mut e, nodes[2], 10);
+        // Seen alive at 40 s, 29 s behind: nothing closes past it.
+        e.writer_alive(0, nodes[2], 0, 40 * NS_PER_S);
+        assert!(e.advance(Some(40 * NS_PER_S)).is_empty());
+        // Its intervals arrive late, in order: every window is compared with it.
+        for s in 11..40 {
+            push(&mut e, nodes[2], s);
+        }
+        e.writer_alive(0, nodes[2], 0, 41 * NS_PER_S);
+        let evs = e.advance(Some(41 * NS_PER_S));
+        assert_eq!(evs.len(), 29);
+        assert!(evs
+            .iter()
+            .all(|ev| ev.scored == 3 && ev.incomplete.is_empty()));
+        assert_eq!(e.result(0).nodes[2].late, 0);
+        // Alive but behind for longer than the bound: windows close without it.
+        for s in 40..200 {
+            push(&mut e, nodes[0], s);
+            push(&mut e, nodes[1], s);
+        }
+        e.writer_alive(0, nodes[2], 0, 200 * NS_PER_S);
+        let evs = e.advance(Some(200 * NS_PER_S));
+        let waited = (200 - 40) * NS_PER_S;
+        assert!(!evs.is_empty());
+        assert!(
+            evs.last().unwrap().end_ns + 3 * NS_PER_S + BEHIND_WAIT_NS >= 200 * NS_PER_S
+                && waited > BEHIND_WAIT_NS
+        );
     }
 
     #[test]

@@ -16,6 +16,22 @@ use crate::score::{Matrix, NormalProfiles};
 /// Peer comparison needs at least this many nodes with data in a window.
 pub const MIN_NODES: usize = 3;
 
+/// A node is compared in a window when at least this share of the window's seconds (slots) is
+/// present for it — covered by a whole interval and missed by none of its writers; its sums are
+/// then scaled to the whole window (stage 1, `select.rs`). Below it the node is *not compared*
+/// in that window (never "ok"): half a window is the least from which a rate is still a
+/// window's rate rather than a few seconds' (docs/thresholds.md, "Gaps").
+pub const MIN_PRESENT: f64 = 0.5;
+
+/// `--follow`: how long past a metric's lag a window waits for a writer that is behind but
+/// alive (its process runs on this host, or its file grew since it was last read) before it
+/// closes without it. A starved process's flusher writes its intervals late but in order; the
+/// runtime keeps each interval for tens of seconds (docs/tracer.md), so a minute covers what
+/// it can still deliver. Intervals that arrive after their window closed are counted
+/// ([`NodeResult::late`]) and said in the report; an offline diagnosis of the same data
+/// compares them.
+pub const BEHIND_WAIT_NS: u64 = 60 * 1_000_000_000;
+
 /// An anomalous node of a window.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Anomaly {
@@ -44,8 +60,11 @@ pub struct WindowEvent {
     pub anomalous: Vec<Anomaly>,
     /// Nodes that became faulty in this window.
     pub newly_faulty: Vec<PeerIdx>,
-    /// Nodes (with data before) whose data is incomplete in this window.
+    /// Nodes (with data before) left out of this window: less than [`MIN_PRESENT`] of it
+    /// present.
     pub incomplete: Vec<PeerIdx>,
+    /// Nodes compared on the seconds present, with the share present (below 1).
+    pub partial: Vec<(PeerIdx, f64)>,
 }
 
 /// One metric's settings.
@@ -144,13 +163,43 @@ pub struct ScoredWindow {
     pub threshold: f64,
 }
 
+/// A stretch of consecutive windows in which a node's data had a gap, all compared on the
+/// seconds present or all left out.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GapRun {
+    /// Start of the first window.
+    pub first_ns: u64,
+    /// Start of the last window.
+    pub last_ns: u64,
+    /// Windows in the stretch.
+    pub windows: u64,
+    /// True when the node was left out of them (less than [`MIN_PRESENT`] present), false when
+    /// it was compared on the seconds present.
+    pub left_out: bool,
+    /// The smallest share of a window's seconds present in the stretch.
+    pub min_present: f64,
+}
+
 /// Everything found about one node for one metric.
 #[derive(Clone, Debug, Default)]
 pub struct NodeResult {
     /// Windows in which the node was scored.
     pub scored: u64,
-    /// Windows (after the node's first data) in which its data was incomplete.
+    /// Windows (after the node's first data) in which it was left out: its data missed more
+    /// than [`MIN_PRESENT`] allows, or too few nodes could be compared.
     pub incomplete: u64,
+    /// Windows in which it was compared on the seconds present (its sums scaled to the
+    /// window): some of its seconds missing, at least [`MIN_PRESENT`] present.
+    pub partial: u64,
+    /// Its windows with a gap of its own (compared on the seconds present, or left out), as
+    /// stretches.
+    pub gaps: Vec<GapRun>,
+    /// Windows compared in which it was not faulty but would have been, had the windows it
+    /// could not be compared in been anomalous: the missing data could hide a fault
+    /// ("not enough comparable windows").
+    pub undecided: u64,
+    /// Its intervals that arrived after their window had closed (`--follow`), left out.
+    pub late: u64,
     /// Largest score.
     pub max_score: f64,
     /// Training: the least threshold under which the node would never have been faulty — the
@@ -197,6 +246,26 @@ impl NodeResult {
     /// True when the node was faulty in some window.
     pub fn faulty(&self) -> bool {
         !self.episodes.is_empty()
+    }
+
+    /// Notes a window starting at `start_ns` (windows every `shift_ns`) in which the node's
+    /// own data had a gap: compared on `present` of its seconds, or left out.
+    pub(super) fn note_gap(&mut self, start_ns: u64, shift_ns: u64, left_out: bool, present: f64) {
+        if let Some(r) = self.gaps.last_mut() {
+            if r.left_out == left_out && r.last_ns + shift_ns == start_ns {
+                r.last_ns = start_ns;
+                r.windows += 1;
+                r.min_present = r.min_present.min(present);
+                return;
+            }
+        }
+        self.gaps.push(GapRun {
+            first_ns: start_ns,
+            last_ns: start_ns,
+            windows: 1,
+            left_out,
+            min_present: present,
+        });
     }
 }
 
@@ -279,6 +348,9 @@ impl MetricResult {
 #[derive(Clone, Debug)]
 pub(super) struct NodeState {
     pub(super) filter: KOfN,
+    /// The filter with every window the node could not be compared in taken as anomalous:
+    /// when it holds a fault the real one does not, the missing data could hide one.
+    pub(super) doubt: KOfN,
     /// Training: the node's last 2k − 1 scores.
     recent: VecDeque<f64>,
     /// Untrained: the node's scores in its first windows (its own baseline).
@@ -289,6 +361,7 @@ impl NodeState {
     pub(super) fn new(k: usize) -> Self {
         NodeState {
             filter: KOfN::new(k),
+            doubt: KOfN::new(k),
             recent: VecDeque::with_capacity(2 * k - 1),
             baseline: Vec::new(),
         }
@@ -305,9 +378,12 @@ impl NodeState {
         }
     }
 
-    /// A window the node was not scored in: not anomalous, and a zero for training.
-    pub(super) fn gap(&mut self, k: usize) {
+    /// A window the node was not scored in: not anomalous, and a zero for training;
+    /// `could_hide` when the node's data had begun and the window could have been compared
+    /// (then a fault could hide in it: [`NodeResult::undecided`]).
+    pub(super) fn gap(&mut self, k: usize, could_hide: bool) {
         let _ = self.filter.push(false);
+        let _ = self.doubt.push(could_hide);
         self.remember(0.0, k);
     }
 
@@ -331,15 +407,43 @@ pub(super) struct NormalRows {
     pub(super) of: HashMap<String, Vec<u32>>,
 }
 
-/// One node's data in one bucket (WinShift of data).
+/// One writer's data in one bucket (WinShift of data) of a node: kept apart from the node's
+/// other writers so that a writer that missed seconds is scaled over its own seconds, never
+/// over another's (stage 1, `select.rs`).
 #[derive(Clone, Debug, Default)]
-pub(super) struct NodeBucket {
-    /// Sum of each component over the bucket.
+pub(super) struct WriterBucket {
+    /// The writer.
+    pub(super) id: u64,
+    /// Sum of each component over its whole intervals.
     pub(super) vals: Vec<f64>,
+    /// Sum of each component over its partial intervals (it started or stopped inside them,
+    /// or woke too late to place the calls of their start).
+    pub(super) part: Vec<f64>,
     /// Slots covered by a whole (not partial, not missed) interval.
     pub(super) full: Vec<u64>,
-    /// Slots some writer could not observe.
+    /// Slots it could not observe (missed intervals, or an interval with a bad value).
     pub(super) missed: Vec<u64>,
+    /// Slots its partial intervals touch.
+    pub(super) partial: Vec<u64>,
+}
+
+impl WriterBucket {
+    /// Empties it for writer `id`, with `words` words of slot bits.
+    pub(super) fn reset(&mut self, id: u64, words: usize) {
+        self.id = id;
+        self.vals.clear();
+        self.part.clear();
+        for bits in [&mut self.full, &mut self.missed, &mut self.partial] {
+            bits.clear();
+            bits.resize(words, 0);
+        }
+    }
+}
+
+/// One node's data in one bucket: each of its writers' (most nodes have one).
+#[derive(Clone, Debug, Default)]
+pub(super) struct NodeBucket {
+    pub(super) writers: Vec<WriterBucket>,
 }
 
 /// One writer (process file, sampler run) of a node.
@@ -348,6 +452,10 @@ pub(super) struct Writer {
     pub(super) id: u64,
     pub(super) frontier: u64,
     pub(super) ended: bool,
+    /// `--follow`: when the writer was last seen alive (its process runs, its file grew),
+    /// wall-clock ns; a writer behind but alive holds windows open longer
+    /// ([`BEHIND_WAIT_NS`]).
+    pub(super) alive_ns: Option<u64>,
 }
 
 /// The state of one metric.
@@ -369,7 +477,7 @@ pub(super) struct MetricState {
     pub(super) writers: Vec<Vec<Writer>>,
     /// Per node.
     pub(super) nodes: Vec<NodeState>,
-    pub(super) pool: Vec<NodeBucket>,
+    pub(super) pool: Vec<WriterBucket>,
     pub(super) slots_per_bucket: usize,
     /// Per component: its weighting scale (1 when unweighted).
     pub(super) scale: Vec<f64>,
@@ -386,6 +494,8 @@ pub(super) struct MetricState {
     /// Per node, a node of another role's adjusted components ([`MetricConfig::roles`]),
     /// sorted by component.
     pub(super) adjust: Vec<Vec<(CompIdx, Adjust)>>,
+    /// Each node's data over the window being closed (reused from window to window).
+    pub(super) node_windows: Vec<super::pipeline::NodeWindow>,
 }
 
 impl MetricState {
@@ -424,6 +534,7 @@ impl MetricState {
             keep_scores,
             slot_fill: if cfg_absent_is_zero { 0.0 } else { f64::NAN },
             adjust: Vec::new(),
+            node_windows: Vec::new(),
         }
     }
 
@@ -584,14 +695,4 @@ pub(super) fn add_slot_values(
 #[inline]
 pub(super) fn valid(x: f64) -> bool {
     (0.0..=f64::MAX).contains(&x)
-}
-
-/// True when the first `n` bits are set.
-pub(super) fn all_set(bits: &[u64], n: usize) -> bool {
-    let full_words = n / 64;
-    if bits[..full_words].iter().any(|&w| w != u64::MAX) {
-        return false;
-    }
-    let rest = n % 64;
-    rest == 0 || bits[full_words] & ((1u64 << rest) - 1) == (1u64 << rest) - 1
 }

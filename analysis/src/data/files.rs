@@ -181,6 +181,11 @@ pub struct TraceFile {
     /// Where each thread was at the writer's last stack snapshot (format version 4; `None`
     /// for older files or before the first snapshot). Re-read at every refresh.
     pub stacks: Option<StackSnapshot>,
+    /// Why the file's stacks region is damage, when it is (a slot torn or corrupt in a file
+    /// that is done, the region cut short, a snapshot beyond the intact records or
+    /// inconsistent with them): counted in the damage finding; nothing in the region is then
+    /// read as where the threads are.
+    pub stacks_damage: Option<String>,
     /// The flusher's wake-ups and their lateness, per interval (format version 4).
     pub wakeups: Vec<culprit_format::WakeupsRec>,
     /// Later pieces of a rotated process joined into this one, oldest first (`path` is the
@@ -190,10 +195,36 @@ pub struct TraceFile {
     pub(super) rotated_end: Option<u64>,
 }
 
+/// Whether the writer of a file still runs on this machine (same boot, same start time) and is
+/// not a zombie: from the file's info pairs.
+fn info_writer_alive(info: impl Fn(&str) -> Option<String>) -> bool {
+    let Some(pid) = info(info_keys::PID).and_then(|v| v.parse::<u32>().ok()) else {
+        return false;
+    };
+    process_alive(
+        pid,
+        info(info_keys::BOOT_ID).as_deref(),
+        info(info_keys::PROC_START_NS).and_then(|v| v.parse().ok()),
+    ) && super::stacks::process_state(pid).is_some_and(|s| s != 'Z' && s != 'X')
+}
+
 impl TraceFile {
     /// The file being read now: the last piece of a rotated process, else [`TraceFile::path`].
     pub fn current_path(&self) -> &std::path::Path {
         self.pieces.last().unwrap_or(&self.path)
+    }
+
+    /// How far the file has been read: the pieces joined and the bytes read of the last. It
+    /// grows when the writer wrote records, late or not.
+    pub fn read_position(&self) -> (usize, u64) {
+        (self.pieces.len(), self.consumed)
+    }
+
+    /// True when the writing process runs and is not a zombie (a writer behind but alive:
+    /// `--follow` waits for it).
+    pub fn writer_running(&self) -> bool {
+        self.writer_alive()
+            && super::stacks::process_state(self.pid).is_some_and(|s| s != 'Z' && s != 'X')
     }
 
     /// True when the process that writes this file still runs (on this machine, same boot,
@@ -321,8 +352,12 @@ pub struct SampleInterval {
     pub freq: bool,
     /// Samples taken.
     pub total: u64,
-    /// Samples lost.
+    /// Samples the kernel dropped: the machine's (every node of a sampler run carries the
+    /// same count), in files of every version.
     pub lost: u64,
+    /// What the kernel dropped in the interval by kind, and whose it was (the sampler's Lost
+    /// record, format version 7): `None` when nothing was lost, or the file is older.
+    pub losses: Option<culprit_format::LostRec>,
     /// Counts per (program, function).
     pub entries: Vec<SampleCount>,
     /// The samples' call chains, when sampled with `--call-graph` (record kind 12; `None`
@@ -371,6 +406,9 @@ impl EventInterval {
 pub struct SampleFile {
     /// The file.
     pub path: PathBuf,
+    /// Format version the writer used (its header's): before 7, `lost` counted every record
+    /// the kernel dropped, of any kind, and there were no Lost records.
+    pub version: u16,
     /// Info pairs as recorded.
     pub info: Vec<(String, String)>,
     /// When the file was created (wall-clock ns).
@@ -399,6 +437,17 @@ impl SampleFile {
     /// The file being read now: the last piece of a rotated run, else [`SampleFile::path`].
     pub fn current_path(&self) -> &std::path::Path {
         self.pieces.last().unwrap_or(&self.path)
+    }
+
+    /// How far the file has been read (as [`TraceFile::read_position`]).
+    pub fn read_position(&self) -> (usize, u64) {
+        (self.pieces.len(), self.consumed)
+    }
+
+    /// True when the sampler writing the file runs on this machine (its pid, boot and start
+    /// time recorded) and is not a zombie.
+    pub fn writer_running(&self) -> bool {
+        info_writer_alive(|k| self.info(k).map(str::to_string))
     }
 
     /// The value of an info key.
@@ -446,6 +495,7 @@ pub(super) fn empty_trace() -> TraceFile {
         objects: Vec::new(),
         addr_cache: HashMap::new(),
         stacks: None,
+        stacks_damage: None,
         wakeups: Vec::new(),
         pieces: Vec::new(),
         rotated_end: None,
@@ -455,6 +505,7 @@ pub(super) fn empty_trace() -> TraceFile {
 pub(super) fn empty_samples() -> SampleFile {
     SampleFile {
         path: PathBuf::new(),
+        version: culprit_format::FORMAT_VERSION,
         info: Vec::new(),
         created_ns: 0,
         end_ns: None,

@@ -41,6 +41,7 @@ pub use requests::{RequestMark, RequestStretch};
 pub use source::{DirSource, NodeListing, ReadAt, Source};
 pub use stacks::process_state;
 use symbols::Symbols;
+pub use symbols::UNMAPPED_IMAGE;
 
 use crate::error::{Error, Result};
 
@@ -243,8 +244,14 @@ impl Dataset {
             self.nodes[idx].info = listing.info;
             self.refresh_node(idx, &listing.streams, &mut stats);
         }
-        self.nodes
-            .retain(|n| !n.traces.is_empty() || !n.samples.is_empty());
+        // A node whose files are all unreadable (a damaged header) stays: it is reported
+        // `damaged`, not left out of the group.
+        let unreadable = &self.unreadable;
+        self.nodes.retain(|n| {
+            !n.traces.is_empty()
+                || !n.samples.is_empty()
+                || unreadable.iter().any(|u| u.node == n.name)
+        });
         self.nodes.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(stats)
     }
@@ -387,6 +394,7 @@ impl Dataset {
             FileKind::Samples => {
                 let mut s = empty_samples();
                 s.path = path.to_path_buf();
+                s.version = h.version;
                 s.created_ns = h.created_ns;
                 s.consumed = h.data_offset;
                 Opened::Samples(Box::new(s))

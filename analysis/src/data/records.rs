@@ -35,32 +35,53 @@ impl Dataset {
             t.intervals.pop();
         }
         t.checkpoint = None;
-        let Some(mut r) = self.read_records(t, stats) else {
-            // Ended or damaged: its last snapshot, read once.
-            if t.stacks.is_none() {
-                self.read_stacks(t);
-            }
-            return;
+        let done = matches!(t.status, FileStatus::Ended | FileStatus::Damaged(_));
+        // The stacks region before the records: the writer takes a snapshot after committing
+        // the intervals it follows, so every one of them is read below (`stacks::check`). A
+        // file done with is read once.
+        let region = if !done || (t.stacks.is_none() && t.stacks_damage.is_none()) {
+            self.source
+                .open(t.current_path())
+                .ok()
+                .and_then(|f| stacks::read_region(&*f))
+        } else {
+            None
         };
-        // The writer's checkpoint of the interval in progress, right after what was read.
-        if t.status == FileStatus::Open {
-            if let Ok(Some(p)) = r.checkpoint() {
-                let mut ti = self.trace_interval(t, &p.interval);
-                for rec in &p.extras {
-                    self.add_extra(t, &mut ti, rec);
+        if let Some(mut r) = self.read_records(t, stats) {
+            // The writer's checkpoint of the interval in progress, right after what was read.
+            if t.status == FileStatus::Open {
+                if let Ok(Some(p)) = r.checkpoint() {
+                    let mut ti = self.trace_interval(t, &p.interval);
+                    for rec in &p.extras {
+                        self.add_extra(t, &mut ti, rec);
+                    }
+                    t.checkpoint = Some(ti);
                 }
-                t.checkpoint = Some(ti);
             }
         }
-        self.read_stacks(t);
+        if let Some(region) = region {
+            self.take_stacks(t, region);
+        }
     }
 
-    /// Re-reads the newest intact stack snapshot of `t` (kept when none can be read now).
-    fn read_stacks(&mut self, t: &mut TraceFile) {
-        let Ok(f) = self.source.open(t.current_path()) else {
-            return;
+    /// Takes the newest snapshot of a read of `t`'s stacks region when it is consistent with
+    /// the records read (see `stacks`): else keeps the previous one while the writer runs,
+    /// and once the file is done, drops it and records the damage.
+    fn take_stacks(&mut self, t: &mut TraceFile, region: stacks::RegionRead) {
+        let done = matches!(t.status, FileStatus::Ended | FileStatus::Damaged(_));
+        let fit = region.snapshot.as_ref().map(|s| stacks::check(s, t));
+        let damage = match &fit {
+            Some(Err(stacks::Unfit::Inconsistent(why))) => Some(why.clone()),
+            Some(Err(stacks::Unfit::Ahead(why))) if done => Some(why.clone()),
+            _ if done => region.damage.clone(),
+            _ => None,
         };
-        let Some(snap) = stacks::read_snapshot(&*f) else {
+        if let Some(why) = damage {
+            t.stacks = None;
+            t.stacks_damage = Some(why);
+            return;
+        }
+        let (Some(snap), Some(Ok(()))) = (region.snapshot, fit) else {
             return;
         };
         let threads = snap
@@ -81,6 +102,7 @@ impl Dataset {
                     .collect(),
             })
             .collect();
+        t.stacks_damage = None;
         t.stacks = Some(StackSnapshot {
             taken_ns: snap.taken_ns,
             omitted: snap.omitted,
@@ -117,11 +139,20 @@ impl Dataset {
         }
     }
 
-    /// The file's status from its stream's state, with a warning for damage.
-    fn settle(&mut self, path: &Path, state: &StreamState, status: &mut FileStatus) {
+    /// The file's status from its stream's state, with a warning for damage. `marked`: an end
+    /// marker (End record) was read.
+    fn settle(&mut self, path: &Path, state: &StreamState, status: &mut FileStatus, marked: bool) {
         match state {
             StreamState::Open => {}
-            StreamState::Ended => *status = FileStatus::Ended,
+            StreamState::Ended if marked => *status = FileStatus::Ended,
+            StreamState::Ended => {
+                // A header that says "ended" over records without an end marker: its committed
+                // end was moved back (damage), or the file would look like a node that stopped.
+                let why =
+                    "the header says the file ended, but its last record is not an end marker";
+                self.warn(format!("{}: {why}; data before it is kept", path.display()));
+                *status = FileStatus::Damaged(why.to_string());
+            }
             StreamState::Damaged(d) => {
                 self.warn(format!("{}: {d}; data before it is kept", path.display()));
                 *status = FileStatus::Damaged(d.reason.clone());
@@ -330,9 +361,10 @@ impl Dataset {
             };
             F::record(self, f, rec, stats);
         }
+        let marked = f.end_marker();
         let (_, consumed, status) = f.parts();
         *consumed = r.offset();
-        self.settle(&path, r.state(), status);
+        self.settle(&path, r.state(), status, marked);
         Some(r)
     }
 
@@ -371,10 +403,22 @@ impl Dataset {
                     freq: rec.flags & samples_flags::FREQ != 0,
                     total: rec.total,
                     lost: rec.lost,
+                    losses: None,
                     entries,
                     stacks: None,
                 });
                 stats.new_intervals += 1;
+            }
+            Record::Lost(rec) => {
+                // The sampler writes an interval's losses after its Samples record.
+                match s.intervals.last_mut() {
+                    Some(iv) if iv.start_ns == rec.interval.start_ns => iv.losses = Some(rec),
+                    _ => self.warn(format!(
+                        "{}: losses of an interval without samples (start {} ns) ignored",
+                        s.path.display(),
+                        rec.interval.start_ns
+                    )),
+                }
             }
             Record::Stacks(rec) => {
                 // The sampler writes an interval's chains right after its Samples record.
@@ -481,6 +525,8 @@ trait Stream {
     fn parts(&mut self) -> (&Path, &mut u64, &mut FileStatus);
     /// Takes in one record.
     fn record(ds: &mut Dataset, f: &mut Self, rec: Record<'_>, stats: &mut RefreshStats);
+    /// An end marker (or a rotation's) was read.
+    fn end_marker(&self) -> bool;
 }
 
 impl Stream for TraceFile {
@@ -491,6 +537,9 @@ impl Stream for TraceFile {
     fn record(ds: &mut Dataset, f: &mut Self, rec: Record<'_>, stats: &mut RefreshStats) {
         ds.trace_record(f, rec, stats);
     }
+    fn end_marker(&self) -> bool {
+        self.end_ns.is_some() || self.rotated_end.is_some()
+    }
 }
 
 impl Stream for SampleFile {
@@ -500,6 +549,9 @@ impl Stream for SampleFile {
     }
     fn record(ds: &mut Dataset, f: &mut Self, rec: Record<'_>, stats: &mut RefreshStats) {
         ds.samples_record(f, rec, stats);
+    }
+    fn end_marker(&self) -> bool {
+        self.end_ns.is_some() || self.rotated_end.is_some()
     }
 }
 

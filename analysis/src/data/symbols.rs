@@ -12,6 +12,10 @@ use culprit_sampler::symbolize::{read_build_id, unresolved_name, ImageAddr, Symb
 
 use super::names::FuncKey;
 
+/// The image name of a traced address in no object its process recorded (its function is
+/// then named by the address: not comparable across processes).
+pub const UNMAPPED_IMAGE: &str = "?";
+
 /// A loaded object as the runtime recorded it.
 #[derive(Clone, Debug)]
 pub(super) struct Object {
@@ -31,6 +35,8 @@ pub(super) struct Object {
 pub(super) struct Symbols {
     symbolizer: Symbolizer,
     build_ids: HashMap<PathBuf, Option<Vec<u8>>>,
+    /// Binaries refused as unsafe to open (not regular files).
+    refused: std::collections::HashSet<PathBuf>,
     symfs: Option<PathBuf>,
 }
 
@@ -40,6 +46,7 @@ impl Symbols {
         Symbols {
             symbolizer: Symbolizer::new(),
             build_ids: HashMap::new(),
+            refused: std::collections::HashSet::new(),
             symfs,
         }
     }
@@ -74,14 +81,27 @@ impl Symbols {
             }
             return by_id;
         }
+        if !self.build_ids.contains_key(&cand) {
+            let id = match read_build_id(&cand) {
+                Ok(id) => id,
+                // A FIFO or a device where the binary was (planted by another user), a file
+                // system that stalls: never opened, said once.
+                Err(e) if e.is_unsafe() => {
+                    warn(format!("{e}; its functions are shown as image+offset"));
+                    self.refused.insert(cand.clone());
+                    None
+                }
+                Err(_) => None,
+            };
+            self.build_ids.insert(cand.clone(), id);
+        }
+        if self.refused.contains(&cand) {
+            return None;
+        }
         if recorded_id.is_empty() {
             return Some(cand);
         }
-        let on_disk = self
-            .build_ids
-            .entry(cand.clone())
-            .or_insert_with(|| read_build_id(&cand))
-            .clone();
+        let on_disk = self.build_ids[&cand].clone();
         match on_disk {
             Some(id) if id != recorded_id => {
                 if let Some(p) = build_id_debug_path(recorded_id).filter(|p| p.exists()) {
@@ -118,7 +138,7 @@ impl Symbols {
                 }
             }
             None => FuncKey {
-                image: Arc::from("?"),
+                image: Arc::from(UNMAPPED_IMAGE),
                 function: Arc::from(format!("{addr:#x}").as_str()),
             },
         }

@@ -114,7 +114,21 @@ impl Diagnosis {
                     _ => None,
                 })
                 .collect();
-            if !damage.is_empty() && combined.verdict == Verdict::Ok {
+            // Data but no window compared it on any metric: not "ok".
+            let statuses: Vec<MetricStatus> = metrics.iter().map(|m| status(m, n)).collect();
+            if combined.verdict == Verdict::Ok
+                && statuses.contains(&MetricStatus::NotCompared)
+                && statuses
+                    .iter()
+                    .all(|s| matches!(s, MetricStatus::NotCompared | MetricStatus::NoData))
+            {
+                combined.verdict = Verdict::NotCompared;
+                combined.reason = "no window could compare it: its data had gaps throughout (see \
+                                   the findings)"
+                    .to_string();
+            }
+            if !damage.is_empty() && matches!(combined.verdict, Verdict::Ok | Verdict::NotCompared)
+            {
                 combined.verdict = Verdict::Damaged;
                 combined.reason = format!(
                     "its data is damaged ({}); the intact part was compared",
@@ -132,7 +146,12 @@ impl Diagnosis {
         }
         let suspects: Vec<&str> = verdicts
             .iter()
-            .filter(|v| !matches!(v.combined.verdict, Verdict::Ok | Verdict::Damaged))
+            .filter(|v| {
+                !matches!(
+                    v.combined.verdict,
+                    Verdict::Ok | Verdict::Damaged | Verdict::NotCompared
+                )
+            })
             .map(|v| v.node.as_str())
             .collect();
         let metrics_out = metrics
@@ -218,6 +237,24 @@ fn faulty_from_start(m: &MetricResult, n: PeerIdx, k: usize) -> bool {
     }
 }
 
+/// Node `n`'s verdict on metric `m`: faulty, ok, undecided (not faulty, but the windows it
+/// could not be compared in could hide a fault), not compared (data, no window compared), or no
+/// data.
+pub(crate) fn status(m: &MetricResult, n: PeerIdx) -> MetricStatus {
+    let nm = &m.nodes[n];
+    if nm.first_ns.is_none() {
+        MetricStatus::NoData
+    } else if nm.faulty() {
+        MetricStatus::Faulty
+    } else if nm.scored == 0 {
+        MetricStatus::NotCompared
+    } else if nm.undecided > 0 {
+        MetricStatus::Undecided
+    } else {
+        MetricStatus::Ok
+    }
+}
+
 /// Median score ÷ threshold of node `n` on `m`: over its anomalous windows, or over all its
 /// windows when none was anomalous.
 fn score_ratio(m: &MetricResult, n: PeerIdx) -> Option<f64> {
@@ -273,7 +310,7 @@ fn rank_nodes(
         .collect();
     // Damage is a finding, not a verdict: a damaged node ranks by its evidence, like an ok one.
     let suspicion = |v: Verdict| match v {
-        Verdict::Ok | Verdict::Damaged => 0,
+        Verdict::Ok | Verdict::Damaged | Verdict::NotCompared => 0,
         Verdict::Suspect => 1,
         Verdict::Faulty => 2,
         Verdict::Stuck | Verdict::Paused => 3,
@@ -295,12 +332,35 @@ fn rank_nodes(
             persistence: r.persistence.peak,
             metric: r.metric.map(|m| m.metric()),
             score: r.score,
-            reason: rank_reason(k, r.verdict, r.metric, r.n, r.persistence, r.score),
+            reason: rank_reason(
+                k,
+                r.verdict,
+                r.metric,
+                r.n,
+                r.persistence,
+                r.score,
+                &undecided_on(metrics, r.n),
+            ),
         })
         .collect()
 }
 
-/// One line on why a node is where it is in the ranking.
+/// The metrics on which node `n` is undecided or not compared although it has data.
+fn undecided_on(metrics: &[&MetricResult], n: PeerIdx) -> Vec<Metric> {
+    metrics
+        .iter()
+        .filter(|m| {
+            matches!(
+                status(m, n),
+                MetricStatus::Undecided | MetricStatus::NotCompared
+            )
+        })
+        .map(|m| m.metric())
+        .collect()
+}
+
+/// One line on why a node is where it is in the ranking; `undecided`: the metrics on which it
+/// is undecided or not compared.
 fn rank_reason(
     k: usize,
     v: &NodeVerdict,
@@ -308,13 +368,23 @@ fn rank_reason(
     n: PeerIdx,
     p: Persistence,
     score: Option<f64>,
+    undecided: &[Metric],
 ) -> String {
     let Some(m) = m else {
-        return if v.combined.verdict == Verdict::Ok {
-            "not compared (no window with enough complete data)".to_string()
+        return if matches!(v.combined.verdict, Verdict::Ok | Verdict::NotCompared) {
+            "not compared (no window with enough of its data present)".to_string()
         } else {
             v.combined.reason.clone()
         };
+    };
+    let doubt = if undecided.is_empty() {
+        String::new()
+    } else {
+        let names: Vec<&str> = undecided.iter().map(|m| m.name()).collect();
+        format!(
+            "; not enough comparable windows on {} to tell (its data had gaps)",
+            names.join(", ")
+        )
     };
     let metric = m.metric();
     let words = m.config.family.words();
@@ -337,11 +407,16 @@ fn rank_reason(
     );
     match v.combined.verdict {
         Verdict::Ok if p.anomalous == 0 => format!(
-            "like its peers: typically {}× its {metric} threshold",
+            "like its peers: typically {}× its {metric} threshold{doubt}",
             score.map_or("?".to_string(), |s| format!("{s:.2}"))
         ),
+        // Anomalous briefly, where the windows it could not be compared in could not have
+        // hidden more: transient. Otherwise it is not known.
+        Verdict::Ok if undecided.contains(&metric) => {
+            format!("{anomalous} compared{doubt}")
+        }
         Verdict::Ok => format!(
-            "{anomalous}, never {k} of {} in a row: transient",
+            "{anomalous}, never {k} of {} in a row: transient{doubt}",
             2 * k - 1
         ),
         _ => {
@@ -372,13 +447,7 @@ fn metric_report(
         .iter()
         .map(|&n| {
             let nm = &m.nodes[n];
-            let verdict = if nm.first_ns.is_none() {
-                MetricStatus::NoData
-            } else if nm.faulty() {
-                MetricStatus::Faulty
-            } else {
-                MetricStatus::Ok
-            };
+            let verdict = status(m, n);
             let (threshold, threshold_source) = match (&m.config.policy, nm.threshold) {
                 (Policy::Trained { .. }, Some(t)) => (
                     Some(t.value),
@@ -404,6 +473,8 @@ fn metric_report(
                 threshold_source,
                 windows_scored: nm.scored,
                 windows_incomplete: nm.incomplete,
+                windows_partial: nm.partial,
+                late_intervals: nm.late,
                 windows_different: nm.different,
                 max_score: nm.max_score,
                 evidence: evidence(nm),

@@ -229,10 +229,31 @@ pub struct MetricReport {
 pub enum MetricStatus {
     /// The k-of-(2k − 1) filter fired at least once.
     Faulty,
-    /// Compared, never faulty.
+    /// Compared, never faulty, and the windows it could not be compared in could not have
+    /// hidden a fault.
     Ok,
     /// No data for this metric.
     NoData,
+    /// It has data, but no window could compare it (its data had gaps in every window, or
+    /// too few nodes could be compared): never "ok" (added within version 1).
+    NotCompared,
+    /// Not faulty in the windows compared, but too few of them: with the windows it could not
+    /// be compared in anomalous, the k-of-(2k − 1) filter would have fired ("not enough
+    /// comparable windows"; added within version 1).
+    Undecided,
+}
+
+impl MetricStatus {
+    /// The words in a verdict table.
+    pub fn word(self) -> &'static str {
+        match self {
+            MetricStatus::Faulty => "FAULTY",
+            MetricStatus::Ok => "ok",
+            MetricStatus::NoData => "-",
+            MetricStatus::NotCompared => "not compared",
+            MetricStatus::Undecided => "undecided",
+        }
+    }
 }
 
 /// Where the threshold applied to a node came from.
@@ -262,8 +283,17 @@ pub struct NodeReport {
     pub threshold_source: Option<ThresholdSource>,
     /// Windows scored.
     pub windows_scored: u64,
-    /// Windows with incomplete data for this node.
+    /// Windows left out for this node: less than half of their seconds present (or too few
+    /// nodes to compare).
     pub windows_incomplete: u64,
+    /// Windows in which it was compared on the seconds present, its sums scaled to the window
+    /// (added within version 1).
+    #[serde(default)]
+    pub windows_partial: u64,
+    /// Its intervals that arrived after their window had closed (`--follow`), left out (added
+    /// within version 1).
+    #[serde(default)]
+    pub late_intervals: u64,
     /// Untrained: windows in which the node stood out from its peers without having changed
     /// from its own baseline (persistently different, not counted as anomalous).
     pub windows_different: u64,

@@ -23,8 +23,10 @@ pub struct ClosedWindow {
     pub anomalous: Vec<NodeScore>,
     /// Nodes that became faulty in this window.
     pub newly_faulty: Vec<String>,
-    /// Nodes whose data does not cover the window.
+    /// Nodes left out: less than half of the window's seconds present.
     pub incomplete: Vec<String>,
+    /// Nodes compared on the seconds present, with the share present.
+    pub partial: Vec<(String, f64)>,
 }
 
 /// A node's score in a window and the threshold it exceeded.
@@ -58,6 +60,7 @@ impl ClosedWindow {
                 .collect(),
             newly_faulty: ev.newly_faulty.iter().map(|&n| name(n)).collect(),
             incomplete: ev.incomplete.iter().map(|&n| name(n)).collect(),
+            partial: ev.partial.iter().map(|&(n, p)| (name(n), p)).collect(),
         }
     }
 
@@ -72,6 +75,7 @@ impl ClosedWindow {
             anomalous: self.anomalous.iter().map(|a| a.node.clone()).collect(),
             newly_faulty: self.newly_faulty.clone(),
             incomplete: self.incomplete.clone(),
+            partial: self.partial.iter().map(|(n, _)| n.clone()).collect(),
         }
     }
 }
@@ -94,8 +98,11 @@ pub struct WindowLine {
     pub anomalous: Vec<String>,
     /// Nodes that became faulty.
     pub newly_faulty: Vec<String>,
-    /// Nodes with incomplete data.
+    /// Nodes left out: less than half of the window's seconds present.
     pub incomplete: Vec<String>,
+    /// Nodes compared on the seconds present (some missing; added within version 1).
+    #[serde(default)]
+    pub partial: Vec<String>,
 }
 
 fn window_tag<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {

@@ -2,7 +2,7 @@
 //! function, edge and latency totals per process, the sampler's profiles and event counts, the
 //! OS metrics' statistics.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::data::{Dataset, FileStatus, FuncId, NodeData, OsInterval, SampleFile, TraceFile};
 use crate::error::{Error, Result};
@@ -10,7 +10,7 @@ use crate::latency::{self, Buckets};
 use crate::time;
 
 use super::types::{
-    EdgeRow, EventRow, FunctionRow, Latency, NodeReport, Only, OsMetricRow, OsReport,
+    EdgeRow, EventRow, FunctionRow, Latency, MachineLoss, NodeReport, Only, OsMetricRow, OsReport,
     ProcessReport, Report, ReportOptions, SampleRow, SamplesReport, SortKey, SCHEMA,
 };
 
@@ -51,6 +51,7 @@ pub fn build(ds: &Dataset, args: &ReportOptions) -> Result<Report> {
     }
     let in_range = |start: u64| start >= from && start < to;
     let mut nodes = Vec::new();
+    let mut machine = MachineLosses::default();
     for node in &ds.nodes {
         let show = |o: Only| args.only.is_none() || args.only == Some(o);
         let processes = if show(Only::Traces) {
@@ -58,7 +59,7 @@ pub fn build(ds: &Dataset, args: &ReportOptions) -> Result<Report> {
         } else {
             Vec::new()
         };
-        let (samples, events) = sample_reports(ds, node, args, &in_range);
+        let (samples, events) = sample_reports(ds, node, args, &in_range, &mut machine);
         let os = if show(Only::Os) {
             os_report(ds, node, args, &in_range)
         } else {
@@ -85,8 +86,70 @@ pub fn build(ds: &Dataset, args: &ReportOptions) -> Result<Report> {
         from_ns: from.max(lo),
         to_ns: to.min(hi),
         nodes,
+        machine_losses: machine.finish(),
         warnings: ds.warnings.clone(),
     })
+}
+
+/// The format version that added the sampler's Lost record.
+const LOST_RECORD_SINCE: u16 = 7;
+
+/// Machine-wide losses of the sampler runs, gathered over their node files: every node file
+/// of a run carries the same counts, so each interval is taken once.
+#[derive(Default)]
+struct MachineLosses {
+    /// Run identity (host, pid, start) → index.
+    runs: HashMap<(String, String, String), usize>,
+    losses: Vec<MachineLoss>,
+    /// Per run: interval start → (samples, events, tracking, unsorted).
+    intervals: Vec<BTreeMap<u64, [u64; 4]>>,
+}
+
+impl MachineLosses {
+    /// The index of the run that wrote `s` for `node`.
+    fn run(&mut self, s: &SampleFile, node: &str) -> usize {
+        use culprit_format::info_keys as k;
+        let get = |key: &str| s.info(key).unwrap_or("").to_string();
+        let mut key = (get(k::HOST), get(k::PID), get(k::PROC_START_NS));
+        if key.1.is_empty() {
+            // No identity recorded: the file is its own run.
+            key.2 = s.path.display().to_string();
+        }
+        let i = *self.runs.entry(key).or_insert_with(|| {
+            self.losses.push(MachineLoss {
+                host: get(k::HOST),
+                sampler_pid: s.info(k::PID).and_then(|p| p.parse().ok()),
+                ..MachineLoss::default()
+            });
+            self.intervals.push(BTreeMap::new());
+            self.losses.len() - 1
+        });
+        if !self.losses[i].nodes.iter().any(|n| n == node) {
+            self.losses[i].nodes.push(node.to_string());
+        }
+        i
+    }
+
+    /// Notes counts of run `run`'s interval at `start_ns`.
+    fn add(&mut self, run: usize, start_ns: u64, counts: [u64; 4]) {
+        let c = self.intervals[run].entry(start_ns).or_default();
+        for (a, b) in c.iter_mut().zip(counts) {
+            *a = (*a).max(b);
+        }
+    }
+
+    /// The runs, in the order first seen (only runs that lost something are entered).
+    fn finish(mut self) -> Vec<MachineLoss> {
+        for (l, ivs) in self.losses.iter_mut().zip(&self.intervals) {
+            for c in ivs.values() {
+                l.samples += c[0];
+                l.events += c[1];
+                l.tracking += c[2];
+                l.unsorted += c[3];
+            }
+        }
+        self.losses
+    }
 }
 
 fn status_of(t: &TraceFile) -> (String, Option<String>) {
@@ -311,16 +374,39 @@ fn sample_reports(
     node: &NodeData,
     args: &ReportOptions,
     in_range: &dyn Fn(u64) -> bool,
+    machine: &mut MachineLosses,
 ) -> (Vec<SamplesReport>, Vec<EventRow>) {
     let mut reports = Vec::new();
     let mut events: HashMap<u32, u64> = HashMap::new();
     for s in &node.samples {
         let mut acc: HashMap<(u32, FuncId), u64> = HashMap::new();
-        let (mut intervals, mut missed, mut total, mut lost) = (0usize, 0usize, 0u64, 0u64);
+        let (mut intervals, mut missed, mut total) = (0usize, 0usize, 0u64);
+        // This node's own losses: samples, kernel-event records, process-tracking records.
+        let mut own = [0u64; 3];
+        // The run's entry among the machine-wide losses, once this file shows any.
+        let mut run = None;
         let mut event = String::new();
         let (mut period, mut freq) = (None, None);
         for iv in s.intervals.iter().filter(|iv| in_range(iv.start_ns)) {
             intervals += 1;
+            match iv.losses {
+                Some(l) if l.is_own() => {
+                    own[0] += l.samples;
+                    own[1] += l.events;
+                    own[2] += l.tracking;
+                }
+                Some(l) => {
+                    let r = *run.get_or_insert_with(|| machine.run(s, &node.name));
+                    machine.add(r, iv.start_ns, [l.samples, l.events, l.tracking, 0]);
+                }
+                // A file older than format 7: what the kernel dropped, of any kind, machine-wide.
+                // (Since 7 a loss always has its Lost record.)
+                None if iv.lost > 0 && s.version < LOST_RECORD_SINCE => {
+                    let r = *run.get_or_insert_with(|| machine.run(s, &node.name));
+                    machine.add(r, iv.start_ns, [0, 0, 0, iv.lost]);
+                }
+                None => {}
+            }
             if iv.missed() {
                 missed += 1;
                 continue;
@@ -332,7 +418,6 @@ fn sample_reports(
                 period = Some(iv.period);
             }
             total += iv.total;
-            lost += iv.lost;
             for e in &iv.entries {
                 let prog = ds.names.programs.get(e.program);
                 if !args.programs.is_empty() && !args.programs.iter().any(|p| **p == **prog) {
@@ -386,7 +471,10 @@ fn sample_reports(
             intervals,
             missed_intervals: missed,
             total,
-            lost,
+            lost: own[0],
+            lost_events: own[1],
+            lost_tracking: own[2],
+            machine_loss: run,
             entries,
         });
     }

@@ -74,8 +74,33 @@ pub struct Report {
     pub to_ns: u64,
     /// Nodes.
     pub nodes: Vec<NodeReport>,
+    /// What each sampler run lost that the kernel could not attribute to a node, once per run
+    /// (not on every node); [`SamplesReport::machine_loss`] points here.
+    pub machine_losses: Vec<MachineLoss>,
     /// Problems found while loading.
     pub warnings: Vec<String>,
+}
+
+/// What one sampler run lost in the range that belongs to no node in particular: its rings are
+/// per CPU, shared by every node, and the kernel says how many records a ring dropped, not
+/// whose they were.
+#[derive(Debug, Default, Serialize)]
+pub struct MachineLoss {
+    /// Host the sampler ran on.
+    pub host: String,
+    /// The sampler's process id.
+    pub sampler_pid: Option<u32>,
+    /// The nodes it wrote for.
+    pub nodes: Vec<String>,
+    /// Samples dropped.
+    pub samples: u64,
+    /// Kernel-event (tracepoint) records dropped.
+    pub events: u64,
+    /// Process-tracking records dropped (COMM, MMAP2, FORK, EXIT, NAMESPACES).
+    pub tracking: u64,
+    /// Records of files older than format version 7, whose kinds were not told apart (the
+    /// samples' field counted kernel-event and process-tracking records too).
+    pub unsorted: u64,
 }
 
 /// One node.
@@ -270,8 +295,17 @@ pub struct SamplesReport {
     pub missed_intervals: usize,
     /// Samples taken.
     pub total: u64,
-    /// Samples lost.
+    /// Samples lost that were this node's own: known when it is the only node of a sampler of
+    /// the whole machine; otherwise the kernel cannot say whose (see `machine_loss`) and this
+    /// is 0.
     pub lost: u64,
+    /// Kernel-event (tracepoint) records lost that were this node's own.
+    pub lost_events: u64,
+    /// Process-tracking records lost that were this node's own.
+    pub lost_tracking: u64,
+    /// Index in [`Report::machine_losses`] of what this file's sampler run lost without the
+    /// kernel saying whose, when it lost anything.
+    pub machine_loss: Option<usize>,
     /// Counts per (program, image, function), most first.
     pub entries: Vec<SampleRow>,
 }

@@ -4,6 +4,8 @@
 
 use std::collections::HashMap;
 
+use culprit_format::interval_flags;
+
 use crate::data::Dataset;
 
 use super::signs::Direction::{self, Down, Up};
@@ -24,10 +26,28 @@ pub struct InstanceMean {
     pub mean: f64,
 }
 
-/// Per-second levels of OS metrics, for the directions.
+/// A node's calls and self time of one traced function over a stretch, per second of its
+/// data there (the white-box side of the checklist: [`super::Slowdown`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct FunctionLevel {
+    /// `function [image]`.
+    pub function: String,
+    /// Calls per second.
+    pub calls: f64,
+    /// Self (exclusive) wall-clock time, ns per second.
+    pub self_ns: f64,
+}
+
+/// Per-second levels of OS metrics, for the directions, and of the traced functions.
 pub trait Levels: std::fmt::Debug {
     /// The node's mean of each instance's present values of `metric` over `[from, to)`.
     fn means(&self, node: &str, metric: &str, from_ns: u64, to_ns: u64) -> Vec<InstanceMean>;
+
+    /// The node's traced functions over `[from, to)`, per second of its whole (not missed,
+    /// not partial) trace intervals there; empty without traces.
+    fn functions(&self, _node: &str, _from_ns: u64, _to_ns: u64) -> Vec<FunctionLevel> {
+        Vec::new()
+    }
 }
 
 /// Levels read from a loaded dataset.
@@ -83,6 +103,61 @@ impl Levels for DatasetLevels<'_> {
             })
             .collect()
     }
+
+    fn functions(&self, node: &str, from_ns: u64, to_ns: u64) -> Vec<FunctionLevel> {
+        self.node(node)
+            .map(|n| dataset_functions(self.ds, n, from_ns, to_ns))
+            .unwrap_or_default()
+    }
+}
+
+impl DatasetLevels<'_> {
+    fn node(&self, node: &str) -> Option<&crate::data::NodeData> {
+        self.ds.nodes.iter().find(|n| n.name == node)
+    }
+}
+
+/// [`Levels::functions`] of a loaded dataset.
+fn dataset_functions(
+    ds: &Dataset,
+    n: &crate::data::NodeData,
+    from: u64,
+    to: u64,
+) -> Vec<FunctionLevel> {
+    let mut sums: HashMap<crate::data::FuncId, (u64, u64)> = HashMap::new();
+    let mut seconds: HashMap<u64, u64> = HashMap::new();
+    for t in &n.traces {
+        for iv in t.intervals.iter().filter(|iv| {
+            iv.flags & (interval_flags::MISSED | interval_flags::PARTIAL) == 0
+                && iv.start_ns >= from
+                && iv.start_ns + iv.dur_ns <= to
+        }) {
+            // Processes of one node share its seconds.
+            seconds.insert(iv.start_ns, iv.dur_ns);
+            for e in &iv.entries {
+                let s = sums.entry(e.func).or_default();
+                s.0 += e.calls;
+                s.1 += e.excl_ns;
+            }
+        }
+    }
+    let secs = seconds.values().sum::<u64>() as f64 / 1e9;
+    if secs <= 0.0 {
+        return Vec::new();
+    }
+    let mut out: Vec<FunctionLevel> = sums
+        .into_iter()
+        .map(|(f, (calls, self_ns))| {
+            let key = ds.names.funcs.get(f);
+            FunctionLevel {
+                function: format!("{} [{}]", key.function, key.image),
+                calls: calls as f64 / secs,
+                self_ns: self_ns as f64 / secs,
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| a.function.cmp(&b.function));
+    out
 }
 
 /// Where the node's level is, given its ratio to its peers' (`None`: peers at 0).

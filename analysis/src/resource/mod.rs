@@ -17,7 +17,18 @@
 //!    **packet loss**;
 //! 5. CPU use up, with run-queue wait or throttling up or another process → **CPU hog**;
 //! 6. throttling or run-queue wait up, CPU use not up → **CPU starvation**;
-//! 7. none of these → **software**: the top functions.
+//! 7. every traced function slower per call alike, calls not up → **slowed as a whole** (the
+//!    white-box metrics' own evidence: waiting for a CPU or a slower machine, which only a
+//!    run-queue or throttling metric can tell apart);
+//! 8. none of these → **software**: the top functions.
+//!
+//! Two rules keep one view from naming a resource against the rest of the evidence. A kernel
+//! event alone (no OS metric of its step diverging) names no resource when the node's own
+//! white-box metrics say it is slowed as a whole ([`Slowdown`]): a starved node's peers
+//! retransmit to it and the events land where the scheduler runs them, but loss would slow the
+//! functions that wait on the network, not every function alike. And signs of loss name no
+//! loss while the node's CPU is withheld (throttling or steal diverging, CPU use not up): loss
+//! cannot throttle a node, a starved node answers late; step 6 comes first then.
 //!
 //! The table is written from what each resource does to a server (seed 001 §4.2's observations
 //! and §4.8's network-metric ambiguities), not fitted to any experiment: it must hold for a whole
@@ -31,7 +42,7 @@
 mod levels;
 mod signs;
 
-pub use levels::{DatasetLevels, InstanceMean, Levels, MARGIN};
+pub use levels::{DatasetLevels, FunctionLevel, InstanceMean, Levels, MARGIN};
 pub use signs::{sign_of, Class, Direction, Sign, SIGNS};
 
 use serde::{Deserialize, Serialize};
@@ -71,6 +82,9 @@ pub enum Kind {
     CpuHog,
     /// The node gets less CPU than it asks for.
     CpuStarvation,
+    /// Every traced function slower per call alike, calls not up, and no OS metric to say why:
+    /// waiting for a CPU, or a slower machine (added within version 1 of the report).
+    SlowedWhole,
     /// No resource moved: the software itself (its top functions).
     Software,
 }
@@ -85,6 +99,7 @@ impl Kind {
             Kind::PacketLoss => "packet loss",
             Kind::CpuHog => "CPU hog",
             Kind::CpuStarvation => "CPU starvation",
+            Kind::SlowedWhole => "slowed as a whole",
             Kind::Software => "software",
         }
     }
@@ -131,7 +146,13 @@ pub const RULES: &[Rule] = &[
     Rule {
         kind: Kind::CpuStarvation,
         when: "throttling or run-queue wait up, CPU use not up",
-        classes: &[CpuLimit, CpuWait, CpuUse],
+        classes: &[CpuLimit, CpuWait, CpuUse, Slowdown],
+    },
+    Rule {
+        kind: Kind::SlowedWhole,
+        when: "every traced function slower per call alike, calls not up: waiting for a CPU or \
+               a slower machine (no OS metric says which)",
+        classes: &[Slowdown],
     },
     Rule {
         kind: Kind::Software,
@@ -219,6 +240,141 @@ fn function_label(l: &crate::model::CompLabel) -> String {
     s
 }
 
+/// A function's time per call must be at least this factor above its peers' (the median of
+/// theirs) to count as slower: the directions' margin ([`MARGIN`]).
+const SLOWER: f64 = MARGIN;
+/// "Every function": at least this share of the functions compared are slower per call. A
+/// node slowed as a whole (waiting for a CPU in every call) slows each function that computes;
+/// a slow disk or a lossy network slows the functions that wait on them, a software fault the
+/// functions it touches — a minority of a server's functions.
+const SLOWED_SHARE: f64 = 0.75;
+/// The fewest functions compared for a slowdown to be "as a whole".
+const SLOWED_MIN_FUNCTIONS: usize = 3;
+/// A function takes part when it holds at least this share of the node's or its peers' median
+/// self time: the rest are too small to measure a time per call.
+const SLOWED_MIN_SHARE: f64 = 0.01;
+
+/// The white-box metrics' view of a node's speed over its faulty stretch: each traced function's
+/// time per call (self time ÷ calls) against the median of its peers'. *Slowed as a whole* when
+/// at least [`SLOWED_SHARE`] of the functions compared (at least [`SLOWED_MIN_FUNCTIONS`]) are
+/// [`SLOWER`]× slower per call and the node's calls are not up (the median function's calls at
+/// most [`MARGIN`]× its peers'): every call takes longer, whichever function it is in, while
+/// the node does no more — it waits for a CPU, or its machine is slower. A closed loop does fewer
+/// calls, an open one the same: either way, calls are not up.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Slowdown {
+    /// Functions compared.
+    pub functions: usize,
+    /// Of them, those [`SLOWER`]× slower per call.
+    pub slower: usize,
+    /// The median over the functions of time per call ÷ the peers' median.
+    pub per_call: f64,
+    /// The median over the functions of calls ÷ the peers' median.
+    pub calls: f64,
+}
+
+impl Slowdown {
+    /// True when the node is slowed as a whole.
+    pub fn whole(&self) -> bool {
+        self.functions >= SLOWED_MIN_FUNCTIONS
+            && self.slower as f64 >= SLOWED_SHARE * self.functions as f64
+            && self.per_call >= SLOWER
+            && self.calls <= MARGIN
+    }
+
+    /// Node `n`'s slowdown over `[from, to)` against its peers `peers`, from `levels`; `None`
+    /// without traces.
+    pub fn of(
+        levels: &dyn Levels,
+        names: &[String],
+        n: PeerIdx,
+        peers: &[PeerIdx],
+        (from, to): (u64, u64),
+    ) -> Option<Slowdown> {
+        let mine = levels.functions(&names[n], from, to);
+        if mine.is_empty() {
+            return None;
+        }
+        let theirs: Vec<Vec<FunctionLevel>> = peers
+            .iter()
+            .map(|&p| levels.functions(&names[p], from, to))
+            .filter(|v| !v.is_empty())
+            .collect();
+        if theirs.is_empty() {
+            return None;
+        }
+        let total = |v: &[FunctionLevel]| v.iter().map(|f| f.self_ns).sum::<f64>();
+        let my_total = total(&mine);
+        let mut totals: Vec<f64> = theirs.iter().map(|v| total(v)).collect();
+        let their_total = median_in_place(&mut totals);
+        let (mut per_call, mut calls) = (Vec::new(), Vec::new());
+        for f in &mine {
+            let others: Vec<&FunctionLevel> = theirs
+                .iter()
+                .filter_map(|v| v.iter().find(|g| g.function == f.function))
+                .filter(|g| g.calls > 0.0 && g.self_ns > 0.0)
+                .collect();
+            // Known on the node and on at least half of its peers, and big enough to matter.
+            if f.calls <= 0.0 || others.len() * 2 < theirs.len() || others.is_empty() {
+                continue;
+            }
+            let mut pc: Vec<f64> = others.iter().map(|g| g.self_ns / g.calls).collect();
+            let mut cs: Vec<f64> = others.iter().map(|g| g.calls).collect();
+            let mut st: Vec<f64> = others.iter().map(|g| g.self_ns).collect();
+            let (their_pc, their_calls, their_self) = (
+                median_in_place(&mut pc),
+                median_in_place(&mut cs),
+                median_in_place(&mut st),
+            );
+            let big = f.self_ns >= SLOWED_MIN_SHARE * my_total
+                || their_self >= SLOWED_MIN_SHARE * their_total;
+            if !big || their_pc <= 0.0 || their_calls <= 0.0 {
+                continue;
+            }
+            per_call.push((f.self_ns / f.calls) / their_pc);
+            calls.push(f.calls / their_calls);
+        }
+        if per_call.is_empty() {
+            return None;
+        }
+        let slower = per_call.iter().filter(|&&r| r >= SLOWER).count();
+        Some(Slowdown {
+            functions: per_call.len(),
+            slower,
+            per_call: median_in_place(&mut per_call),
+            calls: median_in_place(&mut calls),
+        })
+    }
+
+    /// The observation the checklist shows for it (class [`Slowdown`](Class::Slowdown)):
+    /// diverging when the node is slowed as a whole and a white-box metric finds it faulty.
+    fn observation(&self, white: Option<&MetricResult>, n: PeerIdx) -> Observation {
+        let nm = white.map(|m| &m.nodes[n]);
+        let faulty = nm.is_some_and(|r| r.faulty());
+        Observation {
+            metric: "time per call".to_string(),
+            instance: Some(format!(
+                "{} of {} functions slower, calls {:.2}×",
+                self.slower, self.functions, self.calls
+            )),
+            class: Slowdown,
+            direction: if self.per_call >= SLOWER {
+                Up
+            } else {
+                Direction::Level
+            },
+            ratio: Some(self.per_call),
+            node: self.per_call,
+            peers: 1.0,
+            unit: "× peers".to_string(),
+            faulty,
+            anomalous_windows: nm.map_or(0, |r| r.anomalous.len() as u64),
+            share: None,
+            diverges: self.whole() && faulty,
+        }
+    }
+}
+
 /// What the checklist reads of one culprit.
 struct Facts {
     obs: Vec<Observation>,
@@ -226,11 +382,20 @@ struct Facts {
     functions: Vec<String>,
     /// Some OS metric was compared on the node.
     has_os: bool,
+    /// The white-box metrics say the node is slowed as a whole ([`Slowdown::whole`]).
+    slowed: bool,
 }
 
 impl Facts {
     fn diverging(&self, class: Class) -> bool {
         self.obs.iter().any(|o| o.class == class && o.diverges)
+    }
+
+    /// Diverging on an OS metric of `class`, not only on a kernel event.
+    fn diverging_os(&self, class: Class) -> bool {
+        self.obs
+            .iter()
+            .any(|o| o.class == class && o.diverges && !o.metric.starts_with("events: "))
     }
 
     fn level(&self, class: Class, d: Direction) -> bool {
@@ -387,6 +552,20 @@ fn facts(
         }
     }
     judge_retransmits(&mut obs, sent);
+    // White-box: is the node slowed as a whole (every function slower per call)?
+    let mut slowed = false;
+    if let (Some(levels), Some(span)) = (levels, span) {
+        let peers: Vec<PeerIdx> = (0..names.len()).filter(|&p| p != n).collect();
+        if let Some(sd) = Slowdown::of(levels, names, n, &peers, span) {
+            let white = metrics
+                .iter()
+                .filter(|m| matches!(m.metric(), Metric::TIME | Metric::COUNT))
+                .max_by_key(|m| (m.nodes[n].faulty(), m.nodes[n].anomalous.len()))
+                .copied();
+            slowed = sd.whole();
+            obs.push(sd.observation(white, n));
+        }
+    }
     // White-box: what only this node runs, and the top functions.
     let mut foreign = Vec::new();
     let mut functions = Vec::new();
@@ -428,6 +607,7 @@ fn facts(
         foreign,
         functions,
         has_os,
+        slowed,
     }
 }
 
@@ -454,20 +634,38 @@ fn step(f: &Facts) -> usize {
         || f.obs
             .iter()
             .any(|o| o.metric == "proc.procs" && o.direction == Up);
-    let storage_up = f.diverging(StorageThroughput);
-    let latency_up = f.diverging(StorageLatency);
-    let rx = f.diverging(Received);
-    let tx = f.diverging(Sent);
-    let loss = f.diverging(Loss);
+    // Steps 1–4 read OS metrics and kernel events alike; a kernel event alone names no
+    // resource against the node's own white-box evidence of a slowdown as a whole.
+    let sees = |class: Class| {
+        if f.slowed {
+            f.diverging_os(class)
+        } else {
+            f.diverging(class)
+        }
+    };
+    let storage_up = sees(StorageThroughput);
+    let latency_up = sees(StorageLatency);
+    let rx = sees(Received);
+    let tx = sees(Sent);
+    let loss = sees(Loss);
     let cpu_up = f.diverging(CpuUse);
-    let waiting = f.diverging(CpuWait) || f.diverging(CpuLimit);
+    let withheld = f.diverging(CpuLimit);
+    let waiting = f.diverging(CpuWait) || withheld;
+    let whole = f.diverging(Slowdown);
+    // Every function slower per call with the CPU wait or limit up (anomalous, if not faulty):
+    // the white-box metrics' view of starvation.
+    let starved_white = whole && (f.level(CpuWait, Up) || f.level(CpuLimit, Up));
+    // A node whose CPU is withheld (and that does not use more) answers late: loss signs are
+    // then its consequence.
+    let starved = withheld && !cpu_up;
     let condition = [
         storage_up,
         latency_up,
         (rx && tx) || ((rx || tx) && !loss),
-        loss,
+        loss && !starved,
         cpu_up && (waiting || another || f.level(CpuWait, Up) || f.level(CpuLimit, Up)),
-        waiting && !cpu_up,
+        (waiting || starved_white) && !cpu_up,
+        whole && !cpu_up,
     ];
     condition.iter().position(|&c| c).unwrap_or(RULES.len() - 1)
 }
@@ -661,6 +859,7 @@ mod tests {
             foreign: Vec::new(),
             functions: vec!["handle_io".into()],
             has_os: true,
+            slowed: false,
         }
     }
 
@@ -754,6 +953,160 @@ mod tests {
         judge_retransmits(&mut obs, Some(12_000.0));
         assert!(obs[1].diverges);
         assert_eq!(RULES[step(&facts(obs))].kind, Kind::PacketLoss);
+    }
+
+    /// One traced function: (function, calls/s, self ns/s).
+    type Func = (&'static str, f64, f64);
+
+    /// Levels of traced functions only, per node.
+    #[derive(Debug)]
+    struct Funcs(Vec<(&'static str, Vec<Func>)>);
+
+    impl Levels for Funcs {
+        fn means(&self, _: &str, _: &str, _: u64, _: u64) -> Vec<InstanceMean> {
+            Vec::new()
+        }
+        fn functions(&self, node: &str, _: u64, _: u64) -> Vec<FunctionLevel> {
+            self.0
+                .iter()
+                .find(|(n, _)| *n == node)
+                .map(|(_, v)| {
+                    v.iter()
+                        .map(|&(f, calls, self_ns)| FunctionLevel {
+                            function: f.to_string(),
+                            calls,
+                            self_ns,
+                        })
+                        .collect()
+                })
+                .unwrap_or_default()
+        }
+    }
+
+    /// Four peers running parse (1 µs a call), hash (3 µs), reply (2 µs) and wait (blocked,
+    /// 100 µs); node d as `d`.
+    fn slowdown(d: Vec<Func>) -> Slowdown {
+        let healthy = vec![
+            ("parse", 1000.0, 1e6),
+            ("hash", 1000.0, 3e6),
+            ("reply", 1000.0, 2e6),
+            ("wait", 1000.0, 1e8),
+        ];
+        let levels = Funcs(vec![
+            ("a", healthy.clone()),
+            ("b", healthy.clone()),
+            ("c", healthy),
+            ("d", d),
+        ]);
+        let names: Vec<String> = ["a", "b", "c", "d"].map(String::from).to_vec();
+        Slowdown::of(&levels, &names, 3, &[0, 1, 2], (0, 1)).unwrap()
+    }
+
+    /// Every computing function slower per call alike, calls down (a closed loop) or level (an
+    /// open one), the wait unchanged: slowed as a whole. One function 20× slower, or every one
+    /// slower with more calls, is not.
+    #[test]
+    fn a_node_slowed_as_a_whole() {
+        let starved = slowdown(vec![
+            ("parse", 300.0, 300.0 * 4e3),
+            ("hash", 300.0, 300.0 * 12e3),
+            ("reply", 300.0, 300.0 * 8e3),
+            ("wait", 300.0, 300.0 * 1e5),
+        ]);
+        assert!(starved.whole(), "{starved:?}");
+        assert_eq!((starved.functions, starved.slower), (4, 3));
+        let open_loop = slowdown(vec![
+            ("parse", 1000.0, 4e6),
+            ("hash", 1000.0, 12e6),
+            ("reply", 1000.0, 8e6),
+            ("wait", 1000.0, 0.9e8),
+        ]);
+        assert!(open_loop.whole(), "{open_loop:?}");
+        let one = slowdown(vec![
+            ("parse", 1000.0, 1e6),
+            ("hash", 1000.0, 60e6),
+            ("reply", 1000.0, 2e6),
+            ("wait", 1000.0, 0.4e8),
+        ]);
+        assert!(!one.whole(), "{one:?}");
+        let busier = slowdown(vec![
+            ("parse", 3000.0, 3000.0 * 4e3),
+            ("hash", 3000.0, 3000.0 * 12e3),
+            ("reply", 3000.0, 3000.0 * 8e3),
+            ("wait", 3000.0, 3000.0 * 1e5),
+        ]);
+        assert!(!busier.whole(), "more calls: {busier:?}");
+    }
+
+    /// A slowdown observation as the checklist sees it.
+    fn slowed(diverges: bool) -> Observation {
+        Observation {
+            metric: "time per call".into(),
+            instance: None,
+            class: Slowdown,
+            direction: Up,
+            ratio: Some(4.0),
+            node: 4.0,
+            peers: 1.0,
+            unit: "× peers".into(),
+            faulty: diverges,
+            anomalous_windows: 4,
+            share: None,
+            diverges,
+        }
+    }
+
+    fn event(name: &str) -> Observation {
+        let mut e = o(name, Up, true);
+        e.metric = format!("events: {name}");
+        e
+    }
+
+    /// A kernel event alone names no resource against a slowdown as a whole; loss signs name
+    /// no loss while the CPU is withheld; the white-box slowdown with the CPU wait up is
+    /// starvation, and alone "slowed as a whole".
+    #[test]
+    fn one_event_against_the_white_box_evidence() {
+        let kind_of = |obs: Vec<Observation>, slowed_whole: bool| {
+            let mut f = facts(obs);
+            f.slowed = slowed_whole;
+            RULES[step(&f)].kind
+        };
+        let retrans = event("tcp:tcp_retransmit_skb");
+        // Without a slowdown the event speaks (as before).
+        assert_eq!(kind_of(vec![retrans.clone()], false), Kind::PacketLoss);
+        // Against a slowdown as a whole it does not; with the CPU wait anomalous: starvation.
+        let mut wait = o("proc.runq_delay", Up, false);
+        wait.anomalous_windows = 2;
+        assert_eq!(
+            kind_of(vec![retrans.clone(), slowed(true), wait.clone()], true),
+            Kind::CpuStarvation
+        );
+        assert_eq!(
+            kind_of(vec![retrans.clone(), slowed(true)], true),
+            Kind::SlowedWhole
+        );
+        // An OS metric of loss diverging still names loss.
+        assert_eq!(
+            kind_of(
+                vec![retrans.clone(), o("tcp.cwnd_med", Down, true), slowed(true)],
+                true
+            ),
+            Kind::PacketLoss
+        );
+        // Throttled, CPU use not up: loss signs are its consequence.
+        assert_eq!(
+            kind_of(
+                vec![o("tcp.cwnd_med", Down, true), o("cg.throttled", Up, true)],
+                false
+            ),
+            Kind::CpuStarvation
+        );
+        // Slowed with more CPU: not a slowdown of the machine.
+        assert_eq!(
+            kind_of(vec![slowed(true), o("cg.cpu", Up, true)], true),
+            Kind::Software
+        );
     }
 
     #[test]

@@ -26,6 +26,9 @@ pub enum Class {
     CpuWait,
     /// CPU withheld: CFS throttling, hypervisor steal.
     CpuLimit,
+    /// White-box: every traced function slower per call alike, calls not up — the node slowed
+    /// as a whole ([`super::Slowdown`]; added within version 1 of the report).
+    Slowdown,
 }
 
 /// Which way of a metric points at the node.

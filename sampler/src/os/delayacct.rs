@@ -19,6 +19,18 @@
 //! errors of that kind cannot be told apart. Long waits (a throttled disk) read right.
 
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Set while a [`Guard`] that turned delay accounting on lives.
+static TURNED_ON: AtomicBool = AtomicBool::new(false);
+
+/// Turns delay accounting off again if a live [`Guard`] turned it on: for a process about to
+/// end without unwinding (`culprit sample` giving up on a run that does not end).
+pub fn restore_now() {
+    if TURNED_ON.swap(false, Ordering::SeqCst) {
+        let _ = write(false);
+    }
+}
 
 /// The sysctl's file.
 pub const SYSCTL: &str = "/proc/sys/kernel/task_delayacct";
@@ -51,7 +63,9 @@ impl Guard {
                 since_boot_ns: 0,
             }),
             Some(false) => {
+                TURNED_ON.store(true, Ordering::SeqCst);
                 write(true).map_err(|e| {
+                    TURNED_ON.store(false, Ordering::SeqCst);
                     format!(
                         "cannot turn on delay accounting ({SYSCTL}: {e}; needs root); \
                          per-process block-I/O delay stays absent"
@@ -83,7 +97,7 @@ fn write(on: bool) -> io::Result<()> {
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        if self.restore {
+        if self.restore && TURNED_ON.swap(false, Ordering::SeqCst) {
             if let Err(e) = write(false) {
                 eprintln!("culprit: could not turn delay accounting off again ({SYSCTL}: {e})");
             }

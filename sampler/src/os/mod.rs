@@ -27,8 +27,11 @@
 //! a record covers the previous tick to this one and divides counter differences by the span
 //! measured between the reads. A counter that went backwards (a device removed, a wrap) makes
 //! its metrics absent for that interval, a source that cannot be read makes them absent, an
-//! average over no requests is absent: absent is never written as zero. A collector that fell
-//! behind by more than an interval writes the intervals it did not observe as MISSED.
+//! average over no requests is absent: absent is never written as zero. The collector runs ahead
+//! of the load ([`crate::priority`]); a read that comes late anyway (the collector stopped or
+//! starved) still has exact counter increments since the previous read: their rates, averages
+//! over the span between the reads, are written for every interval the span covers (the
+//! record's `span_ns` is then longer than its `dur_ns`), so no second is missed.
 
 pub mod delayacct;
 pub mod diag;
@@ -45,7 +48,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use culprit_format::os_metrics::{self, name, MetricDef};
-use culprit_format::{interval_flags, OsMetricsHead};
+use culprit_format::OsMetricsHead;
 
 use crate::nodes::{normalize_cgroup, NodeRule, Nodes, Scope};
 use crate::sys::{self, DiagSocket};
@@ -136,7 +139,7 @@ pub fn node_views(nodes: &Nodes, rules: &[NodeRule]) -> Vec<Option<NodeView>> {
                 addr: *addr,
                 port: *port,
             }),
-            NodeRule::Pid { .. } => {}
+            NodeRule::Pid { .. } | NodeRule::PidFile { .. } => {}
         }
     }
     views
@@ -170,8 +173,9 @@ pub type NodePids = Arc<Mutex<Vec<Vec<u32>>>>;
 pub struct OsStats {
     /// Intervals written (per node).
     pub intervals: u64,
-    /// Intervals written as MISSED.
-    pub missed: u64,
+    /// Intervals written from a read that came more than an interval late (their values are
+    /// averages over the longer span).
+    pub late: u64,
     /// The collector thread's own CPU time, ns.
     pub cpu_ns: u64,
     /// CPU time the sampler's writer spent encoding and writing the records, ns.
@@ -1393,7 +1397,6 @@ pub fn run(
     let iv = (interval.as_nanos() as u64).max(10_000_000);
     let mut stats = OsStats::default();
     let mut prev: Option<(u64, u64)> = None; // (tick wall, read monotonic)
-    let n_nodes = c.views.len();
     let done = || {
         stop.load(Ordering::SeqCst)
             || abort.load(Ordering::SeqCst)
@@ -1401,7 +1404,8 @@ pub fn run(
     };
     'run: loop {
         // Sleep to the next multiple of the interval, waking twice a second to see a stop
-        // (each wake-up costs a context switch: 100 ms slices were a tenth of the cost).
+        // (each wake-up costs a context switch: 100 ms slices were a tenth of the cost); the
+        // sampler unparks this thread when its run ends, so an end is seen at once.
         let next = (sys::realtime_ns() / iv + 1) * iv;
         loop {
             if done() {
@@ -1411,52 +1415,37 @@ pub fn run(
             if now >= next {
                 break;
             }
-            std::thread::sleep(Duration::from_nanos((next - now).min(500_000_000)));
+            std::thread::park_timeout(Duration::from_nanos((next - now).min(500_000_000)));
         }
         let mono = sys::monotonic_ns();
         let tick = sys::realtime_ns() / iv * iv;
         let node_pids = pids.lock().map(|p| p.clone()).unwrap_or_default();
         let span = prev.map_or(0.0, |(_, m)| (mono - m) as f64 / 1e9);
         let values = c.collect(span, &node_pids);
-        match prev {
-            Some((pt, pm)) if tick > pt => {
-                let flags = if tick - pt > iv {
-                    interval_flags::MISSED
-                } else {
-                    0
+        if let Some((pt, pm)) = prev.filter(|&(pt, _)| tick > pt) {
+            // The counters are cumulative: a read that comes late (the collector was starved
+            // or stopped) still gives exact increments since the previous read, over the span
+            // measured between the two. Its rates are averages over that span, written for
+            // every interval it covers (`span_ns` > `dur_ns` says so): a late read misses no
+            // second.
+            let mut start = pt;
+            while start < tick {
+                let msg = OsInterval {
+                    head: OsMetricsHead {
+                        start_ns: start,
+                        dur_ns: iv,
+                        span_ns: mono - pm,
+                        flags: 0,
+                    },
+                    nodes: values.clone(),
                 };
-                // Intervals the collector did not observe (it was stopped or starved): the
-                // rates would be averages over several of them, so all are MISSED, including
-                // this one; this reading is the new baseline.
-                let mut start = pt;
-                while start < tick {
-                    let missed = flags != 0;
-                    let msg = OsInterval {
-                        head: OsMetricsHead {
-                            start_ns: start,
-                            dur_ns: iv,
-                            span_ns: if missed { 0 } else { mono - pm },
-                            flags,
-                        },
-                        nodes: if missed {
-                            vec![Some(Vec::new()); n_nodes]
-                                .into_iter()
-                                .zip(&c.views)
-                                .map(|(e, v)| v.as_ref().and(e))
-                                .collect()
-                        } else {
-                            values.clone()
-                        },
-                    };
-                    stats.intervals += 1;
-                    stats.missed += u64::from(missed);
-                    if tx.send(msg).is_err() {
-                        break 'run;
-                    }
-                    start += iv;
+                stats.intervals += 1;
+                stats.late += u64::from(tick - pt > iv);
+                if tx.send(msg).is_err() {
+                    break 'run;
                 }
+                start += iv;
             }
-            _ => {}
         }
         prev = Some((tick, mono));
     }

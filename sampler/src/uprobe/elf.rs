@@ -88,6 +88,9 @@ pub struct Image {
     segments: Vec<Segment>,
 }
 
+/// Largest image read whole (4 GiB).
+const MAX_IMAGE_BYTES: u64 = 4 << 30;
+
 /// Why an image cannot be read.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -100,6 +103,10 @@ pub enum ImageError {
         /// The error.
         source: std::io::Error,
     },
+    /// Not opened: not a regular file (a FIFO, a device), or its open stalled
+    /// ([`crate::untrusted`]).
+    #[error("{0}")]
+    Refused(#[from] crate::untrusted::Refused),
     /// Not a 64-bit ELF file, or a damaged one.
     #[error("{path}: not a 64-bit ELF file ({why})")]
     NotElf {
@@ -113,10 +120,16 @@ pub enum ImageError {
 impl Image {
     /// Reads `path`'s symbols, segments, build-id and (when present) inlining.
     pub fn load(path: &Path) -> Result<Image, ImageError> {
-        let data = std::fs::read(path).map_err(|source| ImageError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let data = match crate::untrusted::read(path, MAX_IMAGE_BYTES) {
+            Ok(d) => d,
+            Err(crate::untrusted::Refused::Io { source, .. }) => {
+                return Err(ImageError::Read {
+                    path: path.to_path_buf(),
+                    source,
+                })
+            }
+            Err(e) => return Err(e.into()),
+        };
         let not_elf = |why: String| ImageError::NotElf {
             path: path.to_path_buf(),
             why,
@@ -153,7 +166,8 @@ impl Image {
             .unwrap_or_default();
 
         let own = funcs_of(&file, false);
-        let debug_data = debug_file(&build_id).and_then(|p| std::fs::read(p).ok());
+        let debug_data =
+            debug_file(&build_id).and_then(|p| crate::untrusted::read(&p, MAX_IMAGE_BYTES).ok());
         let debug_file = debug_data
             .as_deref()
             .and_then(|d| ElfFile64::<Endianness>::parse(d).ok());

@@ -3,15 +3,22 @@
 //! runs already (`culprit record --attach PID --uprobes …`).
 //!
 //! Intervals follow the tracer's rules: aligned to multiples of the interval since the Unix
-//! epoch, every interval gets a record, the first and the last are flagged PARTIAL, and when the
-//! loop wakes half an interval late or more (it was stopped or starved) the counts since its
-//! last read cannot be placed: the intervals in between are written MISSED.
+//! epoch, every interval gets a record, the first and the last are flagged PARTIAL.
+//!
+//! The counters are cumulative, so no call is ever lost between two reads: the loop reads them
+//! at every interval boundary (ahead of the load, [`crate::priority`]), and what one read adds
+//! to the previous is spread over the intervals between the two reads in proportion to the
+//! time of each ([`spread`]): a read a few ms late moves a few ms' worth of calls, one that
+//! came seconds late (the loop was stopped) spreads them evenly, and in every case the
+//! intervals add up to the exact total. No interval is written MISSED.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use culprit_format::procfs::{self, Proc, Stat};
+use std::collections::BTreeMap;
+
 use culprit_format::{end_reason, interval_flags};
 
 use super::cost::{self, Cost};
@@ -304,20 +311,17 @@ impl Session {
         )
         .map_err(io(&format!("create a trace file in {}", dir.display())))?;
         let mut budget = Budget::new(cfg.budget_percent, self.cost, self.plan.probes.len());
+        // The counting loop is short work every interval: ahead of the load, capped.
+        let _raised = crate::priority::raise_scoped(crate::priority::UPROBE_READER);
         let i = cfg.interval_ns;
         let mut open_start = start_ns / i * i;
-        let mut observed_from = start_ns;
         let n = self.plan.probes.len();
-        let mut prev = vec![0u64; n];
+        // The counters were zero when enabled, at `start_ns`.
+        let (mut prev, mut prev_ns) = (vec![0u64; n], start_ns);
+        let mut pending: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
         let mut totals = vec![0u64; n];
         let mut first_check = Some(start_ns + FIRST_CHECK.as_nanos() as u64);
         let threads = |pid: u32| tasks(pid).len() as u32;
-        let delta = |cur: &[u64], prev: &[u64]| -> Vec<u64> {
-            cur.iter()
-                .zip(prev)
-                .map(|(c, p)| c.saturating_sub(*p))
-                .collect()
-        };
         let counts = |d: &[u64]| -> Vec<ProbeCount> {
             d.iter()
                 .map(|&calls| ProbeCount {
@@ -326,14 +330,32 @@ impl Session {
                 })
                 .collect()
         };
+        // Reads the counters at `now` and spreads what they added over the intervals since
+        // the previous read.
+        let mut read = |now: u64, pending: &mut BTreeMap<u64, Vec<u64>>| {
+            let cur = self.counters.read();
+            let d: Vec<u64> = cur
+                .iter()
+                .zip(&prev)
+                .map(|(c, p)| c.saturating_sub(*p))
+                .collect();
+            for (start, part) in spread(prev_ns, now, i, &d) {
+                let slot = pending.entry(start).or_insert_with(|| vec![0; n]);
+                for (s, x) in slot.iter_mut().zip(part) {
+                    *s += x;
+                }
+            }
+            (prev, prev_ns) = (cur, now.max(prev_ns));
+        };
         loop {
             let now = sys::realtime_ns();
             if now >= open_start + i {
-                let cur = self.counters.read();
-                let d = delta(&cur, &prev);
-                let late = now - (open_start + i);
-                if late < i / 2 {
-                    let flags = if observed_from > open_start {
+                read(now, &mut pending);
+                // Every interval that ended by now is complete.
+                while open_start + i <= now {
+                    let d = pending.remove(&open_start).unwrap_or_else(|| vec![0; n]);
+                    let observed = open_start.max(start_ns);
+                    let flags = if observed > open_start {
                         interval_flags::PARTIAL
                     } else {
                         0
@@ -343,24 +365,12 @@ impl Session {
                     for (t, x) in totals.iter_mut().zip(&d) {
                         *t += x;
                     }
-                    let secs = (open_start + i - observed_from) as f64 / 1e9;
+                    let secs = (open_start + i - observed) as f64 / 1e9;
                     for w in budget.check(&self.plan, &d, secs, false) {
                         warn(&w);
                     }
                     open_start += i;
-                    observed_from = open_start;
-                } else {
-                    // Woke too late to tell which interval the counts belong to.
-                    let cur_start = now / i * i;
-                    let mut s = open_start;
-                    while s < cur_start {
-                        out.missed(s, i).map_err(io("write an interval"))?;
-                        s += i;
-                    }
-                    open_start = cur_start;
-                    observed_from = now;
                 }
-                prev = cur;
                 continue;
             }
             if first_check.is_some_and(|t| now >= t) {
@@ -381,9 +391,19 @@ impl Session {
                 None
             };
             if let Some(reason) = end {
-                let cur = self.counters.read();
-                let d = delta(&cur, &prev);
-                let secs = now.saturating_sub(observed_from.max(start_ns)) as f64 / 1e9;
+                read(now, &mut pending);
+                // The interval in progress (and any a late read reached into) is the last.
+                let d =
+                    pending
+                        .split_off(&open_start)
+                        .into_values()
+                        .fold(vec![0u64; n], |mut a, p| {
+                            for (s, x) in a.iter_mut().zip(p) {
+                                *s += x;
+                            }
+                            a
+                        });
+                let secs = now.saturating_sub(open_start.max(start_ns)) as f64 / 1e9;
                 if secs > 0.01 {
                     for w in budget.check(&self.plan, &d, secs, false) {
                         warn(&w);
@@ -423,6 +443,40 @@ impl Session {
     }
 }
 
+/// Splits `counts`, the calls counted between the reads at `from` and `to` (wall ns), over the
+/// intervals of `interval_ns` the span covers, in proportion to the span's time in each:
+/// `(interval start, calls per probe)`, oldest first. The parts add up to `counts` exactly
+/// (cumulative rounding). A span of no time (the clock stepped back) goes whole to the
+/// interval of `to`.
+pub fn spread(from: u64, to: u64, interval_ns: u64, counts: &[u64]) -> Vec<(u64, Vec<u64>)> {
+    let i = interval_ns.max(1);
+    if to <= from {
+        return vec![(to / i * i, counts.to_vec())];
+    }
+    let span = u128::from(to - from);
+    let mut out = Vec::new();
+    let mut t = from;
+    let mut given = vec![0u64; counts.len()];
+    while t < to {
+        let end = ((t / i + 1) * i).min(to);
+        let upto = u128::from(end - from);
+        let part: Vec<u64> = counts
+            .iter()
+            .zip(&mut given)
+            .map(|(&c, g)| {
+                // Calls of the span up to `end`, rounded; this interval's are what is new.
+                let cum = ((u128::from(c) * upto + span / 2) / span) as u64;
+                let p = cum - *g;
+                *g = cum;
+                p
+            })
+            .collect();
+        out.push((t / i * i, part));
+        t = end;
+    }
+    out
+}
+
 /// True when process `pid` that started at `start_ns` (wall ns, from
 /// [`procfs::start_ns`]) has exited: gone, a zombie, or a new process under the same pid.
 pub fn process_gone(pid: u32, start_ns: Option<u64>) -> bool {
@@ -441,4 +495,38 @@ pub fn process_gone(pid: u32, start_ns: Option<u64>) -> bool {
 /// Wall-clock now, ns since the Unix epoch (the clock intervals are aligned to).
 pub fn now_ns() -> u64 {
     sys::realtime_ns()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn a_read_on_time_goes_to_its_interval() {
+        assert_eq!(
+            spread(10 * S, 11 * S, S, &[7, 0]),
+            vec![(10 * S, vec![7, 0])]
+        );
+    }
+
+    #[test]
+    fn a_late_read_is_spread_by_time_and_adds_up() {
+        // The previous read at 10.5 s, this one at 13.25 s: 0.5 + 1 + 1 + 0.25 s.
+        let parts = spread(10 * S + S / 2, 13 * S + S / 4, S, &[1_100, 3]);
+        let starts: Vec<u64> = parts.iter().map(|p| p.0).collect();
+        assert_eq!(starts, vec![10 * S, 11 * S, 12 * S, 13 * S]);
+        let first: Vec<u64> = parts.iter().map(|p| p.1[0]).collect();
+        assert_eq!(first, vec![200, 400, 400, 100]);
+        for probe in 0..2 {
+            let sum: u64 = parts.iter().map(|p| p.1[probe]).sum();
+            assert_eq!(sum, [1_100, 3][probe], "probe {probe}: {parts:?}");
+        }
+    }
+
+    #[test]
+    fn a_clock_step_back_keeps_every_call() {
+        assert_eq!(spread(12 * S, 11 * S, S, &[5]), vec![(11 * S, vec![5])]);
+    }
 }

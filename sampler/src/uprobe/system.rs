@@ -239,6 +239,8 @@ impl SystemProbes {
     ) -> std::thread::JoinHandle<Result<SystemSummary, Error>> {
         let cfg = SystemConfig::beside(cfg, budget_percent);
         std::thread::spawn(move || {
+            // Draining the rings is short work: ahead of the load, capped.
+            crate::priority::raise(crate::priority::UPROBE_READER);
             let cfg = cfg.map_err(Error::Plan)?;
             self.run(&cfg, stop, &mut |w| warn(w))
         })

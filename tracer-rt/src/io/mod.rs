@@ -33,7 +33,7 @@ use culprit_format::{
 };
 
 use crate::clock::{self, Calibration};
-use crate::sys::io::{RING_NONE, RING_OFF};
+use crate::sys::io::{RING_FLUSHER, RING_NONE, RING_OFF};
 use crate::sys::{self};
 
 pub mod fds;
@@ -63,9 +63,11 @@ pub fn libc_on() -> bool {
     LIBC_ON.load(Relaxed)
 }
 
-/// The calling thread records nothing from now on (the flusher).
-pub fn thread_off() {
-    sys::io::set_ring_word(RING_OFF);
+/// The calling thread (the flusher) records nothing from now on; `own_fds`: it has a
+/// descriptor table of its own (`sys::own_fd_table`), so its `close` calls say nothing of the
+/// program's descriptors.
+pub fn flusher_thread(own_fds: bool) {
+    sys::io::set_ring_word(if own_fds { RING_FLUSHER } else { RING_OFF });
 }
 
 /// `fork` child: nothing recorded before the fork is the child's.
@@ -284,7 +286,7 @@ pub fn aio_returned(cb: usize, fd: i32, offset: i64, write: bool, ret: isize) {
 /// `fd` was closed or replaced (`close`, `dup2`, `dup3`).
 #[inline]
 pub fn fd_closed(fd: i32) {
-    if LIBC_ON.load(Relaxed) {
+    if LIBC_ON.load(Relaxed) && sys::io::ring_word() != RING_FLUSHER {
         fds::forget(fd);
     }
 }

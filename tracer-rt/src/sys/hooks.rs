@@ -103,8 +103,10 @@ pub extern "C-unwind" fn __cyg_profile_func_enter(func: *mut u8, call_site: *mut
 /// Hook called on exit from every instrumented function.
 ///
 /// Fast path: the top frame's slot holds this function (so the frame counts, and is not the
-/// sentinel): account the call, pass its elapsed time to the parent frame, commit the pop
-/// last.
+/// sentinel) and the thread's interval has not ended (its timestamp is below the block's
+/// boundary; the first exit past it takes the general path, which moves the thread's counts
+/// into the ring of intervals, see `intervals`): account the call, pass its elapsed time to
+/// the parent frame, commit the pop last.
 #[cfg(target_arch = "x86_64")]
 #[unsafe(naked)]
 #[no_mangle]
@@ -120,6 +122,8 @@ pub extern "C-unwind" fn __cyg_profile_func_exit(func: *mut u8, call_site: *mut 
         "rdtsc",
         "shl rdx, 32",
         "or rax, rdx",
+        "cmp rax, qword ptr [rcx + {boundary}]",
+        "jae 2f",
         "mov rdx, rax",
         "sub rax, qword ptr [rcx + r8 + {f_t}]",
         "sub rdx, qword ptr [rcx + r8 + {f_tx}]",
@@ -137,6 +141,7 @@ pub extern "C-unwind" fn __cyg_profile_func_exit(func: *mut u8, call_site: *mut 
         "jmp {slow}",
         ".cfi_endproc",
         top = const hot::TOP,
+        boundary = const hot::BOUNDARY,
         f_slot = const hot::F_SLOT,
         f_t = const hot::F_T,
         f_tx = const hot::F_TX,

@@ -22,6 +22,10 @@ pub const RING_NONE: usize = 0;
 /// The ring word of a thread that records nothing (the flusher, a thread that exits, one whose
 /// ring could not be had).
 pub const RING_OFF: usize = 1;
+/// The ring word of the flusher: it records nothing, and its descriptors are its own (a
+/// descriptor table of its own, see [`super::own_fd_table`]): the numbers it closes are not
+/// the program's.
+pub const RING_FLUSHER: usize = 2;
 
 #[cfg(target_arch = "x86_64")]
 mod tls {
@@ -95,16 +99,22 @@ pub unsafe trait RingData: Zeroable {
     fn on_thread_exit(&'static self);
 }
 
-/// This thread's ring, or the word saying why there is none ([`RING_NONE`], [`RING_OFF`]).
+/// This thread's ring, or the word saying why there is none ([`RING_NONE`], [`RING_OFF`],
+/// [`RING_FLUSHER`]).
 #[inline(always)]
 pub fn ring<T: RingData>() -> Result<&'static T, usize> {
     let w = tls::get();
-    if w <= RING_OFF {
+    if w <= RING_FLUSHER {
         return Err(w);
     }
-    // SAFETY: the only values above RING_OFF ever stored are addresses of `&'static T`
+    // SAFETY: the only values above RING_FLUSHER ever stored are addresses of `&'static T`
     // (set_ring), and T is the crate's only RingData type.
     Ok(unsafe { &*(w as *const T) })
+}
+
+/// This thread's ring word, as set (a ring's address, or one of the words above).
+pub fn ring_word() -> usize {
+    tls::get()
 }
 
 /// Makes `r` this thread's ring and arranges for [`RingData::on_thread_exit`] to run when the
@@ -123,9 +133,10 @@ pub fn set_ring<T: RingData>(r: &'static T) -> bool {
     true
 }
 
-/// Sets this thread's ring word to [`RING_OFF`] or [`RING_NONE`] (a ring it had is not told).
+/// Sets this thread's ring word to [`RING_OFF`], [`RING_NONE`] or [`RING_FLUSHER`] (a ring
+/// it had is not told).
 pub fn set_ring_word(w: usize) {
-    debug_assert!(w <= RING_OFF);
+    debug_assert!(w <= RING_FLUSHER);
     tls::set(w);
 }
 

@@ -10,12 +10,14 @@ use crate::family::Comparison;
 use crate::model::{CompIdx, PeerIdx};
 use crate::score::{median_node, Matrix};
 
-use super::window::{Features, Rows, SlotRows};
+use super::select::NodeWindow;
+use super::window::{Features, SlotRows};
 
-/// Stage 3, the feature matrix of the kept components, one row per complete node.
+/// Stage 3, the feature matrix of the kept components, one row per compared node (its sums
+/// scaled to the window, stage 1).
 pub(super) fn feature_matrix(
     ms: &MetricState,
-    rows: &Rows<'_>,
+    windows: &[NodeWindow],
     slots: &SlotRows<'_>,
     complete: &[PeerIdx],
 ) -> Features {
@@ -24,30 +26,27 @@ pub(super) fn feature_matrix(
     sums.reset(complete.len(), kept.len());
     for (ri, &node) in complete.iter().enumerate() {
         let row = sums.row_mut(ri);
-        for r in rows.iter().flatten() {
-            let vals = &r[node].vals;
-            for (o, &c) in row.iter_mut().zip(kept) {
-                if let Some(v) = vals.get(c as usize) {
-                    *o += v;
-                }
+        let vals = &windows[node].sums;
+        for (o, &c) in row.iter_mut().zip(kept) {
+            if let Some(v) = vals.get(c as usize) {
+                *o += v;
             }
         }
     }
     let cdf = match ms.comparison {
         Comparison::Sums => None,
-        Comparison::Cdf { max_bins } => Some(cdf_features(ms, slots, complete, max_bins)),
-        Comparison::Histograms => Some(histogram_features(ms, rows, complete)),
+        Comparison::Cdf { max_bins } => Some(cdf_features(ms, windows, slots, complete, max_bins)),
+        Comparison::Histograms => Some(histogram_features(ms, windows, complete)),
     };
     let totals = complete
         .iter()
         .map(|&node| {
-            let mut t = 0.0;
-            for r in rows.iter().flatten() {
-                for (c, &v) in r[node].vals.iter().enumerate() {
-                    t += v / ms.scale[c];
-                }
-            }
-            t
+            windows[node]
+                .sums
+                .iter()
+                .enumerate()
+                .map(|(c, &v)| v / ms.scale[c])
+                .sum()
         })
         .collect();
     Features { sums, totals, cdf }
@@ -61,6 +60,7 @@ pub(super) fn feature_matrix(
 /// nothing to anyone's distance.
 fn cdf_features(
     ms: &MetricState,
+    windows: &[NodeWindow],
     slots: &SlotRows<'_>,
     complete: &[PeerIdx],
     max_bins: usize,
@@ -81,15 +81,19 @@ fn cdf_features(
             complete
                 .iter()
                 .map(|&node| {
+                    // The values of the slots present only: a missed second is not a value
+                    // (not even an absent one).
+                    let present = &windows[node].slots;
                     let mut v = Vec::with_capacity(per_node);
-                    for r in slots {
+                    for (bi, r) in slots.iter().enumerate() {
                         let at = c as usize * spb;
                         let values = r
                             .and_then(|r| r.get(node))
                             .and_then(|n| n.get(at..at + spb));
-                        match values {
-                            Some(s) => v.extend_from_slice(s),
-                            None => v.resize(v.len() + spb, ms.slot_fill),
+                        for s in 0..spb {
+                            if present.get(bi * spb + s).copied().unwrap_or(true) {
+                                v.push(values.map_or(ms.slot_fill, |x| x[s]));
+                            }
                         }
                     }
                     super::role::adjust_slots(ms, node, c, &mut v);
@@ -159,7 +163,7 @@ fn cdf_features(
 /// column.
 fn histogram_features(
     ms: &MetricState,
-    rows: &Rows<'_>,
+    windows: &[NodeWindow],
     complete: &[PeerIdx],
 ) -> (Matrix, Vec<u32>) {
     let comps = &ms.result.comps;
@@ -208,11 +212,7 @@ fn histogram_features(
             let sums: Vec<f64> = p
                 .iter()
                 .map(|c| match c {
-                    Some(c) => rows
-                        .iter()
-                        .flatten()
-                        .map(|r| r[node].vals.get(*c as usize).copied().unwrap_or(0.0))
-                        .sum(),
+                    Some(c) => windows[node].sums.get(*c as usize).copied().unwrap_or(0.0),
                     None => 0.0,
                 })
                 .collect();

@@ -1,17 +1,20 @@
 //! One window, top to bottom (seed 000 §"Diagnosis"):
 //!
-//! 1. `complete_nodes` — nodes whose data covers the whole window; the others are missing for
-//!    that window: a gap is never read as zeros;
-//! 2. `keep_rule` — components reaching the metric's minimum in this window on some complete
+//! 1. `node_windows` — each node's data over the window: the share of its seconds present and
+//!    its sums scaled to the whole window; a node with at least half of them present is
+//!    compared, the others are missing for that window: a gap is never read as zeros;
+//! 2. `keep_rule` — components reaching the metric's minimum in this window on some compared
 //!    node join the kept set (which only grows, so offline and live analyses agree);
-//! 3. `feature_matrix` — one row per complete node: the window sums of the kept components,
+//! 3. `feature_matrix` — one row per compared node: the window sums of the kept components,
 //!    or (distribution families) their cumulative histograms on shared bins;
 //! 4. `weights` — variance weighting, the scorer's profiles (seed 002: each row divided by
 //!    its sum) and the distance's preparation;
 //! 5. scores — the [`Scorer`]: how unlike its peers each node is;
 //! 6. `decide` — the threshold policy (trained, unsupervised, training) decides per node;
-//! 7. the k-of-(2k − 1) filter turns anomalous windows into faulty verdicts, and each node's
-//!    persistence accumulator (seed 001 §3.4) counts the window;
+//! 7. the k-of-(2k − 1) filter turns anomalous windows into faulty verdicts (a second filter,
+//!    with the windows a node could not be compared in taken as anomalous, says when missing
+//!    data could hide a fault: "not enough comparable windows"), and each node's persistence
+//!    accumulator (seed 001 §3.4) counts the window;
 //! 8. `root_cause` — for anomalous nodes, each kept component's distance to the node's
 //!    reference (the median node) is added up, and the components that alone deviate more than
 //!    the window's typical node does in all of them count as anomalous in their own
@@ -42,7 +45,8 @@ use super::state::{
 };
 use cause::{root_cause, typical_distance, CauseSpace, RootCauseInput};
 use features::feature_matrix;
-use select::{complete_nodes, keep_rule, note_incomplete};
+pub(super) use select::NodeWindow;
+use select::{keep_rule, node_windows, note_gaps};
 use weights::{note_spread, weights};
 use window::{Rows, SlotRows};
 
@@ -64,13 +68,16 @@ pub(super) fn close_window(
     // The window's buckets are read while the stages update the metric's state.
     let buckets = std::mem::take(&mut ms.buckets);
     let slot_values = std::mem::take(&mut ms.slot_values);
+    let mut windows = std::mem::take(&mut ms.node_windows);
     let rows: Rows<'_> = (b..b + per_window).map(|i| buckets.get(&i)).collect();
     let slots: SlotRows<'_> = (b..b + per_window).map(|i| slot_values.get(&i)).collect();
     let start = b * ms.result.windows_ns.shift_ns;
-    let ev = analyse(ms, ctx, &rows, &slots, start);
+    let compared = node_windows(ms, &rows, &mut windows);
+    let ev = analyse(ms, ctx, &windows, &compared, &slots, start);
     drop((rows, slots));
     ms.buckets = buckets;
     ms.slot_values = slot_values;
+    ms.node_windows = windows;
     ev
 }
 
@@ -78,7 +85,8 @@ pub(super) fn close_window(
 fn analyse(
     ms: &mut MetricState,
     ctx: &Context<'_>,
-    rows: &Rows<'_>,
+    windows: &[NodeWindow],
+    complete: &[PeerIdx],
     slots: &SlotRows<'_>,
     start: u64,
 ) -> WindowEvent {
@@ -88,8 +96,7 @@ fn analyse(
         first_ns: ms.result.window_range.map_or(start, |r| r.first_ns),
         last_ns: start,
     });
-    let complete = complete_nodes(ms, rows);
-    keep_rule(ms, rows, &complete);
+    keep_rule(ms, windows, complete);
     let mut ev = WindowEvent {
         metric: ms.result.metric(),
         start_ns: start,
@@ -99,17 +106,16 @@ fn analyse(
         anomalous: Vec::new(),
         newly_faulty: Vec::new(),
         incomplete: Vec::new(),
+        partial: Vec::new(),
     };
-    note_incomplete(ms, ctx.k, &complete, end, &mut ev);
-    if complete.len() < MIN_NODES {
+    let scored = complete.len() >= MIN_NODES;
+    note_gaps(ms, ctx.k, windows, scored, start, &mut ev);
+    if !scored {
         ms.result.unscored += 1;
-        for &n in &complete {
-            ms.nodes[n].gap(ctx.k);
-        }
         return ev;
     }
-    let mut features = feature_matrix(ms, rows, slots, &complete);
-    role::adjust_sums(ms, &complete, &mut features);
+    let mut features = feature_matrix(ms, windows, slots, complete);
+    role::adjust_sums(ms, complete, &mut features);
     if matches!(ms.result.config.policy, Policy::Training) {
         note_spread(ms, &features.sums);
     }
@@ -161,7 +167,7 @@ fn analyse(
         let evidence = role::WindowEvidence {
             start_ns: start,
             k: ctx.k,
-            complete: &complete,
+            complete,
             scores: &scores,
             size: median_size(ms, distance, &scores),
             features: &features,
@@ -194,9 +200,15 @@ fn analyse(
         if matches!(ms.result.config.policy, Policy::Training) {
             ms.nodes[node].note_training_score(s, ctx.k, nr);
         }
-        // 7. k of the last 2k − 1 windows.
+        // 7. k of the last 2k − 1 windows; and whether the windows the node could not be
+        // compared in could hide a fault the filter cannot see.
         let was = ms.nodes[node].filter.faulty();
-        if ms.nodes[node].filter.push(anomalous) {
+        let doubt = ms.nodes[node].doubt.push(anomalous);
+        let faulty = ms.nodes[node].filter.push(anomalous);
+        if doubt && !faulty {
+            nr.undecided += 1;
+        }
+        if faulty {
             match nr.episodes.last_mut() {
                 Some(e) if was => e.last_window_ns = start,
                 _ => {
