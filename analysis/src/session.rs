@@ -249,10 +249,18 @@ pub fn diagnose(
         )?,
         None => {
             let span = ds.span().unwrap_or_default();
+            // A rolling baseline is learnt again between chunks: chunks no longer than its
+            // period, so that it rolls as often offline as when following.
+            let every = reporting
+                .baseline
+                .as_ref()
+                .and_then(|b| b.rolling.as_ref())
+                .map(|r| r.every_ns);
+            let chunk = every.map_or(setup.chunk_ns(), |e| e.min(setup.chunk_ns()));
             feeder.feed(
                 &ds,
                 &mut analyzer,
-                Some(setup.chunk_ns()),
+                Some(chunk.max(setup.settings.win_shift_ns)),
                 |a, events, at| {
                     progress.analysed(at.min(span.end_ns), span.start_ns, span.end_ns);
                     report_windows(a, &events, progress)?;
