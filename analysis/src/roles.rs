@@ -50,8 +50,9 @@ pub const SPREAD_FACTOR: f64 = 3.0;
 /// 5 ms of CPU in) can be 7× its peers' in every window without being what the node is for.
 /// Postmark's io1 on the testbed: its extra `io_pwrite` time is 4 % of a node's time.
 pub const MIN_SHARE: f64 = 0.01;
-/// …and if the node's level was [`MIN_RATIO`] apart from the median node's, on the same side,
-/// in at least this share of the baseline windows: "through the whole baseline". A difference
+/// …and if the node's level was [`MIN_RATIO`] apart from the median node's, and
+/// [`SPREAD_FACTOR`] times the window's typical deviation, on the same side, in at least this
+/// share of the baseline windows: "through the whole baseline". A difference
 /// that began part-way through (a fault in the baseline's second half keeps its sign as well as
 /// a role does) is a change, not a role, and the baseline's warnings say so.
 pub const ROLE_SHARE: f64 = 0.8;
@@ -86,9 +87,9 @@ pub struct LevelSums {
     /// Windows summed.
     pub windows: u64,
     /// Of them, those in which the node's level was at least [`MIN_RATIO`] times the median
-    /// node's…
+    /// node's and [`SPREAD_FACTOR`] times the window's typical deviation above it…
     pub over: u64,
-    /// …and those in which the median node's was at least [`MIN_RATIO`] times the node's.
+    /// …and those in which it was as far below.
     pub under: u64,
 }
 
@@ -115,15 +116,20 @@ impl RoleStats {
         self.flagging = flagged;
     }
 
-    /// Adds one component's levels of a window.
-    pub fn level(&mut self, c: CompIdx, node: f64, median: f64) {
+    /// Adds one component's levels of a window: the node's, the median node's, and the nodes'
+    /// typical (median absolute) deviation from the median node in that window, `spread`. A
+    /// window counts as apart only when the node stands out of that spread too: a component of
+    /// a few microseconds is 1.25× the median by chance in half the windows.
+    pub fn level(&mut self, c: CompIdx, node: f64, median: f64, spread: f64) {
         let l = self.levels.entry(c).or_default();
+        let d = node - median;
+        let beyond = d.abs() > SPREAD_FACTOR * spread.max(0.0);
         l.node += node;
         l.median += median;
-        l.abs_diff += (node - median).abs();
+        l.abs_diff += d.abs();
         l.windows += 1;
-        l.over += u64::from(node > 0.0 && node >= MIN_RATIO * median);
-        l.under += u64::from(median > 0.0 && median >= MIN_RATIO * node);
+        l.over += u64::from(beyond && node > 0.0 && node >= MIN_RATIO * median);
+        l.under += u64::from(beyond && median > 0.0 && median >= MIN_RATIO * node);
     }
 }
 
@@ -524,7 +530,8 @@ mod tests {
         let mut s = RoleStats::default();
         for i in 0..5 {
             s.window(i * 10, true, 3);
-            s.level(1, 4.0, 2.0);
+            // 2× the median, beyond its peers' spread in the first three windows only.
+            s.level(1, 4.0, 2.0, if i < 3 { 0.5 } else { 1.0 });
         }
         let mut e = Evidence::default();
         e.add("r0", &s, &[label("x"), label("y")]);
@@ -532,6 +539,8 @@ mod tests {
         assert_eq!(e.windows, 10);
         assert_eq!(e.levels[&label("y")].windows, 5);
         assert_eq!(e.levels[&label("x")].windows, 5);
+        assert_eq!(e.levels[&label("x")].over, 3);
+        assert_eq!(e.levels[&label("x")].under, 0);
         assert_eq!(e.stretches.len(), 2);
         assert_eq!(e.stretches[1], ("r1".to_string(), 20, 40));
     }

@@ -84,13 +84,29 @@ pub(super) fn note_evidence(ms: &mut MetricState, w: &WindowEvidence<'_>) {
             }
         })
         .collect();
+    // Per component, the nodes' typical deviation from the median node in this window (the
+    // median absolute deviation).
+    let spreads: Vec<f64> = (0..kept.len())
+        .map(|ci| {
+            let mut d: Vec<f64> = levels
+                .iter()
+                .map(|row| (row[ci] - medians[ci]).abs())
+                .filter(|v| !v.is_nan())
+                .collect();
+            if d.is_empty() {
+                f64::NAN
+            } else {
+                median_in_place(&mut d)
+            }
+        })
+        .collect();
     for (ri, &node) in w.complete.iter().enumerate() {
         let stats = &mut ms.result.nodes[node].role;
         stats.window(w.start_ns, w.scores.scores[ri] > cutoff, w.k);
         for (ci, &c) in kept.iter().enumerate() {
             let (v, m) = (levels[ri][ci], medians[ci]);
             if !v.is_nan() && !m.is_nan() {
-                stats.level(c, v, m);
+                stats.level(c, v, m, spreads[ci]);
             }
         }
     }
