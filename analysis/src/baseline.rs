@@ -551,7 +551,7 @@ impl Rolling {
         let ranges = Ranges::one(span).without(suspects);
         // Marked learnt whatever happens, so that a failure is not retried window after window.
         self.learnt_to = frontier_ns;
-        learn_in(
+        let learned = learn_in(
             &self.setup,
             (self.source)(),
             self.spec,
@@ -559,7 +559,25 @@ impl Rolling {
             &ranges,
             self.rules,
             progress,
-        )
+        )?;
+        // Too little left once the windows under suspicion are out: fewer windows than a
+        // verdict's own span (2k − 1) can neither set thresholds nor tell a role, which would be
+        // forgotten; the baseline learnt before stays.
+        let least = 2 * self.setup.settings.k as u64 - 1;
+        if let Some((m, t)) = learned
+            .trained
+            .file
+            .metrics
+            .iter()
+            .find(|(_, t)| t.windows < least)
+        {
+            return Err(Error::Data(format!(
+                "too little left to learn from once the windows under suspicion are out ({} \
+                 windows on {m}, fewer than {least})",
+                t.windows
+            )));
+        }
+        Ok(learned)
     }
 }
 
