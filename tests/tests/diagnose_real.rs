@@ -853,18 +853,19 @@ fn an_anomaly_in_the_baseline_is_said() {
     assert!(err.contains("baseline: srv2 stood out"), "{err}");
 }
 
-/// `--follow` with a rolling baseline (`last:6s`): learnt first from the first 6 s, then again
-/// every 1.5 s of diagnosed data from the last 6 s without the windows under suspicion. A node
-/// that starts blocking at 12 s is flagged and stays flagged to the end: its fault is never
-/// learnt as normal. Budget: ~30 s.
+/// `--follow` with a rolling baseline (`last:10s`): learnt first from the first 10 s, then again
+/// every 2.5 s of diagnosed data from the last 10 s without the windows under suspicion (a
+/// learning left with fewer than 2k − 1 = 7 windows is refused). A node that starts blocking at
+/// 15 s is flagged and stays flagged to the end: its fault is never
+/// learnt as normal. Budget: ~35 s.
 #[test]
 fn follow_with_a_rolling_baseline() {
     let _turn = turn();
     let dir = TempDir::new("real-rolling");
     let exe = server(dir.path(), false);
     let data = dir.join("data");
-    let nodes = five_with(2, ["block", "lookup_object", "300", "12"]);
-    let mut children: Vec<Child> = nodes.iter().map(|n| spawn(&exe, &data, n, "24")).collect();
+    let nodes = five_with(2, ["block", "lookup_object", "300", "15"]);
+    let mut children: Vec<Child> = nodes.iter().map(|n| spawn(&exe, &data, n, "27")).collect();
     let o = culprit()
         .arg("diagnose")
         .arg(&data)
@@ -873,7 +874,7 @@ fn follow_with_a_rolling_baseline() {
             "--follow",
             "--json",
             "--baseline",
-            "last:6s",
+            "last:10s",
             "--for",
             "60s",
         ])
