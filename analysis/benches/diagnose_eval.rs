@@ -62,6 +62,7 @@ fn engine(score: ScoreKind, policies: Vec<(Family, Policy)>) -> Analyzer {
                 policy,
                 weights: None,
                 normal: None,
+                roles: None,
             })
             .collect(),
     )

@@ -122,6 +122,7 @@ fn engine(nodes: usize, funcs: usize, score: ScoreKind, peers: Peers, weighted: 
             policy: Policy::Untrained(Unsupervised::default()),
             weights,
             normal: None,
+            roles: None,
         }],
     );
     for n in 0..nodes {

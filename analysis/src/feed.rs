@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::analyzer::Analyzer;
+use crate::baseline::Ranges;
 use crate::data::{Dataset, FileStatus, NodeData};
 use crate::error::{Error, Result};
 use crate::family::{FamilyReader, IntervalSink, Metric, MetricFamily, Sampling};
@@ -148,6 +149,9 @@ pub fn samples_rule(min_samples: f64, sampling: Option<&Sampling>) -> SamplesRul
 pub struct Feeder {
     readers: Vec<Box<dyn FamilyReader>>,
     writers: HashMap<PathBuf, u64>,
+    /// The analyzer's [`Analyzer::window_ranges`]: intervals outside them can reach no window
+    /// it analyses, and are not pushed.
+    only: Option<Ranges>,
     /// `--follow`: how far each file had been read at the last look.
     positions: HashMap<PathBuf, (usize, u64)>,
 }
@@ -161,6 +165,7 @@ impl Feeder {
                 .map(|m| m.config.family.reader(by_program))
                 .collect(),
             writers: HashMap::new(),
+            only: analyzer.window_ranges().cloned(),
             positions: HashMap::new(),
         }
     }
@@ -209,7 +214,7 @@ impl Feeder {
         ds: &Dataset,
         analyzer: &mut Analyzer,
         offline_chunk_ns: Option<u64>,
-        mut closed: impl FnMut(&Analyzer, Vec<crate::analyzer::WindowEvent>, u64) -> Result<()>,
+        mut closed: impl FnMut(&mut Analyzer, Vec<crate::analyzer::WindowEvent>, u64) -> Result<()>,
     ) -> Result<()> {
         analyzer.set_merges(crate::demoted::merges(ds));
         let Some(chunk) = offline_chunk_ns else {
@@ -243,6 +248,7 @@ impl Feeder {
                     m,
                     node: n,
                     writers: &mut self.writers,
+                    only: self.only.as_ref(),
                 };
                 reader.feed(ds, node, until, &mut sink)?;
             }
@@ -257,6 +263,7 @@ struct Sink<'a> {
     m: usize,
     node: PeerIdx,
     writers: &'a mut HashMap<PathBuf, u64>,
+    only: Option<&'a Ranges>,
 }
 
 impl Sink<'_> {
@@ -272,6 +279,11 @@ impl IntervalSink for Sink<'_> {
     }
 
     fn push(&mut self, writer: &Path, iv: &Interval<'_>) -> Result<()> {
+        if let Some(r) = self.only {
+            if !r.touches(iv.start_ns, iv.start_ns.saturating_add(iv.dur_ns)) {
+                return Ok(());
+            }
+        }
         let id = self.writer(writer);
         self.analyzer
             .push(self.m, self.node, id, iv)

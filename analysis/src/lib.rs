@@ -21,6 +21,8 @@
 //!   calls and a stopped node's last call; [`paused`] — nodes stopped by a signal, not slow;
 //! * [`diagnosis`] — the typed [`Diagnosis`], serialised as the JSON report; [`live`] — a
 //!   diagnosis in progress at one moment (`--follow`);
+//! * [`baseline`] — a baseline learnt from the data itself (`--baseline`), rolling or not;
+//!   [`roles`] — nodes of another role, judged against their own baseline;
 //! * [`setup`] — options resolved into settings; [`plan`] — what diagnosis and training share
 //!   (the metrics to run, the analyzer, [`plan::Progress`]); [`session`] and [`train`] — settings
 //!   to a diagnosis or a thresholds file, offline or following a run in progress;
@@ -36,6 +38,7 @@
 #![deny(unsafe_code)]
 
 pub mod analyzer;
+pub mod baseline;
 pub mod cdf;
 pub mod combine;
 pub mod data;
@@ -58,6 +61,7 @@ pub mod policy;
 pub mod report;
 pub mod requests;
 pub mod resource;
+pub mod roles;
 pub mod score;
 pub mod session;
 pub mod setup;

@@ -13,8 +13,10 @@ use crate::family::{KeepSettings, Metric, Windows};
 use crate::feed::{self, Survey};
 use crate::live::LiveStatus;
 use crate::policy::{Policy, Weights};
+use crate::roles::Roles;
 use crate::score::NormalProfiles;
 use crate::setup::Setup;
+use crate::thresholds::MetricThresholds;
 use crate::time::{fmt_dur, NS_PER_S};
 
 /// The metrics of an analysis.
@@ -98,6 +100,7 @@ pub(crate) struct MetricSetup {
     pub(crate) policy: Policy,
     pub(crate) weights: Option<Weights>,
     pub(crate) normal: Option<Arc<NormalProfiles>>,
+    pub(crate) roles: Option<Arc<Roles>>,
 }
 
 impl MetricSetup {
@@ -107,6 +110,18 @@ impl MetricSetup {
             policy,
             weights: None,
             normal: None,
+            roles: None,
+        }
+    }
+
+    /// What a thresholds file says of metric `m`: its trained policy (`policy`), scales,
+    /// normal profiles and roles.
+    pub(crate) fn trained(policy: Policy, t: Option<&MetricThresholds>) -> Self {
+        MetricSetup {
+            policy,
+            weights: t.and_then(|t| t.weights.as_ref()).map(|w| w.weights()),
+            normal: t.and_then(|t| t.normal()),
+            roles: t.and_then(|t| Roles::from_entries(&t.roles)),
         }
     }
 }
@@ -148,6 +163,7 @@ pub(crate) fn build_analyzer(
             policy,
             weights,
             normal,
+            roles,
         } = policy(m);
         metrics.push(MetricConfig {
             keep: family.keep_rule(&keep),
@@ -157,6 +173,7 @@ pub(crate) fn build_analyzer(
             policy,
             weights,
             normal,
+            roles,
         });
     }
     Ok(Analyzer::new(

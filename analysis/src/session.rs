@@ -7,7 +7,9 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::analyzer::{Analyzer, Outcome, MIN_NODES};
+use crate::analyzer::{Analyzer, Outcome, Relearnt, MIN_NODES};
+use crate::baseline::{suspect_ranges, Baseline, Ranges};
+use crate::combine::Verdict;
 use crate::data::{Dataset, DirSource, FileStatus, NodeData, Source};
 use crate::diagnosis::{ClosedWindow, Diagnosis, OsSettings, ReportInput};
 use crate::error::{Error, Result};
@@ -21,8 +23,9 @@ use crate::plan::{
 };
 use crate::policy::{Policy, Pool, Unsupervised};
 use crate::resource::DatasetLevels;
+use crate::roles;
 use crate::setup::{Setup, TrainedThresholds, DEFAULT_SMOOTHING};
-use crate::time::{fmt_dur, now_ns, NS_PER_S};
+use crate::time::{fmt_dur, now_ns, rfc3339, NS_PER_S};
 use crate::{paused, stacks};
 
 /// How a node's data ended, from its files.
@@ -144,6 +147,12 @@ pub struct DiagnoseRequest {
     pub discount_shared: bool,
     /// Follow a run in progress.
     pub follow: Option<Follow>,
+    /// Only the windows wholly inside these stretches are diagnosed (the data after a
+    /// baseline, [`crate::baseline`]); `None`: every window.
+    pub windows: Option<Ranges>,
+    /// The baseline the thresholds were learnt from (`--baseline`), for the report — and, when
+    /// it rolls, to learn it again as the data goes on.
+    pub baseline: Option<Baseline>,
 }
 
 impl DiagnoseRequest {
@@ -156,6 +165,8 @@ impl DiagnoseRequest {
             pool: Pool::default(),
             discount_shared: true,
             follow: None,
+            windows: None,
+            baseline: None,
         }
     }
 }
@@ -216,11 +227,7 @@ pub fn diagnose(
         |m| {
             let mt = trained.and_then(|t| t.file.metrics.get(&m));
             match policies.remove(&m) {
-                Some(policy) => MetricSetup {
-                    policy,
-                    weights: mt.and_then(|t| t.weights.as_ref()).map(|w| w.weights()),
-                    normal: mt.and_then(|t| t.normal()),
-                },
+                Some(policy) => MetricSetup::trained(policy, mt),
                 None => MetricSetup::policy(Policy::Untrained(rule)),
             }
         },
@@ -233,27 +240,48 @@ pub fn diagnose(
             }
         }
     }
+    if let Some(w) = req.windows {
+        analyzer.only_windows(w);
+    }
     let mut feeder = Feeder::new(&analyzer, setup.settings.by_program);
-    let reporting = Reporting {
+    let mut reporting = Reporting {
         setup,
         survey: &survey,
         plan: &plan,
-        trained,
+        trained: trained.cloned(),
+        baseline: req.baseline,
+        judging: (req.pool, req.discount_shared),
         data: req.data,
         top: req.top,
         notes,
     };
     match req.follow {
-        Some(f) => follow(f, &reporting, &mut ds, &mut analyzer, &mut feeder, progress)?,
+        Some(f) => follow(
+            f,
+            &mut reporting,
+            &mut ds,
+            &mut analyzer,
+            &mut feeder,
+            progress,
+        )?,
         None => {
             let span = ds.span().unwrap_or_default();
+            // A rolling baseline is learnt again between chunks: chunks no longer than its
+            // period, so that it rolls as often offline as when following.
+            let every = reporting
+                .baseline
+                .as_ref()
+                .and_then(|b| b.rolling.as_ref())
+                .map(|r| r.every_ns);
+            let chunk = every.map_or(setup.chunk_ns(), |e| e.min(setup.chunk_ns()));
             feeder.feed(
                 &ds,
                 &mut analyzer,
-                Some(setup.chunk_ns()),
+                Some(chunk.max(setup.settings.win_shift_ns)),
                 |a, events, at| {
                     progress.analysed(at.min(span.end_ns), span.start_ns, span.end_ns);
-                    report_windows(a, &events, progress)
+                    report_windows(a, &events, progress)?;
+                    reporting.roll(&ds, a)
                 },
             )?;
             let events = analyzer.advance(None);
@@ -292,13 +320,81 @@ struct Reporting<'a> {
     setup: &'a Setup,
     survey: &'a Survey,
     plan: &'a MetricPlan,
-    trained: Option<&'a TrainedThresholds>,
+    trained: Option<TrainedThresholds>,
+    baseline: Option<Baseline>,
+    /// Which trained threshold each node gets, and whether shared deviations are discounted
+    /// (for thresholds learnt again).
+    judging: (Pool, bool),
     data: Vec<String>,
     top: usize,
     notes: Vec<String>,
 }
 
 impl Reporting<'_> {
+    /// A rolling baseline's turn: once the diagnosis has moved far enough past the last
+    /// learning, the baseline is learnt again from the last stretch of its length without the
+    /// stretches in which a node was flagged or suspected, and the analyzer judges the windows
+    /// to come by it. A baseline that cannot be learnt again (all of it under suspicion, too
+    /// little data) leaves the last one in place, and a note says so.
+    fn roll(&mut self, ds: &Dataset, analyzer: &mut Analyzer) -> Result<()> {
+        let Some(base) = self.baseline.as_mut() else {
+            return Ok(());
+        };
+        let Some(rolling) = base.rolling.as_mut() else {
+            return Ok(());
+        };
+        let frontier = analyzer
+            .results()
+            .filter_map(|m| m.window_range.map(|r| r.last_ns + m.windows_ns.size_ns))
+            .max();
+        let Some(frontier) = frontier.filter(|&f| rolling.due(f)) else {
+            return Ok(());
+        };
+        let suspects = suspect_ranges(&analyzer.outcome());
+        let learned = match rolling.relearn(frontier, &suspects, &mut crate::plan::Quiet) {
+            Ok(l) => l,
+            Err(e) => {
+                self.notes.push(format!(
+                    "rolling baseline: not learnt again at {}: {e}; the baseline learnt before \
+                     stays",
+                    rfc3339(frontier)
+                ));
+                return Ok(());
+            }
+        };
+        let mut notes = Vec::new();
+        let mut policies = trained_policies(
+            self.setup,
+            &learned.trained,
+            ds,
+            self.survey,
+            self.plan,
+            self.judging,
+            &mut notes,
+        )?;
+        for (mi, m) in self.plan.run.iter().enumerate() {
+            let (Some(policy), Some(mt)) =
+                (policies.remove(m), learned.trained.file.metrics.get(m))
+            else {
+                continue;
+            };
+            let s = MetricSetup::trained(policy, Some(mt));
+            let cfg = Relearnt {
+                policy: s.policy,
+                weights: s.weights,
+                normal: s.normal,
+                roles: s.roles,
+            };
+            analyzer.relearn(mi, cfg, &mt.kept);
+        }
+        base.report.learnt = learned.report.learnt;
+        base.report.times += 1;
+        base.report.left_out = learned.report.left_out;
+        base.report.warnings = learned.report.warnings;
+        self.trained = Some(learned.trained);
+        Ok(())
+    }
+
     /// The report of `outcome` on the data `ds`.
     fn report(&self, outcome: &Outcome, ds: &Dataset) -> Diagnosis {
         let setup = self.setup;
@@ -329,7 +425,7 @@ impl Reporting<'_> {
             outcome,
             ReportInput {
                 data: self.data.clone(),
-                thresholds_file: self.trained.map(|t| t.name.clone()),
+                thresholds_file: self.trained.as_ref().map(|t| t.name.clone()),
                 reported: &self.plan.reported,
                 findings,
                 notes: dedup(notes),
@@ -342,6 +438,7 @@ impl Reporting<'_> {
                     smoothing: setup.settings.smoothing.unwrap_or(DEFAULT_SMOOTHING),
                 },
                 levels: Some(&levels),
+                after_baseline: self.baseline.is_some(),
             },
         );
         diagnosis.tracing_cost = crate::family::sampler::tracing_cost(ds);
@@ -356,7 +453,38 @@ impl Reporting<'_> {
             // Seed 003 §4.2: a layer issuing one request at a time below many outstanding.
             diagnosis.serialised = crate::layers::serial::find(&ds.nodes);
         }
+        if let Some(t) = &self.trained {
+            self.report_roles(t, &mut diagnosis);
+        }
+        diagnosis.baseline = self.baseline.as_ref().map(|b| b.report.clone());
         diagnosis
+    }
+
+    /// The nodes of another role the thresholds know (among the nodes diagnosed, on the
+    /// metrics reported), and the ranking's reason for those found healthy against their own
+    /// baseline.
+    fn report_roles(&self, t: &TrainedThresholds, diagnosis: &mut Diagnosis) {
+        let entries = t
+            .file
+            .metrics
+            .iter()
+            .filter(|(m, _)| self.plan.reported.contains(m))
+            .map(|(m, mt)| (*m, mt.roles.as_slice()));
+        diagnosis.roles = roles::report(entries)
+            .into_iter()
+            .filter(|r| diagnosis.nodes.contains(&r.node))
+            .collect();
+        for r in &mut diagnosis.ranking {
+            let Some(role) = diagnosis.roles.iter().find(|x| x.node == r.node) else {
+                continue;
+            };
+            if r.verdict == Verdict::Ok {
+                r.reason = format!(
+                    "another role ({}), like its own baseline",
+                    roles::summary(role)
+                );
+            }
+        }
     }
 
     /// The state of the analysis so far, for [`Progress::live`].
@@ -536,7 +664,7 @@ fn wait_for_nodes(source: Box<dyn Source>, setup: &Setup, f: Follow) -> Result<D
 /// `--follow`: the offline path, fed after each refresh of the dataset.
 fn follow(
     f: Follow,
-    reporting: &Reporting<'_>,
+    reporting: &mut Reporting<'_>,
     ds: &mut Dataset,
     analyzer: &mut Analyzer,
     feeder: &mut Feeder,
@@ -552,7 +680,7 @@ fn follow(
         .unwrap_or(NS_PER_S);
     let poll = Duration::from_nanos((finest / 4).clamp(20_000_000, 1_000_000_000));
     progress.following(ds.nodes.len()).map_err(Error::Output)?;
-    let no_chunks = |_: &Analyzer, _, _| Ok(());
+    let no_chunks = |_: &mut Analyzer, _, _| Ok(());
     let mut first = true;
     loop {
         feeder.feed(ds, analyzer, None, no_chunks)?;
@@ -562,6 +690,7 @@ fn follow(
         feeder.mark_alive(ds, analyzer, now);
         let events = analyzer.advance(Some(now));
         report_windows(analyzer, &events, progress)?;
+        reporting.roll(ds, analyzer)?;
         if progress.wants_live() && (first || !events.is_empty()) {
             let status = reporting.live(analyzer, ds, false);
             progress.live(status).map_err(Error::Output)?;

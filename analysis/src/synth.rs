@@ -234,6 +234,7 @@ impl Scenario {
             },
             weights: None,
             normal: None,
+            roles: None,
         };
         let mut a = Analyzer::new(cfg, vec![metric]);
         self.feed(&mut a, 0);
@@ -258,6 +259,7 @@ impl Scenario {
                     smoothing: 1,
                 },
                 levels: None,
+                after_baseline: false,
             },
         );
         LiveStatus::new(&outcome, report, damaged, false)

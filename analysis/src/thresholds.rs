@@ -14,10 +14,15 @@ use crate::error::{Error, Result};
 use crate::family::{Features, Metric, Sampling};
 use crate::model::CompLabel;
 use crate::policy::{Spread, Weights};
+use crate::roles::RoleEntry;
 use crate::score::{median_in_place, NormalProfiles, ScoreKind};
 
-/// Version of the thresholds file format this build writes and reads.
+/// Version of the thresholds file format this build writes (without roles) and reads.
 pub const THRESHOLDS_VERSION: u32 = 1;
+/// The version of a file with nodes of another role ([`MetricThresholds::roles`]): a reader
+/// of version 1 would judge those nodes against thresholds learnt with them brought to their
+/// peers' level, so it must refuse the file, not ignore the field. This build reads both.
+pub const THRESHOLDS_VERSION_ROLES: u32 = 2;
 /// Value of the file's `format` field.
 pub const THRESHOLDS_FORMAT: &str = "culprit-thresholds";
 
@@ -327,6 +332,11 @@ pub struct MetricThresholds {
     /// scores), the known-normal traces of seed 002's supervised variant.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub normal_profiles: Vec<NormalProfileEntry>,
+    /// Nodes of another role: each differed from its peers the same way through the training
+    /// data, and diagnosis compares it against its own baseline ([`crate::roles`]). A file with
+    /// roles is [`THRESHOLDS_VERSION_ROLES`]: a reader that would ignore them refuses it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<RoleEntry>,
 }
 
 /// One node's normal profile from one training run.
@@ -429,10 +439,11 @@ impl ThresholdsFile {
             ));
         }
         let version = v.get("version").and_then(|x| x.as_u64()).unwrap_or(0);
-        if version != u64::from(THRESHOLDS_VERSION) {
+        if !(u64::from(THRESHOLDS_VERSION)..=u64::from(THRESHOLDS_VERSION_ROLES)).contains(&version)
+        {
             return bail(format!(
-                "{}: thresholds file version {version}, this culprit reads version \
-                 {THRESHOLDS_VERSION}; retrain with `culprit train`",
+                "{}: thresholds file version {version}, this culprit reads versions \
+                 {THRESHOLDS_VERSION} to {THRESHOLDS_VERSION_ROLES}; retrain with `culprit train`",
                 path.display()
             ));
         }
@@ -491,6 +502,17 @@ impl ThresholdsFile {
                     p.run
                 ));
             }
+            if let Some(r) = t.roles.iter().find(|r| {
+                r.components.iter().any(|c| {
+                    !(c.node.is_finite() && c.peers.is_finite() && c.node >= 0.0 && c.peers >= 0.0)
+                })
+            }) {
+                return bail(format!(
+                    "{}: {m} role of node {} has a level that is not a non-negative number",
+                    path.display(),
+                    r.node
+                ));
+            }
             if f.settings.weighting == Weighting::Variance && t.weights.is_none() {
                 return bail(format!(
                     "{}: trained with variance weighting but {m} has no scales; train again",
@@ -499,6 +521,17 @@ impl ThresholdsFile {
             }
         }
         Ok(f)
+    }
+
+    /// The version this file must be written as: [`THRESHOLDS_VERSION_ROLES`] when a metric
+    /// has nodes of another role, [`THRESHOLDS_VERSION`] otherwise (readable by older
+    /// followers).
+    pub fn needed_version(&self) -> u32 {
+        if self.metrics.values().any(|t| !t.roles.is_empty()) {
+            THRESHOLDS_VERSION_ROLES
+        } else {
+            THRESHOLDS_VERSION
+        }
     }
 
     /// Writes the file (pretty JSON), replacing it atomically.
@@ -513,5 +546,83 @@ impl ThresholdsFile {
         std::fs::rename(&tmp, path)
             .map_err(|e| Error::io(format!("{}: cannot write thresholds", path.display()), e))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::roles::{RoleComponent, RoleEntry};
+    use crate::setup::{Overrides, Setup};
+
+    fn metric(roles: Vec<RoleEntry>) -> MetricThresholds {
+        MetricThresholds {
+            unit: "ms".into(),
+            recording: Recording {
+                event: None,
+                period: None,
+                freq: false,
+                interval_ns: 1_000_000_000,
+            },
+            kept: vec![CompLabel::func("srv", "f")],
+            thresholds: [("n1".to_string(), 4.0)].into_iter().collect(),
+            max_scores: BTreeMap::new(),
+            flag_scores: BTreeMap::new(),
+            windows: 10,
+            shared_median: None,
+            weights: None,
+            normal_profiles: Vec::new(),
+            roles,
+        }
+    }
+
+    /// A file with a node of another role is version 2, which this build reads and a reader
+    /// of version 1 refuses (it would ignore the role); a file without roles stays version 1;
+    /// a later version is refused in one line.
+    #[test]
+    fn roles_make_version_2() {
+        let mut settings = Setup::resolve(&Overrides::default(), None)
+            .unwrap()
+            .settings;
+        settings.weighting = Weighting::None;
+        let role = RoleEntry {
+            node: "n1".into(),
+            windows: 10,
+            outstanding: 10,
+            components: vec![RoleComponent {
+                label: CompLabel::func("srv", "f"),
+                node: 2.0,
+                peers: 1.0,
+            }],
+        };
+        let mut f = ThresholdsFile {
+            format: THRESHOLDS_FORMAT.into(),
+            version: THRESHOLDS_VERSION,
+            runs: vec!["baseline".into()],
+            settings,
+            metrics: [(Metric::TIME, metric(Vec::new()))].into_iter().collect(),
+        };
+        assert_eq!(f.needed_version(), 1);
+        f.metrics.insert(Metric::TIME, metric(vec![role]));
+        assert_eq!(f.needed_version(), THRESHOLDS_VERSION_ROLES);
+        f.version = f.needed_version();
+        let dir = std::env::temp_dir().join(format!("culprit-thr-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.json");
+        f.save(&path).unwrap();
+        assert_eq!(ThresholdsFile::load(&path).unwrap(), f);
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, text.replacen("\"version\": 2", "\"version\": 3", 1)).unwrap();
+        let e = ThresholdsFile::load(&path).unwrap_err().to_string();
+        assert!(
+            e.contains("version 3") && e.contains("versions 1 to 2"),
+            "{e}"
+        );
+        assert!(!e.contains('\n'), "{e}");
+        let bad = text.replacen("\"peers\": 1.0", "\"peers\": -1.0", 1);
+        std::fs::write(&path, bad).unwrap();
+        let e = ThresholdsFile::load(&path).unwrap_err().to_string();
+        assert!(e.contains("role of node n1"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

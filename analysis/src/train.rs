@@ -11,6 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::analyzer::MIN_NODES;
+use crate::baseline::Ranges;
 use crate::data::{Dataset, DirSource, Source};
 use crate::error::{Error, Result};
 use crate::family::{Comparison, Metric, MetricFamily};
@@ -20,6 +21,7 @@ use crate::plan::{
     build_analyzer, check_nodes, dedup, plan_metrics, MetricPlan, MetricSetup, Progress,
 };
 use crate::policy::{trained_threshold, Policy, Spread, Weights};
+use crate::roles::{self, Evidence, RoleEntry, Roles};
 use crate::score::NormalProfiles;
 use crate::setup::Setup;
 use crate::thresholds::{
@@ -43,6 +45,9 @@ pub struct TrainingRun {
     pub name: String,
     /// Where its records come from.
     pub source: Box<dyn Source>,
+    /// Only the windows wholly inside these stretches are learnt (a baseline of the data,
+    /// [`crate::baseline`]); `None`: all of the run.
+    pub windows: Option<Ranges>,
 }
 
 impl TrainingRun {
@@ -51,6 +56,15 @@ impl TrainingRun {
         TrainingRun {
             name: path.display().to_string(),
             source: Box::new(DirSource::new(vec![path.to_path_buf()], false)),
+            windows: None,
+        }
+    }
+
+    /// The same run, learnt only in the windows wholly inside `ranges`.
+    pub fn within(self, ranges: Ranges) -> Self {
+        TrainingRun {
+            windows: Some(ranges),
+            ..self
         }
     }
 }
@@ -86,20 +100,14 @@ pub struct RunMax {
 /// run was probably not fault-free (or that node is not like its peers), and it alone lifts
 /// the threshold (pooled: every node's) above what the rest of the training needed.
 pub fn odd_runs(metric: Metric, unit: &str, maxima: &[RunMax]) -> Option<String> {
-    let mut v: Vec<&RunMax> = maxima.iter().filter(|m| m.score.is_finite()).collect();
-    if v.len() < 2 {
-        return None;
-    }
-    v.sort_by(|a, b| b.score.total_cmp(&a.score));
-    let (top, next) = (v[0], v[1]);
-    if top.score <= ODD_FACTOR * next.score {
-        return None;
-    }
+    let (top, next) = odd_pair(maxima)?;
     let runs: HashSet<&str> = maxima.iter().map(|m| m.run.as_str()).collect();
-    let whose = if runs.len() > 1 {
-        format!("node {} in run {}", top.node, top.run)
-    } else {
-        format!("node {}", top.node)
+    let whose = |m: &RunMax| {
+        if runs.len() > 1 {
+            format!("node {} in run {}", m.node, m.run)
+        } else {
+            format!("node {}", m.node)
+        }
     };
     let times = if next.score > 0.0 {
         format!("{}× ", fmt_sig(top.score / next.score))
@@ -107,14 +115,72 @@ pub fn odd_runs(metric: Metric, unit: &str, maxima: &[RunMax]) -> Option<String>
         String::new()
     };
     Some(format!(
-        "{metric}: {whose} sets the threshold: its largest score {} {unit} is {times}the next \
-         largest ({} {unit}, node {} in {}); check that this run was fault-free and that the \
-         node does the same work as its peers, or train without it",
+        "{metric}: {} sets the threshold: its largest score {} {unit} is {times}the next \
+         largest ({} {unit}, {}); check that this run was fault-free and that the node does the \
+         same work as its peers, or train without it",
+        whose(top),
         fmt_sig(top.score),
         fmt_sig(next.score),
-        next.node,
-        next.run
+        whose(next)
     ))
+}
+
+/// The largest score of `maxima` and the next largest, when the largest is more than
+/// [`ODD_FACTOR`] times the next.
+fn odd_pair(maxima: &[RunMax]) -> Option<(&RunMax, &RunMax)> {
+    let mut v: Vec<&RunMax> = maxima.iter().filter(|m| m.score.is_finite()).collect();
+    if v.len() < 2 {
+        return None;
+    }
+    v.sort_by(|a, b| b.score.total_cmp(&a.score));
+    (v[0].score > ODD_FACTOR * v[1].score).then_some((v[0], v[1]))
+}
+
+/// [`odd_runs`] over every metric, one warning per node and run: a node that set the thresholds
+/// of several metrics (a run of ~30 OS metrics can) is named once, with the metrics.
+pub fn odd_nodes(per_metric: &[(Metric, String, Vec<RunMax>)]) -> Vec<String> {
+    let mut by_node: BTreeMap<(String, String), Vec<(Metric, f64)>> = BTreeMap::new();
+    let mut single: BTreeMap<(String, String), String> = BTreeMap::new();
+    let mut several_runs = false;
+    for (m, unit, maxima) in per_metric {
+        let Some((top, next)) = odd_pair(maxima) else {
+            continue;
+        };
+        several_runs |= maxima.iter().any(|x| x.run != top.run);
+        let key = (top.run.clone(), top.node.clone());
+        by_node
+            .entry(key.clone())
+            .or_default()
+            .push((*m, top.score / next.score));
+        if let Some(w) = odd_runs(*m, unit, maxima) {
+            single.entry(key).or_insert(w);
+        }
+    }
+    by_node
+        .into_iter()
+        .map(|((run, node), v)| {
+            if v.len() == 1 {
+                return single.remove(&(run, node)).unwrap_or_default();
+            }
+            let names: Vec<String> = v.iter().map(|(m, _)| m.to_string()).collect();
+            let (lo, hi) = v.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), (_, r)| {
+                (lo.min(*r), hi.max(*r))
+            });
+            let whose = if several_runs {
+                format!("node {node} in run {run}")
+            } else {
+                format!("node {node}")
+            };
+            format!(
+                "{whose} sets the thresholds of {}: its largest scores are {}–{}× the next \
+                 largest node's; check that this run was fault-free and that the node does the \
+                 same work as its peers, or train without it",
+                names.join(", "),
+                fmt_sig(lo),
+                fmt_sig(hi)
+            )
+        })
+        .collect()
 }
 
 /// See [`odd_runs`].
@@ -128,6 +194,7 @@ struct Run {
     ds: Dataset,
     survey: Survey,
     plan: MetricPlan,
+    windows: Option<Ranges>,
 }
 
 /// How training turns scores and spreads into thresholds and weights.
@@ -161,7 +228,7 @@ pub fn train(
         let run_setup = setup.for_data(&ds);
         notes.extend(run_setup.notes.iter().cloned());
         let survey = feed::survey(&ds, &run_setup.families)?;
-        loaded.push((r.name, run_setup, ds, survey));
+        loaded.push((r.name, run_setup, ds, survey, r.windows));
     }
     // All runs must be recorded alike.
     let sampling: HashSet<_> = loaded.iter().filter_map(|r| r.3.sampling.clone()).collect();
@@ -175,7 +242,7 @@ pub fn train(
     // Pass 1: the kept function set over all runs.
     let mut kept: BTreeMap<Metric, Vec<CompLabel>> = BTreeMap::new();
     let mut runs = Vec::new();
-    for (name, setup, ds, survey) in loaded {
+    for (name, setup, ds, survey, windows) in loaded {
         let plan = plan_metrics(&setup, &survey, &mut notes)?;
         let mut a = build_analyzer(
             &setup,
@@ -185,6 +252,9 @@ pub fn train(
             |_| MetricSetup::policy(Policy::Training),
             &mut notes,
         )?;
+        if let Some(w) = &windows {
+            a.only_windows(w.clone());
+        }
         feed_all(&setup, &ds, &mut a, progress)?;
         for m in a.results() {
             let set = kept.entry(m.metric()).or_default();
@@ -200,21 +270,24 @@ pub fn train(
             ds,
             survey,
             plan,
+            windows,
         });
     }
     // Pass 2: scores with that set from the start, as diagnose will use it.
     let no_weights = BTreeMap::new();
     let unsupervised = |_: &str, _: Metric| None;
-    let pass2 = score(
+    let no_roles = BTreeMap::new();
+    let mut pass2 = score(
         &runs,
-        (&kept, &no_weights, &unsupervised),
+        Pass {
+            kept: &kept,
+            weights: &no_weights,
+            normal: &unsupervised,
+            roles: &no_roles,
+        },
         &mut notes,
         progress,
     )?;
-    let mut out = pass2.thresholds;
-    let mut maxima = pass2.maxima;
-    let mut profiles = pass2.profiles;
-    let mut weights: BTreeMap<Metric, Weights> = BTreeMap::new();
     // A metric's family, from a run that has it (the OS metrics depend on the data).
     let family_of = |m: Metric| {
         runs.iter()
@@ -222,6 +295,39 @@ pub fn train(
             .cloned()
             .expect("trained metrics have families")
     };
+    // Nodes of another role (crate::roles), from the unweighted pass; every later pass
+    // compares them against their own baseline, so that neither the scales nor the thresholds
+    // learn their difference.
+    let min_windows = 2 * setup.settings.k as u64 - 1;
+    let role_entries = role_entries(&pass2.evidence, min_windows, |m| family_of(m).resolution());
+    let roles: BTreeMap<Metric, Arc<Roles>> = role_entries
+        .iter()
+        .filter_map(|(&m, e)| Some((m, Roles::from_entries(e)?)))
+        .collect();
+    let mut warnings_of_baseline = baseline_anomalies(
+        &pass2.evidence,
+        &role_entries,
+        setup.settings.win_size_ns,
+        runs.len() > 1,
+    );
+    if !roles.is_empty() {
+        let mut quiet = Vec::new();
+        pass2 = score(
+            &runs,
+            Pass {
+                kept: &kept,
+                weights: &no_weights,
+                normal: &unsupervised,
+                roles: &roles,
+            },
+            &mut quiet,
+            progress,
+        )?;
+    }
+    let mut out = pass2.thresholds;
+    let mut maxima = pass2.maxima;
+    let mut profiles = pass2.profiles;
+    let mut weights: BTreeMap<Metric, Weights> = BTreeMap::new();
     // Variance weighting: scales from pass 2, then a pass 3 scoring with them.
     if setup.settings.weighting == Weighting::Variance {
         let files: BTreeMap<Metric, WeightsFile> = pass2
@@ -239,7 +345,12 @@ pub fn train(
         let mut quiet = Vec::new();
         let pass3 = score(
             &runs,
-            (&kept, &weights, &unsupervised),
+            Pass {
+                kept: &kept,
+                weights: &weights,
+                normal: &unsupervised,
+                roles: &roles,
+            },
             &mut quiet,
             progress,
         )?;
@@ -267,7 +378,17 @@ pub fn train(
             (!rows.is_empty()).then(|| Arc::new(NormalProfiles { profiles: rows }))
         };
         let mut quiet = Vec::new();
-        let pass4 = score(&runs, (&kept, &weights, &others), &mut quiet, progress)?;
+        let pass4 = score(
+            &runs,
+            Pass {
+                kept: &kept,
+                weights: &weights,
+                normal: &others,
+                roles: &roles,
+            },
+            &mut quiet,
+            progress,
+        )?;
         let scales: BTreeMap<Metric, Option<WeightsFile>> =
             out.iter().map(|(m, t)| (*m, t.weights.clone())).collect();
         out = pass4.thresholds;
@@ -289,9 +410,12 @@ pub fn train(
             .collect();
     }
     out.retain(|_, t| !t.thresholds.is_empty());
-    let warnings: Vec<String> = out
+    for (m, t) in out.iter_mut() {
+        t.roles = role_entries.get(m).cloned().unwrap_or_default();
+    }
+    let per_metric: Vec<(Metric, String, Vec<RunMax>)> = out
         .iter()
-        .filter_map(|(m, t)| {
+        .map(|(m, t)| {
             let v: Vec<RunMax> = maxima
                 .get(m)
                 .map(|v| {
@@ -307,9 +431,11 @@ pub fn train(
                         .collect()
                 })
                 .unwrap_or_default();
-            odd_runs(*m, &t.unit, &v)
+            (*m, t.unit.clone(), v)
         })
         .collect();
+    let mut warnings = odd_nodes(&per_metric);
+    warnings.append(&mut warnings_of_baseline);
     if out.is_empty() {
         return Err(Error::Data(format!(
             "no window could be scored in the training runs (need {MIN_NODES} nodes with \
@@ -318,12 +444,16 @@ pub fn train(
         )));
     }
     Ok(Training {
-        file: ThresholdsFile {
-            format: THRESHOLDS_FORMAT.to_string(),
-            version: THRESHOLDS_VERSION,
-            runs: names,
-            settings: setup.settings.clone(),
-            metrics: out,
+        file: {
+            let mut f = ThresholdsFile {
+                format: THRESHOLDS_FORMAT.to_string(),
+                version: THRESHOLDS_VERSION,
+                runs: names,
+                settings: setup.settings.clone(),
+                metrics: out,
+            };
+            f.version = f.needed_version();
+            f
         },
         warnings,
         notes: dedup(notes),
@@ -368,26 +498,43 @@ struct Scored {
     maxima: BTreeMap<Metric, Vec<(String, String, f64, f64)>>,
     /// Per metric, with a scorer of profiles: every node's mean window profile in every run.
     profiles: BTreeMap<Metric, Vec<NormalProfileEntry>>,
+    /// Per metric and node, the evidence of a standing difference over every run.
+    evidence: BTreeMap<Metric, BTreeMap<String, Evidence>>,
 }
 
 /// Known-normal profiles for a run and metric (seed 002's supervised suspect score).
 type NormalFor<'a> = &'a dyn Fn(&str, Metric) -> Option<Arc<NormalProfiles>>;
 
-/// Scores every window of every run with the kept set from the start and the given weights.
+/// What a scoring pass judges by.
+struct Pass<'a> {
+    /// The kept set, from the start.
+    kept: &'a BTreeMap<Metric, Vec<CompLabel>>,
+    /// Weighting scales (none: unweighted).
+    weights: &'a BTreeMap<Metric, Weights>,
+    /// Known-normal profiles.
+    normal: NormalFor<'a>,
+    /// Nodes of another role.
+    roles: &'a BTreeMap<Metric, Arc<Roles>>,
+}
+
+/// Scores every window of every run as `pass` says.
 fn score(
     runs: &[Run],
-    (kept, weights, normal): (
-        &BTreeMap<Metric, Vec<CompLabel>>,
-        &BTreeMap<Metric, Weights>,
-        NormalFor<'_>,
-    ),
+    pass: Pass<'_>,
     notes: &mut Vec<String>,
     progress: &mut dyn Progress,
 ) -> Result<Scored> {
+    let Pass {
+        kept,
+        weights,
+        normal,
+        roles,
+    } = pass;
     let mut thresholds: BTreeMap<Metric, MetricThresholds> = BTreeMap::new();
     let mut spreads: BTreeMap<Metric, HashMap<CompLabel, Spread>> = BTreeMap::new();
     let mut maxima: BTreeMap<Metric, Vec<(String, String, f64, f64)>> = BTreeMap::new();
     let mut profiles: BTreeMap<Metric, Vec<NormalProfileEntry>> = BTreeMap::new();
+    let mut evidence: BTreeMap<Metric, BTreeMap<String, Evidence>> = BTreeMap::new();
     let weighted = !weights.is_empty();
     for run in runs {
         let setup = &run.setup;
@@ -400,9 +547,13 @@ fn score(
                 policy: Policy::Training,
                 weights: weights.get(&m).cloned(),
                 normal: normal(&run.name, m),
+                roles: roles.get(&m).cloned(),
             },
             notes,
         )?;
+        if let Some(w) = &run.windows {
+            a.only_windows(w.clone());
+        }
         for (mi, m) in run.plan.run.iter().enumerate() {
             if let Some(k) = kept.get(m) {
                 a.seed_kept(mi, k);
@@ -444,6 +595,7 @@ fn score(
                     shared_median: None,
                     weights: None,
                     normal_profiles: Vec::new(),
+                    roles: Vec::new(),
                 });
             entry.windows += m.windows - m.unscored;
             if m.windows > m.unscored {
@@ -462,6 +614,12 @@ fn score(
                     continue;
                 }
                 let name = outcome.names[n].clone();
+                evidence
+                    .entry(metric)
+                    .or_default()
+                    .entry(name.clone())
+                    .or_default()
+                    .add(&run.name, &nm.role, &m.comps);
                 if nm.profile_windows > 0 {
                     let w = nm.profile_windows as f64;
                     let mut shares: Vec<ShareEntry> = nm
@@ -501,7 +659,69 @@ fn score(
         spreads,
         maxima,
         profiles,
+        evidence,
     })
+}
+
+/// The nodes of another role of each metric ([`roles::roles_among`]).
+fn role_entries(
+    evidence: &BTreeMap<Metric, BTreeMap<String, Evidence>>,
+    min_windows: u64,
+    resolution: impl Fn(Metric) -> f64,
+) -> BTreeMap<Metric, Vec<RoleEntry>> {
+    let mut out: BTreeMap<Metric, Vec<RoleEntry>> = BTreeMap::new();
+    for (&m, nodes) in evidence {
+        let entries = roles::roles_among(nodes, min_windows, resolution(m));
+        // Roles are standing differences of a few nodes from the many: a metric on which half
+        // the nodes or more "differ" has no peers to differ from, and learns no role.
+        if !entries.is_empty() && entries.len() * 2 < nodes.len() {
+            out.insert(m, entries);
+        }
+    }
+    out
+}
+
+/// Warnings for stretches of the training data in which a node stood out from its peers in k
+/// of 2k − 1 windows without having another role on that metric: the data probably holds an
+/// anomaly, which training has learnt as normal.
+fn baseline_anomalies(
+    evidence: &BTreeMap<Metric, BTreeMap<String, Evidence>>,
+    roles: &BTreeMap<Metric, Vec<RoleEntry>>,
+    win_size_ns: u64,
+    name_runs: bool,
+) -> Vec<String> {
+    // Per run and node: the metrics, and the first and last window of their stretches.
+    let mut by_node: BTreeMap<(&str, &str), (Vec<Metric>, u64, u64)> = BTreeMap::new();
+    for (&m, nodes) in evidence {
+        let role_of = |n: &str| roles.get(&m).is_some_and(|v| v.iter().any(|r| r.node == n));
+        for (node, e) in nodes {
+            if role_of(node) {
+                continue;
+            }
+            for (run, a, b) in &e.stretches {
+                let v =
+                    by_node
+                        .entry((run.as_str(), node.as_str()))
+                        .or_insert((Vec::new(), *a, *b));
+                if !v.0.contains(&m) {
+                    v.0.push(m);
+                }
+                v.1 = v.1.min(*a);
+                v.2 = v.2.max(*b);
+            }
+        }
+    }
+    by_node
+        .into_iter()
+        .map(|((run, node), (metrics, a, b))| {
+            let w = roles::baseline_anomaly(&metrics, node, (a, b), win_size_ns);
+            if name_runs {
+                format!("{w} (training run {run})")
+            } else {
+                w
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -537,5 +757,33 @@ mod tests {
         ];
         assert_eq!(odd_runs(Metric::COUNT, "calls", &v), None);
         assert_eq!(odd_runs(Metric::COUNT, "calls", &v[..1]), None);
+    }
+
+    /// A node that sets the thresholds of several metrics is named once.
+    #[test]
+    fn one_warning_per_odd_node() {
+        let odd = vec![
+            mx("b", "io1", 5.0),
+            mx("b", "io2", 2.0),
+            mx("b", "io3", 1.0),
+        ];
+        let fine = vec![mx("b", "io1", 1.0), mx("b", "io2", 1.5)];
+        let per = [
+            (Metric::TIME, "deviations".to_string(), odd.clone()),
+            (Metric::COUNT, "deviations".to_string(), odd.clone()),
+            (Metric::SAMPLES, "deviations".to_string(), fine),
+        ];
+        let w = odd_nodes(&per);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].starts_with("node io1 sets the thresholds of "),
+            "{}",
+            w[0]
+        );
+        assert!(w[0].contains("time") && w[0].contains("count"), "{}", w[0]);
+        assert!(w[0].contains("2.5–2.5×"), "{}", w[0]);
+        // One metric: the detailed warning.
+        let w = odd_nodes(&per[..1]);
+        assert_eq!(w, [odd_runs(Metric::TIME, "deviations", &odd).unwrap()]);
     }
 }

@@ -337,6 +337,16 @@ fn thresholds_words(d: &Diagnosis) -> String {
         .filter(|m| m.thresholds == culprit_analysis::diagnosis::Thresholds::Untrained)
         .map(|m| m.metric.name())
         .collect();
+    if d.baseline.is_some() {
+        return if untrained.is_empty() {
+            "thresholds learnt from the data itself (--baseline)".to_string()
+        } else {
+            format!(
+                "thresholds learnt from the data itself (--baseline); untrained: {}",
+                untrained.join(", ")
+            )
+        };
+    }
     match &d.thresholds_file {
         Some(f) if untrained.is_empty() => format!("trained thresholds ({f})"),
         Some(f) => format!(
@@ -477,6 +487,20 @@ pub fn render(d: &Diagnosis, opts: &Options) -> Result<String, Error> {
         d.settings.distance.name(),
         esc(&thresholds_words(d))
     );
+    if let Some(b) = &d.baseline {
+        let _ = writeln!(
+            h,
+            "<p class=\"note\" id=\"baseline\">baseline: {} ({} – {}; learnt {} time{})</p>",
+            esc(&b.span),
+            esc(&b.learnt.from),
+            esc(&b.learnt.to),
+            b.times,
+            if b.times == 1 { "" } else { "s" }
+        );
+        for w in &b.warnings {
+            let _ = writeln!(h, "<p class=\"note\">warning: {}</p>", esc(w));
+        }
+    }
     // The verdict.
     let culprits: Vec<_> = d
         .verdicts
@@ -562,6 +586,22 @@ pub fn render(d: &Diagnosis, opts: &Options) -> Result<String, Error> {
         );
     }
     h.push_str("</table>\n");
+    if !d.roles.is_empty() {
+        h.push_str(
+            "<h2>Another role</h2>\n<p class=\"note\">These nodes differed from their peers the \
+             same way throughout the baseline; each is judged against its own baseline and \
+             convicted only when it changes from it.</p>\n<ul id=\"roles\">\n",
+        );
+        for r in &d.roles {
+            let _ = writeln!(
+                h,
+                "<li><b>{}</b>: {}</li>",
+                esc(&r.node),
+                esc(&culprit_analysis::roles::summary(r))
+            );
+        }
+        h.push_str("</ul>\n");
+    }
     if !d.findings.is_empty() {
         h.push_str("<h2>Findings</h2>\n<ul>\n");
         let (gaps, other): (Vec<String>, Vec<String>) =

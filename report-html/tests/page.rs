@@ -97,3 +97,53 @@ fn the_page_is_written_whole_or_not_at_all() {
     assert!(!e.contains('\n'), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A diagnosis with a baseline learnt from the data and a node of another role: the page says
+/// where the thresholds came from, what learning warned of, and lists the role (escaped).
+#[test]
+fn the_baseline_and_the_roles_are_shown() {
+    use culprit_analysis::baseline::{BaselineReport, Stretch};
+    use culprit_analysis::family::Metric;
+    use culprit_analysis::model::CompLabel;
+    use culprit_analysis::roles::{RoleComponent, RoleMetric, RoleReport};
+    let mut d = golden();
+    assert!(render(&d, &Options::default())
+        .unwrap()
+        .find("id=\"roles\"")
+        .is_none());
+    d.baseline = Some(BaselineReport {
+        span: "the first 30 s".into(),
+        learnt: Stretch {
+            from: "2026-11-22T13:00:00.000Z".into(),
+            to: "2026-11-22T13:00:30.000Z".into(),
+        },
+        times: 1,
+        left_out: Vec::new(),
+        warnings: vec!["baseline: io3 stood out <early>".into()],
+    });
+    d.roles = vec![RoleReport {
+        node: "io<1>".into(),
+        metrics: vec![RoleMetric {
+            metric: Metric::TIME,
+            windows: 9,
+            outstanding: 9,
+            components: vec![RoleComponent {
+                label: CompLabel::func("srv", "io_pwrite"),
+                node: 2.0,
+                peers: 1.0,
+            }],
+        }],
+    }];
+    let page = render(&d, &Options::default()).unwrap();
+    assert!(
+        page.contains("thresholds learnt from the data itself"),
+        "{page}"
+    );
+    assert!(page.contains("baseline: the first 30 s"), "{page}");
+    assert!(page.contains("stood out &lt;early&gt;"), "{page}");
+    let roles = &page[page.find("id=\"roles\"").expect("a roles list")..];
+    assert!(
+        roles.contains("<b>io&lt;1&gt;</b>: time: io_pwrite 2× its peers&#39;"),
+        "{roles}"
+    );
+}

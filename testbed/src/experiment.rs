@@ -198,6 +198,10 @@ pub enum ResultLine {
         /// resources were named: none).
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         resources: BTreeMap<String, String>,
+        /// `diagnose --baseline` with normal learnt from the run's own first third
+        /// ([`BASELINE_SPAN`]); absent from results recorded before it was measured.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        baseline: Option<BaselineColumn>,
     },
     /// One overhead measurement.
     Overhead {
@@ -241,6 +245,76 @@ fn append(path: &Path, line: &ResultLine) -> Result<()> {
     let text = serde_json::to_string(line).map_err(|e| Error::Parse(e.to_string()))?;
     writeln!(f, "{text}").map_err(|e| Error::io("write results", e))?;
     f.sync_data().map_err(|e| Error::io("sync results", e))
+}
+
+/// The baseline of the experiment's `baseline` column: each run's own first third. The
+/// protocol's fault-free lead must cover it (`--before` ≥ a third of the run).
+pub const BASELINE_SPAN: &str = "first 1/3";
+
+/// What `diagnose --baseline` said of a run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct BaselineColumn {
+    /// The culprits.
+    pub culprits: BTreeSet<String>,
+    /// The nodes reported as of another role.
+    pub roles: BTreeSet<String>,
+    /// The baseline's warnings (an anomaly in it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+/// Every verdict the experiment records of one scored run.
+struct Judged {
+    v: crate::tools::Verdicts,
+    untrained: BTreeSet<String>,
+    req: crate::tools::RequestVerdicts,
+    baseline: BaselineColumn,
+}
+
+impl Judged {
+    /// Diagnoses the run in `data` every way the experiment measures: trained on `thresholds`
+    /// ([`diagnose_all`]), untrained, by requests, and with a baseline of its own.
+    fn of(tools: &Tools, data: &Path, thresholds: &Path, windows: Windows) -> Result<Self> {
+        Ok(Judged {
+            v: diagnose_all(tools, data, thresholds, windows)?,
+            untrained: untrained_culprits(tools, data, windows)?,
+            req: tools.diagnose_requests(data)?,
+            baseline: baseline_column(tools, data, windows)?,
+        })
+    }
+
+    /// The progress line.
+    fn say(&self, id: &str, rec: &RunRecord) -> String {
+        format!(
+            "{id}: truth {} {}; flagged {:?} {:?}; untrained {:?}; baseline {:?} (roles {:?}); \
+             requests {:?}, series {:?}",
+            rec.fault,
+            rec.faulty_node,
+            self.v.flagged.get("combined").cloned().unwrap_or_default(),
+            self.v.resources,
+            self.untrained,
+            self.baseline.culprits,
+            self.baseline.roles,
+            self.req.requests,
+            self.req.series
+        )
+    }
+
+    /// The result line.
+    fn line(self, role: String, record: RunRecord) -> ResultLine {
+        ResultLine::Run {
+            role,
+            record,
+            flagged: self.v.flagged,
+            metrics: self.v.metrics,
+            exit: self.v.exit,
+            untrained: Some(self.untrained),
+            requests: Some(self.req.requests),
+            series: Some(self.req.series),
+            resources: self.v.resources,
+            baseline: Some(self.baseline),
+        }
+    }
 }
 
 /// Runs the experiment (resuming from `out/results.jsonl`), printing progress to `say`.
@@ -320,6 +394,7 @@ pub fn run_experiment(
                             requests: None,
                             series: None,
                             resources: BTreeMap::new(),
+                            baseline: None,
                         },
                     )?;
                 }
@@ -366,33 +441,9 @@ pub fn run_experiment(
                 &dir,
                 say,
             )?;
-            let v = diagnose_all(tools, &rec.data_dir, &thresholds, windows)?;
-            let untrained = untrained_culprits(tools, &rec.data_dir, windows)?;
-            let req = tools.diagnose_requests(&rec.data_dir)?;
-            say(&format!(
-                "  {id}: truth {} {}; flagged {:?} {:?}; untrained {:?}; requests {:?}, series {:?}",
-                rec.fault,
-                rec.faulty_node,
-                v.flagged.get("combined").cloned().unwrap_or_default(),
-                v.resources,
-                untrained,
-                req.requests,
-                req.series
-            ));
-            append(
-                &results,
-                &ResultLine::Run {
-                    role,
-                    record: rec,
-                    flagged: v.flagged,
-                    metrics: v.metrics,
-                    exit: v.exit,
-                    untrained: Some(untrained),
-                    requests: Some(req.requests),
-                    series: Some(req.series),
-                    resources: v.resources,
-                },
-            )?;
+            let judged = Judged::of(tools, &rec.data_dir, &thresholds, windows)?;
+            say(&format!("  {}", judged.say(&id, &rec)));
+            append(&results, &judged.line(role, rec))?;
             // The traces of scored runs are kept (re-analysis needs only the JSON lines; the data
             // lets a changed diagnosis be re-run). Storage is removed by the cluster's teardown.
         }
@@ -486,13 +537,25 @@ fn diagnose_all(
         if !has {
             continue;
         }
-        let part = tools.diagnose_metrics(data, Some(thresholds), windows, &metrics)?;
+        // A part with too little data of its own (a sampler that stopped early leaves the OS
+        // metrics without a complete window) has no verdict: the column is left out of the
+        // run, as when the part has no data at all.
+        let part = match tools.diagnose_metrics(data, Some(thresholds), windows, &metrics) {
+            Err(e) if not_enough_data(&e) => continue,
+            part => part?,
+        };
         v.flagged.insert(
             column.to_string(),
             part.diagnosis.culprits.iter().cloned().collect(),
         );
     }
     Ok(v)
+}
+
+/// True for `culprit diagnose`'s "not enough data" (exit 2): no verdict, not a failure of the
+/// experiment.
+fn not_enough_data(e: &Error) -> bool {
+    matches!(e, Error::Command { detail, .. } if detail.contains("not enough data"))
 }
 
 /// The resource the checklist should name for each fault class.
@@ -664,34 +727,9 @@ pub fn rediagnose(
             ResultLine::Run { role, record, .. }
                 if role != "train" && named(test, &record.workload) =>
             {
-                let v = diagnose_all(tools, &record.data_dir, &thresholds, windows)?;
-                let untrained = untrained_culprits(tools, &record.data_dir, windows)?;
-                let req = tools.diagnose_requests(&record.data_dir)?;
-                say(&format!(
-                    "{}: truth {} {}; flagged {:?} {:?}; untrained {:?}; requests {:?}, series {:?}",
-                    record.id,
-                    record.fault,
-                    record.faulty_node,
-                    v.flagged.get("combined").cloned().unwrap_or_default(),
-                    v.resources,
-                    untrained,
-                    req.requests,
-                    req.series
-                ));
-                append(
-                    &path,
-                    &ResultLine::Run {
-                        role: role.clone(),
-                        record: record.clone(),
-                        flagged: v.flagged,
-                        metrics: v.metrics,
-                        exit: v.exit,
-                        untrained: Some(untrained),
-                        requests: Some(req.requests),
-                        series: Some(req.series),
-                        resources: v.resources,
-                    },
-                )?;
+                let judged = Judged::of(tools, &record.data_dir, &thresholds, windows)?;
+                say(&judged.say(&record.id, record));
+                append(&path, &judged.line(role.clone(), record.clone()))?;
             }
             ResultLine::Overhead { .. } => append(&path, l)?,
             _ => {}
@@ -705,9 +743,21 @@ pub fn rediagnose(
 fn untrained_culprits(tools: &Tools, data: &Path, windows: Windows) -> Result<BTreeSet<String>> {
     match tools.diagnose(data, None, windows) {
         Ok(v) => Ok(v.flagged.get("combined").cloned().unwrap_or_default()),
-        Err(Error::Command { detail, .. }) if detail.contains("not enough data") => {
-            Ok(BTreeSet::new())
-        }
+        Err(e) if not_enough_data(&e) => Ok(BTreeSet::new()),
+        Err(e) => Err(e),
+    }
+}
+
+/// What `diagnose --baseline` ([`BASELINE_SPAN`]) said of the run in `data`. A run too short
+/// to compare after its baseline ("not enough data") has no culprit.
+fn baseline_column(tools: &Tools, data: &Path, windows: Windows) -> Result<BaselineColumn> {
+    match tools.diagnose_baseline(data, BASELINE_SPAN, windows) {
+        Err(e) if not_enough_data(&e) => Ok(BaselineColumn::default()),
+        Ok(v) => Ok(BaselineColumn {
+            culprits: v.flagged.get("combined").cloned().unwrap_or_default(),
+            roles: v.diagnosis.roles.iter().map(|r| r.node.clone()).collect(),
+            warnings: v.diagnosis.baseline.map(|b| b.warnings).unwrap_or_default(),
+        }),
         Err(e) => Err(e),
     }
 }
@@ -716,7 +766,7 @@ fn untrained_culprits(tools: &Tools, data: &Path, windows: Windows) -> Result<BT
 /// the verdicts of the white-box metrics alone, of the OS metrics alone (`black-box`) and of all
 /// (`combined`), `any` (flagged by at least one metric), and the combined verdict of an
 /// untrained diagnosis (when measured).
-const COLUMNS: [&str; 12] = [
+const COLUMNS: [&str; 13] = [
     "samples",
     "count",
     "time",
@@ -727,6 +777,7 @@ const COLUMNS: [&str; 12] = [
     "combined",
     "any",
     "untrained",
+    "baseline",
     "requests",
     "series",
 ];
@@ -789,6 +840,7 @@ pub fn render(lines: &[ResultLine]) -> String {
             requests,
             series,
             resources,
+            baseline,
             ..
         } = l
         else {
@@ -823,7 +875,7 @@ pub fn render(lines: &[ResultLine]) -> String {
         }
         for m in COLUMNS {
             let present = match m {
-                "combined" | "any" | "untrained" | "requests" | "series" => true,
+                "combined" | "any" | "untrained" | "baseline" | "requests" | "series" => true,
                 "white-box" | "black-box" => flagged.contains_key(m),
                 _ => metrics.contains(m),
             };
@@ -832,6 +884,10 @@ pub fn render(lines: &[ResultLine]) -> String {
             }
             let f = match m {
                 "any" => any.clone(),
+                "baseline" => match baseline {
+                    Some(b) => b.culprits.clone(),
+                    None => continue,
+                },
                 "untrained" | "requests" | "series" => match match m {
                     "untrained" => untrained,
                     "requests" => requests,
@@ -860,7 +916,9 @@ pub fn render(lines: &[ResultLine]) -> String {
     );
     let _ = writeln!(
         s,
-        "of `culprit diagnose` without a thresholds file (goals: TP ≥ 80 %, FP 0); `requests`: the\n\
+        "of `culprit diagnose` without a thresholds file (goals: TP ≥ 80 %, FP 0); `baseline`: with\n\
+         normal learnt from each run's own first third (`--baseline \"{BASELINE_SPAN}\"`, no training\n\
+         runs); `requests`: the\n\
          replica of `diagnose --requests`' top-ranked method (seed 004, sampled requests); `series`:\n\
          nodes whose own interval × function RPCA flagged a function (no request ids, no peers).\n"
     );
@@ -1223,6 +1281,7 @@ mod tests {
             requests: None,
             series: None,
             resources: BTreeMap::new(),
+            baseline: None,
         }
     }
 
@@ -1297,6 +1356,7 @@ mod tests {
                 requests: set(requests),
                 series: set(series),
                 resources,
+                baseline: None,
             },
             other => other,
         }
@@ -1357,6 +1417,69 @@ mod tests {
         assert!(json.contains("\"untrained\":[\"io1\"]"), "{json}");
         let old = serde_json::to_string(&lines[2]).unwrap();
         assert!(!old.contains("untrained"), "{old}");
+    }
+
+    /// The baseline column counts runs that measured it, by their culprits (a node of another
+    /// role is not one); older result lines have none.
+    #[test]
+    fn baseline_column() {
+        let with = |l, culprits: &[&str], roles: &[&str]| match l {
+            ResultLine::Run {
+                role,
+                record,
+                flagged,
+                metrics,
+                exit,
+                resources,
+                ..
+            } => ResultLine::Run {
+                role,
+                record,
+                flagged,
+                metrics,
+                exit,
+                untrained: None,
+                requests: None,
+                series: None,
+                resources,
+                baseline: Some(BaselineColumn {
+                    culprits: culprits.iter().map(|s| s.to_string()).collect(),
+                    roles: roles.iter().map(|s| s.to_string()).collect(),
+                    warnings: Vec::new(),
+                }),
+            },
+            other => other,
+        };
+        let lines = vec![
+            with(
+                run_line("faulty", "slow-disk", "io1", &[], &[]),
+                &["io1"],
+                &["io3"],
+            ),
+            with(run_line("faulty", "slow-disk", "io2", &[], &[]), &[], &[]),
+            run_line("faulty", "slow-disk", "io3", &[], &[]),
+            with(run_line("clean", "none", "", &[], &[]), &["io0"], &[]),
+        ];
+        let t = render(&lines);
+        assert!(t.contains("--baseline \"first 1/3\""), "{t}");
+        let row = t.lines().find(|l| l.starts_with("| slow-disk")).unwrap();
+        let (tp, fp) = cells_of(&t, row, "baseline");
+        assert!(tp.starts_with("1/2 (") && fp.starts_with("0/2 ("), "{row}");
+        let none = t.lines().find(|l| l.starts_with("| none")).unwrap();
+        assert!(
+            cells_of(&t, none, "baseline").1.starts_with("1/1 ("),
+            "{none}"
+        );
+        let json = serde_json::to_string(&lines[0]).unwrap();
+        assert!(json.contains("\"roles\":[\"io3\"]"), "{json}");
+        let back: ResultLine = serde_json::from_str(&json).unwrap();
+        assert!(matches!(
+            back,
+            ResultLine::Run {
+                baseline: Some(_),
+                ..
+            }
+        ));
     }
 
     /// Black-box and white-box verdicts are columns when recorded; the resource is scored among
@@ -1424,6 +1547,7 @@ mod tests {
             requests: None,
             series: None,
             resources: BTreeMap::new(),
+            baseline: None,
         };
         let t = render(&[line]);
         assert!(t.contains("| cpu-hog | ddw | 0.50 | 3.00 | 3.00 |"), "{t}");

@@ -6,6 +6,7 @@
 //! field, is an error, never "nothing flagged".
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -205,17 +206,46 @@ impl Tools {
         windows: Windows,
         metrics: &[&str],
     ) -> Result<Verdicts> {
+        let judged: Vec<&OsStr> = match thresholds {
+            Some(t) => vec!["--thresholds".as_ref(), t.as_os_str()],
+            None => Vec::new(),
+        };
+        self.diagnose_json(data_dir, windows, metrics, &judged)
+    }
+
+    /// `culprit diagnose DATA --baseline SPAN --json`: normal learnt from the data itself.
+    pub fn diagnose_baseline(
+        &self,
+        data_dir: &Path,
+        span: &str,
+        windows: Windows,
+    ) -> Result<Verdicts> {
+        self.diagnose_json(
+            data_dir,
+            windows,
+            &[],
+            &["--baseline".as_ref(), span.as_ref()],
+        )
+    }
+
+    /// `culprit diagnose DATA --json` with the windows, the analysis options, `--metrics LIST`
+    /// (`metrics` empty: all with data) and `judged` (how thresholds come about).
+    fn diagnose_json(
+        &self,
+        data_dir: &Path,
+        windows: Windows,
+        metrics: &[&str],
+        judged: &[&OsStr],
+    ) -> Result<Verdicts> {
         let mut cmd = self.culprit();
         cmd.arg("diagnose")
             .arg(data_dir)
             .arg("--json")
             .args(windows.args())
-            .args(&self.analysis_args);
+            .args(&self.analysis_args)
+            .args(judged);
         if !metrics.is_empty() {
             cmd.arg("--metrics").arg(metrics.join(","));
-        }
-        if let Some(t) = thresholds {
-            cmd.arg("--thresholds").arg(t);
         }
         let (o, exit) = run_verdict(&mut cmd, "culprit diagnose")?;
         let diagnosis: Diagnosis = serde_json::from_slice(&o.stdout)

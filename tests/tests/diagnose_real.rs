@@ -715,6 +715,180 @@ fn follow_reports_as_windows_close() {
     assert_eq!(report.metrics, offline.metrics);
 }
 
+/// A baseline from the data itself (`diagnose --baseline`): one node does twice the checksum
+/// work of its peers from its first second (another role, like a server holding more
+/// metadata) and another starts blocking in `lookup_object` at 16 s. Learnt from the first
+/// 10 s, only the later fault is a culprit; the first node is reported as another role and
+/// judged against its own normal. The same stretch learnt into a thresholds file (`culprit
+/// train --from DATA --span`) keeps the role, and diagnosing with it finds the same, and so
+/// does a rolling baseline of 10 s (at load average 16, the servers starting a second or two
+/// apart, 8 s held 6 complete windows of 2 s, fewer than the 2k − 1 a role needs). Budget:
+/// ~45 s.
+#[test]
+fn baseline_knows_another_role() {
+    let _turn = turn();
+    let dir = TempDir::new("real-baseline");
+    let exe = server(dir.path(), false);
+    let data = dir.join("data");
+    let nodes: Vec<Node<'_>> = FIVE
+        .iter()
+        .enumerate()
+        .map(|(i, n)| Node {
+            name: n,
+            fault: match i {
+                1 => Some(["work", "checksum_payload", "2", "0"]),
+                3 => Some(["block", "lookup_object", "300", "16"]),
+                _ => None,
+            },
+        })
+        .collect();
+    run_group(&exe, &data, &nodes, "26");
+    let d = data.to_str().unwrap();
+    let (code, r) = diagnose2(&[d, "--baseline", "first 10s"]);
+    assert_eq!(code, 1, "{r:#?}");
+    assert_eq!(r.culprits, ["srv3"], "{r:#?}");
+    assert!(r.trained);
+    let b = r.baseline.as_ref().expect("the baseline is reported");
+    assert_eq!(b.times, 1);
+    // Only what follows the baseline is diagnosed.
+    assert!(rfc3339_ns(r.from.as_ref().unwrap()) >= rfc3339_ns(&b.learnt.to));
+    let role = |r: &Diagnosis| {
+        let role = r.roles.iter().find(|x| x.node == "srv1");
+        let role = role.unwrap_or_else(|| panic!("srv1 is another role: {:#?}", r.roles));
+        let time = role.metrics.iter().find(|m| m.metric == Metric::TIME);
+        let c = time
+            .unwrap_or_else(|| panic!("on time: {role:#?}"))
+            .components[0]
+            .clone();
+        assert_eq!(&*c.label.name, "checksum_payload", "{role:#?}");
+        assert!((1.4..3.0).contains(&(c.node / c.peers)), "{role:#?}");
+        assert!(r.roles.iter().all(|x| x.node != "srv3"), "{:#?}", r.roles);
+    };
+    role(&r);
+    assert_eq!(verdict(&r, "srv1"), Verdict::Ok, "{r:#?}");
+    let ranked = r.ranking.iter().find(|n| n.node == "srv1").unwrap();
+    assert!(ranked.reason.starts_with("another role"), "{ranked:#?}");
+    // For the fleet: the same stretch as a thresholds file (version 2: it holds a role).
+    let th = dir.join("fleet.json");
+    run_ok(
+        culprit()
+            .arg("train")
+            .args(["--from", d, "--span", "first 10s", "--out"])
+            .arg(&th)
+            .args(WINDOWS2),
+    );
+    let f = ThresholdsFile::load(&th).unwrap();
+    assert_eq!(f.version, 2);
+    let (code, r2) = diagnose_json(&[d, "--thresholds", th.to_str().unwrap()]);
+    assert_eq!(code, 1, "{r2:#?}");
+    assert_eq!(r2.culprits, ["srv3"], "{r2:#?}");
+    assert!(r2.baseline.is_none());
+    role(&r2);
+    // Offline, a rolling baseline is learnt again as the diagnosis goes on, the fault's
+    // windows left out.
+    let (code, r3) = diagnose2(&[d, "--baseline", "last:10s"]);
+    assert_eq!(code, 1, "{r3:#?}");
+    assert_eq!(r3.culprits, ["srv3"], "{r3:#?}");
+    let b3 = r3.baseline.as_ref().unwrap();
+    assert!(b3.times >= 2, "{b3:#?}");
+    role(&r3);
+}
+
+/// A baseline that itself holds an anomaly is said, not silently learnt: `srv2` starts
+/// blocking in `lookup_object` 8 s into a 16 s baseline (at load average 30 the servers start
+/// seconds apart and the baseline's compared windows begin late: a fault from 6 s of a 14 s
+/// baseline covered most of them and was learnt as a role). It stood out from its peers in k of
+/// 2k − 1 windows of the baseline but not through the whole of it, so it is no role and the
+/// report's `baseline` warns of it (as `culprit train` warns of an odd run). Budget: ~30 s.
+#[test]
+fn an_anomaly_in_the_baseline_is_said() {
+    let _turn = turn();
+    let dir = TempDir::new("real-baseline-anomaly");
+    let exe = server(dir.path(), false);
+    let data = dir.join("data");
+    run_group(
+        &exe,
+        &data,
+        &five_with(2, ["block", "lookup_object", "300", "8"]),
+        "24",
+    );
+    let d = data.to_str().unwrap();
+    let (_, r) = diagnose2(&[d, "--baseline", "first 16s"]);
+    let b = r.baseline.as_ref().expect("the baseline is reported");
+    assert!(
+        b.warnings
+            .iter()
+            .any(|w| w.starts_with("baseline: srv2 stood out from its peers")),
+        "{b:#?}"
+    );
+    assert!(r.roles.iter().all(|x| x.node != "srv2"), "{:#?}", r.roles);
+    // Said on stderr too, where a person running the command sees it.
+    let o = culprit()
+        .arg("diagnose")
+        .arg(d)
+        .args(["--baseline", "first 16s"])
+        .args(WINDOWS2)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("baseline: srv2 stood out"), "{err}");
+}
+
+/// `--follow` with a rolling baseline (`last:10s`): learnt first from the first 10 s, then again
+/// every 2.5 s of diagnosed data from the last 10 s without the windows under suspicion (a
+/// learning left with fewer than 2k − 1 = 7 windows is refused). A node that starts blocking at
+/// 15 s is flagged and stays flagged to the end: its fault is never
+/// learnt as normal. Budget: ~35 s.
+#[test]
+fn follow_with_a_rolling_baseline() {
+    let _turn = turn();
+    let dir = TempDir::new("real-rolling");
+    let exe = server(dir.path(), false);
+    let data = dir.join("data");
+    let nodes = five_with(2, ["block", "lookup_object", "300", "15"]);
+    let mut children: Vec<Child> = nodes.iter().map(|n| spawn(&exe, &data, n, "27")).collect();
+    let o = culprit()
+        .arg("diagnose")
+        .arg(&data)
+        .args(WINDOWS2)
+        .args([
+            "--follow",
+            "--json",
+            "--baseline",
+            "last:10s",
+            "--for",
+            "60s",
+        ])
+        .output()
+        .unwrap();
+    for mut c in children.drain(..) {
+        c.wait().unwrap();
+    }
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let last = stdout.lines().last().unwrap_or_default();
+    let r: Diagnosis = serde_json::from_str(last).unwrap_or_else(|e| {
+        panic!(
+            "the last line is not the report ({e}): {stdout}\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        )
+    });
+    assert_eq!(o.status.code(), Some(1), "{r:#?}");
+    assert_eq!(r.culprits, ["srv2"], "{r:#?}");
+    let b = r.baseline.as_ref().expect("the baseline is reported");
+    eprintln!("rolling baseline: {b:?}; notes {:?}", r.notes);
+    assert!(b.times >= 2, "learnt again as the data went on: {b:#?}");
+    assert!(b.span.starts_with("rolling"), "{b:#?}");
+    // Flagged to the end: the fault's windows were not learnt.
+    let t = node(metric(&r, "time"), "srv2");
+    let last_episode = t.episodes.last().unwrap_or_else(|| panic!("{t:#?}"));
+    let end = rfc3339_ns(r.to.as_ref().unwrap());
+    assert!(
+        rfc3339_ns(&last_episode.to) + 4_000_000_000 >= end,
+        "srv2 stopped being faulty before the end ({}): {t:#?}\n{b:#?}",
+        r.to.as_ref().unwrap()
+    );
+}
+
 /// A line of `diagnose --follow --json`: a window event, or the report at the end.
 #[derive(Debug, serde::Deserialize)]
 #[serde(untagged)]

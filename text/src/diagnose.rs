@@ -10,6 +10,7 @@ use culprit_analysis::diagnosis::{
 };
 use culprit_analysis::family::Metric;
 use culprit_analysis::resource::{Direction, Observation, Resource};
+use culprit_analysis::roles;
 use culprit_analysis::time::{fmt_dur, fmt_wall, group_digits, parse_time, TimeSpec};
 use culprit_analysis::Diagnosis;
 
@@ -191,6 +192,7 @@ pub fn print_human(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
         )?;
     }
     match (&r.thresholds_file, r.trained) {
+        _ if r.baseline.is_some() => print_baseline(r, out)?,
         (Some(f), true) => writeln!(out, "thresholds: trained ({f})")?,
         (Some(f), false) => {
             let untrained: Vec<String> = r
@@ -243,6 +245,14 @@ pub fn print_human(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
             v.node,
             resource_prefix(v),
             v.combined.reason
+        )?;
+    }
+    for role in &r.roles {
+        writeln!(
+            out,
+            "another role: {} — {}; judged against its own baseline",
+            role.node,
+            roles::summary(role)
         )?;
     }
     print_layers(r, out)?;
@@ -364,6 +374,17 @@ pub fn print_human(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
                 nm.anomalous_windows.len(),
                 nm.windows_scored
             )?;
+            let role = r
+                .roles
+                .iter()
+                .find(|x| x.node == nm.node && x.metrics.iter().any(|rm| rm.metric == m.metric));
+            if role.is_some() {
+                writeln!(
+                    out,
+                    "  another role: its functions are compared with its own normal (the median \
+                     node's values scaled by its difference in the baseline)"
+                )?;
+            }
             let size = m
                 .windows_ns
                 .map_or((r.settings.win_size_s * 1e9).round() as u64, |w| w.size_ns);
@@ -421,6 +442,37 @@ pub fn print_human(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
     }
     for wline in &r.warnings {
         writeln!(out, "warning: {wline}")?;
+    }
+    Ok(())
+}
+
+/// Where the thresholds came from when they were learnt from the data itself, and what
+/// learning warned of.
+fn print_baseline(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
+    let Some(b) = &r.baseline else {
+        return Ok(());
+    };
+    let times = match b.times {
+        1 => String::new(),
+        n => format!("; learnt {n} times, last"),
+    };
+    writeln!(
+        out,
+        "thresholds: learnt from the data itself — baseline {}{times} {} – {}",
+        b.span,
+        short(&b.learnt.from),
+        short(&b.learnt.to)
+    )?;
+    for s in &b.left_out {
+        writeln!(
+            out,
+            "  not learnt (a node was flagged or suspected): {} – {}",
+            short(&s.from),
+            short(&s.to)
+        )?;
+    }
+    for w in &b.warnings {
+        writeln!(out, "warning: {w}")?;
     }
     Ok(())
 }
@@ -634,6 +686,67 @@ fn num(v: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// With a baseline learnt from the data: where the thresholds came from, what learning
+    /// warned of, the stretches a rolling baseline left out, and each node of another role.
+    #[test]
+    fn baseline_and_roles_for_people() {
+        use culprit_analysis::baseline::{BaselineReport, Stretch};
+        use culprit_analysis::model::CompLabel;
+        use culprit_analysis::roles::{RoleComponent, RoleMetric, RoleReport};
+        let p = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/golden/diagnose.json");
+        let mut d: Diagnosis = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+        let at = |s: &str| format!("2026-11-22T13:{s}.000Z");
+        d.baseline = Some(BaselineReport {
+            span: "rolling, the last 60 s".into(),
+            learnt: Stretch {
+                from: at("01:00"),
+                to: at("02:00"),
+            },
+            times: 3,
+            left_out: vec![Stretch {
+                from: at("01:30"),
+                to: at("01:40"),
+            }],
+            warnings: vec!["baseline: io3 stood out".into()],
+        });
+        d.roles = vec![RoleReport {
+            node: "io1".into(),
+            metrics: vec![RoleMetric {
+                metric: Metric::TIME,
+                windows: 9,
+                outstanding: 9,
+                components: vec![RoleComponent {
+                    label: CompLabel::func("srv", "io_pwrite"),
+                    node: 2.5,
+                    peers: 1.0,
+                }],
+            }],
+        }];
+        let mut out = Vec::new();
+        print_human(&d, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.contains(
+                "thresholds: learnt from the data itself — baseline rolling, the last 60 s; \
+                 learnt 3 times, last"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("  not learnt (a node was flagged or suspected): "),
+            "{text}"
+        );
+        assert!(text.contains("warning: baseline: io3 stood out"), "{text}");
+        assert!(
+            text.contains(
+                "another role: io1 — time: io_pwrite 2.5× its peers'; judged against its own \
+                 baseline"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("thresholds: trained"), "{text}");
+    }
 
     #[test]
     fn values_for_people() {

@@ -19,6 +19,7 @@
 use std::collections::HashMap;
 
 use crate::demoted::Merge;
+use crate::baseline::Ranges;
 use crate::distance::Distance;
 use crate::family::{Metric, Windows};
 use crate::model::{CompIdx, CompLabel, Interval, IntervalData, PeerIdx};
@@ -31,7 +32,7 @@ pub use crate::error::PushError;
 use state::{add_slot_values, add_values, valid, MetricState, NodeBucket, NodeState, Writer};
 pub use state::{
     AnomWindow, Anomaly, AppliedThreshold, Episode, GapRun, MetricConfig, MetricResult, NodeResult,
-    Ranked, RootCause, ScoredWindow, WindowEvent, WindowRange, BEHIND_WAIT_NS, MIN_NODES,
+    Ranked, Relearnt, RootCause, ScoredWindow, WindowEvent, WindowRange, BEHIND_WAIT_NS, MIN_NODES,
     MIN_PRESENT,
 };
 
@@ -73,6 +74,9 @@ pub struct Analyzer {
     metrics: Vec<MetricState>,
     /// Functions compared merged from a time on (tracers' demotions).
     merges: Vec<Merge>,
+    /// Only windows wholly inside these stretches are analysed (a baseline, or what follows
+    /// it); `None`: every window.
+    only: Option<Ranges>,
 }
 
 impl Analyzer {
@@ -96,7 +100,20 @@ impl Analyzer {
             name_map: HashMap::new(),
             metrics,
             merges: Vec::new(),
+            only: None,
         }
+    }
+
+    /// Analyses only the windows that lie wholly inside `ranges` (a baseline to learn, or the
+    /// data after it to diagnose); the others close unseen — not scored, not counted, not
+    /// growing the kept set, not moving any node's filter.
+    pub fn only_windows(&mut self, ranges: Ranges) {
+        self.only = Some(ranges);
+    }
+
+    /// The stretches of [`Analyzer::only_windows`].
+    pub fn window_ranges(&self) -> Option<&Ranges> {
+        self.only.as_ref()
     }
 
     /// Settings.
@@ -151,6 +168,7 @@ impl Analyzer {
             m.nodes.push(NodeState::new(self.cfg.k));
             m.result.nodes.push(NodeResult::default());
             m.writers.push(Vec::new());
+            m.add_node(name);
         }
         i
     }
@@ -175,6 +193,14 @@ impl Analyzer {
     /// The component `label` of metric `m`, registering it.
     pub fn component(&mut self, m: usize, label: &CompLabel) -> CompIdx {
         self.metrics[m].component(label)
+    }
+
+    /// Metric `m` is judged by what a baseline learnt again (a rolling baseline): new
+    /// thresholds, scales, normal profiles and roles, and the kept set `kept` added to its
+    /// own. Windows already closed keep their verdicts.
+    pub fn relearn(&mut self, m: usize, cfg: Relearnt, kept: &[CompLabel]) {
+        self.metrics[m].relearn(cfg, &self.names);
+        self.seed_kept(m, kept);
     }
 
     /// Marks components kept from the start (a thresholds file's kept set).
@@ -352,8 +378,8 @@ impl Analyzer {
         loop {
             let mut progressed = false;
             for m in 0..self.metrics.len() {
-                if let Some(ev) = self.close_one(m, now_ns) {
-                    events.push(ev);
+                if let Some(closed) = self.close_one(m, now_ns) {
+                    events.extend(closed);
                     progressed = true;
                 }
             }
@@ -392,7 +418,9 @@ impl Analyzer {
             .min(max)
     }
 
-    fn close_one(&mut self, m: usize, now_ns: Option<u64>) -> Option<WindowEvent> {
+    /// Closes the next window of metric `m` if it can close: `None` when it cannot, `Some(None)`
+    /// when it closed outside [`Analyzer::only_windows`] (unseen).
+    fn close_one(&mut self, m: usize, now_ns: Option<u64>) -> Option<Option<WindowEvent>> {
         let limit = self.close_limit(m, now_ns);
         let w = self.metrics[m].result.windows_ns;
         let shift = w.shift_ns;
@@ -422,7 +450,12 @@ impl Analyzer {
             names: &self.names,
             merges: &self.merges,
         };
-        let ev = pipeline::close_window(&mut self.metrics[m], &ctx, b, per_window);
+        let start = b * shift;
+        let seen = self
+            .only
+            .as_ref()
+            .is_none_or(|r| r.holds(start, start + w.size_ns));
+        let ev = seen.then(|| pipeline::close_window(&mut self.metrics[m], &ctx, b, per_window));
         let ms = &mut self.metrics[m];
         ms.closed_any = true;
         // Recycle buckets no open window needs.
@@ -491,6 +524,7 @@ mod tests {
             policy,
             weights: None,
             normal: None,
+            roles: None,
         }
     }
 

@@ -10,6 +10,7 @@ use crate::filter::KOfN;
 use crate::model::{CompIdx, CompLabel, IntervalData, PeerIdx};
 use crate::persistence::{Ledger, Persistence};
 use crate::policy::{Policy, Spread, Weights};
+use crate::roles::{Adjust, RoleStats, Roles};
 use crate::score::{Matrix, NormalProfiles};
 
 /// Peer comparison needs at least this many nodes with data in a window.
@@ -87,6 +88,9 @@ pub struct MetricConfig {
     /// Known-normal profiles (seed 002's supervised suspect score), for scorers that compare
     /// profiles.
     pub normal: Option<Arc<NormalProfiles>>,
+    /// Nodes of another role, learnt from a baseline: each is compared against its own
+    /// baseline ([`crate::roles`]).
+    pub roles: Option<Arc<Roles>>,
 }
 
 impl MetricConfig {
@@ -233,6 +237,9 @@ pub struct NodeResult {
     pub profile_sum: HashMap<CompIdx, f64>,
     /// See `profile_sum`.
     pub profile_windows: u64,
+    /// Training: whether the node differed from its peers the same way through the baseline
+    /// ([`crate::roles`]).
+    pub role: RoleStats,
 }
 
 impl NodeResult {
@@ -484,6 +491,9 @@ pub(super) struct MetricState {
     /// Distribution families: the value of a slot without data — 0, or NaN where absent is not
     /// zero ([`MetricFamily::absent_is_zero`]).
     pub(super) slot_fill: f64,
+    /// Per node, a node of another role's adjusted components ([`MetricConfig::roles`]),
+    /// sorted by component.
+    pub(super) adjust: Vec<Vec<(CompIdx, Adjust)>>,
     /// Each node's data over the window being closed (reused from window to window).
     pub(super) node_windows: Vec<super::pipeline::NodeWindow>,
 }
@@ -523,8 +533,27 @@ impl MetricState {
             normal_rows: None,
             keep_scores,
             slot_fill: if cfg_absent_is_zero { 0.0 } else { f64::NAN },
+            adjust: Vec::new(),
             node_windows: Vec::new(),
         }
+    }
+
+    /// Registers node `node` called `name`: its role's adjustments, if it has another role.
+    pub(super) fn add_node(&mut self, name: &str) {
+        let list = match self.result.config.roles.clone() {
+            Some(r) => r.by_node.get(name).cloned().unwrap_or_default(),
+            None => Vec::new(),
+        };
+        let mut v: Vec<(CompIdx, Adjust)> =
+            list.iter().map(|(l, a)| (self.component(l), *a)).collect();
+        v.sort_by_key(|x| x.0);
+        self.adjust.push(v);
+    }
+
+    /// The adjustment of component `c` of node `node`, if it has another role there.
+    pub(super) fn adjustment(&self, node: PeerIdx, c: CompIdx) -> Option<Adjust> {
+        let v = self.adjust.get(node)?;
+        v.binary_search_by_key(&c, |x| x.0).ok().map(|i| v[i].1)
     }
 
     pub(super) fn component(&mut self, label: &CompLabel) -> CompIdx {
@@ -536,12 +565,27 @@ impl MetricState {
         r.comps.push(label.clone());
         self.comp_map.insert(label.clone(), c);
         self.kept.push(false);
-        let w = r.config.weights.as_ref();
-        self.scale.push(w.map_or(1.0, |w| w.scale(label)));
-        self.unseen
-            .push(w.is_some_and(|w| w.unseen_ratio.is_some() && !w.trained(label)));
+        let (scale, unseen) = scale_of(r.config.weights.as_ref(), label);
+        self.scale.push(scale);
+        self.unseen.push(unseen);
         r.spread.push(Spread::default());
         c
+    }
+
+    /// New thresholds, scales, normal profiles and roles (a rolling baseline learnt again):
+    /// the components' scales and the nodes' adjustments follow; what the analysis found so
+    /// far stays.
+    pub(super) fn relearn(&mut self, cfg: Relearnt, names: &[String]) {
+        let c = &mut self.result.config;
+        (c.policy, c.weights, c.normal, c.roles) = (cfg.policy, cfg.weights, cfg.normal, cfg.roles);
+        for (i, label) in self.result.comps.iter().enumerate() {
+            (self.scale[i], self.unseen[i]) = scale_of(self.result.config.weights.as_ref(), label);
+        }
+        self.normal_rows = None;
+        self.adjust.clear();
+        for n in names {
+            self.add_node(n);
+        }
     }
 
     /// Adds `c` to the kept set, keeping the list sorted by label.
@@ -555,6 +599,28 @@ impl MetricState {
         let at = list.partition_point(|&k| comps[k as usize] < comps[c as usize]);
         list.insert(at, c);
     }
+}
+
+/// What a metric is judged by, learnt again ([`MetricState::relearn`]).
+#[derive(Clone, Debug)]
+pub struct Relearnt {
+    /// Thresholds.
+    pub policy: Policy,
+    /// Weighting scales.
+    pub weights: Option<Weights>,
+    /// Known-normal profiles.
+    pub normal: Option<Arc<NormalProfiles>>,
+    /// Nodes of another role.
+    pub roles: Option<Arc<Roles>>,
+}
+
+/// A component's weighting scale (1 unweighted), and whether it is scaled by its size in each
+/// window instead (weighted, without a trained scale: [`Weights::unseen_scale`]).
+fn scale_of(w: Option<&Weights>, label: &CompLabel) -> (f64, bool) {
+    (
+        w.map_or(1.0, |w| w.scale(label)),
+        w.is_some_and(|w| w.unseen_ratio.is_some() && !w.trained(label)),
+    )
 }
 
 /// Adds an interval's values; returns false when a dense value was not [`valid`] (sparse values

@@ -88,7 +88,7 @@ impl Diagnosis {
             }
             let from_start: Vec<Metric> = metrics
                 .iter()
-                .filter(|m| faulty_from_start(m, n, cfg.k))
+                .filter(|m| !input.after_baseline && faulty_from_start(m, n, cfg.k))
                 .map(|m| m.metric())
                 .collect();
             if combined.verdict.is_culprit() || combined.verdict == Verdict::Suspect {
@@ -243,6 +243,8 @@ impl Diagnosis {
             layers: Vec::new(),
             serialised: Vec::new(),
             tracing_cost: Vec::new(),
+            roles: Vec::new(),
+            baseline: None,
         }
     }
 }

@@ -90,6 +90,14 @@ pub struct Diagnosis {
     /// in it: its cost, shown apart and never compared (absent without samples in it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tracing_cost: Vec<crate::family::sampler::TracingCost>,
+    /// Nodes of another role: each differed from its peers the same way through the baseline
+    /// or the training data, and was judged against its own baseline ([`crate::roles`]).
+    /// Absent when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<crate::roles::RoleReport>,
+    /// The baseline learnt from the diagnosed data itself (`--baseline`); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<crate::baseline::BaselineReport>,
 }
 
 fn schema<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
@@ -429,6 +437,10 @@ pub struct ReportInput<'a> {
     pub os: OsSettings,
     /// Per-second levels of the OS metrics (directions for the resource checklist).
     pub levels: Option<&'a dyn Levels>,
+    /// The windows diagnosed follow a baseline learnt from the same data (`--baseline`): a
+    /// node faulty in the first of them changed from that baseline, which would have learnt a
+    /// standing difference as a role — it is not "different since its data began".
+    pub after_baseline: bool,
 }
 
 /// The OS metrics' settings as reported.
@@ -491,6 +503,7 @@ mod tests {
                 policy: Policy::Untrained(Unsupervised::default()),
                 weights: None,
                 normal: None,
+                roles: None,
             }],
         );
         sc.feed(&mut a, 0);
@@ -515,6 +528,7 @@ mod tests {
                     smoothing: 1,
                 },
                 levels: None,
+                after_baseline: false,
             },
         )
     }

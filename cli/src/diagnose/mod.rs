@@ -3,9 +3,11 @@
 
 use std::io::Write as _;
 use std::path::PathBuf;
+use std::str::FromStr as _;
 use std::time::Duration;
 
-use culprit_analysis::data::Dataset;
+use culprit_analysis::baseline::{self, Baseline, BaselineSpan, Ranges, Rolling};
+use culprit_analysis::data::{Dataset, DirSource, Source};
 use culprit_analysis::diagnosis::ClosedWindow;
 use culprit_analysis::distance::Distance;
 use culprit_analysis::family::Features;
@@ -102,14 +104,26 @@ pub struct AnalysisArgs {
 /// Arguments of `culprit train`.
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Example:\n  culprit train run1/ run2/ run3/ --out thresholds.json\n\n\
-    Each DATA is the data root of one fault-free run (DATA/<node>/…). Per node and metric, the \
-    threshold is the least integer leaving no window of any run anomalous, doubled (seed 000)."
+    after_help = "Examples:\n  culprit train run1/ run2/ run3/ --out thresholds.json\n  \
+    culprit train --from DATA/ --span 2026-11-27T00:00..2026-11-28T00:00 --out fleet.json\n\n\
+    Each DATA is the data root of one fault-free run (DATA/<node>/…), or with --span the \
+    stretch of it taken as normal. Per node and metric, the threshold is the least integer \
+    leaving no window of any run anomalous, doubled (seed 000). A node that differed from its \
+    peers the same way throughout is recorded as another role and judged against its own \
+    normal."
 )]
 pub struct TrainArgs {
     /// Data roots of fault-free runs, one per run
-    #[arg(required = true, value_name = "DATA")]
+    #[arg(value_name = "DATA", required_unless_present = "from")]
     pub data: Vec<PathBuf>,
+    /// A data root to learn from (the same as DATA; reads well with --span)
+    #[arg(long, value_name = "DATA")]
+    pub from: Vec<PathBuf>,
+    /// Learn only this stretch of each run: `first 30m`, `first 1/3`,
+    /// `2026-11-27T00:00..2026-11-28T00:00`, `+5m..+35m` (a baseline of the data itself;
+    /// docs/thresholds.md)
+    #[arg(long, value_name = "SPAN", value_parser = BaselineSpan::from_str)]
+    pub span: Option<BaselineSpan>,
     /// Where to write the thresholds
     #[arg(long, short, value_name = "FILE")]
     pub out: PathBuf,
@@ -132,6 +146,8 @@ pub struct TrainArgs {
     after_help = "Examples:\n  culprit diagnose DATA/ --thresholds thresholds.json\n  \
     culprit diagnose DATA/ --json > report.json\n  culprit diagnose DATA/ --follow\n  \
     culprit diagnose DATA/ --html report.html   # open it in a browser\n\n\
+    culprit diagnose DATA/ --baseline \"first 30m\"   # learn normal from the first 30 minutes\n  \
+    culprit diagnose DATA/ --follow --baseline last:6h   # a rolling baseline\n\n\
     culprit diagnose DATA/ --follow --metrics-listen 9464   # Prometheus scrapes :9464/metrics\n  \
     culprit diagnose nats://HOST:4222/GROUP --follow   # records `culprit ship` sends\n\n\
     Exit status: 0 no node flagged, 1 a faulty (or stopped) node found, 2 error."
@@ -143,9 +159,17 @@ pub struct DiagnoseArgs {
     pub data: Vec<PathBuf>,
     /// Trained thresholds (from `culprit train`); without them seed 002's suspect score and an
     /// unsupervised cut-off are used (a node different from its peers from the start is flagged:
-    /// leave a node with another role out with --exclude-node)
+    /// give a --baseline, or leave a node with another role out with --exclude-node)
     #[arg(long, value_name = "FILE")]
     pub thresholds: Option<PathBuf>,
+    /// Learn normal from this stretch of the data itself and diagnose what follows it:
+    /// `first 30m`, `first 1/3`, `2026-11-27T00:00..2026-11-28T00:00`, `+5m..+35m`, or
+    /// `last:7d` — rolling: each stretch judged by the last 7 days before it not under
+    /// suspicion. A node that differed from its peers the same way throughout the baseline is
+    /// another role, judged against its own normal (docs/thresholds.md)
+    #[arg(long, value_name = "SPAN", value_parser = BaselineSpan::from_str,
+          conflicts_with_all = ["thresholds", "requests"])]
+    pub baseline: Option<BaselineSpan>,
     /// Print the report as JSON (schema: docs/diagnose-json.md)
     #[arg(long)]
     pub json: bool,
@@ -228,7 +252,24 @@ impl AnalysisArgs {
 /// Runs `culprit train`.
 pub fn run_train(args: TrainArgs) -> anyhow::Result<i32> {
     let setup = Setup::for_training(&args.analysis.overrides())?;
-    let runs = args.data.iter().map(|p| TrainingRun::dir(p)).collect();
+    let mut runs = Vec::new();
+    for p in args.data.iter().chain(&args.from) {
+        let run = TrainingRun::dir(p);
+        runs.push(match args.span {
+            None => run,
+            Some(span) => {
+                if span.rolling().is_some() {
+                    anyhow::bail!(
+                        "--span {span}: a rolling baseline is for diagnose --baseline; train on \
+                         a fixed stretch"
+                    );
+                }
+                let source = Box::new(DirSource::new(vec![p.clone()], false));
+                let data = baseline::data_span(source, &setup)?;
+                run.within(Ranges::one(span.resolve(data)?))
+            }
+        });
+    }
     let mut bar = Bar::new("training");
     let training = train::train(
         &setup,
@@ -299,16 +340,25 @@ pub fn run_diagnose(args: DiagnoseArgs) -> anyhow::Result<i32> {
     if args.for_.is_some() && !args.follow {
         anyhow::bail!("--for limits --follow: give both, or neither");
     }
-    let trained = match &args.thresholds {
-        Some(p) => Some(TrainedThresholds::load(p)?),
-        None => None,
-    };
-    let setup = Setup::resolve(&args.analysis.overrides(), trained.as_ref())?;
     let nats = args.nats.start(&args.data, args.follow)?;
     let data = nats
         .as_ref()
         .map_or(args.data.clone(), |f| vec![f.root().into()]);
+    let overrides = args.analysis.overrides();
+    let (trained, baseline) = match (&args.thresholds, args.baseline) {
+        (Some(p), _) => (Some(TrainedThresholds::load(p)?), None),
+        (None, Some(span)) => {
+            let (t, b) = learn_baseline(&overrides, &data, span, args.follow, args.for_)?;
+            (Some(t), Some(b))
+        }
+        (None, None) => (None, None),
+    };
+    let setup = Setup::resolve(&overrides, trained.as_ref())?;
     let mut req = DiagnoseRequest::dirs(&data, args.top);
+    if let Some(b) = baseline {
+        req.windows = Some(Ranges::from(b.learnt_to));
+        req.baseline = Some(b.baseline);
+    }
     req.pool = match (args.per_node_thresholds, args.threshold_pool) {
         (true, _) => Pool::Own,
         (false, p) => p.unwrap_or_default(),
@@ -372,6 +422,64 @@ pub fn run_diagnose(args: DiagnoseArgs) -> anyhow::Result<i32> {
     } else {
         EXIT_CULPRIT
     })
+}
+
+/// A baseline learnt for `diagnose --baseline`, and where the diagnosis starts.
+struct Learnt {
+    baseline: Baseline,
+    learnt_to: u64,
+}
+
+/// Learns `diagnose --baseline SPAN` from the data in `data` (with `--follow`, once the data
+/// reaches the end of the span), printing what learning warns of on stderr.
+fn learn_baseline(
+    overrides: &Overrides,
+    data: &[PathBuf],
+    span: BaselineSpan,
+    follow: bool,
+    limit_ns: Option<u64>,
+) -> anyhow::Result<(TrainedThresholds, Learnt)> {
+    let setup = Setup::for_training(overrides)?;
+    let paths = data.to_vec();
+    let source = move || -> Box<dyn Source> { Box::new(DirSource::new(paths.clone(), false)) };
+    let rules = train::Rules {
+        threshold: ThresholdRule::default(),
+        unseen: UnseenScale::default(),
+    };
+    let learned = if follow {
+        let limit = limit_ns.map(Duration::from_nanos);
+        baseline::learn_following(&setup, &source, span, rules, limit, &mut |until| {
+            eprintln!(
+                "culprit: learning the baseline ({span}): waiting for data until {}",
+                culprit_analysis::time::wall_iso(until)
+            );
+        })?
+    } else {
+        let mut bar = Bar::new("learning the baseline");
+        baseline::learn(&setup, &source, span, rules, &mut bar)?
+    };
+    for w in &learned.report.warnings {
+        eprintln!("culprit: warning: {w}");
+    }
+    let rolling = span.rolling().map(|len| Rolling {
+        spec: span,
+        len_ns: len,
+        every_ns: baseline::relearn_every(len, setup.settings.win_shift_ns),
+        setup: setup.clone(),
+        rules,
+        source: Box::new(source),
+        learnt_to: learned.span.end_ns,
+    });
+    Ok((
+        learned.trained,
+        Learnt {
+            baseline: Baseline {
+                report: learned.report,
+                rolling,
+            },
+            learnt_to: learned.span.end_ns,
+        },
+    ))
 }
 
 /// `diagnose --requests`: seed 004's request analysis, rendered by `culprit_text`; true when a

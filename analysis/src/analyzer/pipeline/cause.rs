@@ -5,6 +5,7 @@
 use crate::analyzer::state::MetricState;
 use crate::distance::Distance;
 use crate::model::PeerIdx;
+use crate::roles::Adjust;
 use crate::score::{median_in_place, median_node, Matrix, Reference, Scores};
 
 use super::window::Features;
@@ -69,6 +70,18 @@ pub(super) fn root_cause(
     } else {
         raw_median.get_or_insert_with(|| median_node(raw)).clone()
     };
+    // A node of another role shows its values as measured against its own normal (its peers'
+    // level scaled back by its baseline's difference): window sums were adjusted, distributions
+    // were not.
+    let own: Vec<Option<Adjust>> = if input.features.cdf.is_none() {
+        ms.result
+            .kept_list
+            .iter()
+            .map(|&c| ms.adjustment(node, c))
+            .collect()
+    } else {
+        Vec::new()
+    };
     let kept = &ms.result.kept_list;
     let nr = &mut ms.result.nodes[node];
     let rr = raw.row(ri);
@@ -99,8 +112,16 @@ pub(super) fn root_cause(
         }
         let acc = nr.root_cause.entry(c).or_default();
         acc.distance += t;
-        acc.node += rr[ci];
-        acc.reference += raw_ref[ci];
+        match own.get(ci).copied().flatten() {
+            Some(a) => {
+                acc.node += a.unapply(rr[ci]);
+                acc.reference += a.unapply(raw_ref[ci]);
+            }
+            None => {
+                acc.node += rr[ci];
+                acc.reference += raw_ref[ci];
+            }
+        }
     }
     nr.functions.window(&standing_out);
 }

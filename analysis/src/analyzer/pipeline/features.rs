@@ -96,6 +96,7 @@ fn cdf_features(
                             }
                         }
                     }
+                    super::role::adjust_slots(ms, node, c, &mut v);
                     cdf::moving_average(&mut v, smoothing);
                     v
                 })

@@ -29,6 +29,7 @@
 mod cause;
 mod features;
 mod merge;
+mod role;
 mod select;
 mod weights;
 mod window;
@@ -127,7 +128,8 @@ fn analyse(
         ms.result.unscored += 1;
         return ev;
     }
-    let features = feature_matrix(ms, windows, slots, complete);
+    let mut features = feature_matrix(ms, windows, slots, complete);
+    role::adjust_sums(ms, complete, &mut features);
     if matches!(ms.result.config.policy, Policy::Training) {
         note_spread(ms, &features.sums);
     }
@@ -161,16 +163,7 @@ fn analyse(
     }
     let cutoff = match &ms.result.config.policy {
         Policy::Untrained(rule) => {
-            let size = if ms.comparison == Comparison::Histograms {
-                // Distributions have no size; ρ of it is then ρ of each kept component's calls
-                // moved one bucket.
-                ms.result.kept_list.len() as f64
-            } else {
-                let mut zero = vec![0.0; x.cols];
-                distance.prepare(&mut zero);
-                distance.dist(&scores.median, &zero)
-            };
-            Some(rule.cutoff(&scores.scores, size))
+            Some(rule.cutoff(&scores.scores, median_size(ms, distance, &scores)))
         }
         // What every node of the window shares (a busy host, a change of workload) is not one
         // node's fault (`shared_threshold`): the window's median score.
@@ -185,6 +178,16 @@ fn analyse(
     };
     if let (Policy::Training, Some(m)) = (&ms.result.config.policy, cutoff) {
         ms.result.max_median = ms.result.max_median.max(m);
+        let evidence = role::WindowEvidence {
+            start_ns: start,
+            k: ctx.k,
+            complete,
+            scores: &scores,
+            size: median_size(ms, distance, &scores),
+            features: &features,
+            slots,
+        };
+        role::note_evidence(ms, &evidence);
     }
     ev.cutoff = cutoff;
     let mut raw_median: Option<Vec<f64>> = None;
@@ -273,6 +276,19 @@ fn analyse(
         root_cause(ms, &input, ri, node, &mut raw_median);
     }
     ev
+}
+
+/// The unsupervised rule's `size` of a window: the distance from its median node to an empty
+/// node. Distributions have no size; ρ of it is then ρ of each kept component's calls moved one
+/// bucket.
+fn median_size(ms: &MetricState, distance: Distance, scores: &Scores) -> f64 {
+    if ms.comparison == Comparison::Histograms {
+        ms.result.kept_list.len() as f64
+    } else {
+        let mut zero = vec![0.0; scores.median.len()];
+        distance.prepare(&mut zero);
+        distance.dist(&scores.median, &zero)
+    }
 }
 
 /// The normal profiles as rows of the kept components (rebuilt when the kept set grows) and
