@@ -18,8 +18,8 @@
 
 use std::collections::HashMap;
 
-use crate::demoted::Merge;
 use crate::baseline::Ranges;
+use crate::demoted::Merge;
 use crate::distance::Distance;
 use crate::family::{Metric, Windows};
 use crate::model::{CompIdx, CompLabel, Interval, IntervalData, PeerIdx};
