@@ -6,6 +6,10 @@
 //!
 //! The harness makes every process trace everything (`CULPRIT_BUDGET=off`, see
 //! `culprit_tests::ensure_built`); these tests set the budget on the commands they start.
+//!
+//! The tests of this file run one at a time ([`one_at_a_time`]): the peers' test compares four
+//! servers that must share the machine alike, and the other tests' busy threads beside them
+//! made one peer slower than the rest (seen beside `stress-ng --cpu 2`: "more time in parse").
 
 mod diagnose_util;
 mod tracer_util;
@@ -18,6 +22,12 @@ use culprit_format::demotion_reason;
 use culprit_tests::*;
 use diagnose_util::*;
 use tracer_util::*;
+
+/// Held for the whole of each test of this file: they run one after the other.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    TURN.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// What `budget hot THREADS ROUNDS` calls: (round_, mid, leaf).
 fn hot_calls(threads: u64, rounds: u64) -> (u64, u64, u64) {
@@ -105,6 +115,7 @@ fn assert_nothing_lost(p: &Proc) {
 /// calling it: every other count stays exact, nothing crashes, nothing is lost.
 #[test]
 fn excluded_calls_cost_nothing_and_their_sites_are_patched_while_threads_run() {
+    let _turn = one_at_a_time();
     let tmp = TempDir::new("budget-excl");
     for (i, (opt, link)) in VARIANTS.into_iter().enumerate() {
         let exe = build(tmp.path(), "budget.c", &format!("b{i}"), opt, link);
@@ -155,6 +166,7 @@ fn excluded_calls_cost_nothing_and_their_sites_are_patched_while_threads_run() {
 /// the same.
 #[test]
 fn without_patching_untraced_calls_are_still_filtered() {
+    let _turn = one_at_a_time();
     let tmp = TempDir::new("budget-nopatch");
     let exe = build(tmp.path(), "budget.c", "b", "-O2", Link::Preload);
     let data = tmp.join("d");
@@ -188,6 +200,7 @@ fn without_patching_untraced_calls_are_still_filtered() {
 /// the caller it was seen called from; its sites are patched.
 #[test]
 fn a_demotion_while_threads_call_the_function_keeps_every_other_count_exact() {
+    let _turn = one_at_a_time();
     let tmp = TempDir::new("budget-demote");
     for (i, opt) in ["-O0", "-O2"].into_iter().enumerate() {
         let exe = build(tmp.path(), "budget.c", &format!("b{i}"), opt, Link::Preload);
@@ -233,6 +246,7 @@ fn a_demotion_while_threads_call_the_function_keeps_every_other_count_exact() {
 /// exact counts; the Cost records show the cost coming down under the budget.
 #[test]
 fn the_budget_demotes_the_hot_leaf_and_leaves_the_rest_exact() {
+    let _turn = one_at_a_time();
     let tmp = TempDir::new("budget-budget");
     let exe = build(tmp.path(), "budget.c", "b", "-O2", Link::Preload);
     let data = tmp.join("d");
@@ -317,6 +331,7 @@ fn the_budget_demotes_the_hot_leaf_and_leaves_the_rest_exact() {
 /// `CULPRIT_BUDGET=off` traces everything, whatever it costs.
 #[test]
 fn budget_off_traces_everything() {
+    let _turn = one_at_a_time();
     let tmp = TempDir::new("budget-off");
     let exe = build(tmp.path(), "budget.c", "b", "-O2", Link::Preload);
     let data = tmp.join("d");
@@ -371,6 +386,9 @@ fn peer(exe: &Path, data: &Path, node: &str, budget: &str) -> Child {
 /// node (merged with its caller in time, left out of count), and the report says why.
 #[test]
 fn peers_stay_comparable_when_one_node_demotes() {
+    let _turn = one_at_a_time();
+    // Nothing else of the suite's privileged work beside the four peers.
+    let _lock = machine_lock();
     let tmp = TempDir::new("budget-peers");
     let exe = build(tmp.path(), "budget.c", "srv", "-O2", Link::Preload);
     let data = tmp.join("data");
@@ -428,6 +446,7 @@ fn peers_stay_comparable_when_one_node_demotes() {
 /// flags; a percentage goes to the runtime; a bad value is refused before anything runs.
 #[test]
 fn record_budget_flag() {
+    let _turn = one_at_a_time();
     let tmp = TempDir::new("budget-record");
     let exe = build(tmp.path(), "budget.c", "b", "-O2", Link::Preload);
     let data = tmp.join("data");

@@ -272,8 +272,11 @@ fn supervised_suspect_score() {
     assert_eq!(s.unit, "share");
     assert_eq!(s.normal_profiles.len(), 10, "5 nodes × 2 runs");
     let p = &s.normal_profiles[0];
+    // `--score suspect` makes each row a share of the window's *median* node's total
+    // (ProfileTotal::Median), so a node a little above the median sums just over one: with
+    // io2's role brought to its peers' level the five totals are alike, ±0.5 %.
     let total: f64 = p.shares.iter().map(|e| e.share).sum();
-    assert!(total > 0.5 && total <= 1.0 + 1e-9, "{total}");
+    assert!(total > 0.5 && total <= 1.02, "{total}");
     let th_s = th.to_str().unwrap();
     let (code, r) = diagnose_json(&[runs[2].to_str().unwrap(), "--thresholds", th_s]);
     assert_eq!(code, 0, "the odd node is normal for itself: {r:#?}");
