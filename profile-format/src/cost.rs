@@ -1,7 +1,7 @@
 //! The tracer's own cost, and what it did to keep it within its budget (format version 7):
-//! [`RecordKind::Cost`](crate::RecordKind::Cost) (kind 18), the process's CPU time and the
+//! [`RecordKind::Cost`] (kind 18), the process's CPU time and the
 //! runtime's estimate of its share in each interval, and
-//! [`RecordKind::Demotions`](crate::RecordKind::Demotions) (kind 17), the functions it stopped
+//! [`RecordKind::Demotions`] (kind 17), the functions it stopped
 //! tracing while the program ran.
 //!
 //! # Cost (kind 18)
@@ -49,7 +49,7 @@ use crate::decode::IntervalKey;
 use crate::encode::{IntervalRef, RecordBuf};
 use crate::RecordKind;
 
-/// Size of a [`RecordKind::Cost`](crate::RecordKind::Cost) payload.
+/// Size of a [`RecordKind::Cost`] payload.
 pub const COST_SIZE: usize = 48;
 
 /// One interval's CPU time of the process and the runtime's share of it.
@@ -66,7 +66,7 @@ pub struct CostRec {
 }
 
 impl RecordBuf {
-    /// Appends a [`RecordKind::Cost`](crate::RecordKind::Cost) record (the `interval` field of
+    /// Appends a [`RecordKind::Cost`] record (the `interval` field of
     /// `c` is ignored: `r` names the interval).
     pub fn cost(&mut self, r: &IntervalRef, c: &CostRec) {
         let start = self.begin(RecordKind::Cost, 0);
@@ -100,7 +100,7 @@ pub(crate) fn decode_cost(p: &[u8]) -> Result<CostRec, &'static str> {
     })
 }
 
-/// Fixed part of a [`RecordKind::Demotions`](crate::RecordKind::Demotions) payload, in bytes.
+/// Fixed part of a [`RecordKind::Demotions`] payload, in bytes.
 pub const DEMOTIONS_FIXED_SIZE: usize = 24;
 /// Size of one entry of it (the callers follow all entries).
 pub const DEMOTION_ENTRY_SIZE: usize = 40;
@@ -170,7 +170,7 @@ pub struct DemotionsRec {
 }
 
 impl RecordBuf {
-    /// Appends a [`RecordKind::Demotions`](crate::RecordKind::Demotions) record (at most
+    /// Appends a [`RecordKind::Demotions`] record (at most
     /// [`MAX_CALLERS`] callers per entry are written). Returns the number of entries written.
     pub fn demotions(&mut self, head: &DemotionsHead, entries: &[Demotion]) -> u32 {
         let start = self.begin(RecordKind::Demotions, 0);

@@ -601,7 +601,7 @@ impl MetricState {
     }
 }
 
-/// What a metric is judged by, learnt again ([`MetricState::relearn`]).
+/// What a metric is judged by, learnt again (`MetricState::relearn`).
 #[derive(Clone, Debug)]
 pub struct Relearnt {
     /// Thresholds.

@@ -298,16 +298,16 @@ const SLOWED_MIN_SHARE: f64 = 0.01;
 
 /// The white-box metrics' view of a node's speed over its faulty stretch: each traced function's
 /// time per call (self time ÷ calls) against the median of its peers'. *Slowed as a whole* when
-/// at least [`SLOWED_SHARE`] of the functions compared (at least [`SLOWED_MIN_FUNCTIONS`]) are
-/// [`SLOWER`]× slower per call and the node's calls are not up (the median function's calls at
-/// most [`MARGIN`]× its peers'): every call takes longer, whichever function it is in, while
+/// at least 75 % (`SLOWED_SHARE`) of the functions compared (at least 3: `SLOWED_MIN_FUNCTIONS`)
+/// are [`MARGIN`]× slower per call (`SLOWER`) and the node's calls are not up (the median
+/// function's calls at most [`MARGIN`]× its peers'): every call takes longer, whichever function it is in, while
 /// the node does no more — it waits for a CPU, or its machine is slower. A closed loop does fewer
 /// calls, an open one the same: either way, calls are not up.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Slowdown {
     /// Functions compared.
     pub functions: usize,
-    /// Of them, those [`SLOWER`]× slower per call.
+    /// Of them, those `SLOWER`× slower per call.
     pub slower: usize,
     /// The median over the functions of time per call ÷ the peers' median.
     pub per_call: f64,
