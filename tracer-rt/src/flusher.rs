@@ -711,16 +711,7 @@ impl Flusher {
         let slot = (x % RING_LEN) as usize;
         let missing = self.labelled_at[slot] > x.saturating_mul(self.cfg.interval_ns)
             && intervals::overflow_high() > x;
-        let agg = &mut t.agg;
-        let head = ring.read(x, !quiet, |addr, [calls, excl, incl, unwound]| {
-            *agg.entry(addr).or_default() += Delta {
-                calls,
-                excl,
-                incl,
-                unwound,
-            };
-        });
-        t.add_head(&head);
+        t.read_ring(ring, x, !quiet);
         self.reap(&mut t);
         control::progress();
         ring.recycle(x, quiet);
@@ -765,16 +756,7 @@ impl Flusher {
                     }
                 }
             }
-            let agg = &mut t.agg;
-            let head = ring.read(x, true, |addr, [calls, excl, incl, unwound]| {
-                *agg.entry(addr).or_default() += Delta {
-                    calls,
-                    excl,
-                    incl,
-                    unwound,
-                };
-            });
-            t.add_head(&head);
+            t.read_ring(ring, x, true);
         }
         self.reap(&mut t);
         Self::add_unplaced(&mut t);
@@ -786,16 +768,7 @@ impl Flusher {
     fn peek_open(&self, x: u64) -> Tally {
         let mut t = Tally::default();
         if let Some(ring) = intervals::get() {
-            let agg = &mut t.agg;
-            let head = ring.read(x, false, |addr, [calls, excl, incl, unwound]| {
-                *agg.entry(addr).or_default() += Delta {
-                    calls,
-                    excl,
-                    incl,
-                    unwound,
-                };
-            });
-            t.add_head(&head);
+            t.read_ring(ring, x, false);
         }
         for b in pool::blocks() {
             let st = b.state.load(Acquire);
@@ -1525,6 +1498,21 @@ struct Tally {
 }
 
 impl Tally {
+    /// Adds what the ring holds of interval `x` (taking it when `take`): its counts per
+    /// function and its entry's head.
+    fn read_ring(&mut self, ring: &'static intervals::Ring, x: u64, take: bool) {
+        let agg = &mut self.agg;
+        let head = ring.read(x, take, |addr, [calls, excl, incl, unwound]| {
+            *agg.entry(addr).or_default() += Delta {
+                calls,
+                excl,
+                incl,
+                unwound,
+            };
+        });
+        self.add_head(&head);
+    }
+
     fn add_head(&mut self, h: &intervals::Head) {
         self.unaccounted += Unaccounted {
             lost: h.lost,
