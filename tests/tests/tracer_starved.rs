@@ -178,6 +178,16 @@ fn check_exact(data: &Path, counted: &Counted, threads: u64, allow_missed: bool)
     f
 }
 
+/// No interval of the file was written missed.
+fn assert_none_missed(f: &FileFacts) {
+    assert!(
+        f.intervals
+            .iter()
+            .all(|i| i.flags & interval_flags::MISSED == 0),
+        "{f:#?}"
+    );
+}
+
 #[test]
 fn a_flusher_late_within_the_ring_writes_every_interval_exactly() {
     let tmp = TempDir::new("rt-late");
@@ -191,12 +201,7 @@ fn a_flusher_late_within_the_ring_writes_every_interval_exactly() {
             .args(["2", "5", "100"]),
     );
     let f = check_exact(&data, &counted, 2, false);
-    assert!(
-        f.intervals
-            .iter()
-            .all(|i| i.flags & interval_flags::MISSED == 0),
-        "{f:#?}"
-    );
+    assert_none_missed(&f);
     assert!(
         f.max_written_late_ns >= 2_500_000_000,
         "the flusher was late: {} ns",
@@ -218,12 +223,7 @@ fn a_late_flusher_with_the_monotonic_clock_writes_every_interval_exactly() {
             .args(["2", "3", "100"]),
     );
     let f = check_exact(&data, &counted, 2, false);
-    assert!(
-        f.intervals
-            .iter()
-            .all(|i| i.flags & interval_flags::MISSED == 0),
-        "{f:#?}"
-    );
+    assert_none_missed(&f);
     assert!(f.max_written_late_ns >= 1_000_000_000, "{f:#?}");
 }
 
