@@ -211,8 +211,10 @@ fn a_pid_file_that_appears_later_names_its_tree() {
     );
     std::thread::sleep(Duration::from_millis(600));
     // The server: a worker forked first, then the pid file (written whole, then renamed).
+    // The sampler reads pid files every 500 ms, so what runs before that is unassigned: the
+    // worker and the server run long enough (≥ 1 s unloaded) to be seen after it.
     let script = format!(
-        "{} 800 & echo $$ > {f}.tmp && mv {f}.tmp {f} && exec {} 800",
+        "{} 4000 & echo $$ > {f}.tmp && mv {f}.tmp {f} && exec {} 2000",
         progs.path("smp_libuser").display(),
         progs.path("smp_ratio").display(),
         f = pid_file.display()
