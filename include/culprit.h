@@ -157,7 +157,8 @@ int culprit_io_callback(int layer, uint64_t req, int op, uint64_t obj, uint64_t 
  * -3 (dropped: the thread's buffer was full) or -5 (another sampled request is open on this
  * thread). culprit_request_end returns 0, -1 (not tracing) or -2 (another sampled request is
  * open on this thread). Unsampled requests cost a hash; while a sampled one is open, traced
- * calls take the runtime's general path (README "Performance"). Not async-signal-safe. */
+ * calls take the runtime's general path (docs/performance.md, "Requests"). Not
+ * async-signal-safe. */
 int culprit_request_begin(uint64_t id, uint64_t type, uint64_t parent);
 int culprit_request_end(uint64_t id);
 

@@ -802,7 +802,7 @@ fn a_throttled_node_is_named_with_a_slow_disk() {
     let v = d.verdict("n3").unwrap();
     let r = v.resource.as_ref().expect("a resource for the culprit");
     // The delay metric must diverge for "slow disk": on this kernel a thread's block-I/O delay
-    // sometimes grows by seconds per second for short waits (docs and README, "OS metrics"), and
+    // sometimes grows by seconds per second for short waits (docs/os-metrics.md), and
     // training runs that saw it raise the delay threshold so far that a throttled node's delay
     // is only anomalous. Then the checklist, seeing throughput alone, names the software: a
     // known weakness (the closing note of issue 13), not a pass. Whenever the delay diverges,

@@ -6,9 +6,9 @@
 //! At start-up the flusher times the hooks themselves: a few hundred thousand enter/exit pairs
 //! of a made-up function on a private block, the thread's own CPU time
 //! (`CLOCK_THREAD_CPUTIME_ID`) over the pairs, the least of three runs ([`crate::calibrate`]):
-//! the CPU cost of one traced call, `call_ns` (about 17 ns on the machines the README's figures
-//! come from, two `rdtsc` being most of it). Each interval the runtime's cost is then *calls
-//! traced in it × `call_ns`*, and the process's CPU time in it is read from
+//! the CPU cost of one traced call, `call_ns` (about 17 ns on the machines the figures of
+//! docs/performance.md come from, two `rdtsc` being most of it). Each interval the runtime's
+//! cost is then *calls traced in it × `call_ns`*, and the process's CPU time in it is read from
 //! `CLOCK_PROCESS_CPUTIME_ID` (every thread, the runtime's included); both go into the file
 //! (Cost records, `culprit report`). On real code the hooks also miss in the caches, which
 //! the calibration does not see: the estimate is a lower bound (on SQLite under our workload

@@ -20,7 +20,7 @@
 //! path (like `CULPRIT_GRAPH`): calls then cost the general path's price plus one event pushed
 //! into the thread's ring ([`crate::io::ring`], shared with layer events and drained by the
 //! flusher every 100 ms into `culprit_format::RecordKind::Requests` records). An unsampled
-//! request costs a hash. Measured figures: `benches/requests/run`, README "Performance".
+//! request costs a hash. Measured figures: `benches/requests/run`, docs/performance.md "Requests".
 
 use std::sync::atomic::AtomicU32;
 use std::sync::atomic::Ordering::Relaxed;
@@ -32,7 +32,7 @@ use crate::sys;
 
 /// Default `CULPRIT_REQUEST_SAMPLE`: a request of a few dozen traced calls and about 10 µs of
 /// work or more costs under 5 % on average (measured +4.2 % at 12 µs, +42 % at 0.9 µs:
-/// benches/requests/run, README "Performance"); shorter requests need one in 100 or more.
+/// benches/requests/run, docs/performance.md "Requests"); shorter requests need one in 100 or more.
 pub const DEFAULT_SAMPLE_EVERY: u32 = 10;
 
 /// One request in this many is recorded (set at start-up).
