@@ -400,11 +400,18 @@ impl Setup {
 
     /// Windows that fit a run of `span_ns` too short for the defaults (60 s every 30 s need
     /// 3 minutes for the 2k − 1 = 5 complete windows a verdict reads): WinShift the run's length
-    /// ÷ (2 (2k − 1) + 1) in whole seconds (at least 2 s where 2k − 1 windows still fit, else
-    /// 1 s), WinSize twice it as the defaults —
-    /// about 2 (2k − 1) complete windows, so that a fault that begins after the run's first
-    /// windows is not "different since its data began" —, and the OS metrics' windows as long
-    /// as their default allows while 2k − 1 of them still fit. Nothing changes when the user
+    /// ÷ 6k in whole seconds (at least 2 s where 2k − 1 windows still fit, else 1 s), WinSize
+    /// twice it as the defaults, and the OS metrics' windows as long as their default allows
+    /// while 2k − 1 of them still fit.
+    ///
+    /// Why 6k: a node anomalous within its first 2k − 1 windows is "different since its data
+    /// began" (the k-of-(2k − 1) filter cannot tell a change there from none), and those
+    /// windows reach (2k − 2) shifts + one size = 2k shifts into the run. With the shift at
+    /// the run ÷ 6k they end at its first third, so a fault that begins after the first third
+    /// is a change, not a difference since the start — whatever the load does to the window
+    /// in which it first shows. (÷ (2 (2k − 1) + 1), used before, ended them at half the run:
+    /// a fault at 50 s of 150 s was "since its data began" whenever its first 2 s tipped the
+    /// window that held them.) Nothing changes when the user
     /// gave windows or trained thresholds fixed them, or when the defaults fit. Returns the
     /// note that says what was chosen.
     pub fn fit_windows(&mut self, span_ns: u64) -> Option<String> {
@@ -430,7 +437,7 @@ impl Setup {
         // of a busy server) while 2k − 1 windows still fit, else 1 s.
         let secs = span_ns / NS_PER_S;
         let floor_s = if secs / (need + 1) >= 2 { 2 } else { 1 };
-        let new_shift = (secs / (2 * need + 1)).max(floor_s) * NS_PER_S;
+        let new_shift = (secs / (6 * s.k as u64)).max(floor_s) * NS_PER_S;
         let new_size = 2 * new_shift;
         // The OS metrics' histograms want many per-second values: as long as 2k − 1 windows
         // allow, up to their default.

@@ -313,10 +313,10 @@ fn a_150_s_run_gets_windows_that_fit_it() {
         .find(|n| n.contains("too short for the default windows"))
         .unwrap_or_else(|| panic!("no note on the windows chosen:\n{text}"));
     assert!(
-        chosen.contains("windows of 26 s every 13 s chosen"),
+        chosen.contains("windows of 16 s every 8 s chosen"),
         "{chosen}"
     );
-    assert_eq!(r["settings"]["win_size_s"], 26.0, "{text}");
+    assert_eq!(r["settings"]["win_size_s"], 16.0, "{text}");
     assert_eq!(r["culprits"], serde_json::json!(["n2"]), "{text}");
     let v = verdict(&r, "n2");
     let reason = v["reason"].as_str().unwrap();
