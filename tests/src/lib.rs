@@ -28,7 +28,8 @@ pub fn profile_dir() -> PathBuf {
 
 /// Builds the `culprit` binary (with the lab: `culprit demo`, `culprit experiment`) and
 /// `libculprit_rt.so` (once per test process) in the same profile as the tests, so `cargo test`
-/// alone is enough.
+/// alone is enough. Under scripts/test (`CULPRIT_TESTS_PREBUILT` set) they were built first,
+/// with the tests' features, and are only checked for.
 ///
 /// It also makes every process the tests start trace every function (`CULPRIT_BUDGET=off`,
 /// unless the environment or a test's own `Command` says otherwise): the exact counts the
@@ -42,6 +43,20 @@ pub fn ensure_built() {
             // Before any traced process is started (they all go through here first); std's
             // environment lock orders it with other threads' spawns.
             std::env::set_var("CULPRIT_BUDGET", "off");
+        }
+        if std::env::var_os("CULPRIT_TESTS_PREBUILT").is_some() {
+            // scripts/test built them first, with the tests' features; building here would
+            // build the binary's dependencies a second time with the binary's own.
+            for f in ["culprit", "libculprit_rt.so"] {
+                let p = profile_dir().join(f);
+                assert!(
+                    p.exists(),
+                    "CULPRIT_TESTS_PREBUILT is set but {} is missing: run \
+                     `cargo build --workspace --all-targets` first (scripts/test does)",
+                    p.display()
+                );
+            }
+            return;
         }
         let release = profile_dir().file_name().is_some_and(|n| n == "release");
         let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
@@ -122,7 +137,72 @@ impl Drop for TempDir {
 
 /// Compiles C `sources` into the executable or shared object `out` with gcc and `flags`.
 /// Panics with gcc's output on failure.
+///
+/// A compile of committed sources with flags that name no temporary path is done once per
+/// build directory: the result is kept under `target/<profile>/c-fixtures/`, keyed by the
+/// flags, the output's name and the bytes of the sources and of every committed header, and
+/// copied to `out` the next time (many tests compile the same fixture).
 pub fn gcc(sources: &[&Path], out: &Path, flags: &[&str]) {
+    let cached = fixture_key(sources, out, flags).map(|k| profile_dir().join("c-fixtures").join(k));
+    if let Some(c) = &cached {
+        if std::fs::copy(c, out).is_ok() {
+            return;
+        }
+    }
+    compile(sources, out, flags);
+    if let Some(c) = &cached {
+        // Written aside and renamed: test processes running side by side never see half a file.
+        let dir = c.parent().expect("cache file has a directory");
+        let tmp = dir.join(format!(".{}.{}", std::process::id(), unique()));
+        let kept = std::fs::create_dir_all(dir).is_ok()
+            && std::fs::copy(out, &tmp).is_ok()
+            && std::fs::rename(&tmp, c).is_ok();
+        if !kept {
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
+}
+
+/// A number no other call in this process gets.
+fn unique() -> u32 {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The cache key of a compile, or None when it must not be cached (a source or flag under the
+/// temporary directory: generated sources, libraries linked from a test's own directory).
+fn fixture_key(sources: &[&Path], out: &Path, flags: &[&str]) -> Option<String> {
+    use std::hash::{Hash, Hasher};
+    let tmp = std::env::temp_dir();
+    let tmp = tmp.to_str()?;
+    if flags.iter().any(|f| f.contains(tmp)) || sources.iter().any(|s| s.starts_with(tmp)) {
+        return None;
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    flags.hash(&mut h);
+    out.file_name()?.hash(&mut h);
+    for s in sources {
+        std::fs::read(s).ok()?.hash(&mut h);
+    }
+    for dir in [c_source(""), include_dir()] {
+        let mut headers: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .ok()?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "h"))
+            .collect();
+        headers.sort();
+        for p in headers {
+            std::fs::read(&p).ok()?.hash(&mut h);
+        }
+    }
+    Some(format!(
+        "{:016x}-{}",
+        h.finish(),
+        out.file_name()?.to_string_lossy()
+    ))
+}
+
+fn compile(sources: &[&Path], out: &Path, flags: &[&str]) {
     let mut cmd = Command::new("gcc");
     cmd.args(flags).arg("-o").arg(out);
     for s in sources {
