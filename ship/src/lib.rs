@@ -12,7 +12,7 @@
 //!   message id, and the mirror drops any chunk it holds already. Nothing is lost, nothing is
 //!   counted twice.
 //! * **The stream is untrusted.** Names, sizes, offsets and versions are checked before a byte
-//!   is written, and nothing is written outside the mirror root ([`chunk::Chunk::from_message`],
+//!   is written, and nothing is written outside the mirror root (`chunk::Chunk::from_message`,
 //!   `culprit-datadir`'s safe creation).
 //! * **Blocking callers.** The command line is synchronous: [`ship::run`] and
 //!   [`follow::Follower`] each run their own single-threaded tokio runtime.
