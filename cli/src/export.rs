@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use culprit_export::{Format, Request, Selection, Value};
 
+use crate::features::{self, Part};
+
 /// Arguments of `culprit export`.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Examples:\n  \
@@ -59,6 +61,9 @@ pub struct Args {
 
 /// Runs `culprit export`.
 pub fn run(args: Args) -> anyhow::Result<i32> {
+    if args.format == Format::Parquet {
+        features::require(Part::Parquet)?;
+    }
     let mut req = Request::new(args.data, args.format);
     req.selection = Selection {
         nodes: args.nodes,

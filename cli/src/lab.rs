@@ -33,23 +33,14 @@ pub type DemoArgs = LabArgs;
 #[cfg(not(feature = "lab"))]
 pub type ExperimentArgs = LabArgs;
 
-/// The one line a build without the lab says (as an error: exit status 2).
-#[cfg(not(feature = "lab"))]
-fn missing(verb: &str) -> anyhow::Result<i32> {
-    anyhow::bail!(
-        "`culprit {verb}` is part of the lab, which this build leaves out; rebuild with \
-         `cargo build --release -p culprit --features lab` (or run `bash scripts/demo`)"
-    )
-}
-
-/// Runs `culprit demo`: not in this build.
+/// Runs `culprit demo`: not in this build (one line, exit status 2).
 #[cfg(not(feature = "lab"))]
 pub fn demo(_args: DemoArgs) -> anyhow::Result<i32> {
-    missing("demo")
+    Err(crate::features::missing(crate::features::Part::Lab))
 }
 
-/// Runs `culprit experiment`: not in this build.
+/// Runs `culprit experiment`: not in this build (one line, exit status 2).
 #[cfg(not(feature = "lab"))]
 pub fn experiment(_args: ExperimentArgs) -> anyhow::Result<i32> {
-    missing("experiment")
+    Err(crate::features::missing(crate::features::Part::Lab))
 }

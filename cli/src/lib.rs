@@ -17,6 +17,10 @@
 //! * `demo`, `experiment` — the live demo and the accuracy experiment on an emulated cluster
 //!   (the lab: built with the `lab` feature only, see [`lab`]).
 //!
+//! The heavy parts are optional cargo features, off by default ([`features`]): `ship` (NATS),
+//! `requests` (robust PCA), `parquet`, and `full` for the three. A build without one has the
+//! same flags, and the verb or flag that needs it says so in one line (exit status 2).
+//!
 //! Exit status: 0 success (for `diagnose`: no node flagged), 1 a faulty node found
 //! (`diagnose`), 2 an error.
 
@@ -31,6 +35,7 @@ use culprit_text::style;
 pub mod diagnose;
 pub mod doctor;
 pub mod export;
+pub mod features;
 pub mod lab;
 pub mod progress;
 pub mod prune;
@@ -47,6 +52,7 @@ pub const EXIT_ERROR: i32 = 2;
 #[command(
     name = "culprit",
     version,
+    long_version = features::long_version(),
     about = "Find the misbehaving server among peers, and the functions that show it",
     long_about = None,
     after_help = "Workflow: build servers with `gcc -finstrument-functions`, run them under \

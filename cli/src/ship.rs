@@ -2,8 +2,12 @@
 
 pub use culprit_ship::cli::ShipArgs as Args;
 
-/// Runs `culprit ship` (until killed, or `--until-ended`).
+use crate::features::{self, Part};
+
+/// Runs `culprit ship` (until killed, or `--until-ended`). A build without the `ship` feature
+/// says so in one line.
 pub fn run(args: Args) -> anyhow::Result<i32> {
+    features::require(Part::Ship)?;
     culprit_ship::ship::run(&args.config()?)?;
     Ok(0)
 }

@@ -6,6 +6,7 @@
 #[path = "../benches/synth/mod.rs"]
 mod synth;
 
+#[cfg(feature = "parquet")]
 use std::collections::BTreeMap;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
@@ -63,6 +64,7 @@ fn lines(path: &Path) -> Vec<String> {
 }
 
 /// Every Parquet file's rows, as text, by file path relative to `dir`.
+#[cfg(feature = "parquet")]
 fn parquet_rows(dir: &Path) -> BTreeMap<String, Vec<String>> {
     use parquet::file::reader::{FileReader, SerializedFileReader};
     let mut out = BTreeMap::new();
@@ -130,7 +132,14 @@ fn small_steps_give_the_same_output() {
         "{:?}",
         &lines(&one)[..5]
     );
+}
 
+#[test]
+#[cfg(feature = "parquet")]
+fn parquet_small_steps_give_the_same_output() {
+    let dir = Dir::new("pq-steps");
+    let data = data(&dir.0);
+    let all = Selection::default();
     let (one, many) = (dir.0.join("pq-one"), dir.0.join("pq-many"));
     run(&data, Format::Parquet, &one, u64::MAX, &all);
     run(&data, Format::Parquet, &many, 2048, &all);
@@ -289,8 +298,9 @@ fn folded_and_pprof_values() {
 }
 
 #[test]
-fn refusals_leave_nothing_behind() {
-    let dir = Dir::new("refuse");
+#[cfg(feature = "parquet")]
+fn parquet_refusals_leave_nothing_behind() {
+    let dir = Dir::new("pq-refuse");
     let data = data(&dir.0);
     // Parquet into a non-empty directory.
     let target = dir.0.join("full");
@@ -304,9 +314,31 @@ fn refusals_leave_nothing_behind() {
         std::fs::read_to_string(target.join("keep.txt")).unwrap(),
         "mine"
     );
-    // Parquet to standard output; --diagnosis with another format; an empty range.
+    // Parquet to standard output.
     req.output = None;
     assert!(export(&req).unwrap_err().to_string().contains("-o DIR"));
+}
+
+/// Without the `parquet` feature `--format parquet` is one usage error, and nothing is written.
+#[test]
+#[cfg(not(feature = "parquet"))]
+fn without_parquet_the_format_is_refused() {
+    let dir = Dir::new("no-pq");
+    let data = data(&dir.0);
+    let target = dir.0.join("pq");
+    let mut req = Request::new(vec![data], Format::Parquet);
+    req.output = Some(target.clone());
+    let e = export(&req).unwrap_err();
+    assert!(matches!(e, culprit_export::Error::Usage(_)), "{e:?}");
+    assert!(e.to_string().contains("without Parquet"), "{e}");
+    assert!(!target.exists());
+}
+
+#[test]
+fn refusals_leave_nothing_behind() {
+    let dir = Dir::new("refuse");
+    let data = data(&dir.0);
+    // --diagnosis with another format; an empty range.
     let mut req = Request::new(vec![data.clone()], Format::Csv);
     req.diagnosis = Some(dir.0.join("d.json"));
     assert!(export(&req)

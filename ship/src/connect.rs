@@ -1,20 +1,26 @@
 //! Where the broker is and how to log in: `nats://HOST[:PORT][/GROUP]` or `tls://…`, a token,
-//! a user and password or a `.creds` file, TLS through rustls.
+//! a user and password or a `.creds` file, TLS through rustls (connecting needs the `nats`
+//! feature; the addresses and their checks do not).
 
 use std::net::IpAddr;
 use std::path::PathBuf;
+#[cfg(feature = "nats")]
 use std::sync::{Arc, Mutex};
+#[cfg(feature = "nats")]
 use std::time::Duration;
 
+#[cfg(feature = "nats")]
 use async_nats::{Client, ConnectOptions, Event};
 
 use crate::error::Error;
 
 /// Set when the broker refused this process's credentials: retrying cannot help, and
 /// [`refused`] ends the retries with it.
+#[cfg(feature = "nats")]
 static REFUSED: Mutex<Option<String>> = Mutex::new(None);
 
 /// Why the broker refused the credentials, once it did.
+#[cfg(feature = "nats")]
 pub(crate) fn refused() -> Option<String> {
     REFUSED.lock().expect("refused").clone()
 }
@@ -136,7 +142,10 @@ impl Broker {
             self.address.server_url()
         )))
     }
+}
 
+#[cfg(feature = "nats")]
+impl Broker {
     /// Connects as `name` (shown in the broker's connection list). The client reconnects by
     /// itself with backoff; `who` begins the one line said on stderr when the connection is
     /// lost and when it is back.

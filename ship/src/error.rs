@@ -20,6 +20,10 @@ pub enum Error {
     /// stream for a follower restarted with room).
     #[error("{0}")]
     MirrorFull(String),
+    /// This build has no NATS client (the crate's `nats` feature is off): nothing can be sent
+    /// or followed. culprit's command line says how to get one before it comes to this.
+    #[error("this build of culprit-ship has no NATS client (its `nats` feature)")]
+    WithoutNats,
     /// The data directory or the mirror refused a name or a file.
     #[error(transparent)]
     Dir(#[from] culprit_datadir::Error),

@@ -12,30 +12,12 @@ use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
 use crate::chunk::{self, Chunk};
-use crate::connect::Broker;
+use crate::cli::FollowConfig;
 use crate::error::Error;
 use crate::mirror::{Applied, Mirror};
-use crate::{ensure_stream, runtime, Backoff, StreamLimits};
+use crate::{ensure_stream, runtime, Backoff};
 
 const WHO: &str = "culprit follow";
-
-/// What the follower was asked to do.
-#[derive(Clone, Debug)]
-pub struct FollowConfig {
-    /// The broker.
-    pub broker: Broker,
-    /// The group.
-    pub group: String,
-    /// The mirror root.
-    pub mirror: PathBuf,
-    /// The durable consumer's name: the broker remembers what it delivered and acknowledged
-    /// to it, so one name goes with one mirror.
-    pub durable: String,
-    /// Most bytes the mirror holds.
-    pub mirror_max_bytes: u64,
-    /// The stream's limits, if the follower creates it.
-    pub stream: StreamLimits,
-}
 
 /// Counts of what the follower did, and why it stopped if it did.
 #[derive(Clone, Debug, Default)]

@@ -12,21 +12,34 @@
 //!   message id, and the mirror drops any chunk it holds already. Nothing is lost, nothing is
 //!   counted twice.
 //! * **The stream is untrusted.** Names, sizes, offsets and versions are checked before a byte
-//!   is written, and nothing is written outside the mirror root ([`chunk::Chunk::from_message`],
+//!   is written, and nothing is written outside the mirror root (`chunk::Chunk::from_message`,
 //!   `culprit-datadir`'s safe creation).
 //! * **Blocking callers.** The command line is synchronous: [`ship::run`] and
 //!   [`follow::Follower`] each run their own single-threaded tokio runtime.
+//! * **The client is optional.** Without the `nats` feature (the NATS client, tokio and
+//!   rustls: most of culprit's build) the flags ([`cli`]), their checks and the configs are
+//!   the same, so `culprit --help` and the man pages do not change; [`ship::run`] and
+//!   [`follow::Follower::start`] then return [`Error::WithoutNats`].
 
+#[cfg(feature = "nats")]
 pub mod chunk;
 pub mod cli;
 pub mod connect;
 mod error;
+#[cfg(feature = "nats")]
 pub mod follow;
+#[cfg(feature = "nats")]
 pub mod mirror;
+#[cfg(feature = "nats")]
 pub mod ship;
+#[cfg(not(feature = "nats"))]
+mod without_nats;
+#[cfg(not(feature = "nats"))]
+pub use without_nats::{follow, ship};
 
 use std::time::Duration;
 
+#[cfg(feature = "nats")]
 use async_nats::jetstream::{self, stream};
 
 pub use error::Error;
@@ -50,6 +63,7 @@ pub struct StreamLimits {
 /// functions a second (docs/nats.md, "Limits"), or less when the broker cannot reserve it.
 pub const DEFAULT_STREAM_MAX_BYTES: u64 = 1 << 30;
 /// The least the default is halved to when the broker cannot reserve more.
+#[cfg(feature = "nats")]
 const MIN_STREAM_MAX_BYTES: u64 = 1 << 20;
 /// `--stream-max-age`'s default: a day.
 pub const DEFAULT_STREAM_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
@@ -58,6 +72,7 @@ pub const DEFAULT_MIRROR_MAX_BYTES: u64 = 20 << 30;
 
 /// Creates `group`'s stream when it is missing (subjects `culprit.<group>.>`, stored on disk,
 /// [`DUPLICATE_WINDOW`], `limits`); retries with backoff, saying so once on stderr as `who`.
+#[cfg(feature = "nats")]
 async fn ensure_stream(
     js: &jetstream::Context,
     group: &str,
@@ -111,6 +126,7 @@ async fn ensure_stream(
 }
 
 /// True when the broker refused a stream for lack of storage it can reserve.
+#[cfg(feature = "nats")]
 fn no_room(e: &jetstream::context::CreateStreamError) -> bool {
     use jetstream::context::CreateStreamErrorKind;
     matches!(e.kind(), CreateStreamErrorKind::JetStream(j)
@@ -119,6 +135,7 @@ fn no_room(e: &jetstream::context::CreateStreamError) -> bool {
 
 /// Retries with exponential backoff (100 ms to 5 s), saying the first failure and the
 /// recovery once each; gives up only when the broker refused the credentials.
+#[cfg(feature = "nats")]
 #[derive(Debug)]
 struct Backoff<'a> {
     who: &'a str,
@@ -126,6 +143,7 @@ struct Backoff<'a> {
     failing: bool,
 }
 
+#[cfg(feature = "nats")]
 impl<'a> Backoff<'a> {
     fn new(who: &'a str) -> Self {
         Backoff {
@@ -158,6 +176,7 @@ impl<'a> Backoff<'a> {
 }
 
 /// A single-threaded tokio runtime for a blocking caller.
+#[cfg(feature = "nats")]
 fn runtime() -> Result<tokio::runtime::Runtime, Error> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()

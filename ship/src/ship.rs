@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, context::Context};
@@ -12,30 +12,15 @@ use culprit_datadir::Dir;
 use culprit_format::{decode::parse_header, file_state, FileHeader, DATA_OFFSET};
 
 use crate::chunk::{self, Chunk, HEADER_LEN, MAX_CHUNK};
-use crate::connect::Broker;
+use crate::cli::ShipConfig;
 use crate::error::Error;
-use crate::{ensure_stream, runtime, Backoff, StreamLimits};
+use crate::{ensure_stream, runtime, Backoff};
 
 /// Largest state file read back.
 const MAX_STATE: u64 = 1 << 20;
 /// How often the files are looked at when nothing was new.
 const POLL: Duration = Duration::from_millis(100);
 const WHO: &str = "culprit ship";
-
-/// What `culprit ship` was asked to do.
-#[derive(Clone, Debug)]
-pub struct ShipConfig {
-    /// The broker.
-    pub broker: Broker,
-    /// The group (`culprit.<group>.<node>`).
-    pub group: String,
-    /// The node's directory (`DATA/<node>`); its name is the node's.
-    pub node_dir: PathBuf,
-    /// Stop once every file has ended and is shipped (else run until killed).
-    pub until_ended: bool,
-    /// The stream's limits, when this shipper creates it.
-    pub stream: StreamLimits,
-}
 
 /// What the broker acknowledged of one file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

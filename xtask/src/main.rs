@@ -35,9 +35,11 @@ fn run(args: Vec<String>) -> anyhow::Result<()> {
     }
 }
 
-/// One page per command: `culprit.1` and `culprit-<verb>.1` for every visible verb.
+/// One page per command: `culprit.1` and `culprit-<verb>.1` for every visible verb. Their
+/// version is the plain one: `--version`'s list of the build's features (which the pages'
+/// flags do not depend on) is left out.
 fn man(dir: &Path) -> anyhow::Result<()> {
-    clap_mangen::generate_to(culprit::command(), dir)
+    clap_mangen::generate_to(culprit::command().long_version(None), dir)
         .with_context(|| format!("cannot write man pages to {}", dir.display()))?;
     Ok(())
 }

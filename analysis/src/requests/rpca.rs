@@ -7,7 +7,11 @@
 //!
 //! A column of M far from the column space of L — a small cosine between M(j) and L(j),
 //! seed 004's equation (1) — is a corrupted column: [`column_cosine`].
+//!
+//! The SVDs are faer's, with the `rpca` feature; without it [`rpca`] returns
+//! [`RpcaError::WithoutRpca`] for any matrix that is not all zeros.
 
+#[cfg(feature = "rpca")]
 use faer::Mat;
 
 /// A dense matrix of `f64`, row-major.
@@ -69,6 +73,7 @@ impl Matrix {
         self.data.iter().map(|v| v * v).sum::<f64>().sqrt()
     }
 
+    #[cfg(feature = "rpca")]
     fn to_faer(&self) -> Mat<f64> {
         Mat::from_fn(self.rows, self.cols, |i, j| self.get(i, j))
     }
@@ -119,6 +124,9 @@ pub enum RpcaError {
     /// The singular value decomposition did not converge.
     #[error("the singular value decomposition did not converge")]
     Svd,
+    /// This build has no SVD (culprit-analysis' `rpca` feature is off).
+    #[error("this build has no robust PCA (culprit-analysis' `rpca` feature)")]
+    WithoutRpca,
 }
 
 /// Splits `m` into low-rank and sparse parts by inexact ALM (module docs). A matrix of zeros
@@ -189,12 +197,26 @@ pub fn rpca(m: &Matrix, opts: &RpcaOptions) -> Result<Rpca, RpcaError> {
 }
 
 /// The largest singular value.
+#[cfg(feature = "rpca")]
 fn spectral_norm(m: &Matrix) -> Result<f64, RpcaError> {
     let s = m.to_faer().singular_values().map_err(|_| RpcaError::Svd)?;
     Ok(s.first().copied().unwrap_or(0.0))
 }
 
+/// The largest singular value: none in a build without the SVD.
+#[cfg(not(feature = "rpca"))]
+fn spectral_norm(_m: &Matrix) -> Result<f64, RpcaError> {
+    Err(RpcaError::WithoutRpca)
+}
+
+/// U · shrink(Σ, tau) · Vᵀ: none in a build without the SVD.
+#[cfg(not(feature = "rpca"))]
+fn svt(_z: &Matrix, _tau: f64) -> Result<Matrix, RpcaError> {
+    Err(RpcaError::WithoutRpca)
+}
+
 /// U · shrink(Σ, tau) · Vᵀ.
+#[cfg(feature = "rpca")]
 fn svt(z: &Matrix, tau: f64) -> Result<Matrix, RpcaError> {
     let svd = z.to_faer().thin_svd().map_err(|_| RpcaError::Svd)?;
     let (u, s, v) = (svd.U(), svd.S().column_vector(), svd.V());
@@ -241,6 +263,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "rpca")]
     fn recovers_a_planted_sparse_column() {
         let (rows, cols, bad) = (120, 12, 5);
         let l0 = low_rank(rows, cols);
@@ -278,6 +301,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "rpca")]
     fn a_low_rank_matrix_has_no_sparse_part() {
         let m = low_rank(50, 8);
         let out = rpca(&m, &RpcaOptions::default()).unwrap();
@@ -305,6 +329,17 @@ mod tests {
                 .unwrap()
                 .iterations,
             0
+        );
+    }
+
+    /// Without the SVD a matrix that needs one is refused, said as such: never a split that
+    /// was not computed.
+    #[test]
+    #[cfg(not(feature = "rpca"))]
+    fn without_the_svd_rpca_says_so() {
+        assert_eq!(
+            rpca(&low_rank(20, 4), &RpcaOptions::default()).unwrap_err(),
+            RpcaError::WithoutRpca
         );
     }
 }

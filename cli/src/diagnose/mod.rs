@@ -23,6 +23,7 @@ use culprit_analysis::time::{fmt_dur, fmt_sig, parse_duration_ns};
 use culprit_analysis::train::{self, TrainingRun};
 use culprit_openmetrics::{ListenError, MetricsServer};
 
+use crate::features::{self, Part};
 use crate::progress::Bar;
 
 pub mod requests;
@@ -333,7 +334,11 @@ pub fn run_train(args: TrainArgs) -> anyhow::Result<i32> {
 
 /// Runs `culprit diagnose`.
 pub fn run_diagnose(args: DiagnoseArgs) -> anyhow::Result<i32> {
+    if args.data.iter().any(|d| culprit_ship::cli::is_broker(d)) {
+        features::require(Part::Ship)?;
+    }
     if args.requests {
+        features::require(Part::Requests)?;
         let found = run_requests(&args)?;
         return Ok(if found { EXIT_CULPRIT } else { 0 });
     }
