@@ -68,7 +68,7 @@ pub fn ensure_built() {
             "-p",
             "culprit-rt",
             "--features",
-            "culprit/lab",
+            "culprit/lab,culprit/full",
         ]);
         if release {
             cmd.arg("--release");
