@@ -145,7 +145,7 @@ impl Drop for TempDir {
 pub fn gcc(sources: &[&Path], out: &Path, flags: &[&str]) {
     let cached = fixture_key(sources, out, flags).map(|k| profile_dir().join("c-fixtures").join(k));
     if let Some(c) = &cached {
-        if std::fs::copy(c, out).is_ok() {
+        if c.exists() && cp(c, out) {
             return;
         }
     }
@@ -154,13 +154,24 @@ pub fn gcc(sources: &[&Path], out: &Path, flags: &[&str]) {
         // Written aside and renamed: test processes running side by side never see half a file.
         let dir = c.parent().expect("cache file has a directory");
         let tmp = dir.join(format!(".{}.{}", std::process::id(), unique()));
-        let kept = std::fs::create_dir_all(dir).is_ok()
-            && std::fs::copy(out, &tmp).is_ok()
-            && std::fs::rename(&tmp, c).is_ok();
+        let kept = std::fs::create_dir_all(dir).is_ok() && cp(out, &tmp) && {
+            std::fs::rename(&tmp, c).is_ok()
+        };
         if !kept {
             let _ = std::fs::remove_file(&tmp);
         }
     }
+}
+
+/// Copies `from` to `to` with cp(1). Not `std::fs::copy`: a descriptor this process opens to
+/// write an executable is inherited by any child another test thread forks meanwhile, and
+/// until that child execs, running the executable fails with ETXTBSY ("Text file busy").
+fn cp(from: &Path, to: &Path) -> bool {
+    Command::new("cp")
+        .arg(from)
+        .arg(to)
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// A number no other call in this process gets.
