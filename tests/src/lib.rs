@@ -476,7 +476,21 @@ pub fn require(have: bool, what: &str) -> bool {
 /// Serializes tests that change machine state (namespaces, nft tables, cgroups, system-wide
 /// perf sessions) across test processes with an advisory lock on a file in /tmp.
 pub fn machine_lock() -> MachineLock {
-    let path = std::env::temp_dir().join("culprit-tests.machine.lock");
+    flock("culprit-tests.machine.lock")
+}
+
+/// Serializes the tests that pin a group of peer servers to one CPU (diagnose_util's
+/// `pinned`), across threads and test processes: two such groups on one CPU starve each other
+/// unevenly, and a peer that got less CPU than its peers looks slow. Taken before
+/// [`machine_lock`] by a test that takes both.
+pub fn pinned_turn() -> MachineLock {
+    flock("culprit-tests.pinned.lock")
+}
+
+/// An exclusive `flock` on `name` in the temporary directory; each call opens the file anew,
+/// so the lock excludes other threads of this process too.
+fn flock(name: &str) -> MachineLock {
+    let path = std::env::temp_dir().join(name);
     let f = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)

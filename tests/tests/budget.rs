@@ -387,7 +387,9 @@ fn peer(exe: &Path, data: &Path, node: &str, budget: &str) -> Child {
 #[test]
 fn peers_stay_comparable_when_one_node_demotes() {
     let _turn = one_at_a_time();
-    // Nothing else of the suite's privileged work beside the four peers.
+    // No other group of pinned peers on their CPU, and nothing else of the suite's privileged
+    // work beside them.
+    let _pinned = pinned_turn();
     let _lock = machine_lock();
     let tmp = TempDir::new("budget-peers");
     let exe = build(tmp.path(), "budget.c", "srv", "-O2", Link::Preload);

@@ -84,12 +84,11 @@ fn spawn_every(exe: &Path, data: &Path, node: &Node<'_>, secs: &str, interval_ms
     cmd.spawn().expect("start diag_server")
 }
 
-/// The runs of this file take turns: the machine has two cores, and a few dozen servers at
-/// once (plus the other test files) starve them enough to blur who is slow.
-static RUNS: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn turn() -> std::sync::MutexGuard<'static, ()> {
-    RUNS.lock().unwrap_or_else(|e| e.into_inner())
+/// The runs of this file take turns, with every other test that pins peers to one CPU
+/// (`pinned_turn`): the machine has two cores, and a few dozen servers at once starve them
+/// enough to blur who is slow.
+fn turn() -> MachineLock {
+    pinned_turn()
 }
 
 /// Runs the group for `secs` seconds and waits for it.
