@@ -33,7 +33,9 @@ def main():
     a = ap.parse_args()
     runs = f"{a.exp}/runs"
     truth = {i: t[2] for i, t in read_truth(a.exp).items()}
-    ids = sorted(i for i in os.listdir(runs) if i.startswith(("clean-", "faulty-")))
+    # A run without its record in results.jsonl (the recording stopped in it) has no truth.
+    ids = sorted(i for i in os.listdir(runs)
+                 if i.startswith(("clean-", "faulty-")) and i in truth)
     training = sorted(i for i in os.listdir(runs) if i.startswith("train-"))
     tmp = tempfile.mkdtemp(prefix="rare-cost-")
     bins = {"before": a.before, "after": a.after}
