@@ -63,6 +63,7 @@ fn engine(score: ScoreKind, policies: Vec<(Family, Policy)>) -> Analyzer {
                 weights: None,
                 normal: None,
                 roles: None,
+                rare: None,
             })
             .collect(),
     )

@@ -123,6 +123,7 @@ fn engine(nodes: usize, funcs: usize, score: ScoreKind, peers: Peers, weighted: 
             weights,
             normal: None,
             roles: None,
+            rare: None,
         }],
     );
     for n in 0..nodes {

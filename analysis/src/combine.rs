@@ -88,13 +88,21 @@ impl Verdict {
 }
 
 /// Strength of a metric's evidence against a node: the median of score / threshold over its
-/// anomalous windows (1 = at the threshold).
+/// anomalous windows (1 = at the threshold); a window a rare function made anomalous counts
+/// its rare function's ratio over the node's bar when that is larger ([`crate::rare`]).
 pub fn evidence(nm: &NodeResult) -> Option<f64> {
     let mut r: Vec<f64> = nm
         .anomalous
         .iter()
-        .filter(|a| a.threshold > 0.0 && a.threshold.is_finite())
-        .map(|a| a.score / a.threshold)
+        .filter(|a| a.threshold > 0.0 && a.threshold.is_finite() || a.rare.is_some())
+        .map(|a| {
+            let s = if a.threshold > 0.0 && a.threshold.is_finite() {
+                a.score / a.threshold
+            } else {
+                0.0
+            };
+            s.max(a.rare.unwrap_or(0.0))
+        })
         .collect();
     if r.is_empty() {
         return None;

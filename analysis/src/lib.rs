@@ -58,6 +58,7 @@ pub mod paused;
 pub mod persistence;
 pub mod plan;
 pub mod policy;
+pub mod rare;
 pub mod report;
 pub mod requests;
 pub mod resource;

@@ -13,6 +13,7 @@ use crate::family::{KeepSettings, Metric, Windows};
 use crate::feed::{self, Survey};
 use crate::live::LiveStatus;
 use crate::policy::{Policy, Weights};
+use crate::rare::RareBars;
 use crate::roles::Roles;
 use crate::score::NormalProfiles;
 use crate::setup::Setup;
@@ -101,6 +102,8 @@ pub(crate) struct MetricSetup {
     pub(crate) weights: Option<Weights>,
     pub(crate) normal: Option<Arc<NormalProfiles>>,
     pub(crate) roles: Option<Arc<Roles>>,
+    /// Rare functions' trained bars (`None`: untrained, [`RareBars::untrained`]).
+    pub(crate) rare: Option<RareBars>,
 }
 
 impl MetricSetup {
@@ -111,6 +114,7 @@ impl MetricSetup {
             weights: None,
             normal: None,
             roles: None,
+            rare: None,
         }
     }
 
@@ -122,6 +126,9 @@ impl MetricSetup {
             weights: t.and_then(|t| t.weights.as_ref()).map(|w| w.weights()),
             normal: t.and_then(|t| t.normal()),
             roles: t.and_then(|t| Roles::from_entries(&t.roles)),
+            rare: t
+                .filter(|t| !t.rare.is_empty())
+                .map(|t| RareBars::trained(&t.rare)),
         }
     }
 }
@@ -164,7 +171,11 @@ pub(crate) fn build_analyzer(
             weights,
             normal,
             roles,
+            rare,
         } = policy(m);
+        let rare = family
+            .rare()
+            .then(|| rare.unwrap_or_else(RareBars::untrained));
         metrics.push(MetricConfig {
             keep: family.keep_rule(&keep),
             family,
@@ -174,6 +185,7 @@ pub(crate) fn build_analyzer(
             weights,
             normal,
             roles,
+            rare,
         });
     }
     Ok(Analyzer::new(

@@ -384,6 +384,7 @@ impl Reporting<'_> {
                 weights: s.weights,
                 normal: s.normal,
                 roles: s.roles,
+                rare: Some(s.rare.unwrap_or_else(crate::rare::RareBars::untrained)),
             };
             analyzer.relearn(mi, cfg, &mt.kept);
         }

@@ -235,6 +235,7 @@ impl Scenario {
             weights: None,
             normal: None,
             roles: None,
+            rare: None,
         };
         let mut a = Analyzer::new(cfg, vec![metric]);
         self.feed(&mut a, 0);

@@ -337,6 +337,12 @@ pub struct MetricThresholds {
     /// roles is [`THRESHOLDS_VERSION_ROLES`]: a reader that would ignore them refuses it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub roles: Vec<RoleEntry>,
+    /// Rare functions ([`crate::rare`], count): per node name, the ratio over its noise floor
+    /// its count of a function the keep rule left out must reach — the largest ratio it showed
+    /// in training, doubled, at least [`crate::rare::RARE_RATIO`]. Files written before it
+    /// existed do without (the untrained bar).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub rare: BTreeMap<String, f64>,
 }
 
 /// One node's normal profile from one training run.
@@ -573,6 +579,7 @@ mod tests {
             weights: None,
             normal_profiles: Vec::new(),
             roles,
+            rare: BTreeMap::new(),
         }
     }
 

@@ -408,6 +408,9 @@ pub fn train(
             .iter()
             .map(|(n, &s)| (n.clone(), trained_threshold(s, quantum)))
             .collect();
+        for r in t.rare.values_mut() {
+            *r = crate::rare::trained_bar(*r);
+        }
     }
     out.retain(|_, t| !t.thresholds.is_empty());
     for (m, t) in out.iter_mut() {
@@ -548,6 +551,7 @@ fn score(
                 weights: weights.get(&m).cloned(),
                 normal: normal(&run.name, m),
                 roles: roles.get(&m).cloned(),
+                rare: None,
             },
             notes,
         )?;
@@ -596,6 +600,7 @@ fn score(
                     weights: None,
                     normal_profiles: Vec::new(),
                     roles: Vec::new(),
+                    rare: BTreeMap::new(),
                 });
             entry.windows += m.windows - m.unscored;
             if m.windows > m.unscored {
@@ -649,6 +654,11 @@ fn score(
                 ));
                 let fs = entry.flag_scores.entry(name.clone()).or_insert(0.0);
                 *fs = fs.max(nm.flag_score);
+                if m.config.rare.is_some() {
+                    // The largest ratio for now; made a bar with the thresholds.
+                    let r = entry.rare.entry(name.clone()).or_insert(0.0);
+                    *r = r.max(nm.rare_max);
+                }
                 let ms = entry.max_scores.entry(name).or_insert(0.0);
                 *ms = ms.max(nm.max_score);
             }

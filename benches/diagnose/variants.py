@@ -26,6 +26,18 @@ WINDOWS = ["--win-size", "10s", "--win-shift", "5s", "--k", "3",
 WORKLOADS = ["ddw", "ddr", "postmark"]
 
 
+def read_truth(exp):
+    """Each run of the experiment in `exp`: (workload, fault, faulty node or "")."""
+    truth = {}
+    with open(f"{exp}/results.jsonl") as f:
+        for line in f:
+            d = json.loads(line)
+            if d.get("kind") == "run":
+                r = d["record"]
+                truth[r["id"]] = (r["workload"], r["fault"], r["faulty_node"])
+    return truth
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--culprit", default="target/release/culprit")
@@ -39,13 +51,7 @@ def main():
     a = ap.parse_args()
     variants = a.diagnose_args or [""]
     runs = f"{a.exp}/runs"
-    truth = {}
-    with open(f"{a.exp}/results.jsonl") as f:
-        for line in f:
-            d = json.loads(line)
-            if d.get("kind") == "run":
-                r = d["record"]
-                truth[r["id"]] = (r["workload"], r["fault"], r["faulty_node"])
+    truth = read_truth(a.exp)
 
     def train(out, ids):
         subprocess.run([a.culprit, "train", *WINDOWS, *a.train_args.split(), "-o", out,

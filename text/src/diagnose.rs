@@ -591,7 +591,11 @@ pub fn print_window(ev: &ClosedWindow, k: usize, out: &mut impl Write) -> std::i
             .iter()
             .map(|a| {
                 let (s, t) = (fmt_score(a.score), fmt_score(a.threshold));
-                format!("{} ({s} > {t})", a.node)
+                match (a.rare, a.score > a.threshold) {
+                    (true, true) => format!("{} ({s} > {t}; rare calls)", a.node),
+                    (true, false) => format!("{} (rare calls)", a.node),
+                    _ => format!("{} ({s} > {t})", a.node),
+                }
             })
             .collect();
         line.push_str(&format!("; anomalous: {}", list.join(", ")));

@@ -525,6 +525,7 @@ mod tests {
             weights: None,
             normal: None,
             roles: None,
+            rare: None,
         }
     }
 
@@ -606,6 +607,95 @@ mod tests {
         assert!(fired.start_ns >= 20 * NS_PER_S);
         // First window starting at a multiple of WinShift since the epoch.
         assert_eq!(ms.window_range.unwrap().first_ns % (3 * NS_PER_S), 0);
+    }
+
+    /// Four nodes with a kept function (f0, 2,000 a second) and one the keep rule leaves out
+    /// (`log`, `rate` calls a second; node `bad` logs `bad_rate` a second from second `from`).
+    fn run_rare(e: &mut Analyzer, secs: u64, rate: f64, bad: Option<(usize, u64, f64)>) {
+        let names = ["a", "b", "c", "d"];
+        let nodes: Vec<PeerIdx> = names.iter().map(|n| e.node(n)).collect();
+        let f0 = e.component(0, &CompLabel::func("srv", "f0"));
+        let log = e.component(0, &CompLabel::func("srv", "log"));
+        for s in 0..secs {
+            for (i, &n) in nodes.iter().enumerate() {
+                let jitter = ((s * 7 + i as u64 * 3) % 5) as f64;
+                // A rare function's calls come in bursts: 0 to 2 × the rate, by node and second.
+                let mut calls = (rate * (((s * 3 + i as u64) % 3) as f64)).round();
+                if let Some((b, from, r)) = bad {
+                    if b == i && s >= from {
+                        calls = r;
+                    }
+                }
+                push_second(
+                    e,
+                    n,
+                    1_000_002 + s,
+                    &[v(f0, 2000.0 - jitter), v(log, calls)],
+                );
+            }
+            e.advance(Some((1_000_002 + s + 1) * NS_PER_S));
+        }
+        e.advance(None);
+    }
+
+    fn rare_metric(policy: Policy, bar: f64) -> MetricConfig {
+        MetricConfig {
+            family: Arc::new(crate::family::tracer::Count),
+            keep: KeepRule::AtLeast(5000.0),
+            rare: Some(crate::rare::RareBars { bar }),
+            ..metric(policy)
+        }
+    }
+
+    #[test]
+    fn a_rare_function_far_above_its_peers_flags_its_node() {
+        let untrained = || Policy::Untrained(Unsupervised::default());
+        // 1 call a second on the peers (0 to 2 by second), 400 on node 2 from second 20.
+        let mut e = Analyzer::new(cfg(6, 3), vec![rare_metric(untrained(), 10.0)]);
+        run_rare(&mut e, 60, 1.0, Some((2, 20, 400.0)));
+        let ms = e.result(0);
+        let log = ms
+            .comps
+            .iter()
+            .position(|l| l.name.as_ref() == "log")
+            .unwrap() as CompIdx;
+        assert!(!ms.kept_list.contains(&log), "below the keep rule");
+        assert!(ms.nodes[2].faulty(), "{:?}", ms.nodes[2].anomalous);
+        assert!(ms.nodes[2].anomalous.iter().all(|a| a.rare.is_some()));
+        for n in [0, 1, 3] {
+            assert!(ms.nodes[n].anomalous.is_empty(), "node {n}");
+        }
+        let top = ms.top(2, 10);
+        assert_eq!(top[0].comp, log, "the rare function first");
+        assert!(ms.nodes[2].rare[&log].windows >= 3);
+        // Fault-free: 0 against 2 or 4 calls in a window is no evidence.
+        let mut e = Analyzer::new(cfg(6, 3), vec![rare_metric(untrained(), 10.0)]);
+        run_rare(&mut e, 60, 1.0, None);
+        assert!(e.result(0).nodes.iter().all(|n| n.anomalous.is_empty()));
+        // Ten times more on one node is not orders of magnitude above its noise floor.
+        let mut e = Analyzer::new(cfg(6, 3), vec![rare_metric(untrained(), 10.0)]);
+        run_rare(&mut e, 60, 1.0, Some((2, 20, 10.0)));
+        assert!(e.result(0).nodes.iter().all(|n| n.anomalous.is_empty()));
+    }
+
+    #[test]
+    fn training_learns_the_rare_ratio_and_the_bar_holds_it() {
+        // Node 1 logs 30 a second throughout training: its ratio is learnt.
+        let mut t = Analyzer::new(cfg(6, 3), vec![rare_metric(Policy::Training, 10.0)]);
+        run_rare(&mut t, 40, 0.0, Some((1, 0, 30.0)));
+        let learnt = t.result(0).nodes[1].rare_max;
+        // 180 calls a window against a floor of 6.9 (the peers' 0): about 26.
+        assert!((20.0..30.0).contains(&learnt), "{learnt}");
+        assert!(t.result(0).nodes[0].rare_max < 1.0);
+        let bar = crate::rare::trained_bar(learnt);
+        // Untrained the same data flags node 1; with the trained bar it does not.
+        let untrained = Policy::Untrained(Unsupervised::default());
+        let mut u = Analyzer::new(cfg(6, 3), vec![rare_metric(untrained.clone(), 10.0)]);
+        run_rare(&mut u, 40, 0.0, Some((1, 0, 30.0)));
+        assert!(u.result(0).nodes[1].faulty());
+        let mut d = Analyzer::new(cfg(6, 3), vec![rare_metric(untrained, bar)]);
+        run_rare(&mut d, 40, 0.0, Some((1, 0, 30.0)));
+        assert!(d.result(0).nodes.iter().all(|n| n.anomalous.is_empty()));
     }
 
     #[test]

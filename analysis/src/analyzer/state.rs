@@ -10,6 +10,7 @@ use crate::filter::KOfN;
 use crate::model::{CompIdx, CompLabel, IntervalData, PeerIdx};
 use crate::persistence::{Ledger, Persistence};
 use crate::policy::{Policy, Spread, Weights};
+use crate::rare::{RareBars, RareFound};
 use crate::roles::{Adjust, RoleStats, Roles};
 use crate::score::{Matrix, NormalProfiles};
 
@@ -41,6 +42,8 @@ pub struct Anomaly {
     pub score: f64,
     /// The threshold it exceeded.
     pub threshold: f64,
+    /// True when a rare function made it anomalous ([`crate::rare`]).
+    pub rare: bool,
 }
 
 /// What happened when one window closed (for `--follow` output).
@@ -91,6 +94,9 @@ pub struct MetricConfig {
     /// Nodes of another role, learnt from a baseline: each is compared against its own
     /// baseline ([`crate::roles`]).
     pub roles: Option<Arc<Roles>>,
+    /// Rare functions ([`crate::rare`]): the bars of the functions the keep rule left out, when
+    /// the metric compares them (count).
+    pub rare: Option<RareBars>,
 }
 
 impl MetricConfig {
@@ -109,6 +115,9 @@ pub struct AnomWindow {
     pub score: f64,
     /// The threshold it exceeded.
     pub threshold: f64,
+    /// When a rare function made the window anomalous ([`crate::rare`]): the largest ratio of
+    /// the node's count of one to its noise floor, over the node's bar (at least 1).
+    pub rare: Option<f64>,
 }
 
 /// A stretch of windows during which the k-of-(2k − 1) filter held a node faulty.
@@ -240,6 +249,11 @@ pub struct NodeResult {
     /// Training: whether the node differed from its peers the same way through the baseline
     /// ([`crate::roles`]).
     pub role: RoleStats,
+    /// Rare functions that made its windows anomalous ([`crate::rare`]), by component.
+    pub rare: HashMap<CompIdx, RareFound>,
+    /// Training: the largest ratio of its count of a rare function to the function's noise
+    /// floor, in any window ([`crate::rare`]).
+    pub rare_max: f64,
 }
 
 impl NodeResult {
@@ -496,6 +510,9 @@ pub(super) struct MetricState {
     pub(super) adjust: Vec<Vec<(CompIdx, Adjust)>>,
     /// Each node's data over the window being closed (reused from window to window).
     pub(super) node_windows: Vec<super::pipeline::NodeWindow>,
+    /// Rare functions ([`crate::rare`]): per component, each node's largest count in a window
+    /// compared so far (node-major per component; empty when the metric compares none).
+    pub(super) rare_peak: Vec<Vec<f64>>,
 }
 
 impl MetricState {
@@ -535,6 +552,7 @@ impl MetricState {
             slot_fill: if cfg_absent_is_zero { 0.0 } else { f64::NAN },
             adjust: Vec::new(),
             node_windows: Vec::new(),
+            rare_peak: Vec::new(),
         }
     }
 
@@ -578,6 +596,9 @@ impl MetricState {
     pub(super) fn relearn(&mut self, cfg: Relearnt, names: &[String]) {
         let c = &mut self.result.config;
         (c.policy, c.weights, c.normal, c.roles) = (cfg.policy, cfg.weights, cfg.normal, cfg.roles);
+        if c.rare.is_some() {
+            c.rare = cfg.rare;
+        }
         for (i, label) in self.result.comps.iter().enumerate() {
             (self.scale[i], self.unseen[i]) = scale_of(self.result.config.weights.as_ref(), label);
         }
@@ -612,6 +633,8 @@ pub struct Relearnt {
     pub normal: Option<Arc<NormalProfiles>>,
     /// Nodes of another role.
     pub roles: Option<Arc<Roles>>,
+    /// Rare functions' bars (`None`: the metric compares none).
+    pub rare: Option<RareBars>,
 }
 
 /// A component's weighting scale (1 unweighted), and whether it is scaled by its size in each

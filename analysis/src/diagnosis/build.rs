@@ -99,6 +99,11 @@ impl Diagnosis {
                     }
                 }
             }
+            if combined.verdict.is_culprit() || combined.verdict == Verdict::Suspect {
+                if let Some(s) = rare_reason(&metrics, n) {
+                    combined.reason.push_str(&s);
+                }
+            }
             let examined = matches!(combined.verdict, Verdict::Faulty | Verdict::Suspect)
                 .then(|| resource::examine(outcome, &metrics, n, input.levels));
             if let Some((r, moved)) = &examined {
@@ -523,6 +528,7 @@ fn metric_report(
                         start_ns: a.start_ns,
                         score: a.score,
                         threshold: a.threshold,
+                        rare: a.rare,
                     })
                     .collect(),
                 top,
@@ -558,6 +564,46 @@ fn metric_report(
     }
 }
 
+/// "; rare calls: serverLogRaw 120,412 calls against its peers' median 301 (400×) in 5 count
+/// windows" — the rare functions ([`crate::rare`]) that made node `n`'s windows anomalous, the
+/// three called most.
+fn rare_reason(metrics: &[&MetricResult], n: PeerIdx) -> Option<String> {
+    let mut parts = Vec::new();
+    for m in metrics {
+        let mut v: Vec<_> = m.nodes[n].rare.iter().collect();
+        v.sort_by(|a, b| {
+            b.1.node
+                .total_cmp(&a.1.node)
+                .then_with(|| m.comps[*a.0 as usize].cmp(&m.comps[*b.0 as usize]))
+        });
+        for (&c, f) in v.into_iter().take(3) {
+            let name = &m.comps[c as usize].name;
+            let against = if f.peers > 0.0 {
+                format!(
+                    "its peers' median {} ({:.0}×)",
+                    group(f.peers),
+                    f.node / f.peers
+                )
+            } else {
+                "none on its peers".to_string()
+            };
+            parts.push(format!(
+                "{name} {} calls against {against} in {} {} window{}",
+                group(f.node),
+                f.windows,
+                m.metric(),
+                if f.windows == 1 { "" } else { "s" }
+            ));
+        }
+    }
+    (!parts.is_empty()).then(|| format!("; rare calls: {}", parts.join(", ")))
+}
+
+/// A count with thousands separators (`120,412`).
+fn group(x: f64) -> String {
+    crate::time::group_digits(x.max(0.0).round() as i128)
+}
+
 /// The root-cause table of node `n`.
 fn cause_rows(m: &MetricResult, n: PeerIdx, top: usize, more: &str, less: &str) -> Vec<CauseRow> {
     m.top(n, top)
@@ -579,6 +625,7 @@ fn cause_rows(m: &MetricResult, n: PeerIdx, top: usize, more: &str, less: &str) 
                 relative: (rc.reference > 0.0).then(|| deviation / rc.reference),
                 direction: if deviation >= 0.0 { more } else { less }.to_string(),
                 persistence: r.persistence.peak,
+                rare: m.nodes[n].rare.contains_key(&r.comp),
             }
         })
         .collect()

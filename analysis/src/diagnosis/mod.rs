@@ -376,6 +376,10 @@ pub struct AnomalousWindow {
     pub score: f64,
     /// Threshold exceeded.
     pub threshold: f64,
+    /// When a rare function made the window anomalous (`crate::rare`): the largest ratio of
+    /// the node's count of one to its noise floor, over the node's bar (at least 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rare: Option<f64>,
 }
 
 /// One row of a root-cause table.
@@ -410,6 +414,10 @@ pub struct CauseRow {
     /// node's other windows; the table's first sort key (added within version 1).
     #[serde(default)]
     pub persistence: u32,
+    /// A rare function (`crate::rare`): below the keep rule, counted orders of magnitude above
+    /// its peers' noise floor on this node.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rare: bool,
 }
 
 /// What the report says besides the analysis' outcome.
@@ -504,6 +512,7 @@ mod tests {
                 weights: None,
                 normal: None,
                 roles: None,
+                rare: None,
             }],
         );
         sc.feed(&mut a, 0);

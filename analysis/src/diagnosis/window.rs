@@ -38,6 +38,8 @@ pub struct NodeScore {
     pub score: f64,
     /// Threshold.
     pub threshold: f64,
+    /// A rare function made the node anomalous (`crate::rare`), whatever its score.
+    pub rare: bool,
 }
 
 impl ClosedWindow {
@@ -56,6 +58,7 @@ impl ClosedWindow {
                     node: name(a.node),
                     score: a.score,
                     threshold: a.threshold,
+                    rare: a.rare,
                 })
                 .collect(),
             newly_faulty: ev.newly_faulty.iter().map(|&n| name(n)).collect(),

@@ -291,6 +291,12 @@ pub trait MetricFamily: fmt::Debug + Send + Sync {
     /// The keep rule under these settings.
     fn keep_rule(&self, keep: &KeepSettings) -> KeepRule;
 
+    /// True when the functions the keep rule leaves out are still compared for a node that
+    /// runs one orders of magnitude more often than its peers ([`crate::rare`]; count).
+    fn rare(&self) -> bool {
+        false
+    }
+
     /// What the keep rule asks for, when it can keep nothing.
     fn keep_hint(&self, _keep: &KeepSettings) -> Option<KeepHint> {
         None

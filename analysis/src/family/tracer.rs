@@ -67,6 +67,9 @@ impl MetricFamily for Count {
     fn keep_rule(&self, _keep: &KeepSettings) -> KeepRule {
         KeepRule::SameAs(Metric::TIME)
     }
+    fn rare(&self) -> bool {
+        true
+    }
     fn keep_hint(&self, keep: &KeepSettings) -> Option<KeepHint> {
         time_hint(keep)
     }

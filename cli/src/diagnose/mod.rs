@@ -61,7 +61,8 @@ pub struct AnalysisArgs {
     #[arg(long, value_name = "N")]
     pub min_samples: Option<f64>,
     /// Keep a function if it has this much exclusive time in a window on a node (count uses the
-    /// same rule) [default: 1s]
+    /// same rule; a function left out is still compared by its calls when one node makes 10×
+    /// more than its peers' noise floor: docs/thresholds.md, "Rare functions") [default: 1s]
     #[arg(long, value_name = "DUR", value_parser = parse_duration_ns)]
     pub min_time: Option<u64>,
     /// Key functions by program too (compare per program instead of per node aggregate)

@@ -8,6 +8,7 @@ use crate::model::PeerIdx;
 use crate::roles::Adjust;
 use crate::score::{median_in_place, median_node, Matrix, Reference, Scores};
 
+use super::rare::RareHit;
 use super::window::Features;
 
 /// Where root cause compares a window's nodes.
@@ -41,6 +42,8 @@ pub(super) struct RootCauseInput<'a> {
     pub(super) reference: Reference,
     /// [`typical_distance`] of the window.
     pub(super) typical: f64,
+    /// The node's rare functions in the window (stage 2b).
+    pub(super) rare: &'a [RareHit],
 }
 
 /// Stage 8, root cause: each kept component's distance to the node's reference, in the
@@ -122,6 +125,22 @@ pub(super) fn root_cause(
                 acc.reference += raw_ref[ci];
             }
         }
+    }
+    // A rare function is outside the kept set: its distance is its calls' difference from its
+    // peers' median (divided by its scale when weighted); it stood out by its own test.
+    for h in input.rare {
+        let scale = ms.scale.get(h.comp as usize).copied().unwrap_or(1.0);
+        let acc = nr.root_cause.entry(h.comp).or_default();
+        acc.distance += (h.node - h.peers).abs() / scale;
+        acc.node += h.node;
+        acc.reference += h.peers;
+        let found = nr.rare.entry(h.comp).or_default();
+        found.windows += 1;
+        found.node += h.node;
+        found.peers += h.peers;
+        found.floor += h.floor;
+        found.max_ratio = found.max_ratio.max(h.over);
+        standing_out.push(h.comp);
     }
     nr.functions.window(&standing_out);
 }

@@ -7,6 +7,9 @@
 //!    compared, the others are missing for that window: a gap is never read as zeros;
 //! 2. `keep_rule` — components reaching the metric's minimum in this window on some compared
 //!    node join the kept set (which only grows, so offline and live analyses agree);
+//!    `rare_hits` (2b, count) — among the components left out, those one node counts orders of
+//!    magnitude above its peers' noise floor ([`crate::rare`]): the node is anomalous in the
+//!    window whatever its score (stage 6), and the functions join its root cause (stage 8);
 //! 3. `feature_matrix` — one row per compared node: the window sums of the kept components,
 //!    or (distribution families) their cumulative histograms on shared bins;
 //! 4. `weights` — variance weighting, the scorer's profiles (seed 002: each row divided by
@@ -23,12 +26,13 @@
 //!    persistence accumulators (the order of the root-cause table).
 //!
 //! The window's flow is here (`close_window`, `analyse`); the stages are in their own files:
-//! `merge.rs` (0), `select.rs` (1–2), `features.rs` (3), `weights.rs` (4), `cause.rs` (8); what they share is
+//! `merge.rs` (0), `select.rs` (1–2), `rare.rs` (2b), `features.rs` (3), `weights.rs` (4), `cause.rs` (8); what they share is
 //! `window.rs`.
 
 mod cause;
 mod features;
 mod merge;
+mod rare;
 mod role;
 mod select;
 mod weights;
@@ -128,6 +132,7 @@ fn analyse(
         ms.result.unscored += 1;
         return ev;
     }
+    let rare = rare::rare_hits(ms, windows, complete);
     let mut features = feature_matrix(ms, windows, slots, complete);
     role::adjust_sums(ms, complete, &mut features);
     if matches!(ms.result.config.policy, Policy::Training) {
@@ -198,7 +203,8 @@ fn analyse(
     for (ri, &node) in complete.iter().enumerate() {
         let s = scores.scores[ri];
         let threshold = decide(ms, ctx, node, s, cutoff);
-        let anomalous = s > threshold;
+        let rare = &rare[ri];
+        let anomalous = s > threshold || !rare.is_empty();
         let nr = &mut ms.result.nodes[node];
         nr.scored += 1;
         nr.first_scored_ns.get_or_insert(start);
@@ -238,15 +244,18 @@ fn analyse(
             nr.functions.window(&[]);
             continue;
         }
+        let over = rare.iter().map(|h| h.over).reduce(f64::max);
         nr.anomalous.push(AnomWindow {
             start_ns: start,
             score: s,
             threshold,
+            rare: over,
         });
         ev.anomalous.push(Anomaly {
             node,
             score: s,
             threshold,
+            rare: over.is_some(),
         });
         let space = cause.get_or_insert_with(|| {
             let unprofiled = profiles.then(|| {
@@ -272,6 +281,7 @@ fn analyse(
             distance,
             reference: ctx.scorer.reference(),
             typical: space.typical,
+            rare,
         };
         root_cause(ms, &input, ri, node, &mut raw_median);
     }
