@@ -6,43 +6,11 @@ use std::time::Duration;
 
 use culprit_format::rotation::{parse_duration_ns, parse_size};
 
+pub use crate::config::{FollowConfig, ShipConfig};
+use crate::config::{StreamLimits, DEFAULT_MIRROR_MAX_BYTES};
 use crate::connect::{Address, Auth, Broker};
 use crate::error::Error;
 use crate::follow::Follower;
-use crate::StreamLimits;
-
-/// What `culprit ship` was asked to do.
-#[derive(Clone, Debug)]
-pub struct ShipConfig {
-    /// The broker.
-    pub broker: Broker,
-    /// The group (`culprit.<group>.<node>`).
-    pub group: String,
-    /// The node's directory (`DATA/<node>`); its name is the node's.
-    pub node_dir: PathBuf,
-    /// Stop once every file has ended and is shipped (else run until killed).
-    pub until_ended: bool,
-    /// The stream's limits, when this shipper creates it.
-    pub stream: StreamLimits,
-}
-
-/// What the follower was asked to do.
-#[derive(Clone, Debug)]
-pub struct FollowConfig {
-    /// The broker.
-    pub broker: Broker,
-    /// The group.
-    pub group: String,
-    /// The mirror root.
-    pub mirror: PathBuf,
-    /// The durable consumer's name: the broker remembers what it delivered and acknowledged
-    /// to it, so one name goes with one mirror.
-    pub durable: String,
-    /// Most bytes the mirror holds.
-    pub mirror_max_bytes: u64,
-    /// The stream's limits, if the follower creates it.
-    pub stream: StreamLimits,
-}
 
 /// The limits of the group's stream, set by the side that creates it (shared by `ship` and
 /// `diagnose`).
@@ -240,9 +208,7 @@ impl FollowArgs {
             group: group.clone(),
             mirror,
             durable,
-            mirror_max_bytes: self
-                .mirror_max_size
-                .unwrap_or(crate::DEFAULT_MIRROR_MAX_BYTES),
+            mirror_max_bytes: self.mirror_max_size.unwrap_or(DEFAULT_MIRROR_MAX_BYTES),
             stream: self.stream.limits(),
         })?;
         eprintln!(

@@ -12,7 +12,7 @@ use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
 use crate::chunk::{self, Chunk};
-use crate::cli::FollowConfig;
+use crate::config::FollowConfig;
 use crate::error::Error;
 use crate::mirror::{Applied, Mirror};
 use crate::{ensure_stream, runtime, Backoff};

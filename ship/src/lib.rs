@@ -24,6 +24,7 @@
 #[cfg(feature = "nats")]
 pub mod chunk;
 pub mod cli;
+pub mod config;
 pub mod connect;
 mod error;
 #[cfg(feature = "nats")]
@@ -42,33 +43,17 @@ use std::time::Duration;
 #[cfg(feature = "nats")]
 use async_nats::jetstream::{self, stream};
 
+pub use config::{
+    StreamLimits, DEFAULT_MIRROR_MAX_BYTES, DEFAULT_STREAM_MAX_AGE, DEFAULT_STREAM_MAX_BYTES,
+};
 pub use error::Error;
 
 /// How long JetStream remembers message ids to drop resends (its default).
 pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 
-/// What a group's stream keeps, set by whichever side creates it (`ship`, or the follower when
-/// it comes first): the broker drops the oldest messages beyond either limit, so its disk is
-/// bounded whatever the publishers send. A stream that exists keeps its own limits.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct StreamLimits {
-    /// Most bytes stored (`max_bytes`); `None`: [`DEFAULT_STREAM_MAX_BYTES`], halved until
-    /// the broker can reserve it (an explicit size it cannot is an error).
-    pub max_bytes: Option<u64>,
-    /// Oldest message kept (`max_age`); `None`: [`DEFAULT_STREAM_MAX_AGE`].
-    pub max_age: Option<Duration>,
-}
-
-/// `--stream-max-bytes`' default: 1 GiB, about 40 minutes of 20 nodes' records of 765
-/// functions a second (docs/nats.md, "Limits"), or less when the broker cannot reserve it.
-pub const DEFAULT_STREAM_MAX_BYTES: u64 = 1 << 30;
 /// The least the default is halved to when the broker cannot reserve more.
 #[cfg(feature = "nats")]
 const MIN_STREAM_MAX_BYTES: u64 = 1 << 20;
-/// `--stream-max-age`'s default: a day.
-pub const DEFAULT_STREAM_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
-/// `--mirror-max-size`'s default: 20 GiB.
-pub const DEFAULT_MIRROR_MAX_BYTES: u64 = 20 << 30;
 
 /// Creates `group`'s stream when it is missing (subjects `culprit.<group>.>`, stored on disk,
 /// [`DUPLICATE_WINDOW`], `limits`); retries with backoff, saying so once on stderr as `who`.

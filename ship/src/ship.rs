@@ -12,7 +12,7 @@ use culprit_datadir::Dir;
 use culprit_format::{decode::parse_header, file_state, FileHeader, DATA_OFFSET};
 
 use crate::chunk::{self, Chunk, HEADER_LEN, MAX_CHUNK};
-use crate::cli::ShipConfig;
+use crate::config::ShipConfig;
 use crate::error::Error;
 use crate::{ensure_stream, runtime, Backoff};
 

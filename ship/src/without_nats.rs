@@ -1,10 +1,10 @@
 //! A build without the `nats` feature: the same [`ship`] and [`follow`] entry points, which
 //! connect to nothing and return [`Error::WithoutNats`]. The flags and configs they take are
-//! [`crate::cli`]'s, compiled either way.
+//! [`crate::config`]'s, compiled either way.
 
 /// `culprit ship` without a NATS client.
 pub mod ship {
-    use crate::cli::ShipConfig;
+    use crate::config::ShipConfig;
     use crate::error::Error;
 
     /// Returns [`Error::WithoutNats`]: this build cannot ship.
@@ -18,7 +18,7 @@ pub mod follow {
     use std::path::Path;
     use std::time::Duration;
 
-    use crate::cli::FollowConfig;
+    use crate::config::FollowConfig;
     use crate::error::Error;
 
     /// A follower, of which this build has none: [`Follower::start`] always fails, so no
