@@ -515,6 +515,9 @@ pub mod info_keys {
     /// Tracer: call sites of untraced functions looked at and left as they were (not provably
     /// a hook call of that function alone, not writable in one atomic store, or refused).
     pub const PATCH_KEPT: &str = "patch_kept";
+    /// Tracer: of [`PATCHED_SITES`], those in another function's body (an inlined copy's hook
+    /// calls), each proven from the code to be made for the untraced function alone.
+    pub const PATCHED_INLINED: &str = "patched_inlined";
 }
 
 /// Rounds `n` up to the record alignment.

@@ -162,6 +162,56 @@ fn excluded_calls_cost_nothing_and_their_sites_are_patched_while_threads_run() {
     }
 }
 
+/// An inlined helper's hook calls sit in its caller's body (`inl`, inlined into `mid` at -O2):
+/// excluded, they are rewritten too, each once the runtime proves from `mid`'s code that the
+/// call is made for `inl` alone — while four threads run `mid`. Every other count stays exact.
+#[test]
+fn an_inlined_copy_s_hook_calls_are_patched_when_the_code_proves_them() {
+    let _turn = one_at_a_time();
+    let tmp = TempDir::new("budget-inlined");
+    for (i, link) in [Link::Linked, Link::Preload].into_iter().enumerate() {
+        let exe = build(tmp.path(), "budget.c", &format!("b{i}"), "-O2", link);
+        let data = tmp.join(format!("d{i}"));
+        let (rounds, mids, leaves) = hot_calls(4, 1000);
+        let out = run(traced(&exe, link, &data, "n1")
+            .env("CULPRIT_EXCLUDE", "inl")
+            .env("CULPRIT_BUDGET", "off")
+            .env("CULPRIT_INTERVAL_MS", "100")
+            .args(["hot", "4", "1000"]));
+        assert_eq!(
+            stdout(&out),
+            format!("round={rounds} mid={mids} leaf={leaves}\n"),
+            "{link:?}"
+        );
+        let p = load_one(&data.join("n1"));
+        assert_well_formed(&p);
+        assert_eq!(p.func("inl").calls, 0, "{link:?}: excluded");
+        assert_eq!(p.func("mid").calls, mids, "{link:?}");
+        assert_eq!(p.func("leaf").calls, leaves, "{link:?}");
+        assert_eq!(p.func("round_").calls, rounds, "{link:?}");
+        assert_nothing_lost(&p);
+        let inlined: u64 = p
+            .info
+            .get("patched_inlined")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        assert!(
+            inlined >= 1,
+            "{link:?}: no inlined site patched: {:?}",
+            p.info
+        );
+        // Once patched, `inl`'s two hook calls per `mid` no longer reach the runtime: an
+        // interval after that has (nearly) none for its 51 traced calls per `mid`.
+        let by_interval = quiet_by_interval(&p);
+        assert!(
+            by_interval
+                .iter()
+                .any(|&(traced, quiet)| traced >= 50_000 && quiet * 51 * 10 <= traced * 2),
+            "{link:?}: (traced, untraced hook calls) by interval: {by_interval:?}"
+        );
+    }
+}
+
 /// `CULPRIT_PATCH=0`: nothing is patched, the calls are still untraced (quiet) and the counts
 /// the same.
 #[test]

@@ -1133,14 +1133,18 @@ impl Flusher {
         // The link map now (the tracker's is the last interval's, and its changes are the
         // Object records').
         let objs = crate::objects::scan();
-        let bodies = &mut self.bodies;
-        sys::patch::apply(&hooks, &mut |f| bodies.body(&objs, f));
+        let mut functions = crate::bodies::Functions {
+            bodies: &mut self.bodies,
+            objects: &objs,
+        };
+        sys::patch::apply(&hooks, &mut functions);
         let st = sys::patch::stats();
         if st.patched != self.patched {
             self.patched = st.patched;
             self.buf.info([
                 (info_keys::PATCHED_SITES, st.patched.to_string().as_str()),
                 (info_keys::PATCH_KEPT, st.kept.to_string().as_str()),
+                (info_keys::PATCHED_INLINED, st.inlined.to_string().as_str()),
             ]);
         }
     }

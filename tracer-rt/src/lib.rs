@@ -63,6 +63,7 @@ pub mod block;
 pub mod bodies;
 pub mod budget;
 pub mod calibrate;
+pub mod callsite;
 pub mod clock;
 pub mod config;
 pub mod control;

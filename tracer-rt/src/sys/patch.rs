@@ -35,6 +35,15 @@
 //! `/proc/self/maps` said it had. When `mprotect` is refused (SELinux `execmod`, PaX), nothing
 //! is patched, now or later: the runtime fails open. No signal is used.
 //!
+//! # Inlined copies
+//!
+//! A site in another function's body (gcc keeps an inlined copy's hook calls, in its caller) is
+//! patched only when [`crate::callsite`] proves, from the caller's whole code decoded under the
+//! loader lock, that `%rdi` holds the untraced function whenever that call runs: gcc may share
+//! one call instruction between the inlined copies of two functions, and the other may be
+//! traced. Sites it cannot prove stay as they are (their calls return at the hook's first
+//! check).
+//!
 //! A thread that already made the call runs the hook as before and returns after the site: the
 //! hooks must then accept an entry whose exit is gone, and an exit whose entry is gone (the
 //! runtime's general path does: see `block`).
@@ -42,6 +51,15 @@
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize};
+
+/// What the patcher needs of the symbol tables (the flusher gives it).
+pub trait Functions {
+    /// The body (start, end) of the function that starts at `func`.
+    fn body(&mut self, func: usize) -> Option<(usize, usize)>;
+    /// The whole function whose code holds `addr` (its body first, then its `.cold` parts),
+    /// when its code may be analysed.
+    fn enclosing(&mut self, addr: usize) -> Option<Vec<(usize, usize)>>;
+}
 
 /// Room for noted sites (return addresses). A program has two or three per instrumented
 /// function and inlined copy; only those of untraced functions come here.
@@ -153,6 +171,8 @@ pub struct Stats {
     pub kept: u32,
     /// Sites that found no room in the set (their calls keep reaching the hooks).
     pub full: u32,
+    /// Of `patched`, those in another function's body (inlined copies), proven.
+    pub inlined: u32,
     /// `mprotect` was refused: patching is off.
     pub refused: bool,
 }
@@ -162,6 +182,7 @@ pub fn stats() -> Stats {
     let mut s = Stats {
         patched: TAILS.load(Relaxed),
         full: FULL.load(Relaxed),
+        inlined: INLINED.load(Relaxed),
         refused: REFUSED.load(Relaxed),
         ..Stats::default()
     };
@@ -243,6 +264,8 @@ const RET6: [u8; 6] = [0xc3, 0x0f, 0x1f, 0x44, 0x00, 0x00];
 static SCANNED: [AtomicUsize; 1024] = [const { AtomicUsize::new(0) }; 1024];
 /// Tail jumps rewritten to `ret`.
 static TAILS: AtomicU32 = AtomicU32::new(0);
+/// Sites in inlined copies rewritten (proven).
+static INLINED: AtomicU32 = AtomicU32::new(0);
 
 /// The memory the checks may read: executable and readable segments of the loaded objects.
 struct Memory<'a> {
@@ -257,6 +280,18 @@ impl Memory<'_> {
         self.segments
             .iter()
             .any(|s| s.start <= addr && end <= s.end && s.read && (!exec || s.exec))
+    }
+
+    /// `len` bytes at `addr`, when they lie in a readable (`exec`: and executable) segment.
+    fn bytes(&self, addr: usize, len: usize, exec: bool) -> Option<Vec<u8>> {
+        if !self.within(addr, len, exec) {
+            return None;
+        }
+        let mut out = vec![0u8; len];
+        // SAFETY: the range lies in a readable PT_LOAD segment of an object that stays loaded
+        // while the loader lock is held (we run inside dl_iterate_phdr).
+        unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, out.as_mut_ptr(), len) };
+        Some(out)
     }
 
     /// `len` bytes of code at `addr`, when they lie in an executable segment.
@@ -388,8 +423,11 @@ fn tail_jumps(mem: &Memory<'_>, (start, end): (usize, usize), hooks: &[usize]) -
     out
 }
 
-/// The aligned block (8 or 16 bytes) an instruction lies in, if one holds it whole and can be
-/// stored atomically here.
+/// The aligned block (8 or 16 bytes) stored atomically to patch an instruction: one that holds
+/// it whole (it becomes a NOP, or `ret` and padding), or else the 8-byte word holding its first
+/// bytes, which become a short form: a 2-byte `jmp` over the rest of the call (`eb 03` /
+/// `eb 04`), or a 1-byte `ret` for a tail jump; the bytes after it are left as they were and
+/// never run. Another thread runs the old instruction or the new one, never a mix.
 fn block_of(site: Site) -> Option<(usize, usize)> {
     if site.addr % 8 + site.len <= 8 {
         return Some((site.addr & !7, 8));
@@ -397,7 +435,8 @@ fn block_of(site: Site) -> Option<(usize, usize)> {
     if site.addr % 16 + site.len <= 16 && has_cx16() {
         return Some((site.addr & !15, 16));
     }
-    None
+    let short = if site.tail { 1 } else { 2 };
+    (site.addr % 8 + short <= 8).then_some((site.addr & !7, 8))
 }
 
 fn has_cx16() -> bool {
@@ -411,11 +450,15 @@ fn has_cx16() -> bool {
     }
 }
 
-/// Replaces the instruction `site` in its aligned block `(at, width)` with a NOP, in one
-/// atomic compare-and-swap against the bytes `old` read before. False when the bytes changed.
+/// Replaces the instruction `site` in its aligned block `(at, width)` with a NOP (or its short
+/// form, when the block holds only its first bytes: see [`block_of`]), in one atomic
+/// compare-and-swap against the bytes read just before. False when the bytes changed.
 fn swap_in_nop(site: Site, at: usize, width: usize) -> bool {
     let off = site.addr - at;
+    let short_jmp = [0xeb, site.len as u8 - 2];
     let nop: &[u8] = match (site.len, site.tail) {
+        _ if off + site.len > width && site.tail => &RET5[..1],
+        _ if off + site.len > width => &short_jmp,
         (5, false) => &NOP5,
         (_, false) => &NOP6,
         (5, true) => &RET5,
@@ -427,7 +470,7 @@ fn swap_in_nop(site: Site, at: usize, width: usize) -> bool {
         let word = unsafe { &*(at as *const std::sync::atomic::AtomicU64) };
         let old = word.load(Acquire);
         let mut b = old.to_le_bytes();
-        b[off..off + site.len].copy_from_slice(nop);
+        b[off..off + nop.len()].copy_from_slice(nop);
         return word
             .compare_exchange(old, u64::from_le_bytes(b), AcqRel, Acquire)
             .is_ok();
@@ -438,7 +481,7 @@ fn swap_in_nop(site: Site, at: usize, width: usize) -> bool {
         // halves are read separately, and the CAS only succeeds if both are as read.
         let old = unsafe { (at as *const u128).read_volatile() };
         let mut b = old.to_le_bytes();
-        b[off..off + site.len].copy_from_slice(nop);
+        b[off..off + nop.len()].copy_from_slice(nop);
         // SAFETY: the CPU has cmpxchg16b (block_of checked); the address is 16-aligned and
         // writable (see above).
         unsafe { cas16(at as *mut u128, old, u128::from_le_bytes(b)) }
@@ -485,6 +528,52 @@ struct Job<'a> {
     todo: Vec<(usize, usize)>,
     /// Bodies of untraced functions to look for tail jumps to the exit hook in.
     bodies: Vec<(usize, usize)>,
+    /// Sites in another function's body, patched when proven.
+    inlined: Vec<Inlined>,
+}
+
+/// A site noted in another function's body than its own.
+struct Inlined {
+    /// Index in the site set.
+    set: usize,
+    /// The call's return address.
+    ret: usize,
+    /// The untraced function it was noted for.
+    func: usize,
+    /// The whole function holding it (body, then `.cold` parts).
+    unit: Vec<(usize, usize)>,
+}
+
+/// A site to rewrite: its page, its index in the site set (`usize::MAX` for a tail jump), the
+/// instruction, its aligned block (address, width), and whether it lies in an inlined copy.
+struct Planned {
+    page: usize,
+    set: usize,
+    site: Site,
+    at: usize,
+    width: usize,
+    inlined: bool,
+}
+
+/// Largest function analysed for inlined copies' sites (bytes of code).
+const MAX_UNIT: usize = 1 << 20;
+
+/// Analyses the whole function `unit` ([`crate::callsite`]), reading its code and jump tables
+/// from `mem`.
+fn prove(mem: &Memory<'_>, unit: &[(usize, usize)]) -> Option<crate::callsite::Proven> {
+    let mut code = Vec::new();
+    let mut total = 0;
+    for &(start, end) in unit {
+        let len = end.checked_sub(start)?;
+        total += len;
+        if total > MAX_UNIT {
+            return None;
+        }
+        code.push((start as u64, mem.bytes(start, len, true)?));
+    }
+    let pieces: Vec<(u64, &[u8])> = code.iter().map(|(a, b)| (*a, b.as_slice())).collect();
+    let read = |at: u64, len: usize| mem.bytes(at as usize, len, false);
+    crate::callsite::analyse(&pieces, &read)
 }
 
 unsafe extern "C" fn collect_segments(
@@ -533,29 +622,72 @@ unsafe extern "C" fn locked(
         segments: &segments,
     };
     // Sites by page, each with its block.
-    let mut plan: Vec<(usize, usize, Site, usize, usize)> = Vec::new();
+    let mut plan: Vec<Planned> = Vec::new();
     for &(i, ret) in &job.todo {
         let planned = check_site(&mem, ret, job.hooks).and_then(|site| {
             let (at, width) = block_of(site)?;
-            Some((at & !4095, i, site, at, width))
+            Some(Planned {
+                page: at & !4095,
+                set: i,
+                site,
+                at,
+                width,
+                inlined: false,
+            })
         });
         match planned {
             Some(p) => plan.push(p),
             None => STATE[i].store(st::KEPT, Release),
         }
     }
+    let mut proofs: std::collections::HashMap<usize, Option<crate::callsite::Proven>> =
+        Default::default();
+    for n in &job.inlined {
+        let proof = proofs
+            .entry(n.unit[0].0)
+            .or_insert_with(|| prove(&mem, &n.unit));
+        let planned = check_site(&mem, n.ret, job.hooks)
+            .filter(|site| {
+                proof
+                    .as_ref()
+                    .and_then(|p| p.rdi_at(site.addr as u64))
+                    .is_some_and(|f| f == n.func as u64)
+            })
+            .and_then(|site| {
+                let (at, width) = block_of(site)?;
+                Some(Planned {
+                    page: at & !4095,
+                    set: n.set,
+                    site,
+                    at,
+                    width,
+                    inlined: true,
+                })
+            });
+        match planned {
+            Some(p) => plan.push(p),
+            None => STATE[n.set].store(st::KEPT, Release),
+        }
+    }
     for &body in &job.bodies {
         for site in tail_jumps(&mem, body, job.hooks) {
             if let Some((at, width)) = block_of(site) {
-                plan.push((at & !4095, usize::MAX, site, at, width));
+                plan.push(Planned {
+                    page: at & !4095,
+                    set: usize::MAX,
+                    site,
+                    at,
+                    width,
+                    inlined: false,
+                });
             }
         }
     }
-    plan.sort_unstable_by_key(|p| p.0);
+    plan.sort_unstable_by_key(|p| p.page);
     let mut k = 0;
     while k < plan.len() {
-        let page = plan[k].0;
-        let n = plan[k..].iter().take_while(|p| p.0 == page).count();
+        let page = plan[k].page;
+        let n = plan[k..].iter().take_while(|p| p.page == page).count();
         let group = &plan[k..k + n];
         k += n;
         let prot = job
@@ -570,8 +702,8 @@ unsafe extern "C" fn locked(
             _ => false,
         };
         if !done {
-            for p in group.iter().filter(|p| p.1 != usize::MAX) {
-                STATE[p.1].store(st::KEPT, Release);
+            for p in group.iter().filter(|p| p.set != usize::MAX) {
+                STATE[p.set].store(st::KEPT, Release);
             }
         }
     }
@@ -579,7 +711,7 @@ unsafe extern "C" fn locked(
 }
 
 /// Makes `page` writable (keeping `prot`), swaps the NOPs in, gives the page `prot` back.
-fn patch_page(page: usize, prot: c_int, group: &[(usize, usize, Site, usize, usize)]) -> bool {
+fn patch_page(page: usize, prot: c_int, group: &[Planned]) -> bool {
     let writable = prot & libc::PROT_WRITE != 0;
     if !writable {
         // SAFETY: `page` is a page of a loaded object's executable segment (loader lock held);
@@ -590,14 +722,17 @@ fn patch_page(page: usize, prot: c_int, group: &[(usize, usize, Site, usize, usi
             return false;
         }
     }
-    for &(_, i, site, at, width) in group {
-        let ok = swap_in_nop(site, at, width);
-        if i == usize::MAX {
+    for p in group {
+        let ok = swap_in_nop(p.site, p.at, p.width);
+        if p.set == usize::MAX {
             if ok {
                 TAILS.fetch_add(1, Relaxed);
             }
         } else {
-            STATE[i].store(if ok { st::PATCHED } else { st::KEPT }, Release);
+            STATE[p.set].store(if ok { st::PATCHED } else { st::KEPT }, Release);
+            if ok && p.inlined {
+                INLINED.fetch_add(1, Relaxed);
+            }
         }
     }
     if !writable {
@@ -624,35 +759,48 @@ fn first_scan(func: usize) -> bool {
 }
 
 /// The flusher: rewrites every site noted since the last call that proves to be a call of one
-/// of `hooks` (see the module docs) and lies in the body of the function it was noted for
-/// (`body_of` gives a function's body from the symbol tables; never a site in an inlined copy
-/// elsewhere: the compiler may share one call instruction between the inlined copies of two
-/// functions, and the other one may be traced), and the tail jumps to the exit hook that end
-/// those functions' bodies (to `ret`). Returns the sites patched by this call.
-pub fn apply(hooks: &[usize], body_of: &mut dyn FnMut(usize) -> Option<(usize, usize)>) -> u32 {
+/// of `hooks` (see the module docs) and lies in the body of the function it was noted for, or
+/// in another function's body where the code proves the call is made for that function alone
+/// (an inlined copy: see the module docs), and the tail jumps to the exit hook that end the
+/// untraced functions' bodies (to `ret`). `functions` gives bodies from the symbol tables.
+/// Returns the sites patched by this call.
+pub fn apply(hooks: &[usize], functions: &mut dyn Functions) -> u32 {
     if !DIRTY.swap(false, AcqRel) {
         return 0;
     }
     let mut bodies = Vec::new();
     let mut todo = Vec::new();
+    let mut inlined = Vec::new();
     for (i, (k, s)) in SITE.iter().zip(&STATE).enumerate() {
         let ret = k.load(Acquire);
         let func = FUNC[i].load(Acquire);
         if ret == 0 || func == 0 || s.load(Acquire) != st::QUEUED {
             continue;
         }
-        if enabled() && first_scan(func) {
-            bodies.extend(body_of(func));
-        }
-        let body = body_of(func);
-        let own = |site: usize| body.is_some_and(|(a, b)| a <= site && site < b);
-        if enabled() && own(ret.wrapping_sub(6)) && own(ret - 1) {
-            todo.push((i, ret));
-        } else {
+        if !enabled() {
             s.store(st::KEPT, Release);
+            continue;
+        }
+        if first_scan(func) {
+            bodies.extend(functions.body(func));
+        }
+        let body = functions.body(func);
+        let own = |site: usize| body.is_some_and(|(a, b)| a <= site && site < b);
+        if own(ret.wrapping_sub(6)) && own(ret - 1) {
+            todo.push((i, ret));
+            continue;
+        }
+        match functions.enclosing(ret - 1) {
+            Some(unit) if !unit.is_empty() => inlined.push(Inlined {
+                set: i,
+                ret,
+                func,
+                unit,
+            }),
+            _ => s.store(st::KEPT, Release),
         }
     }
-    if todo.is_empty() && bodies.is_empty() {
+    if todo.is_empty() && bodies.is_empty() && inlined.is_empty() {
         return 0;
     }
     let before = stats().patched;
@@ -661,6 +809,7 @@ pub fn apply(hooks: &[usize], body_of: &mut dyn FnMut(usize) -> Option<(usize, u
         maps: read_maps(),
         todo,
         bodies,
+        inlined,
     };
     // SAFETY: `locked` matches dl_iterate_phdr's contract and only touches `job`, the site
     // set and the pages it checks; it stops the iteration after its first call.
@@ -834,6 +983,22 @@ mod tests {
             assert_eq!(&b[4..], &NOP5[..4]);
             assert_eq!(c[0], NOP5[4]);
         }
+        // Across a 16-byte block (12 bytes into one): the first two bytes become `jmp` over
+        // the other three, which are left as they were.
+        let off = (300..316).find(|o| (base + o) % 16 == 12).unwrap();
+        let site = Site {
+            addr: base + off,
+            len: 5,
+            tail: false,
+        };
+        let before: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let (at, width) = block_of(site).unwrap();
+        assert_eq!((at, width), (base + off - 4, 8));
+        assert!(swap_in_nop(site, at, width));
+        let after: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        assert_eq!(after[off..off + 2], [0xeb, 0x03]);
+        assert_eq!(after[off + 2..], before[off + 2..]);
+        assert_eq!(after[..off], before[..off]);
     }
 
     #[test]
@@ -851,7 +1016,16 @@ mod tests {
             assert_eq!(block_of(s(0x1004, 5)), Some((0x1000, 16)));
             assert_eq!(block_of(s(0x1006, 5)), Some((0x1000, 16)));
         }
-        assert_eq!(block_of(s(0x100c, 5)), None);
+        // Across both: the word of its first two bytes (a short jmp over the rest).
+        assert_eq!(block_of(s(0x100c, 5)), Some((0x1008, 8)));
+        assert_eq!(block_of(s(0x100e, 6)), Some((0x1008, 8)));
         assert_eq!(block_of(s(0x100f, 5)), None);
+        // A tail jump needs one byte (`ret`).
+        let tail = Site {
+            addr: 0x100f,
+            len: 5,
+            tail: true,
+        };
+        assert_eq!(block_of(tail), Some((0x1008, 8)));
     }
 }
