@@ -499,18 +499,21 @@ fn swap_in_nop(site: Site, at: usize, width: usize) -> bool {
 /// The CPU has `cmpxchg16b`; `p` is 16-aligned, readable and writable.
 #[cfg(target_arch = "x86_64")]
 unsafe fn cas16(p: *mut u128, old: u128, new: u128) -> bool {
-    let ok: u8;
-    // SAFETY: guaranteed by the caller. `rbx` is reserved by the compiler, so the new low half
-    // goes in through a scratch register and `rbx` is restored after.
+    let ok: u64;
+    // SAFETY: guaranteed by the caller. `rbx` may not be named as an operand (LLVM uses it),
+    // so the new low half goes in through r8 and `rbx` is restored after. Every operand has
+    // an explicit register: a `reg` operand may be given `rbx` itself (it was, in a release
+    // build: the address then became the new low half).
     unsafe {
         std::arch::asm!(
-            "xchg {lo}, rbx",
-            "lock cmpxchg16b xmmword ptr [{p}]",
-            "sete {ok}",
-            "mov rbx, {lo}",
-            p = in(reg) p,
-            lo = inout(reg) new as u64 => _,
-            ok = out(reg_byte) ok,
+            "xchg r8, rbx",
+            "xor r9d, r9d",
+            "lock cmpxchg16b xmmword ptr [rsi]",
+            "sete r9b",
+            "mov rbx, r8",
+            in("rsi") p,
+            inout("r8") new as u64 => _,
+            out("r9") ok,
             in("rcx") (new >> 64) as u64,
             inout("rax") old as u64 => _,
             inout("rdx") (old >> 64) as u64 => _,
@@ -999,6 +1002,26 @@ mod tests {
         assert_eq!(after[off..off + 2], [0xeb, 0x03]);
         assert_eq!(after[off + 2..], before[off + 2..]);
         assert_eq!(after[..off], before[..off]);
+    }
+
+    /// `lock cmpxchg16b` stores when the block holds the old value, and not otherwise (in
+    /// release builds too: `cargo test --release -p culprit-rt`).
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn cas16_stores_only_over_the_old_value() {
+        if !has_cx16() {
+            return;
+        }
+        #[repr(align(16))]
+        struct Block(u128);
+        let mut b = Block(0x1111_2222_3333_4444_5555_6666_7777_8888);
+        let p = &mut b.0 as *mut u128;
+        // SAFETY: p is 16-aligned, readable and writable; the CPU has cmpxchg16b.
+        assert!(!unsafe { cas16(p, 1, 2) });
+        assert_eq!(b.0, 0x1111_2222_3333_4444_5555_6666_7777_8888);
+        // SAFETY: as above.
+        assert!(unsafe { cas16(p, 0x1111_2222_3333_4444_5555_6666_7777_8888, u128::MAX - 5) });
+        assert_eq!(b.0, u128::MAX - 5);
     }
 
     #[test]
