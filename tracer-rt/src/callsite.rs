@@ -22,7 +22,8 @@
 //! Conservative choices, so that a proof is never wrong:
 //!
 //! * An instruction no decoded path reaches (a landing pad, code after a call that does not
-//!   return) starts with every register unknown.
+//!   return) starts with every register unknown — but for alignment padding (NOPs), which
+//!   only its fall-through leaves.
 //! * An indirect jump (a `switch` table) may reach any instruction: its state joins them all.
 //! * A byte sequence the decoder does not know, or a body that does not decode to its end,
 //!   proves nothing.
@@ -36,8 +37,8 @@
 use std::collections::HashMap;
 
 use iced_x86::{
-    Code, Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, OpAccess,
-    OpKind, Register,
+    Code, Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, Mnemonic,
+    OpAccess, OpKind, Register,
 };
 
 /// A register's value before an instruction.
@@ -65,9 +66,9 @@ const CALLER_SAVED: [Register; 9] = [
     Register::R11,
 ];
 
-/// Most rounds over the body before giving up (the lattice is 2 deep per register, so a
-/// fixed point comes within a few rounds; a huge body may need more, and then proves nothing).
-const MAX_ROUNDS: usize = 64;
+/// Most visits of each instruction, on average, before giving up: each of its 16 registers can
+/// change twice (nothing → a constant → unknown), so the fixed point comes well within this.
+const MAX_VISITS: usize = 64;
 
 /// The index of a 64-bit general register in [`Regs`].
 fn gpr(r: Register) -> Option<usize> {
@@ -142,17 +143,51 @@ impl Proven {
     }
 }
 
+/// A call site the runtime already rewrote to a short form that leaves dead bytes after it
+/// (`sys::patch`: a 2-byte `jmp` over the rest of a call, a 1-byte `ret` in place of a tail
+/// jump): decoding steps over the whole former instruction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rewritten {
+    /// The former instruction's address.
+    pub addr: u64,
+    /// Its length.
+    pub len: usize,
+    /// It was a tail jump to the exit hook (now `ret`); else a call (now a jump over it).
+    pub tail: bool,
+}
+
 /// Analyses a function made of `pieces`: (runtime address, code bytes), the body first, then
-/// its `.cold` part(s); `read` reads its jump tables. None when the code does not decode or
-/// the analysis does not settle.
-pub fn analyse(pieces: &[(u64, &[u8])], read: ReadMem<'_>) -> Option<Proven> {
+/// its `.cold` part(s); `rewritten` lists the sites already rewritten to a short form, `read`
+/// reads its jump tables. None when the code does not decode, a branch lands between two
+/// decoded instructions, or the analysis does not settle.
+pub fn analyse(
+    pieces: &[(u64, &[u8])],
+    rewritten: &[Rewritten],
+    read: ReadMem<'_>,
+) -> Option<Proven> {
     let mut ins: Vec<Instruction> = Vec::new();
+    // Rewritten sites among them, by index.
+    let mut former: HashMap<usize, Rewritten> = HashMap::new();
     // Index of the first instruction of each piece (where linear fall-through restarts).
     let mut starts = Vec::new();
     for &(ip, bytes) in pieces {
         starts.push(ins.len());
         let mut d = Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE);
         while d.can_decode() {
+            if let Some(r) = rewritten.iter().find(|r| r.addr == d.ip()) {
+                let next = d.position() + r.len;
+                if next > bytes.len() {
+                    return None;
+                }
+                let mut i = Instruction::default();
+                i.set_len(r.len);
+                i.set_next_ip(r.addr + r.len as u64);
+                former.insert(ins.len(), *r);
+                ins.push(i);
+                d.set_position(next).ok()?;
+                d.set_ip(r.addr + r.len as u64);
+                continue;
+            }
             let i = d.decode();
             if i.is_invalid() {
                 return None;
@@ -168,88 +203,47 @@ pub fn analyse(pieces: &[(u64, &[u8])], read: ReadMem<'_>) -> Option<Proven> {
         }
     }
     let index: HashMap<u64, usize> = ins.iter().enumerate().map(|(k, i)| (i.ip(), k)).collect();
+    // A direct branch into the function that lands between two decoded instructions: the
+    // linear sweep went wrong somewhere (data, or bytes rewritten by someone else).
+    let inside = |a: u64| {
+        pieces
+            .iter()
+            .any(|&(ip, b)| (ip..ip + b.len() as u64).contains(&a))
+    };
+    let misaligned = ins.iter().enumerate().any(|(k, i)| {
+        !former.contains_key(&k)
+            && matches!(
+                i.flow_control(),
+                FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch
+            )
+            && inside(i.near_branch_target())
+            && !index.contains_key(&i.near_branch_target())
+    });
+    if misaligned {
+        return None;
+    }
     let piece_end: Vec<bool> = (0..ins.len())
         .map(|k| starts.contains(&(k + 1)) || k + 1 == ins.len())
         .collect();
     let steps: Vec<Step> = ins
         .iter()
         .enumerate()
-        .map(|(k, i)| Step {
-            table: table_shape(&ins, k),
-            ..step(*i, piece_end[k], &index)
+        .map(|(k, i)| match former.get(&k) {
+            Some(r) => Step {
+                ins: *i,
+                falls: !r.tail && !piece_end[k],
+                target: None,
+                anywhere: false,
+                table: None,
+                clobbers: true,
+            },
+            None => Step {
+                table: table_shape(&ins, k),
+                ..step(*i, piece_end[k], &index)
+            },
         })
         .collect();
-    let mut tables: HashMap<u64, Vec<usize>> = HashMap::new();
-
-    // Instructions some decoded path reaches (by falling through or a direct branch); the
-    // others are entries with nothing known.
-    let mut reached = vec![false; steps.len()];
-    for (k, s) in steps.iter().enumerate() {
-        if s.falls && k + 1 < steps.len() {
-            reached[k + 1] = true;
-        }
-        if let Some(t) = s.target {
-            reached[t] = true;
-        }
-    }
-    let mut state: Vec<Option<Regs>> = reached
-        .iter()
-        .map(|&r| (!r).then_some(ALL_UNKNOWN))
-        .collect();
-    if let Some(first) = state.first_mut() {
-        *first = Some(ALL_UNKNOWN);
-    }
-    let mut info = InstructionInfoFactory::new();
-    let mut anywhere: Option<Regs> = None;
-    let mut settled = false;
-    for _ in 0..MAX_ROUNDS {
-        let mut changed = false;
-        for k in 0..steps.len() {
-            if let Some(a) = anywhere {
-                changed |= join(&mut state[k], &a);
-            }
-            let Some(before) = state[k] else { continue };
-            let s = &steps[k];
-            let after = transfer(&s.ins, &before, s.clobbers, &mut info);
-            if s.falls && k + 1 < steps.len() {
-                changed |= join(&mut state[k + 1], &after);
-            }
-            if let Some(t) = s.target {
-                changed |= join(&mut state[t], &after);
-            }
-            if s.anywhere {
-                let entries = match s.table {
-                    Some(Table::Absolute(t)) => Some(t),
-                    Some(Table::Relative { base, at }) => match state[at].map(|r| r[base]) {
-                        Some(Val::Known(t)) => Some(t),
-                        _ => None,
-                    },
-                    None => None,
-                };
-                let targets = entries.map(|t| {
-                    tables
-                        .entry(t)
-                        .or_insert_with(|| read_table(t, s.table, &index, read))
-                        .clone()
-                });
-                match targets {
-                    Some(ts) if !ts.is_empty() => {
-                        for t in ts {
-                            changed |= join(&mut state[t], &after);
-                        }
-                    }
-                    _ => changed |= join(&mut anywhere, &after),
-                }
-            }
-        }
-        if !changed {
-            settled = true;
-            break;
-        }
-    }
-    if !settled {
-        return None;
-    }
+    let state = settle(&steps, &index, read)?;
     let rdi = gpr(Register::RDI)?;
     let rdi_at_call = steps
         .iter()
@@ -266,6 +260,92 @@ pub fn analyse(pieces: &[(u64, &[u8])], read: ReadMem<'_>) -> Option<Proven> {
         })
         .collect();
     Some(Proven { rdi_at_call })
+}
+
+/// The registers before each instruction, at the fixed point (a work list: an instruction is
+/// looked at again when what flows into it changed). None when it takes too long.
+fn settle(
+    steps: &[Step],
+    index: &HashMap<u64, usize>,
+    read: ReadMem<'_>,
+) -> Option<Vec<Option<Regs>>> {
+    let n = steps.len();
+    // Instructions some decoded path reaches (by falling through or a direct branch); the
+    // others are entries with nothing known.
+    let mut reached = vec![false; n];
+    for (k, s) in steps.iter().enumerate() {
+        if s.falls && k + 1 < n {
+            reached[k + 1] = true;
+        }
+        if let Some(t) = s.target {
+            reached[t] = true;
+        }
+    }
+    // Alignment padding after a jump (NOPs) is not an entry: nothing runs it but what falls
+    // out of it, and the code it pads is reached some other way.
+    let mut state: Vec<Option<Regs>> = reached
+        .iter()
+        .zip(steps)
+        .map(|(&r, s)| (!r && s.ins.mnemonic() != Mnemonic::Nop).then_some(ALL_UNKNOWN))
+        .collect();
+    if let Some(first) = state.first_mut() {
+        *first = Some(ALL_UNKNOWN);
+    }
+    let mut tables: HashMap<u64, Vec<usize>> = HashMap::new();
+    let mut info = InstructionInfoFactory::new();
+    let mut anywhere: Option<Regs> = None;
+    let mut queued = vec![true; n];
+    let mut work: Vec<usize> = (0..n).rev().collect();
+    let mut budget = n.saturating_mul(MAX_VISITS);
+    while let Some(k) = work.pop() {
+        queued[k] = false;
+        budget = budget.checked_sub(1)?;
+        let Some(before) = state[k] else { continue };
+        let s = &steps[k];
+        let after = transfer(&s.ins, &before, s.clobbers, &mut info);
+        let mut to: Vec<usize> = Vec::new();
+        if s.falls && k + 1 < n {
+            to.push(k + 1);
+        }
+        to.extend(s.target);
+        let mut everywhere = false;
+        if s.anywhere {
+            let entries = match s.table {
+                Some(Table::Absolute(t)) => Some(t),
+                Some(Table::Relative { base, at }) => match state[at].map(|r| r[base]) {
+                    Some(Val::Known(t)) => Some(t),
+                    _ => None,
+                },
+                None => None,
+            };
+            let targets = entries.map(|t| {
+                tables
+                    .entry(t)
+                    .or_insert_with(|| read_table(t, s.table, index, read))
+                    .clone()
+            });
+            match targets {
+                Some(ts) if !ts.is_empty() => to.extend(ts),
+                _ => everywhere = join(&mut anywhere, &after),
+            }
+        }
+        for t in to {
+            if join(&mut state[t], &after) && !queued[t] {
+                queued[t] = true;
+                work.push(t);
+            }
+        }
+        if everywhere {
+            let a = anywhere.unwrap_or(ALL_UNKNOWN);
+            for t in 0..n {
+                if join(&mut state[t], &a) && !queued[t] {
+                    queued[t] = true;
+                    work.push(t);
+                }
+            }
+        }
+    }
+    Some(state)
 }
 
 fn step(i: Instruction, last_of_piece: bool, index: &HashMap<u64, usize>) -> Step {
@@ -456,7 +536,7 @@ mod tests {
     }
 
     fn proven(code: &[u8]) -> Proven {
-        analyse(&[(BASE, code)], &no_memory).expect("decodes")
+        analyse(&[(BASE, code)], &[], &no_memory).expect("decodes")
     }
 
     #[test]
@@ -528,6 +608,27 @@ mod tests {
         assert_eq!(proven(&c).rdi_at(site), None);
     }
 
+    /// gcc's loop alignment: `jmp L; nopl (pad); top: … L: … jcc top` — the padding is not an
+    /// entry, so %rbx, set before the jump, is known in the loop.
+    #[test]
+    fn padding_after_a_jump_is_not_an_entry() {
+        let mut c = Vec::new();
+        lea_rip(&mut c, 0x1d, F1);
+        c.extend([0xeb, 0x05]); // jmp L
+        c.extend([0x0f, 0x1f, 0x44, 0x00, 0x00]); // nopl 0(%rax,%rax,1)
+        let top = c.len();
+        call(&mut c, 0x60_0000); // top: call other
+        c.extend(MOV_RDI_RBX); // L: mov %rbx,%rdi
+        let site = call(&mut c, HOOK);
+        c.extend([0x83, 0xe9, 0x01]); // sub $1,%ecx
+        let back = (top as i64 - (c.len() as i64 + 2)) as i8;
+        c.extend([0x75, back as u8]); // jne top
+        c.push(RET);
+        // The jmp lands on the mov (after the 5-byte call at top).
+        c[8] = 0x0a;
+        assert_eq!(proven(&c).rdi_at(site), Some(F1));
+    }
+
     #[test]
     fn an_unknown_indirect_jump_may_reach_anything() {
         // lea f1,%rdi; test; je J; jmp *%rax; J: call hook; ret — the jump may land on the
@@ -542,6 +643,7 @@ mod tests {
         assert_eq!(proven(&c).rdi_at(site), Some(F1));
         let mut c2 = c.clone();
         c2.splice(11..11, MOV_RDI_RBX);
+        c2[10] = 0x05; // je over the mov and the jump
         let site2 = site + 3;
         assert_eq!(proven(&c2).rdi_at(site2), None);
     }
@@ -572,7 +674,7 @@ mod tests {
             let off = at.checked_sub(TABLE)? as usize;
             entries.get(off..off + len).map(|b| b.to_vec())
         };
-        let p = analyse(&[(BASE, &c)], &memory).unwrap();
+        let p = analyse(&[(BASE, &c)], &[], &memory).unwrap();
         assert_eq!(p.rdi_at(site), Some(F1));
         // Without the table (not readable), the jump may reach the call directly.
         assert_eq!(proven(&c).rdi_at(site), None);
@@ -615,20 +717,54 @@ mod tests {
         let jmp_at = cold_at + cold.len() as u64;
         cold.push(0xe9);
         cold.extend(((join_at as i64 - (jmp_at as i64 + 5)) as i32).to_le_bytes());
-        let body_only = analyse(&[(BASE, &c)], &no_memory).unwrap();
+        let body_only = analyse(&[(BASE, &c)], &[], &no_memory).unwrap();
         assert_eq!(body_only.rdi_at(site), Some(F1));
-        let both = analyse(&[(BASE, &c), (cold_at, &cold)], &no_memory).unwrap();
+        let both = analyse(&[(BASE, &c), (cold_at, &cold)], &[], &no_memory).unwrap();
         assert_eq!(both.rdi_at(site), None);
+    }
+
+    /// A call already rewritten to `jmp +3` leaves three dead bytes (here the start of a `lea`
+    /// that would swallow the next instruction): decoding steps over the former call.
+    #[test]
+    fn rewritten_sites_are_stepped_over() {
+        let mut c = Vec::new();
+        lea_rip(&mut c, 0x1d, F1); // lea f1,%rbx
+        let old = BASE + c.len() as u64;
+        c.extend([0xeb, 0x03, 0x48, 0x8d, 0x3d]); // jmp +3; dead bytes
+        c.extend(MOV_RDI_RBX);
+        let site = call(&mut c, HOOK);
+        c.push(RET);
+        let r = Rewritten {
+            addr: old,
+            len: 5,
+            tail: false,
+        };
+        let p = analyse(&[(BASE, &c)], &[r], &no_memory).unwrap();
+        assert_eq!(p.rdi_at(site), Some(F1));
+        // Not told: the dead bytes decode as a `lea` over the `mov`, and the call is no longer
+        // reached the way it runs; nothing is proven for it.
+        let blind = analyse(&[(BASE, &c)], &[], &no_memory);
+        assert_eq!(blind.and_then(|p| p.rdi_at(site)), None);
+    }
+
+    #[test]
+    fn a_branch_between_two_instructions_proves_nothing() {
+        // jmp into the middle of the lea: the linear sweep cannot be what runs.
+        let mut c = vec![0xeb, 0x02];
+        lea_rip(&mut c, 0x3d, F1);
+        call(&mut c, HOOK);
+        c.push(RET);
+        assert!(analyse(&[(BASE, &c)], &[], &no_memory).is_none());
     }
 
     #[test]
     fn bytes_that_do_not_decode_prove_nothing() {
         assert!(
-            analyse(&[(BASE, &[0x48, 0x8d])], &no_memory).is_none(),
+            analyse(&[(BASE, &[0x48, 0x8d])], &[], &no_memory).is_none(),
             "cut short"
         );
         assert!(
-            analyse(&[(BASE, &[0x06])], &no_memory).is_none(),
+            analyse(&[(BASE, &[0x06])], &[], &no_memory).is_none(),
             "invalid in 64-bit mode"
         );
     }

@@ -266,6 +266,10 @@ static SCANNED: [AtomicUsize; 1024] = [const { AtomicUsize::new(0) }; 1024];
 static TAILS: AtomicU32 = AtomicU32::new(0);
 /// Sites in inlined copies rewritten (proven).
 static INLINED: AtomicU32 = AtomicU32::new(0);
+/// Sites rewritten to a short form that leaves dead bytes after it (a `jmp` over the rest of a
+/// call, a 1-byte `ret`): the analysis of a function holding one steps over them. Only the
+/// flusher thread touches it.
+static SHORT: std::sync::Mutex<Vec<crate::callsite::Rewritten>> = std::sync::Mutex::new(Vec::new());
 
 /// The memory the checks may read: executable and readable segments of the loaded objects.
 struct Memory<'a> {
@@ -576,7 +580,8 @@ fn prove(mem: &Memory<'_>, unit: &[(usize, usize)]) -> Option<crate::callsite::P
     }
     let pieces: Vec<(u64, &[u8])> = code.iter().map(|(a, b)| (*a, b.as_slice())).collect();
     let read = |at: u64, len: usize| mem.bytes(at as usize, len, false);
-    crate::callsite::analyse(&pieces, &read)
+    let short = SHORT.lock().unwrap_or_else(|e| e.into_inner());
+    crate::callsite::analyse(&pieces, &short, &read)
 }
 
 unsafe extern "C" fn collect_segments(
@@ -727,6 +732,16 @@ fn patch_page(page: usize, prot: c_int, group: &[Planned]) -> bool {
     }
     for p in group {
         let ok = swap_in_nop(p.site, p.at, p.width);
+        if ok && p.site.addr + p.site.len > p.at + p.width {
+            SHORT
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(crate::callsite::Rewritten {
+                    addr: p.site.addr as u64,
+                    len: p.site.len,
+                    tail: p.site.tail,
+                });
+        }
         if p.set == usize::MAX {
             if ok {
                 TAILS.fetch_add(1, Relaxed);
@@ -1042,6 +1057,7 @@ mod tests {
         // Across both: the word of its first two bytes (a short jmp over the rest).
         assert_eq!(block_of(s(0x100c, 5)), Some((0x1008, 8)));
         assert_eq!(block_of(s(0x100e, 6)), Some((0x1008, 8)));
+        // Its first byte alone at the end of a 16-byte block: no atomic store can patch it.
         assert_eq!(block_of(s(0x100f, 5)), None);
         // A tail jump needs one byte (`ret`).
         let tail = Site {
