@@ -256,7 +256,7 @@ pub struct Engine {
 }
 
 /// Processes stopped by a signal or a tracer, from `sched_switch` (see
-/// [`crate::profile::STOPPED_EVENT`]).
+/// [`culprit_format::vocab::STOPPED_EVENT`]).
 #[derive(Debug, Default)]
 struct Stops {
     /// Threads switched out stopped: tid → (pid, node).
