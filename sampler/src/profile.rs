@@ -32,7 +32,7 @@ use rustc_hash::FxHashMap;
 use crate::engine::Loss;
 use crate::nodes::NodeIdx;
 use crate::procs::{ImageKind, Loc, ProgId, Tracker};
-use crate::symbolize::{unresolved_name, ImageAddr, Symbolizer};
+use culprit_symbolize::{unresolved_name, ImageAddr, Symbolizer};
 
 /// A call chain as written: program string id, `(image, function)` string ids outermost first.
 type NamedStack = (u32, Vec<(u32, u32)>);
