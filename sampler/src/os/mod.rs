@@ -36,11 +36,11 @@
 //!
 //! # Where the code is
 //!
-//! One module per source: [`machine`] (`/proc/diskstats`, `/proc/stat`), [`cgroup`] (a node's
-//! cgroup v1 counters), [`processes`] (the node's process tree: `/proc/PID/…` of every task),
-//! [`net`] (a network namespace's interface and SNMP counters), [`sockets`] (TCP connections,
-//! [`diag`] underneath). [`collector`] reads them all once per tick and gives each node its
-//! values ([`view`]: what each node is made of, and the values handed on); [`read`] holds the
+//! One module per source: `machine` (`/proc/diskstats`, `/proc/stat`), `cgroup` (a node's
+//! cgroup v1 counters), `processes` (the node's process tree: `/proc/PID/…` of every task),
+//! `net` (a network namespace's interface and SNMP counters), `sockets` (TCP connections,
+//! [`diag`] underneath). `collector` reads them all once per tick and gives each node its
+//! values (`view`: what each node is made of, and the values handed on); `read` holds the
 //! helpers every source shares.
 
 mod cgroup;
