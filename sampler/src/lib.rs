@@ -115,6 +115,7 @@
 #![deny(unsafe_code)]
 
 pub mod blocklayer;
+pub mod daemon;
 pub mod doctor;
 pub mod engine;
 pub mod event;
