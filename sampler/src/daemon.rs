@@ -95,12 +95,12 @@ pub fn run(sampler: Sampler, cfg: &Config, stop: &'static AtomicBool, beside: Be
 /// of `--duration`: the sampler ends its run within [`crate::FINISH_BUDGET`] on a host that
 /// lets it run, so this is reached only when a thread is stuck where nothing should be (a
 /// kernel call that never returns).
-const GRACE: Duration = Duration::from_millis(850);
+pub const GRACE: Duration = Duration::from_millis(850);
 
 /// The most a run that keeps making progress may take to end after a signal or the end of
 /// `--duration`: on a host so loaded the sampler gets little CPU, ending it slowly (files ended,
 /// uprobes and delay accounting put back) is worth more than ending it on the dot.
-const HARD_CAP: Duration = Duration::from_secs(10);
+pub const HARD_CAP: Duration = Duration::from_secs(10);
 
 /// Ends the process should the run not end after a signal or the end of `--duration`: once it
 /// has made no progress for [`GRACE`] (stuck), or [`HARD_CAP`] after (slow beyond reason).

@@ -73,7 +73,7 @@ pub struct Config {
     pub scope: Scope,
     /// Emulated nodes: rules assigning processes (and TCP events) to nodes.
     pub node_rules: Vec<NodeRule>,
-    /// Tracepoints to count (`system:name`); `None` for [`tracefs::DEFAULT_TRACEPOINTS`].
+    /// Tracepoints to count (`system:name`); `None` for [`crate::tracefs::DEFAULT_TRACEPOINTS`].
     pub tracepoints: Option<Vec<String>>,
     /// Data pages per CPU ring (a power of two); 0 sizes them from the rate ([`ring_pages_for`]).
     pub ring_pages: usize,
