@@ -34,7 +34,7 @@ use crate::data::{Dataset, NodeData};
 use crate::missing::Finding;
 use crate::score::median_in_place;
 use crate::stacks::ProcessState;
-use culprit_sampler::profile::{STOPPED_EVENT, STOPPED_NS_EVENT};
+use culprit_format::vocab::{STOPPED_EVENT, STOPPED_NS_EVENT};
 
 /// Least stopped time that makes a node paused.
 pub const PAUSE_MIN_NS: u64 = 500_000_000;

@@ -126,12 +126,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     Ok(if o.failed.is_empty() { 0 } else { 2 })
 }
 
-/// `culprit sample --keep / --max-size`: retention of `paths` every minute until dropped
-/// ([`retention::Background`]); lines go to stderr, only when something was deleted or failed
-/// (no summary every minute).
-pub fn background(paths: Vec<PathBuf>, policy: Policy, quiet: bool) -> retention::Background {
-    let every = Duration::from_secs(60);
-    retention::Background::start(paths, policy, every, move |r| match r {
+/// What `culprit sample` does with each pass of retention beside it: the deletions and
+/// failures as `culprit prune` prints them, nothing when there were none.
+pub fn report(quiet: bool) -> impl FnMut(Result<Outcome, retention::Error>) + Send + 'static {
+    move |r| match r {
         Ok(o) if o.deleted.is_empty() && o.failed.is_empty() => {}
         Ok(o) => {
             let mut buf = Vec::new();
@@ -139,5 +137,5 @@ pub fn background(paths: Vec<PathBuf>, policy: Policy, quiet: bool) -> retention
             let _ = std::io::stderr().write_all(&buf);
         }
         Err(e) => eprintln!("culprit: warning: pruning: {}", chain(&e)),
-    })
+    }
 }

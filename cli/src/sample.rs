@@ -249,26 +249,25 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         }
     }
     drop(err);
-    let probes = probes.map(|p| p.spawn(&cfg, a.uprobe_budget, stop, crate::uprobes::warn_line));
-    let policy = culprit_datadir::retention::Policy {
-        keep: a.keep,
-        max_bytes: a.max_size,
+    let beside = culprit_sampler::daemon::Beside {
+        uprobes: probes.map(|probes| culprit_sampler::daemon::Uprobes {
+            probes,
+            budget_percent: a.uprobe_budget,
+            warn: crate::uprobes::warn_line,
+        }),
+        retention: Some(culprit_sampler::daemon::Retention {
+            policy: culprit_datadir::retention::Policy {
+                keep: a.keep,
+                max_bytes: a.max_size,
+            },
+            report: Box::new(crate::prune::report(a.quiet)),
+        }),
     };
-    // Retention runs beside the sampler; it never deletes a file being written (the
-    // sampler's own included: its writer runs).
-    let pruner = policy
-        .enabled()
-        .then(|| crate::prune::background(vec![cfg.data_dir.clone()], policy, a.quiet));
-    let watchdog = Watchdog::arm(stop, cfg.duration);
-    let s = sampler.run(stop);
-    drop(watchdog);
-    drop(pruner);
-    if let Some(p) = probes {
-        // The sampler ended (duration, signal or error): the probes end with it.
-        stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        crate::uprobes::join_system(p, a.quiet);
+    let ended = culprit_sampler::daemon::run(sampler, &cfg, stop, beside);
+    if let Some(u) = ended.uprobes {
+        crate::uprobes::say_system(u, a.quiet);
     }
-    let s = s?;
+    let s = ended.sampler?;
     if !a.quiet {
         let (u, sys) = s.cpu_ns;
         let secs = s.elapsed_ns as f64 / 1e9;
@@ -345,87 +344,6 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         }
     }
     Ok(0)
-}
-
-/// How long the run may go without progress ([`culprit_sampler::progress`]) after a signal or
-/// the end of `--duration`: the sampler ends its run within
-/// [`culprit_sampler::FINISH_BUDGET`] on a host that lets it run, so this is reached only when a
-/// thread is stuck where nothing should be (a kernel call that never returns).
-const GRACE: Duration = Duration::from_millis(850);
-
-/// The most a run that keeps making progress may take to end after a signal or the end of
-/// `--duration`: on a host so loaded the sampler gets little CPU, ending it slowly (files ended,
-/// uprobes and delay accounting put back) is worth more than ending it on the dot.
-const HARD_CAP: Duration = Duration::from_secs(10);
-
-/// Ends the process should the run not end after a signal or the end of `--duration`: once it
-/// has made no progress for [`GRACE`] (stuck), or [`HARD_CAP`] after (slow beyond reason).
-/// SIGTERM and SIGINT end `culprit sample` within a second on a host that lets it run, and
-/// `--duration` is then a deadline, whatever a thread is doing. The files keep what was
-/// committed (readers see a writer that stopped); delay accounting is put back as it was.
-struct Watchdog {
-    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl Watchdog {
-    fn arm(stop: &'static std::sync::atomic::AtomicBool, duration: Option<Duration>) -> Watchdog {
-        use std::sync::atomic::Ordering;
-        use std::time::Instant;
-        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let d = done.clone();
-        let deadline = duration.map(|t| Instant::now() + t);
-        let _ = std::thread::Builder::new()
-            .name("culprit-watchdog".into())
-            .spawn(move || {
-                // It must run when its time comes, on a host however busy.
-                culprit_sampler::priority::raise(culprit_sampler::priority::WATCHDOG);
-                // Polled every 50 ms: the signal handler only sets a flag.
-                let why = loop {
-                    if d.load(Ordering::SeqCst) {
-                        return;
-                    }
-                    if stop.load(Ordering::SeqCst) {
-                        break "the signal";
-                    }
-                    if deadline.is_some_and(|t| Instant::now() >= t) {
-                        break "the end of --duration";
-                    }
-                    std::thread::sleep(Duration::from_millis(50));
-                };
-                let from = Instant::now();
-                let (mut beats, mut last_beat) = (culprit_sampler::progress::beats(), from);
-                let what = loop {
-                    if d.load(Ordering::SeqCst) {
-                        return;
-                    }
-                    let now = Instant::now();
-                    let b = culprit_sampler::progress::beats();
-                    if b != beats {
-                        (beats, last_beat) = (b, now);
-                    }
-                    if now - last_beat >= GRACE {
-                        break format!("made no progress for {} ms", GRACE.as_millis());
-                    }
-                    if now - from >= HARD_CAP {
-                        break format!("did not end within {} s", HARD_CAP.as_secs());
-                    }
-                    std::thread::sleep(Duration::from_millis(10));
-                };
-                eprintln!(
-                    "culprit: sample {what} after {why}: exiting now (the data written so far \
-                     stays readable; the files have no end marker)"
-                );
-                culprit_sampler::os::delayacct::restore_now();
-                std::process::exit(2);
-            });
-        Watchdog { done }
-    }
-}
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        self.done.store(true, std::sync::atomic::Ordering::SeqCst);
-    }
 }
 
 fn replay(a: &Args, perf_data: &std::path::Path) -> anyhow::Result<i32> {

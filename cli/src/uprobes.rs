@@ -173,9 +173,9 @@ pub fn open_system(
     Ok(Some(probes))
 }
 
-/// Waits for the probes' thread and says what it wrote.
-pub fn join_system(h: std::thread::JoinHandle<Result<SystemSummary, Error>>, quiet: bool) {
-    match h.join() {
+/// Says what the probes' thread did (its join's result).
+pub fn say_system(joined: std::thread::Result<Result<SystemSummary, Error>>, quiet: bool) {
+    match joined {
         Ok(Ok(s)) if !quiet => eprintln!(
             "culprit: uprobes: {} hit(s) ({} lost) in {} process file(s)",
             s.hits,

@@ -118,6 +118,7 @@ pub mod read;
 pub mod requests;
 pub mod rotation;
 pub mod stacks;
+pub mod vocab;
 pub mod writer;
 
 pub use cost::{

@@ -12,7 +12,7 @@ use rustc_hash::FxHashMap;
 
 use crate::nodes::{NodeIdx, ProcFacts};
 use crate::procs::{Loc, ProcInfo, Tracker};
-use crate::profile::Intervals;
+use crate::profile::{Intervals, Loss};
 use crate::record::{self, Layout, Rec, MISC_CPUMODE_MASK, MISC_KERNEL};
 use crate::tracefs::{self, Decoder};
 
@@ -27,27 +27,13 @@ pub enum Stream {
     Tracking,
 }
 
-/// What the records the kernel dropped were: each kind has a ring of its own per CPU, so a
-/// LOST record says which (by the event that owns the ring).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Loss {
-    /// IP samples.
-    Samples,
-    /// Kernel-event (tracepoint) records.
-    Events,
-    /// Process-tracking records: COMM, MMAP2, FORK, EXIT, NAMESPACES.
-    Tracking,
-}
-
-impl Loss {
-    /// The kind of records lost by the ring of a stream (`None`: not known, as in a replayed
-    /// `perf.data` file, where everything shares one ring: counted as samples).
-    fn of(stream: Option<Stream>) -> Loss {
-        match stream {
-            Some(Stream::Tracepoint(_)) => Loss::Events,
-            Some(Stream::Tracking) => Loss::Tracking,
-            Some(Stream::Samples) | None => Loss::Samples,
-        }
+/// The kind of records lost by the ring of a stream (`None`: not known, as in a replayed
+/// `perf.data` file, where everything shares one ring: counted as samples).
+fn loss_of(stream: Option<Stream>) -> Loss {
+    match stream {
+        Some(Stream::Tracepoint(_)) => Loss::Events,
+        Some(Stream::Tracking) => Loss::Tracking,
+        Some(Stream::Samples) | None => Loss::Samples,
     }
 }
 
@@ -256,7 +242,7 @@ pub struct Engine {
 }
 
 /// Processes stopped by a signal or a tracer, from `sched_switch` (see
-/// [`crate::profile::STOPPED_EVENT`]).
+/// [`culprit_format::vocab::STOPPED_EVENT`]).
 #[derive(Debug, Default)]
 struct Stops {
     /// Threads switched out stopped: tid → (pid, node).
@@ -452,11 +438,11 @@ impl Engine {
             Rec::Fork { pid, ppid, tid, .. } => Ev::Fork { pid, ppid, tid },
             Rec::Exit { pid, tid, .. } => Ev::Exit { pid, tid },
             Rec::Lost { id, lost, .. } => Ev::Lost {
-                what: Loss::of(streams.lookup(Some(id)).map(|(_, s)| s)),
+                what: loss_of(streams.lookup(Some(id)).map(|(_, s)| s)),
                 n: lost,
             },
             Rec::LostSamples { lost, sid } => Ev::Lost {
-                what: Loss::of(streams.lookup(sid.id).map(|(_, s)| s)),
+                what: loss_of(streams.lookup(sid.id).map(|(_, s)| s)),
                 n: lost,
             },
             Rec::Throttle { on: true, .. } => Ev::Throttle,

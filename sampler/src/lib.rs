@@ -1,5 +1,6 @@
 //! culprit's sampler: system-wide perf_event instruction-pointer sampling, process and mapping
-//! tracking, kernel event counts, and the symbolizer shared with `culprit report`.
+//! tracking, kernel event counts and OS metrics. Locations are named by `culprit_symbolize`,
+//! the symbolizer the analysis shares.
 //!
 //! Seed 000 §"Sample profiling" is the model: OProfile with `--separate=kernel`, which
 //! attributes every sample to a program name, a binary image and a function, system-wide,
@@ -18,7 +19,7 @@
 //! records ([`record`]), merges them across rings in timestamp order (records older than the
 //! previous drain are complete) and feeds the process tracker ([`procs`], [`nodes`]) and the
 //! interval counters ([`engine`], [`profile`]). Each
-//! interval, every distinct location is named once ([`symbolize`], in batches per image, cached
+//! interval, every distinct location is named once ([`culprit_symbolize`], in batches per image, cached
 //! for the whole run) and one Samples and one Events record per node goes to
 //! `DATA/<node>/samples-<start_ns>.cul` ([`culprit_format`]). [`Sampler`] drives it all;
 //! [`perfdata`] replays a `perf.data` file through the same pipeline (to compare with
@@ -70,15 +71,14 @@
 //!   sampling (one path for live and recorded data). Worth revisiting if the replay must read
 //!   compressed (`perf record -z`) or piped files, which it refuses today.
 //! * **`rustc-hash`** for the maps on the per-sample path (keyed by pids, addresses, small ids).
-//! * **`object`** (with `gimli`) for ELF files: uprobe targets, the unwind tables of stripped
-//!   binaries ([`symbolize`]), the hook check of `culprit record`.
+//! * **`object`** (with `gimli`) for ELF files: uprobe targets and the DWARF scan for inlined
+//!   functions.
 //! * **No netlink crate** for the OS metrics' per-connection view: one fixed `sock_diag`
 //!   request and reply layout, parsed in [`os::diag`], the socket calls in module `sys` (see
 //!   there for why not `netlink-packet-sock-diag`).
-//! * **`blazesym`** 0.2 (pinned exactly, pre-1.0) for user-space symbols: `.symtab`, `.dynsym`,
-//!   DWARF, debug links and build-id debug files, demangling; `addr2line` alone resolved about a
-//!   third of libc's addresses here. Kernel symbols come from our own `/proc/kallsyms` table,
-//!   which also gives module names (see [`symbolize`]).
+//! * **`culprit-symbolize`** (blazesym, `/proc/kallsyms`, the vDSO, unwind starts, PLT stubs;
+//!   its crate docs say why blazesym) names locations, and opens other users' files safely
+//!   (`culprit_symbolize::untrusted`: the images of other users' processes, uprobe targets).
 //!
 //! # Uprobes
 //!
@@ -115,6 +115,7 @@
 #![deny(unsafe_code)]
 
 pub mod blocklayer;
+pub mod daemon;
 pub mod doctor;
 pub mod engine;
 pub mod event;
@@ -130,12 +131,10 @@ pub mod profile;
 pub mod progress;
 pub mod record;
 mod sampler;
-pub mod symbolize;
 #[allow(unsafe_code)]
 mod sys;
 pub mod syscalls;
 pub mod tracefs;
-pub mod untrusted;
 pub mod uprobe;
 
 pub use event::{CallGraph, Rate, Sampling};

@@ -469,7 +469,7 @@ mod tests {
 }
 
 /// Reads the pid files of `--node-pid NODE=FILE` rules as they appear and change. A pid file is
-/// another program's (often another user's) and is opened as [`crate::untrusted`] says; it is
+/// another program's (often another user's) and is opened as [`culprit_symbolize::untrusted`] says; it is
 /// read again only when its inode, size or modification time changed.
 #[derive(Debug, Default)]
 pub struct PidFiles {
@@ -519,7 +519,7 @@ impl PidFiles {
             if *seen == Some(stamp) {
                 continue;
             }
-            let Ok(bytes) = crate::untrusted::read(path, 64) else {
+            let Ok(bytes) = culprit_symbolize::untrusted::read(path, 64) else {
                 continue;
             };
             let Some(p) = parse_pid_file(&bytes) else {

@@ -403,18 +403,6 @@ pub fn calibration_call(emulated: bool, x: u64) -> u64 {
     }
 }
 
-/// An anonymous in-memory file (`memfd_create`, close-on-exec), freed when the last descriptor
-/// to it is closed: for copies that must not live in a shared directory such as `/tmp`.
-pub fn memfd(name: &std::ffi::CStr) -> io::Result<File> {
-    // SAFETY: `name` is NUL-terminated; the flags are valid.
-    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is a new descriptor returned to us alone; `File` takes ownership.
-    Ok(unsafe { File::from_raw_fd(fd) })
-}
-
 /// A pipe, both ends close-on-exec: `(read end, write end)`.
 pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
@@ -600,17 +588,6 @@ pub fn thread_policy() -> i32 {
     // SAFETY: sched_getscheduler takes a pid (0: the calling thread) and returns an integer.
     let p = unsafe { libc::sched_getscheduler(0) };
     p & !libc::SCHED_RESET_ON_FORK
-}
-
-/// True when `file` lives on a FUSE file system (`fstatfs`: FUSE_SUPER_MAGIC); false when
-/// that cannot be told.
-pub fn is_fuse(file: &File) -> bool {
-    const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
-    // SAFETY: statfs is plain old data; all-zero is a valid value.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: fstatfs writes one statfs through a valid pointer; the descriptor is open.
-    let rc = unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) };
-    rc == 0 && st.f_type as i64 == FUSE_SUPER_MAGIC
 }
 
 /// CLOCK_BOOTTIME in ns: the clock `/proc/PID/stat`'s start times count from.

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use culprit_format::object_flags;
-use culprit_sampler::symbolize::{read_build_id, unresolved_name, ImageAddr, Symbolizer};
+use culprit_symbolize::{read_build_id, unresolved_name, ImageAddr, Symbolizer};
 
 use super::names::FuncKey;
 

@@ -8,7 +8,7 @@
 //! budget) spends less in it than its peers with nothing wrong. The report shows them apart, as
 //! the tracing cost ([`tracing_cost`]).
 
-use culprit_sampler::profile::{is_tracing_cost, STOPPED_EVENT, STOPPED_NS_EVENT};
+use culprit_format::vocab::{is_tracing_cost, STOPPED_EVENT, STOPPED_NS_EVENT};
 use std::collections::HashMap;
 
 use crate::data::{Dataset, EventId, FileStatus, FuncId, NodeData, ProgramId};

@@ -115,7 +115,7 @@ pub fn preload() -> Result<(PathBuf, OsString), RuntimeError> {
 /// Whether the ELF file at `path` refers to `__cyg_profile_func_enter` (as every object built
 /// with `-finstrument-functions` does); `None` when it is not an ELF file or cannot be read.
 pub fn calls_hooks(path: &Path) -> Option<bool> {
-    crate::symbolize::names_dynamic_symbol(path, "__cyg_profile_func_enter")
+    culprit_symbolize::names_dynamic_symbol(path, "__cyg_profile_func_enter")
 }
 
 /// `node` if given, else `$CULPRIT_NODE`, else the host name, as a valid node name: the node

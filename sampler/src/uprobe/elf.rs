@@ -104,9 +104,9 @@ pub enum ImageError {
         source: std::io::Error,
     },
     /// Not opened: not a regular file (a FIFO, a device), or its open stalled
-    /// ([`crate::untrusted`]).
+    /// ([`culprit_symbolize::untrusted`]).
     #[error("{0}")]
-    Refused(#[from] crate::untrusted::Refused),
+    Refused(#[from] culprit_symbolize::untrusted::Refused),
     /// Not a 64-bit ELF file, or a damaged one.
     #[error("{path}: not a 64-bit ELF file ({why})")]
     NotElf {
@@ -120,9 +120,9 @@ pub enum ImageError {
 impl Image {
     /// Reads `path`'s symbols, segments, build-id and (when present) inlining.
     pub fn load(path: &Path) -> Result<Image, ImageError> {
-        let data = match crate::untrusted::read(path, MAX_IMAGE_BYTES) {
+        let data = match culprit_symbolize::untrusted::read(path, MAX_IMAGE_BYTES) {
             Ok(d) => d,
-            Err(crate::untrusted::Refused::Io { source, .. }) => {
+            Err(culprit_symbolize::untrusted::Refused::Io { source, .. }) => {
                 return Err(ImageError::Read {
                     path: path.to_path_buf(),
                     source,
@@ -166,8 +166,8 @@ impl Image {
             .unwrap_or_default();
 
         let own = funcs_of(&file, false);
-        let debug_data =
-            debug_file(&build_id).and_then(|p| crate::untrusted::read(&p, MAX_IMAGE_BYTES).ok());
+        let debug_data = debug_file(&build_id)
+            .and_then(|p| culprit_symbolize::untrusted::read(&p, MAX_IMAGE_BYTES).ok());
         let debug_file = debug_data
             .as_deref()
             .and_then(|d| ElfFile64::<Endianness>::parse(d).ok());

@@ -326,7 +326,7 @@ pub fn plan(
 fn read_at(path: &Path, offset: u64, n: usize) -> Vec<u8> {
     use std::os::unix::fs::FileExt as _;
     let mut b = vec![0u8; n];
-    let file = crate::untrusted::open_regular(path).map_err(std::io::Error::other);
+    let file = culprit_symbolize::untrusted::open_regular(path).map_err(std::io::Error::other);
     match file.and_then(|f| f.read_at(&mut b, offset)) {
         Ok(k) => {
             b.truncate(k);
@@ -384,7 +384,7 @@ pub fn find_library(name: &str, exe: Option<&Path>) -> Option<PathBuf> {
 /// `DT_RUNPATH` / `DT_RPATH` directories of an executable, `$ORIGIN` expanded.
 fn run_paths(exe: &Path) -> Vec<PathBuf> {
     use object::read::elf::{Dyn as _, ElfFile64, FileHeader as _};
-    let Ok(data) = crate::untrusted::read(exe, 4 << 30) else {
+    let Ok(data) = culprit_symbolize::untrusted::read(exe, 4 << 30) else {
         return Vec::new();
     };
     let Ok(file) = ElfFile64::<object::Endianness>::parse(&data[..]) else {

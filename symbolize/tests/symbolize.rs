@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use culprit_sampler::symbolize::{read_build_id, ImageAddr, Symbolizer};
+use culprit_symbolize::{read_build_id, ImageAddr, Symbolizer};
 
 fn build(src: &str, name: &str, flags: &[&str]) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("culprit-sym-{}", std::process::id()));
@@ -258,7 +258,7 @@ fn a_replaced_image_is_closed_when_forgotten() {
 
 #[test]
 fn instrumented_binaries_name_the_hook_in_their_dynamic_symbols() {
-    use culprit_sampler::symbolize::names_dynamic_symbol;
+    use culprit_symbolize::names_dynamic_symbol;
     let src = "int work(int x) { return x + 1; }\nint main(int c, char **v) { (void)v; return work(c); }\n";
     let hooked = build(src, "hooked", &["-O0", "-finstrument-functions"]);
     let plain = build(src, "plain", &["-O0"]);

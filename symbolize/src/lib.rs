@@ -1,5 +1,7 @@
-//! The symbolizer shared by the sampler (its IP samples) and `culprit report` / `diagnose` (the
-//! tracer's function addresses).
+//! culprit's symbolizer, shared by the sampler (its IP samples, on the node) and `culprit report`
+//! / `diagnose` / the exports (the tracer's function addresses, anywhere): blazesym's model —
+//! normalize on the node, symbolize anywhere — so that the analysis needs no part of the
+//! perf_event collector.
 //!
 //! # Why blazesym
 //!
@@ -44,27 +46,35 @@
 //! `memfd`, read through `/proc/self/fd/N`): never in a shared directory such as `/tmp`,
 //! where another user could plant a link in its place, and never left behind.
 
+#![deny(unsafe_code)]
+
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use blazesym::symbolize::evict::{self, Evict};
 
-use crate::untrusted::{self, Refused};
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized};
 
-/// A symbol name shared between caches and results.
-pub type Name = Arc<str>;
+mod addr;
+mod elf;
+mod kernel;
+mod plt;
+#[allow(unsafe_code)]
+mod sys;
+pub mod untrusted;
+mod unwind;
+mod vdso;
 
-/// How an address inside an image is expressed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ImageAddr {
-    /// ELF virtual address (runtime address − load bias).
-    Virt(u64),
-    /// Offset in the file (as in `/proc/<pid>/maps` and perf MMAP2 records).
-    FileOffset(u64),
-}
+pub use addr::{ImageAddr, Name};
+pub use elf::{names_dynamic_symbol, read_build_id};
+
+use elf::debug_links_trusted;
+use kernel::KernelSymbols;
+use plt::PltStubs;
+use unwind::FunctionStarts;
+use vdso::VdsoCopy;
 
 /// Most images kept open (parsed, with a descriptor) at once by default.
 pub const MAX_OPEN_IMAGES: usize = 256;
@@ -462,346 +472,6 @@ impl Symbolizer {
     pub fn cached(&self) -> usize {
         self.cache.len() + self.kernel.len()
     }
-}
-
-/// Function start addresses of an ELF file, from its `.eh_frame_hdr` search table, and the
-/// file-offset ↔ virtual-address map of its loadable segments.
-#[derive(Debug)]
-struct FunctionStarts {
-    /// Sorted virtual addresses of function starts.
-    starts: Vec<u64>,
-    /// (file offset, virtual address, file size) of each PT_LOAD segment.
-    loads: Vec<(u64, u64, u64)>,
-}
-
-/// Beyond this distance from the nearest function start an address is not attributed to it.
-const MAX_FUNCTION_SIZE: u64 = 1 << 20;
-
-impl FunctionStarts {
-    /// Reads the table of an ELF64 file (`object` for the program headers, `gimli` for the
-    /// search table, whatever its pointer encoding); `None` when the file has none. Only the
-    /// headers and the table are read, not the whole file.
-    fn read(file: &std::fs::File) -> Option<FunctionStarts> {
-        use object::read::elf::{ElfFile64, ProgramHeader as _};
-        use object::{elf, Endian as _, Endianness, ReadCache};
-        let data = ReadCache::new(file.try_clone().ok()?);
-        let file = ElfFile64::<Endianness, _>::parse(&data).ok()?;
-        let e = file.endian();
-        let mut loads = Vec::new();
-        let mut hdr = None;
-        for ph in file.elf_program_headers() {
-            match ph.p_type(e) {
-                elf::PT_LOAD => loads.push((ph.p_offset(e), ph.p_vaddr(e), ph.p_filesz(e))),
-                elf::PT_GNU_EH_FRAME => hdr = Some(ph),
-                _ => {}
-            }
-        }
-        let ph = hdr?;
-        if ph.p_filesz(e) > 64 << 20 {
-            return None;
-        }
-        let bytes = ph.data(e, &data).ok()?;
-        let endian = if e.is_little_endian() {
-            gimli::RunTimeEndian::Little
-        } else {
-            gimli::RunTimeEndian::Big
-        };
-        let bases = gimli::BaseAddresses::default().set_eh_frame_hdr(ph.p_vaddr(e));
-        let parsed = gimli::EhFrameHdr::new(bytes, endian)
-            .parse(&bases, 8)
-            .ok()?;
-        let table = parsed.table()?;
-        let mut starts = Vec::new();
-        let mut rows = table.iter(&bases);
-        while let Ok(Some((start, _fde))) = rows.next() {
-            if let gimli::Pointer::Direct(a) = start {
-                starts.push(a);
-            }
-        }
-        starts.sort_unstable();
-        Some(FunctionStarts { starts, loads })
-    }
-
-    fn start_of(&self, file_offset: u64) -> Option<u64> {
-        let &(off, vaddr, _) = self
-            .loads
-            .iter()
-            .find(|&&(o, _, n)| file_offset >= o && file_offset < o + n)?;
-        let addr = file_offset - off + vaddr;
-        let i = self.starts.partition_point(|&s| s <= addr).checked_sub(1)?;
-        let start = self.starts[i];
-        if addr - start > MAX_FUNCTION_SIZE {
-            return None;
-        }
-        // Back to a file offset (the start lies in the same segment in practice).
-        let &(o, v, _) = self
-            .loads
-            .iter()
-            .find(|&&(_, v, n)| start >= v && start < v + n)?;
-        Some(start - v + o)
-    }
-}
-
-/// The PLT stubs of an ELF file that jump through a GOT slot with a dynamic relocation naming
-/// a symbol (`jmp *slot(%rip)`, after an optional `endbr64` and `bnd` prefix: the entries of
-/// `.plt` without IBT, of `.plt.sec` with it, and of `.plt.got`).
-#[derive(Debug, Default)]
-struct PltStubs {
-    /// (virtual address, file offset, length, `symbol@plt`), by address.
-    stubs: Vec<(u64, u64, u64, Name)>,
-}
-
-impl PltStubs {
-    /// The stubs of an open x86-64 ELF file; `None` when it cannot be read or has none.
-    fn read(file: &std::fs::File) -> Option<PltStubs> {
-        use object::{
-            Architecture, Object as _, ObjectSection as _, ObjectSymbol as _,
-            ObjectSymbolTable as _, ReadCache, RelocationTarget,
-        };
-        let data = ReadCache::new(file.try_clone().ok()?);
-        let file = object::File::parse(&data).ok()?;
-        if file.architecture() != Architecture::X86_64 {
-            return None;
-        }
-        let dynsym = file.dynamic_symbol_table()?;
-        let mut slots: HashMap<u64, Name> = HashMap::new();
-        for (slot, rel) in file.dynamic_relocations()? {
-            if let RelocationTarget::Symbol(i) = rel.target() {
-                if let Some(n) = dynsym.symbol_by_index(i).ok().and_then(|s| s.name().ok()) {
-                    if !n.is_empty() {
-                        slots.insert(slot, Name::from(format!("{n}@plt").as_str()));
-                    }
-                }
-            }
-        }
-        let mut stubs = Vec::new();
-        for sec in file.sections() {
-            if !matches!(sec.name(), Ok(".plt" | ".plt.sec" | ".plt.got")) {
-                continue;
-            }
-            let (Ok(bytes), Some((off, _))) = (sec.data(), sec.file_range()) else {
-                continue;
-            };
-            let addr = sec.address();
-            // Entries are 8 or 16 bytes (by section and linker options): each 8-byte boundary
-            // is tried, and a stub runs to the next one found, at most 16 bytes.
-            let found: Vec<(usize, &Name)> = (0..bytes.len())
-                .step_by(8)
-                .filter_map(|k| {
-                    let slot = plt_jump_slot(&bytes[k..], addr + k as u64)?;
-                    Some((k, slots.get(&slot)?))
-                })
-                .collect();
-            for (j, &(k, name)) in found.iter().enumerate() {
-                let next = found.get(j + 1).map_or(bytes.len(), |n| n.0);
-                let len = (next - k).min(16) as u64;
-                stubs.push((addr + k as u64, off + k as u64, len, name.clone()));
-            }
-        }
-        stubs.sort_unstable_by_key(|s| s.0);
-        (!stubs.is_empty()).then_some(PltStubs { stubs })
-    }
-
-    fn name_of(&self, a: ImageAddr) -> Option<Name> {
-        let hit = |(start, len): (u64, u64), x: u64| x >= start && x < start + len;
-        self.stubs
-            .iter()
-            .find(|s| match a {
-                ImageAddr::Virt(v) => hit((s.0, s.2), v),
-                ImageAddr::FileOffset(o) => hit((s.1, s.2), o),
-            })
-            .map(|s| s.3.clone())
-    }
-}
-
-/// The GOT slot a PLT entry at virtual address `at` (bytes `b`) jumps through: `jmp
-/// *disp32(%rip)`, after an optional `endbr64` and an optional `bnd` prefix.
-fn plt_jump_slot(b: &[u8], at: u64) -> Option<u64> {
-    let mut i = 0;
-    if b.starts_with(&[0xf3, 0x0f, 0x1e, 0xfa]) {
-        i = 4;
-    }
-    if b.get(i) == Some(&0xf2) {
-        i += 1;
-    }
-    if b.get(i..i + 2)? != [0xff, 0x25] {
-        return None;
-    }
-    let disp = i32::from_le_bytes(b.get(i + 2..i + 6)?.try_into().ok()?);
-    Some((at + i as u64 + 6).wrapping_add_signed(disp.into()))
-}
-
-/// Text symbols of `/proc/kallsyms`, sorted by address.
-#[derive(Debug)]
-struct KernelSymbols {
-    addrs: Vec<u64>,
-    names: Vec<Name>,
-    modules: Vec<Option<Name>>,
-}
-
-/// Addresses further than this past the nearest symbol are not attributed to it.
-const KERNEL_MAX_SYMBOL_DISTANCE: u64 = 1 << 20;
-
-impl KernelSymbols {
-    /// Parses kallsyms text; `None` when it has no usable addresses (all zero: hidden by
-    /// `kernel.kptr_restrict`).
-    fn parse(text: &str) -> Option<KernelSymbols> {
-        let mut rows: Vec<(u64, Name, Option<Name>)> = Vec::new();
-        let mut modules: HashMap<&str, Name> = HashMap::new();
-        for line in text.lines() {
-            let mut f = line.split_ascii_whitespace();
-            let (Some(addr), Some(kind), Some(name)) = (f.next(), f.next(), f.next()) else {
-                continue;
-            };
-            if !matches!(kind, "t" | "T" | "w" | "W") {
-                continue;
-            }
-            let Ok(addr) = u64::from_str_radix(addr, 16) else {
-                continue;
-            };
-            if addr == 0 {
-                continue;
-            }
-            let module = f
-                .next()
-                .and_then(|m| m.strip_prefix('[')?.strip_suffix(']'))
-                .map(|m| {
-                    modules
-                        .entry(m)
-                        .or_insert_with(|| Name::from(format!("[{m}]").as_str()))
-                        .clone()
-                });
-            rows.push((addr, Name::from(name), module));
-        }
-        if rows.is_empty() {
-            return None;
-        }
-        rows.sort_by_key(|r| r.0);
-        let mut k = KernelSymbols {
-            addrs: Vec::with_capacity(rows.len()),
-            names: Vec::with_capacity(rows.len()),
-            modules: Vec::with_capacity(rows.len()),
-        };
-        for (a, n, m) in rows {
-            k.addrs.push(a);
-            k.names.push(n);
-            k.modules.push(m);
-        }
-        Some(k)
-    }
-
-    fn lookup(&self, addr: u64) -> Option<(Name, Option<Name>)> {
-        let i = self.addrs.partition_point(|&a| a <= addr).checked_sub(1)?;
-        if addr - self.addrs[i] > KERNEL_MAX_SYMBOL_DISTANCE {
-            return None;
-        }
-        Some((self.names[i].clone(), self.modules[i].clone()))
-    }
-}
-
-/// A copy of this process's vDSO in an in-memory file.
-#[derive(Debug)]
-struct VdsoCopy {
-    /// `/proc/self/fd/<fd of file>`.
-    path: PathBuf,
-    /// Holds the copy alive.
-    _file: std::fs::File,
-}
-
-impl VdsoCopy {
-    fn make() -> Option<VdsoCopy> {
-        use std::io::Write as _;
-        use std::os::fd::AsRawFd as _;
-        use std::os::unix::fs::FileExt as _;
-        let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-        let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
-        let (s, e) = line.split_whitespace().next()?.split_once('-')?;
-        let (start, end) = (
-            u64::from_str_radix(s, 16).ok()?,
-            u64::from_str_radix(e, 16).ok()?,
-        );
-        let mut bytes = vec![0u8; end.checked_sub(start)? as usize];
-        std::fs::File::open("/proc/self/mem")
-            .ok()?
-            .read_exact_at(&mut bytes, start)
-            .ok()?;
-        let mut file = crate::sys::memfd(c"culprit-vdso").ok()?;
-        file.write_all(&bytes).ok()?;
-        let path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
-        Some(VdsoCopy { path, _file: file })
-    }
-}
-
-/// The GNU build-id of the ELF file at `path` (`None` when it has none or is not ELF); `Err`
-/// when the file cannot be read, or was refused as unsafe ([`crate::untrusted`]: say so).
-pub fn read_build_id(path: &Path) -> Result<Option<Vec<u8>>, Refused> {
-    use object::{Object as _, ReadCache};
-    let f = untrusted::open_regular(path)?;
-    let data = ReadCache::new(f);
-    let Ok(file) = object::File::parse(&data) else {
-        return Ok(None);
-    };
-    Ok(file.build_id().ok().flatten().map(<[u8]>::to_vec))
-}
-
-/// Whether the ELF file at `path` names `symbol` in its dynamic symbol table (as every object
-/// built with `-finstrument-functions` names `__cyg_profile_func_enter`); `None` when it is not
-/// an ELF file (a script) or cannot be read. Only the headers and the table are read.
-pub fn names_dynamic_symbol(path: &Path, symbol: &str) -> Option<bool> {
-    use object::{Object as _, ObjectSymbol as _, ReadCache};
-    let data = ReadCache::new(untrusted::open_regular(path).ok()?);
-    let file = object::File::parse(&data).ok()?;
-    let found = file
-        .dynamic_symbols()
-        .any(|s| s.name_bytes().is_ok_and(|n| n == symbol.as_bytes()));
-    Some(found)
-}
-
-/// Directories blazesym looks for separate debug files in, besides the binary's own.
-const DEBUG_DIRS: &[&str] = &["/usr/lib/debug", "/lib/debug"];
-
-/// Whether blazesym may follow the debug links of the image open as `file` (`fd_path`, its
-/// `/proc/self/fd/N`): true when it has none, or when every directory blazesym would look in
-/// — the binary's own (blazesym canonicalizes `fd_path` to the file's real path), the one an
-/// absolute `.gnu_debugaltlink` names, and [`DEBUG_DIRS`] — is one no other user can write.
-fn debug_links_trusted(file: &std::fs::File, fd_path: &Path) -> bool {
-    use object::{Object as _, ObjectSection as _, ReadCache};
-    let Ok(f) = file.try_clone() else {
-        return false;
-    };
-    let data = ReadCache::new(f);
-    let Ok(elf) = object::File::parse(&data) else {
-        return true; // not ELF: blazesym reads nothing more
-    };
-    let link = elf.section_by_name(".gnu_debuglink").is_some();
-    let alt = elf.section_by_name(".gnu_debugaltlink").and_then(|s| {
-        let d = s.data().ok()?;
-        let end = d.iter().position(|&b| b == 0)?;
-        Some(PathBuf::from(
-            String::from_utf8_lossy(&d[..end]).into_owned(),
-        ))
-    });
-    if !link && alt.is_none() {
-        return true;
-    }
-    // The nearest existing directory: one that does not exist yet can be made only by whoever
-    // may write its existing parent.
-    let trusted = |dir: &Path| {
-        let mut d = Some(dir);
-        while let Some(p) = d {
-            if p.exists() {
-                return untrusted::trusted_dir(p);
-            }
-            d = p.parent();
-        }
-        false
-    };
-    let own_dir = std::fs::read_link(fd_path)
-        .ok()
-        .and_then(|p| p.parent().map(Path::to_path_buf));
-    own_dir.is_some_and(|d| trusted(&d))
-        && DEBUG_DIRS.iter().all(|d| trusted(Path::new(d)))
-        && alt.is_none_or(|a| !a.is_absolute() || a.parent().is_some_and(trusted))
 }
 
 /// Formats an unresolved address the way reports show it: `image+0x1a2b`.
