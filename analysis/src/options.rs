@@ -288,7 +288,13 @@ mod tests {
 
     #[test]
     fn a_message_names_its_settings_and_a_front_end_spells_them() {
-        let m = settings_message!("{} ({}) must be a multiple of {} ({})", @WinSize, "45 s", @WinShift, 30);
+        let m = settings_message!(
+            "{} ({}) must be a multiple of {} ({})",
+            @WinSize,
+            "45 s",
+            @WinShift,
+            30
+        );
         assert_eq!(
             m.to_string(),
             "win-size (45 s) must be a multiple of win-shift (30)"

@@ -258,7 +258,8 @@ impl Setup {
         }
         if !(1..=MAX_K).contains(&s.k) {
             return bad(settings_message!(
-                "{} {}: give 1 to {MAX_K} (faulty when anomalous in k of the last 2k − 1 windows)",
+                "{} {}: give 1 to {MAX_K} (faulty when anomalous in k of the last 2k − 1 \
+                 windows)",
                 @K,
                 s.k
             ));
