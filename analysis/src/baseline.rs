@@ -17,7 +17,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::analyzer::Outcome;
 use crate::data::{Dataset, Source, Span};
+use crate::error::SettingsMessage;
 use crate::error::{Error, Result};
+use crate::options::settings_message;
 use crate::plan::Progress;
 use crate::setup::{Setup, TrainedThresholds};
 use crate::time::{fmt_dur, parse_duration_ns, parse_time, rfc3339, wall_iso, TimeSpec};
@@ -51,11 +53,12 @@ const EXAMPLES: &str = "first 30m, first 1/3, first 25%, 2026-11-27T00:00..2026-
                         +5m..+35m, last:7d";
 
 impl FromStr for BaselineSpan {
-    type Err = String;
+    type Err = SettingsMessage;
 
     fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
         let t = s.trim();
-        let bad = |why: String| format!("--baseline {s:?}: {why} (examples: {EXAMPLES})");
+        let bad =
+            |why: String| settings_message!("{} {s:?}: {why} (examples: {EXAMPLES})", @Baseline);
         if let Some(rest) = t.strip_prefix("last:").or_else(|| t.strip_prefix("last ")) {
             let d = parse_duration_ns(rest).map_err(bad)?;
             if d == 0 {
@@ -196,16 +199,18 @@ impl BaselineSpan {
         let start = span.start_ns.max(data.start_ns);
         let end = span.end_ns.min(data.end_ns);
         if end <= start {
-            return Err(Error::Settings(format!(
-                "--baseline {self}: the data ({} to {}) holds nothing of it",
+            return Err(Error::Settings(settings_message!(
+                "{} {self}: the data ({} to {}) holds nothing of it",
+                @Baseline,
                 wall_iso(data.start_ns),
                 wall_iso(data.end_ns)
             )));
         }
         if span.end_ns >= data.end_ns {
-            return Err(Error::Settings(format!(
-                "--baseline {self}: it reaches the end of the data ({}), so nothing is left to \
+            return Err(Error::Settings(settings_message!(
+                "{} {self}: it reaches the end of the data ({}), so nothing is left to \
                  diagnose; choose a shorter baseline",
+                @Baseline,
                 wall_iso(data.end_ns)
             )));
         }
@@ -402,9 +407,11 @@ pub fn learn_following(
     waiting: &mut dyn FnMut(u64),
 ) -> Result<Learned> {
     if !spec.known_before_the_end() {
-        return Err(Error::Settings(format!(
-            "--baseline {spec}: placed from the data's end, which a run in progress does not \
-             have yet; with --follow give a duration (first 30m), times, or last:DUR"
+        return Err(Error::Settings(settings_message!(
+            "{} {spec}: placed from the data's end, which a run in progress does not have yet; \
+             with {} give a duration (first 30m), times, or last:DUR",
+            @Baseline,
+            @Follow
         )));
     }
     let started = std::time::Instant::now();
@@ -423,9 +430,10 @@ pub fn learn_following(
             }
         }
         if limit.is_some_and(|l| started.elapsed() >= l) {
-            return Err(Error::Data(format!(
-                "--baseline {spec}: the data did not reach the end of the baseline before --for \
-                 ended"
+            return Err(Error::Settings(settings_message!(
+                "{} {spec}: the data did not reach the end of the baseline before {} ended",
+                @Baseline,
+                @For
             )));
         }
         std::thread::sleep(std::time::Duration::from_millis(500));
@@ -454,8 +462,9 @@ pub fn learn_in(
         windows: Some(ranges.clone()),
     };
     let training = train::train(setup, vec![run], rules, progress).map_err(|e| {
-        e.context(format!(
-            "--baseline {spec}: cannot learn a baseline from {} to {}",
+        e.context(settings_message!(
+            "{} {spec}: cannot learn a baseline from {} to {}",
+            @Baseline,
             wall_iso(span.start_ns),
             wall_iso(span.end_ns)
         ))
@@ -675,6 +684,8 @@ mod tests {
             "+1m..tomorrow",
         ] {
             let e = p(bad).unwrap_err();
+            assert_eq!(e.settings().next(), Some("baseline"), "{bad:?}: {e}");
+            let e = e.render(|s| format!("--{s}"));
             assert!(e.starts_with("--baseline"), "{bad:?}: {e}");
             assert!(!e.contains('\n'), "{bad:?}: one line: {e}");
         }

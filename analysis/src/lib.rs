@@ -54,6 +54,7 @@ pub mod layers;
 pub mod live;
 pub mod missing;
 pub mod model;
+pub mod options;
 pub mod paused;
 pub mod persistence;
 pub mod plan;

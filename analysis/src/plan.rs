@@ -9,9 +9,10 @@ use crate::analyzer::{Analyzer, AnalyzerConfig, MetricConfig, Outcome, MIN_NODES
 use crate::data::Dataset;
 use crate::diagnosis::ClosedWindow;
 use crate::error::{Error, Result};
-use crate::family::{KeepSettings, Metric, Windows};
+use crate::family::{KeepBy, KeepSettings, Metric, Windows};
 use crate::feed::{self, Survey};
 use crate::live::LiveStatus;
+use crate::options::{settings_message, Setting};
 use crate::policy::{Policy, Weights};
 use crate::rare::RareBars;
 use crate::roles::Roles;
@@ -155,9 +156,10 @@ pub(crate) fn build_analyzer(
         let coarsest = survey.coarsest[&m];
         let shift = family.windows().unwrap_or(windows).shift_ns;
         if shift % coarsest != 0 {
-            return Err(Error::Settings(format!(
-                "--win-shift {} is not a multiple of the {m} record interval ({}); windows \
-                 must be made of whole records: use a multiple of {}",
+            return Err(Error::Settings(settings_message!(
+                "{} {} is not a multiple of the {m} record interval ({}); windows must be \
+                 made of whole records: use a multiple of {}",
+                @WinShift,
                 fmt_dur(shift),
                 fmt_dur(coarsest),
                 fmt_dur(coarsest)
@@ -262,7 +264,11 @@ pub(crate) fn outcome_notes(
             m.metric(),
             hint.minimum,
             m.metric(),
-            hint.flag,
+            match hint.by {
+                KeepBy::Samples => Setting::MinSamples,
+                KeepBy::Time => Setting::MinTime,
+            }
+            .flag(),
             fmt_dur(setup.settings.win_size_ns)
         ));
     }

@@ -1,7 +1,6 @@
 //! The settings of an analysis: options as given ([`Overrides`]) resolved against a thresholds
 //! file into a validated [`Setup`], with the defaults of seed 000.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::analyzer::MIN_NODES;
@@ -11,6 +10,8 @@ use crate::distance::Distance;
 use crate::error::{Error, Result};
 use crate::family::distributions::Distributions;
 use crate::family::{self, Comparison, Features, Metric, MetricFamily, Windows};
+pub use crate::options::Overrides;
+use crate::options::{settings_message, Setting, Shown};
 use crate::score::{Peers, ScoreKind, DEFAULT_DOMAIN, PAIRWISE_EXACT_MAX};
 use crate::thresholds::{Settings, ThresholdsFile, Weighting};
 use crate::time::{fmt_dur, NS_PER_S};
@@ -43,48 +44,6 @@ pub const DEFAULT_OS_MIN_WIN_SIZE: u64 = 30 * NS_PER_S;
 /// compared: seed 001 §4.7.2's choice for the lab (5 points: least false positives; 9 lost
 /// true positives, none let noise through). docs/accuracy.md has our measurement.
 pub const DEFAULT_SMOOTHING: usize = 5;
-
-/// Analysis options as given; unset ones take the value a thresholds file was trained with,
-/// or the default.
-#[derive(Clone, Debug, Default)]
-pub struct Overrides {
-    /// WinSize, ns.
-    pub win_size_ns: Option<u64>,
-    /// WinShift, ns.
-    pub win_shift_ns: Option<u64>,
-    /// k.
-    pub k: Option<usize>,
-    /// Distance.
-    pub distance: Option<Distance>,
-    /// Score.
-    pub score: Option<ScoreKind>,
-    /// Pairwise analysis domain size (0: all nodes).
-    pub domain: Option<usize>,
-    /// Samples dimensionality rule, at the reference rate.
-    pub min_samples: Option<f64>,
-    /// Time dimensionality rule, ns.
-    pub min_time_ns: Option<u64>,
-    /// Key functions by program.
-    pub by_program: bool,
-    /// Variance weighting.
-    pub weighting: Option<Weighting>,
-    /// The OS metrics' WinSize, ns.
-    pub os_win_size_ns: Option<u64>,
-    /// The OS metrics' WinShift, ns.
-    pub os_win_shift_ns: Option<u64>,
-    /// Moving-average width before distributions are compared.
-    pub smoothing: Option<usize>,
-    /// What the tracer's metrics compare: functions or caller → callee edges.
-    pub features: Option<Features>,
-    /// Metrics to analyse, by name (empty: all with data; `os`: every OS metric).
-    pub metrics: Vec<String>,
-    /// Only these nodes (empty: all).
-    pub nodes: Vec<String>,
-    /// Leave these nodes out (a node with another role than its peers).
-    pub exclude_nodes: Vec<String>,
-    /// Read binaries under this directory instead of `/`.
-    pub symfs: Option<PathBuf>,
-}
 
 impl Overrides {
     /// How the data are loaded: these nodes, the binaries under `symfs`.
@@ -137,26 +96,34 @@ pub struct Setup {
     pub windows_fixed: bool,
 }
 
-/// An option given and the value trained: the given one unless they differ.
-fn pick<T: PartialEq + Clone>(
-    given: Option<T>,
-    trained: Option<T>,
-    default: T,
-    what: &str,
-    show: impl Fn(&T) -> String,
-    file: Option<&str>,
-) -> Result<T> {
-    match (given, trained) {
-        (Some(g), Some(t)) if g != t => Err(Error::Settings(format!(
-            "{}: thresholds were trained with {what} {}, not {}; diagnose with the same \
-             settings or train again",
-            file.unwrap_or("thresholds"),
-            show(&t),
-            show(&g)
-        ))),
-        (Some(g), _) => Ok(g),
-        (None, Some(t)) => Ok(t),
-        (None, None) => Ok(default),
+/// Picks each option: the one given, else the value trained (a given one that differs is
+/// refused), else the default.
+struct Picker<'a> {
+    /// The thresholds file's name.
+    file: Option<&'a str>,
+}
+
+impl Picker<'_> {
+    fn pick<T: PartialEq + Clone + Shown>(
+        &self,
+        setting: Setting,
+        given: Option<T>,
+        trained: Option<T>,
+        default: T,
+    ) -> Result<T> {
+        match (given, trained) {
+            (Some(g), Some(t)) if g != t => Err(Error::Settings(settings_message!(
+                "{}: thresholds were trained with {} {}, not {}; diagnose with the same \
+                 settings or train again",
+                self.file.unwrap_or("thresholds"),
+                @(setting),
+                setting.show(&t),
+                setting.show(&g)
+            ))),
+            (Some(g), _) => Ok(g),
+            (None, Some(t)) => Ok(t),
+            (None, None) => Ok(default),
+        }
     }
 }
 
@@ -183,102 +150,77 @@ impl Setup {
         trained: Option<&TrainedThresholds>,
         default_score: ScoreKind,
     ) -> Result<Setup> {
+        use Setting as S;
         let t = trained.map(|t| &t.file.settings);
-        let f = trained.map(|t| t.name.as_str());
-        let dur = |v: &u64| fmt_dur(*v);
-        let num = |v: &f64| v.to_string();
-        let settings = Settings {
-            win_size_ns: pick(
+        let p = Picker {
+            file: trained.map(|t| t.name.as_str()),
+        };
+        let min_time_ms = o.min_time_ns.map(|ns| ns as f64 / 1e6);
+        let mut settings = Settings {
+            win_size_ns: p.pick(
+                S::WinSize,
                 o.win_size_ns,
                 t.map(|t| t.win_size_ns),
                 DEFAULT_WIN_SIZE,
-                "--win-size",
-                dur,
-                f,
             )?,
-            win_shift_ns: pick(
+            win_shift_ns: p.pick(
+                S::WinShift,
                 o.win_shift_ns,
                 t.map(|t| t.win_shift_ns),
                 DEFAULT_WIN_SHIFT,
-                "--win-shift",
-                dur,
-                f,
             )?,
-            k: pick(o.k, t.map(|t| t.k), DEFAULT_K, "--k", |v| v.to_string(), f)?,
-            score: pick(
-                o.score,
-                t.map(|t| t.score),
-                default_score,
-                "--score",
-                |v| v.name().to_string(),
-                f,
-            )?,
-            distance: pick(
+            k: p.pick(S::K, o.k, t.map(|t| t.k), DEFAULT_K)?,
+            score: p.pick(S::Score, o.score, t.map(|t| t.score), default_score)?,
+            distance: p.pick(
+                S::Distance,
                 o.distance,
                 t.map(|t| t.distance),
                 Distance::Manhattan,
-                "--distance",
-                |v| v.name().to_string(),
-                f,
             )?,
-            by_program: pick(
+            by_program: p.pick(
+                S::ByProgram,
                 o.by_program.then_some(true),
                 t.map(|t| t.by_program),
                 false,
-                "--by-program",
-                |v| v.to_string(),
-                f,
             )?,
-            min_samples: pick(
+            min_samples: p.pick(
+                S::MinSamples,
                 o.min_samples,
                 t.map(|t| t.min_samples),
                 DEFAULT_MIN_SAMPLES,
-                "--min-samples",
-                num,
-                f,
             )?,
-            min_time_ms: pick(
-                o.min_time_ns.map(|ns| ns as f64 / 1e6),
+            min_time_ms: p.pick(
+                S::MinTime,
+                min_time_ms,
                 t.map(|t| t.min_time_ms),
                 DEFAULT_MIN_TIME_MS,
-                "--min-time",
-                |v| format!("{v} ms"),
-                f,
             )?,
-            weighting: pick(
+            weighting: p.pick(
+                S::Weighting,
                 o.weighting,
                 t.map(|t| t.weighting),
                 DEFAULT_WEIGHTING,
-                "--weighting",
-                |v| v.name().to_string(),
-                f,
             )?,
-            features: pick(
+            features: p.pick(
+                S::Features,
                 o.features,
                 t.map(|t| t.features),
                 Features::Functions,
-                "--features",
-                |v| v.name().to_string(),
-                f,
             )?,
             os_windows_ns: None,
-            smoothing: Some(pick(
+            smoothing: Some(p.pick(
+                S::Smoothing,
                 o.smoothing,
                 t.and_then(|t| t.smoothing),
                 DEFAULT_SMOOTHING,
-                "--smoothing",
-                |v| v.to_string(),
-                f,
             )?),
         };
-        let mut settings = settings;
-        let os_shift = pick(
+        let trained_os = t.and_then(|t| t.os_windows_ns);
+        let os_shift = p.pick(
+            S::OsWinShift,
             o.os_win_shift_ns,
-            t.and_then(|t| t.os_windows_ns.map(|w| w.1)),
+            trained_os.map(|w| w.1),
             settings.win_shift_ns,
-            "--os-win-shift",
-            dur,
-            f,
         )?;
         let os_default_size = if os_shift == 0 {
             0
@@ -289,53 +231,67 @@ impl Setup {
                 .div_ceil(os_shift)
                 * os_shift
         };
-        let os_size = pick(
+        let os_size = p.pick(
+            S::OsWinSize,
             o.os_win_size_ns,
-            t.and_then(|t| t.os_windows_ns.map(|w| w.0)),
+            trained_os.map(|w| w.0),
             os_default_size,
-            "--os-win-size",
-            dur,
-            f,
         )?;
         settings.os_windows_ns = Some((os_size, os_shift));
         let s = &settings;
-        let bad = |m: String| Err(Error::Settings(m));
+        let bad = |m| Err(Error::Settings(m));
         if s.win_shift_ns == 0 || s.win_size_ns == 0 {
-            return bad("--win-size and --win-shift must be longer than zero".into());
+            return bad(settings_message!(
+                "{} and {} must be longer than zero",
+                @WinSize,
+                @WinShift
+            ));
         }
         if s.win_size_ns % s.win_shift_ns != 0 {
-            return bad(format!(
-                "--win-size ({}) must be a multiple of --win-shift ({})",
+            return bad(settings_message!(
+                "{} ({}) must be a multiple of {} ({})",
+                @WinSize,
                 fmt_dur(s.win_size_ns),
+                @WinShift,
                 fmt_dur(s.win_shift_ns)
             ));
         }
         if !(1..=MAX_K).contains(&s.k) {
-            return bad(format!(
-                "--k {}: give 1 to {MAX_K} (faulty when anomalous in k of the last 2k − 1 windows)",
+            return bad(settings_message!(
+                "{} {}: give 1 to {MAX_K} (faulty when anomalous in k of the last 2k − 1 \
+                 windows)",
+                @K,
                 s.k
             ));
         }
         if os_shift == 0 || os_size == 0 || os_size % os_shift != 0 {
-            return bad(format!(
-                "--os-win-size ({}) must be a multiple of --os-win-shift ({}), both longer than \
-                 zero",
+            return bad(settings_message!(
+                "{} ({}) must be a multiple of {} ({}), both longer than zero",
+                @OsWinSize,
                 fmt_dur(os_size),
+                @OsWinShift,
                 fmt_dur(os_shift)
             ));
         }
         if s.smoothing == Some(0) {
-            return bad("--smoothing must be at least 1 (1: no smoothing)".into());
+            return bad(settings_message!(
+                "{} must be at least 1 (1: no smoothing)",
+                @Smoothing
+            ));
         }
         if !(s.min_samples >= 0.0 && s.min_samples.is_finite()) {
-            return bad("--min-samples must be a non-negative number".into());
+            return bad(settings_message!(
+                "{} must be a non-negative number",
+                @MinSamples
+            ));
         }
         let peers = match o.domain {
             None => Peers::Auto,
             Some(0) => Peers::All,
             Some(n) if n < MIN_NODES => {
-                return bad(format!(
-                    "--domain {n}: an analysis domain needs at least {MIN_NODES} nodes (0: all)"
+                return bad(settings_message!(
+                    "{} {n}: an analysis domain needs at least {MIN_NODES} nodes (0: all)",
+                    @Domain
                 ))
             }
             Some(n) => Peers::Domain(n),
@@ -365,9 +321,10 @@ impl Setup {
                 match Metric::from_name(m) {
                     Some(x) => v.push(x),
                     None => {
-                        return bad(format!(
-                            "--metrics: unknown metric `{m}` (use samples, count, time, events, \
-                             latency, os, or an OS metric such as disk.await)"
+                        return bad(settings_message!(
+                            "{}: unknown metric `{m}` (use samples, count, time, events, \
+                             latency, os, or an OS metric such as disk.await)",
+                            @Metrics
                         ))
                     }
                 }
@@ -376,11 +333,11 @@ impl Setup {
         };
         let mut notes = Vec::new();
         if trained.is_none() && o.weighting == Some(Weighting::Variance) {
-            notes.push(
-                "--weighting variance needs trained thresholds (the scales are learned by \
-                 `culprit train`); without them functions are compared unweighted"
-                    .to_string(),
-            );
+            notes.push(format!(
+                "{} variance needs trained thresholds (the scales are learned by `culprit \
+                 train`); without them functions are compared unweighted",
+                Setting::Weighting.flag()
+            ));
         }
         let windows_fixed = trained.is_some()
             || o.win_size_ns.is_some()
@@ -449,14 +406,16 @@ impl Setup {
         Some(format!(
             "the data spans {}: too short for the default windows ({} every {} give {had} \
              complete, a verdict reads {need}); windows of {} every {} chosen (OS metrics: {} \
-             every {}); --win-size and --win-shift choose others",
+             every {}); {} and {} choose others",
             fmt_dur(span_ns / NS_PER_S * NS_PER_S),
             fmt_dur(size),
             fmt_dur(shift),
             fmt_dur(new_size),
             fmt_dur(new_shift),
             fmt_dur(new_os),
-            fmt_dur(new_shift)
+            fmt_dur(new_shift),
+            Setting::WinSize.flag(),
+            Setting::WinShift.flag()
         ))
     }
 

@@ -3,14 +3,18 @@
 
 use std::collections::BTreeMap;
 
+use culprit_analysis::error::Error;
 use culprit_analysis::setup::{
     Overrides, Setup, TrainedThresholds, DEFAULT_K, DEFAULT_WIN_SHIFT, DEFAULT_WIN_SIZE,
 };
 use culprit_analysis::thresholds::{ThresholdsFile, THRESHOLDS_FORMAT, THRESHOLDS_VERSION};
 use culprit_analysis::time::NS_PER_S;
 
+/// The error as the CLI shows it: each setting it names spelled as its flag.
 fn err(o: &Overrides, t: Option<&TrainedThresholds>) -> String {
-    Setup::resolve(o, t).unwrap_err().to_string()
+    Setup::resolve(o, t)
+        .unwrap_err()
+        .render(|s| format!("--{s}"))
 }
 
 fn trained(win_size_s: u64, k: usize) -> TrainedThresholds {
@@ -106,5 +110,26 @@ fn out_of_range_options_are_one_line_errors() {
     assert_eq!(
         with(|o| o.min_samples = Some(f64::NAN)),
         "--min-samples must be a non-negative number"
+    );
+}
+
+#[test]
+fn the_library_names_settings_and_leaves_flags_to_its_caller() {
+    let o = Overrides {
+        win_size_ns: Some(45 * NS_PER_S),
+        ..Overrides::default()
+    };
+    let e = Setup::resolve(&o, None).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "win-size (45 s) must be a multiple of win-shift (30 s)"
+    );
+    let Error::Settings(m) = &e else {
+        panic!("{e:?}")
+    };
+    assert_eq!(m.settings().collect::<Vec<_>>(), ["win-size", "win-shift"]);
+    assert_eq!(
+        e.render(|s| format!("<{}>", s.to_uppercase())),
+        "<WIN-SIZE> (45 s) must be a multiple of <WIN-SHIFT> (30 s)"
     );
 }

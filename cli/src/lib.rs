@@ -145,10 +145,22 @@ where
                 return 0;
             }
             let _ = std::io::stdout().flush();
-            eprintln!("culprit: error: {err:#}");
+            eprintln!("culprit: error: {}", message(&err));
             EXIT_ERROR
         }
     }
+}
+
+/// `err` and its causes, `: `-separated (as `{err:#}`), the settings the analysis' errors
+/// name spelled as this command's flags.
+fn message(err: &anyhow::Error) -> String {
+    let spelled = |e: &(dyn std::error::Error + 'static)| match e
+        .downcast_ref::<culprit_analysis::error::Error>()
+    {
+        Some(a) => a.render(diagnose::flag),
+        None => e.to_string(),
+    };
+    err.chain().map(spelled).collect::<Vec<_>>().join(": ")
 }
 
 /// A closed pipe on stdout (`culprit report | head`) is not an error. `serde_json` wraps the

@@ -7,6 +7,7 @@ use crate::combine::{combine, evidence, MetricVerdict, Verdict};
 use crate::family::Metric;
 use crate::missing::Finding;
 use crate::model::PeerIdx;
+use crate::options::Setting;
 use crate::persistence::Persistence;
 use crate::policy::Policy;
 use crate::resource;
@@ -195,11 +196,14 @@ impl Diagnosis {
             let trained_here = metrics
                 .iter()
                 .any(|r| r.metric() == m && matches!(r.config.policy, Policy::Trained { .. }));
+            let exclude = Setting::ExcludeNode.flag();
             let how = if trained_here {
-                "leave a node with another role out with --exclude-node, or train with it"
+                format!("leave a node with another role out with {exclude}, or train with it")
             } else {
-                "without training, culprit cannot tell these apart: leave a node with another \
-                 role out with --exclude-node, or train on fault-free runs"
+                format!(
+                    "without training, culprit cannot tell these apart: leave a node with \
+                     another role out with {exclude}, or train on fault-free runs"
+                )
             };
             notes.push(format!(
                 "{} has differed from its peers on {m} since its data began: a fault older than \

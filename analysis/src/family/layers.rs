@@ -72,7 +72,7 @@ impl MetricFamily for Layers {
                 "{} of request time",
                 fmt_dur((keep.min_time_ms * 1e6) as u64)
             ),
-            flag: "--min-time",
+            by: super::KeepBy::Time,
         })
     }
     fn how_to_record(&self) -> &'static str {

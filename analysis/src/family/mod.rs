@@ -261,14 +261,23 @@ pub struct KeepSettings {
     pub min_time_ms: f64,
 }
 
+/// Which of the [`KeepSettings`] a keep rule reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeepBy {
+    /// [`KeepSettings::min_samples`].
+    Samples,
+    /// [`KeepSettings::min_time_ms`].
+    Time,
+}
+
 /// The minimum a family's keep rule asks for and the option that sets it, for the note that
 /// says nothing reached it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeepHint {
     /// `100 samples`, `1 s of self time`.
     pub minimum: String,
-    /// `--min-samples`, `--min-time`.
-    pub flag: &'static str,
+    /// The setting that lowers it.
+    pub by: KeepBy,
 }
 
 /// A metric family. See the module documentation.

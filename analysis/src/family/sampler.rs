@@ -50,7 +50,7 @@ impl MetricFamily for Samples {
     fn keep_hint(&self, keep: &KeepSettings) -> Option<KeepHint> {
         Some(KeepHint {
             minimum: format!("{} samples", keep.min_samples),
-            flag: "--min-samples",
+            by: super::KeepBy::Samples,
         })
     }
     fn sampled(&self) -> bool {

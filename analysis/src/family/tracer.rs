@@ -39,7 +39,7 @@ pub struct Time;
 fn time_hint(keep: &KeepSettings) -> Option<KeepHint> {
     Some(KeepHint {
         minimum: format!("{} of self time", fmt_dur((keep.min_time_ms * 1e6) as u64)),
-        flag: "--min-time",
+        by: super::KeepBy::Time,
     })
 }
 

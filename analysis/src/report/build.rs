@@ -43,9 +43,11 @@ pub fn build(ds: &Dataset, args: &ReportOptions) -> Result<Report> {
     let from = args.from.map_or(0, |t| t.resolve(lo, hi));
     let to = args.to.map_or(u64::MAX, |t| t.resolve(lo, hi));
     if from >= to {
-        return Err(Error::Settings(format!(
-            "empty time range: --from {} is not before --to {}",
+        return Err(Error::Settings(crate::options::settings_message!(
+            "empty time range: {} {} is not before {} {}",
+            @From,
             time::iso(from),
+            @To,
             time::iso(to)
         )));
     }

@@ -9,16 +9,13 @@ use std::time::Duration;
 use culprit_analysis::baseline::{self, Baseline, BaselineSpan, Ranges, Rolling};
 use culprit_analysis::data::{Dataset, DirSource, Source};
 use culprit_analysis::diagnosis::ClosedWindow;
-use culprit_analysis::distance::Distance;
-use culprit_analysis::family::Features;
 use culprit_analysis::live::LiveStatus;
 use culprit_analysis::plan::Progress;
 use culprit_analysis::policy::Pool;
 use culprit_analysis::requests::RequestsOptions;
-use culprit_analysis::score::ScoreKind;
 use culprit_analysis::session::{self, DiagnoseRequest, Follow};
 use culprit_analysis::setup::{Overrides, Setup, TrainedThresholds};
-use culprit_analysis::thresholds::{ThresholdRule, UnseenScale, Weighting};
+use culprit_analysis::thresholds::{ThresholdRule, UnseenScale};
 use culprit_analysis::time::{fmt_dur, fmt_sig, parse_duration_ns};
 use culprit_analysis::train::{self, TrainingRun};
 use culprit_openmetrics::{ListenError, MetricsServer};
@@ -30,78 +27,6 @@ pub mod requests;
 
 /// Exit status when a culprit is found.
 pub const EXIT_CULPRIT: i32 = 1;
-
-/// Analysis options shared by `train` and `diagnose`. Options left unset take the value the
-/// thresholds file was trained with, or the default.
-#[derive(Debug, Clone, clap::Args)]
-pub struct AnalysisArgs {
-    /// Window size, WinSize (e.g. 60s, 2m, 500ms) [default: 60s]
-    #[arg(long, value_name = "DUR", value_parser = parse_duration_ns)]
-    pub win_size: Option<u64>,
-    /// Window shift, WinShift; windows start at multiples of it since the epoch [default: 30s]
-    #[arg(long, value_name = "DUR", value_parser = parse_duration_ns)]
-    pub win_shift: Option<u64>,
-    /// Faulty when anomalous in k of the last 2k−1 windows [default: 3]
-    #[arg(long, value_name = "K")]
-    pub k: Option<usize>,
-    /// Distance between feature vectors [default: manhattan]
-    #[arg(long, value_enum)]
-    pub distance: Option<Distance>,
-    /// Node score [default: median-node with trained thresholds and in training, suspect
-    /// without]
-    #[arg(long, value_enum)]
-    pub score: Option<ScoreKind>,
-    /// Pairwise score: compare each node with a rotating analysis domain of N nodes (0: all
-    /// nodes) [default: all up to 1000 nodes, else 10]
-    #[arg(long, value_name = "N")]
-    pub domain: Option<usize>,
-    /// Keep a function if it has this many samples in a window on a node, counted at the
-    /// reference rate of one sample per 50 µs of CPU (seed 000's 100,000 cycles at 2 GHz) and
-    /// scaled to the recorded event and period [default: 100]
-    #[arg(long, value_name = "N")]
-    pub min_samples: Option<f64>,
-    /// Keep a function if it has this much exclusive time in a window on a node (count uses the
-    /// same rule; a function left out is still compared by its calls when one node makes 10×
-    /// more than its peers' noise floor: docs/thresholds.md, "Rare functions") [default: 1s]
-    #[arg(long, value_name = "DUR", value_parser = parse_duration_ns)]
-    pub min_time: Option<u64>,
-    /// Key functions by program too (compare per program instead of per node aggregate)
-    #[arg(long)]
-    pub by_program: bool,
-    /// Weight each function by its fault-free variability, learned in training
-    /// [default: variance when training]
-    #[arg(long, value_enum)]
-    pub weighting: Option<Weighting>,
-    /// The OS metrics' window size (per-second values: a histogram needs enough of them)
-    /// [default: WinSize or 30s, whichever is longer]
-    #[arg(long, value_name = "DUR", value_parser = parse_duration_ns)]
-    pub os_win_size: Option<u64>,
-    /// The OS metrics' window shift [default: WinShift]
-    #[arg(long, value_name = "DUR", value_parser = parse_duration_ns)]
-    pub os_win_shift: Option<u64>,
-    /// Moving average over this many per-second values before distributions are compared (OS
-    /// metrics, --distance cdf; 1: none) [default: 5]
-    #[arg(long, value_name = "N")]
-    pub smoothing: Option<usize>,
-    /// What the tracer's count and time compare: functions, or caller → callee edges (traces
-    /// recorded with CULPRIT_GRAPH=1; root cause then names the edge) [default: functions]
-    #[arg(long, value_enum)]
-    pub features: Option<Features>,
-    /// Metrics to analyse, comma-separated: samples, count, time, events, latency, layers, os
-    /// (every OS metric) or one OS metric such as disk.await [default: all with data]
-    #[arg(long, value_delimiter = ',', value_name = "LIST")]
-    pub metrics: Vec<String>,
-    /// Only these nodes, comma-separated
-    #[arg(long, value_delimiter = ',', value_name = "LIST")]
-    pub nodes: Vec<String>,
-    /// Leave these nodes out, comma-separated: a node with another role than its peers (a
-    /// metadata server among data servers) differs from them whatever its health
-    #[arg(long, value_delimiter = ',', value_name = "LIST")]
-    pub exclude_node: Vec<String>,
-    /// Read binaries under this directory instead of / (like perf report --symfs)
-    #[arg(long, value_name = "DIR")]
-    pub symfs: Option<PathBuf>,
-}
 
 /// Arguments of `culprit train`.
 #[derive(Debug, clap::Args)]
@@ -124,7 +49,7 @@ pub struct TrainArgs {
     /// Learn only this stretch of each run: `first 30m`, `first 1/3`,
     /// `2026-11-27T00:00..2026-11-28T00:00`, `+5m..+35m` (a baseline of the data itself;
     /// docs/thresholds.md)
-    #[arg(long, value_name = "SPAN", value_parser = BaselineSpan::from_str)]
+    #[arg(long, value_name = "SPAN", value_parser = baseline_span)]
     pub span: Option<BaselineSpan>,
     /// Where to write the thresholds
     #[arg(long, short, value_name = "FILE")]
@@ -139,7 +64,7 @@ pub struct TrainArgs {
     #[arg(long, value_enum, default_value_t = UnseenScale::default())]
     pub unseen_scale: UnseenScale,
     #[command(flatten)]
-    pub analysis: AnalysisArgs,
+    pub analysis: Overrides,
 }
 
 /// Arguments of `culprit diagnose`.
@@ -169,7 +94,7 @@ pub struct DiagnoseArgs {
     /// `last:7d` — rolling: each stretch judged by the last 7 days before it not under
     /// suspicion. A node that differed from its peers the same way throughout the baseline is
     /// another role, judged against its own normal (docs/thresholds.md)
-    #[arg(long, value_name = "SPAN", value_parser = BaselineSpan::from_str,
+    #[arg(long, value_name = "SPAN", value_parser = baseline_span,
           conflicts_with_all = ["thresholds", "requests"])]
     pub baseline: Option<BaselineSpan>,
     /// Print the report as JSON (schema: docs/diagnose-json.md)
@@ -222,38 +147,23 @@ pub struct DiagnoseArgs {
     #[command(flatten)]
     pub nats: culprit_ship::cli::FollowArgs,
     #[command(flatten)]
-    pub analysis: AnalysisArgs,
+    pub analysis: Overrides,
 }
 
-impl AnalysisArgs {
-    /// The options as the analysis takes them.
-    fn overrides(&self) -> Overrides {
-        Overrides {
-            win_size_ns: self.win_size,
-            win_shift_ns: self.win_shift,
-            k: self.k,
-            distance: self.distance,
-            score: self.score,
-            domain: self.domain,
-            min_samples: self.min_samples,
-            min_time_ns: self.min_time,
-            by_program: self.by_program,
-            weighting: self.weighting,
-            os_win_size_ns: self.os_win_size,
-            os_win_shift_ns: self.os_win_shift,
-            smoothing: self.smoothing,
-            features: self.features,
-            metrics: self.metrics.clone(),
-            nodes: self.nodes.clone(),
-            exclude_nodes: self.exclude_node.clone(),
-            symfs: self.symfs.clone(),
-        }
-    }
+/// The flag of an analysis setting (`win-size`: `--win-size`), for the analysis' messages,
+/// which name settings.
+pub(crate) fn flag(setting: &str) -> String {
+    format!("--{setting}")
+}
+
+/// A `--baseline` or `--span` value, its error in the CLI's words.
+fn baseline_span(s: &str) -> Result<BaselineSpan, String> {
+    BaselineSpan::from_str(s).map_err(|m| m.render(flag))
 }
 
 /// Runs `culprit train`.
 pub fn run_train(args: TrainArgs) -> anyhow::Result<i32> {
-    let setup = Setup::for_training(&args.analysis.overrides())?;
+    let setup = Setup::for_training(&args.analysis)?;
     let mut runs = Vec::new();
     for p in args.data.iter().chain(&args.from) {
         let run = TrainingRun::dir(p);
@@ -350,16 +260,16 @@ pub fn run_diagnose(args: DiagnoseArgs) -> anyhow::Result<i32> {
     let data = nats
         .as_ref()
         .map_or(args.data.clone(), |f| vec![f.root().into()]);
-    let overrides = args.analysis.overrides();
+    let overrides = &args.analysis;
     let (trained, baseline) = match (&args.thresholds, args.baseline) {
         (Some(p), _) => (Some(TrainedThresholds::load(p)?), None),
         (None, Some(span)) => {
-            let (t, b) = learn_baseline(&overrides, &data, span, args.follow, args.for_)?;
+            let (t, b) = learn_baseline(overrides, &data, span, args.follow, args.for_)?;
             (Some(t), Some(b))
         }
         (None, None) => (None, None),
     };
-    let setup = Setup::resolve(&overrides, trained.as_ref())?;
+    let setup = Setup::resolve(overrides, trained.as_ref())?;
     let mut req = DiagnoseRequest::dirs(&data, args.top);
     if let Some(b) = baseline {
         req.windows = Some(Ranges::from(b.learnt_to));
@@ -491,7 +401,7 @@ fn learn_baseline(
 /// `diagnose --requests`: seed 004's request analysis, rendered by `culprit_text`; true when a
 /// method is ranked (exit status 1).
 fn run_requests(args: &DiagnoseArgs) -> anyhow::Result<bool> {
-    let ds = Dataset::open(&args.data, args.analysis.overrides().load_options())?;
+    let ds = Dataset::open(&args.data, args.analysis.load_options())?;
     let default = RequestsOptions::default();
     let opts = RequestsOptions {
         cv_threshold: args.requests_cv.unwrap_or(default.cv_threshold),
