@@ -1,6 +1,7 @@
 //! `culprit prune`: the flags, and the lines saying what retention
 //! (`culprit_datadir::retention`) deleted. `culprit sample --keep / --max-size` runs the same
-//! pass every minute ([`background`]); the package's `culprit-prune.timer` runs the verb.
+//! pass every minute (`culprit_sampler::daemon`, with [`report`] saying what it deleted); the
+//! package's `culprit-prune.timer` runs the verb.
 
 use std::io::Write as _;
 use std::path::PathBuf;
