@@ -120,6 +120,8 @@ pub mod read;
 pub mod requests;
 pub mod rotation;
 pub mod stacks;
+#[cfg(feature = "test-support")]
+pub mod synthetic;
 pub mod writer;
 
 pub use cost::{
