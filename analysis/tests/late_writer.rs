@@ -19,12 +19,9 @@ use culprit_analysis::session::{self, DiagnoseRequest, Follow};
 use culprit_analysis::setup::{Overrides, Setup};
 use culprit_analysis::time::{now_ns, NS_PER_S};
 use culprit_analysis::Diagnosis;
-use culprit_format::names::trace_file_name;
+use culprit_format::synthetic::{self, MainObject};
 use culprit_format::writer::FileWriter;
-use culprit_format::{
-    end_reason, info_keys, object_flags, procfs, FileKind, IntervalEntry, IntervalHead, ObjectDesc,
-    RecordBuf,
-};
+use culprit_format::{end_reason, info_keys, procfs, IntervalEntry, IntervalHead, RecordBuf};
 
 const BIAS: u64 = 0x10_0000;
 /// Seconds of data.
@@ -50,36 +47,21 @@ fn temp_dir(tag: &str) -> TempDir {
 
 /// A node's trace file, its process `pid` started at `start_ns`.
 fn writer(root: &Path, node: &str, pid: u32, start_ns: u64, t0_ns: u64) -> FileWriter {
-    let dir = root.join(node);
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut w = FileWriter::create_unique(
-        &dir,
-        |seq| trace_file_name(pid, t0_ns, seq),
-        FileKind::Trace,
-        t0_ns,
-        pid,
-    )
-    .unwrap();
-    let mut buf = RecordBuf::new();
     let (pid_s, start_s, boot) = (pid.to_string(), start_ns.to_string(), procfs::boot_id());
-    buf.info([
+    let info = [
         (info_keys::PROGRAM, "server"),
         (info_keys::INTERVAL_NS, "1000000000"),
         (info_keys::PID, pid_s.as_str()),
         (info_keys::PROC_START_NS, start_s.as_str()),
         (info_keys::BOOT_ID, boot.as_str()),
-    ]);
-    buf.object(&ObjectDesc {
-        id: 1,
-        flags: object_flags::MAIN,
+    ];
+    let main = MainObject {
         bias: BIAS,
-        start: BIAS,
-        end: BIAS + 0x10_000,
+        size: 0x10_000,
         build_id: &[],
         path: "/nonexistent-culprit-test/server",
-    });
-    w.append(&buf).unwrap();
-    w
+    };
+    synthetic::trace_file(&root.join(node), pid, t0_ns, &info, Some(main)).unwrap()
 }
 
 /// One second of work: two functions, the same on every node.

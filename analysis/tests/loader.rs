@@ -6,12 +6,12 @@
 use std::path::{Path, PathBuf};
 
 use culprit_analysis::data::{Dataset, FileStatus, LoadOptions};
-use culprit_format::names::{samples_file_name, trace_file_name};
 use culprit_format::procfs::{self, Proc};
+use culprit_format::synthetic;
 use culprit_format::writer::FileWriter;
 use culprit_format::{
-    end_reason, interval_flags, FileKind, IntervalEntry, IntervalHead, RecordBuf, SampleEntry,
-    SamplesHead, HEADER_COMMITTED_END_OFFSET, HEADER_PENDING_END_OFFSET,
+    end_reason, interval_flags, IntervalEntry, IntervalHead, RecordBuf, SampleEntry, SamplesHead,
+    HEADER_COMMITTED_END_OFFSET, HEADER_PENDING_END_OFFSET,
 };
 
 const NS: u64 = 1_000_000_000;
@@ -26,20 +26,14 @@ fn tmp(tag: &str) -> PathBuf {
 
 /// A sampler file for `node` under `root` with `n` one-second intervals of one function.
 fn samples(root: &Path, node: &str, n: u64) -> FileWriter {
-    let dir = root.join(node);
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut w = FileWriter::create_unique(
-        &dir,
-        |seq| samples_file_name(T0, seq),
-        FileKind::Samples,
+    let mut w = synthetic::samples_file(
+        &root.join(node),
         T0,
         7,
+        &[("event", "cpu-clock")],
+        &[(1, "cpu-clock"), (2, "prog"), (3, "img"), (4, "f")],
     )
     .unwrap();
-    let mut buf = RecordBuf::new();
-    buf.info([("event", "cpu-clock")]);
-    buf.strings([(1, "cpu-clock"), (2, "prog"), (3, "img"), (4, "f")]);
-    w.append(&buf).unwrap();
     append_intervals(&mut w, 0..n);
     w
 }
@@ -129,24 +123,15 @@ fn damage_keeps_what_came_before_it() {
 /// A trace file of process `pid` whose Info says `start_ns` and `boot`, with one committed
 /// interval and a checkpoint of the next.
 fn trace_with_checkpoint(root: &Path, pid: u32, start_ns: u64, boot: &str) -> PathBuf {
-    let dir = root.join("n1");
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut w = FileWriter::create_unique(
-        &dir,
-        |seq| trace_file_name(pid, T0, seq),
-        FileKind::Trace,
-        T0,
-        pid,
-    )
-    .unwrap();
-    let mut buf = RecordBuf::new();
-    let start = start_ns.to_string();
-    buf.info([
-        ("pid", pid.to_string().as_str()),
+    let (pid_s, start) = (pid.to_string(), start_ns.to_string());
+    let info = [
+        ("pid", pid_s.as_str()),
         ("program", "p"),
         ("proc_start_ns", start.as_str()),
         ("boot_id", boot),
-    ]);
+    ];
+    let mut w = synthetic::trace_file(&root.join("n1"), pid, T0, &info, None).unwrap();
+    let mut buf = RecordBuf::new();
     let iv = |b: &mut RecordBuf, start_ns, flags, calls| {
         b.interval(
             &IntervalHead {

@@ -5,9 +5,8 @@
 use std::path::{Path, PathBuf};
 
 use culprit_analysis::data::{Dataset, FileStatus, LoadOptions};
-use culprit_format::names::samples_file_name;
-use culprit_format::writer::FileWriter;
-use culprit_format::{end_reason, EventEntry, FileKind, RecordBuf, SampleEntry, SamplesHead};
+use culprit_format::synthetic;
+use culprit_format::{end_reason, EventEntry, RecordBuf, SampleEntry, SamplesHead};
 
 const NS: u64 = 1_000_000_000;
 const T0: u64 = 1_704_067_200 * NS;
@@ -22,30 +21,25 @@ fn temp_dir(tag: &str) -> PathBuf {
 /// One node, one sampler file of `n` 10 s intervals; interval `i` has `1 + i % 7` entries
 /// (interval 50 has 400: a record of about 10 KiB) and one kernel event count.
 fn write(root: &Path, n: u64) {
-    let dir = root.join("n1");
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut w = FileWriter::create_unique(
-        &dir,
-        |seq| samples_file_name(T0, seq),
-        FileKind::Samples,
+    let names: Vec<String> = (0..400).map(|i| format!("f{i}")).collect();
+    let strings: Vec<(u32, &str)> = [(1, "cpu-clock"), (2, "srv"), (3, "tcp:tcp_retransmit_skb")]
+        .into_iter()
+        .chain(
+            names
+                .iter()
+                .enumerate()
+                .map(|(i, s)| (10 + i as u32, s.as_str())),
+        )
+        .collect();
+    let mut w = synthetic::samples_file(
+        &root.join("n1"),
         T0,
         42,
+        &[("event", "cpu-clock"), ("period", "1000000")],
+        &strings,
     )
     .unwrap();
     let mut buf = RecordBuf::new();
-    buf.info([("event", "cpu-clock"), ("period", "1000000")]);
-    let names: Vec<String> = (0..400).map(|i| format!("f{i}")).collect();
-    buf.strings(
-        [(1, "cpu-clock"), (2, "srv"), (3, "tcp:tcp_retransmit_skb")]
-            .into_iter()
-            .chain(
-                names
-                    .iter()
-                    .enumerate()
-                    .map(|(i, s)| (10 + i as u32, s.as_str())),
-            ),
-    );
-    w.append(&buf).unwrap();
     for i in 0..n {
         buf.clear();
         let k = if i == 50 { 400 } else { 1 + i % 7 };

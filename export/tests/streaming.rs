@@ -375,29 +375,20 @@ fn refusals_leave_nothing_behind() {
 /// files are still being read, it must still be exported once.
 #[test]
 fn a_dead_writers_checkpoint_counts_once() {
-    use culprit_format::writer::FileWriter;
     use culprit_format::*;
     let dir = Dir::new("checkpoint");
     let data = data(&dir.0);
     let node = data.join("n00");
     let t0 = T0_S * 1_000_000_000;
     let pid = 777;
-    let mut w = FileWriter::create_unique(
-        &node,
-        |seq| names::trace_file_name(pid, t0, seq),
-        FileKind::Trace,
-        t0,
-        pid,
-    )
-    .unwrap();
-    let mut buf = RecordBuf::new();
-    buf.info([
+    let info = [
         (info_keys::PROGRAM, "killed"),
         (info_keys::PID, "777"),
         (info_keys::BOOT_ID, "a-boot-long-gone"),
         (info_keys::INTERVAL_NS, "1000000000"),
-    ]);
-    w.append(&buf).unwrap();
+    ];
+    let mut w = synthetic::trace_file(&node, pid, t0, &info, None).unwrap();
+    let mut buf = RecordBuf::new();
     let entry = |calls| IntervalEntry {
         addr: synth::func_addr(0),
         calls,

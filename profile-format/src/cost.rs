@@ -45,9 +45,10 @@
 //! the runtime looked at to find its callers. A caller address of 0 stands for calls made with
 //! no traced frame below (a thread's first function, or called from untraced code only).
 
-use crate::decode::IntervalKey;
-use crate::encode::{IntervalRef, RecordBuf};
-use crate::RecordKind;
+use crate::bytes::{le32, le64};
+use crate::encode::RecordBuf;
+use crate::interval::{IntervalKey, IntervalRef};
+use crate::layout::RecordKind;
 
 /// Size of a [`RecordKind::Cost`] payload.
 pub const COST_SIZE: usize = 48;
@@ -70,9 +71,7 @@ impl RecordBuf {
     /// `c` is ignored: `r` names the interval).
     pub fn cost(&mut self, r: &IntervalRef, c: &CostRec) {
         let start = self.begin(RecordKind::Cost, 0);
-        self.u64(r.start_ns);
-        self.u64(r.dur_ns);
-        self.u32(r.flags);
+        self.interval_ref(r);
         self.u32(0);
         self.u64(c.cpu_ns);
         self.u64(c.cost_ns);
@@ -86,17 +85,11 @@ pub(crate) fn decode_cost(p: &[u8]) -> Result<CostRec, &'static str> {
     if p.len() < COST_SIZE {
         return Err("cost record too short");
     }
-    let le32 = |o: usize| u32::from_le_bytes(p[o..o + 4].try_into().expect("4 bytes"));
-    let le64 = |o: usize| u64::from_le_bytes(p[o..o + 8].try_into().expect("8 bytes"));
     Ok(CostRec {
-        interval: IntervalKey {
-            start_ns: le64(0),
-            dur_ns: le64(8),
-            flags: le32(16),
-        },
-        cpu_ns: le64(24),
-        cost_ns: le64(32),
-        calls: le64(40),
+        interval: IntervalKey::read(p),
+        cpu_ns: le64(p, 24),
+        cost_ns: le64(p, 32),
+        calls: le64(p, 40),
     })
 }
 
@@ -202,9 +195,7 @@ pub(crate) fn decode_demotions(p: &[u8]) -> Result<DemotionsRec, &'static str> {
     if p.len() < DEMOTIONS_FIXED_SIZE {
         return Err("demotions record too short");
     }
-    let le32 = |o: usize| u32::from_le_bytes(p[o..o + 4].try_into().expect("4 bytes"));
-    let le64 = |o: usize| u64::from_le_bytes(p[o..o + 8].try_into().expect("8 bytes"));
-    let n = le32(20) as usize;
+    let n = le32(p, 20) as usize;
     let mut callers_at = n
         .checked_mul(DEMOTION_ENTRY_SIZE)
         .and_then(|b| b.checked_add(DEMOTIONS_FIXED_SIZE))
@@ -213,7 +204,7 @@ pub(crate) fn decode_demotions(p: &[u8]) -> Result<DemotionsRec, &'static str> {
     let mut entries = Vec::with_capacity(n);
     for i in 0..n {
         let o = DEMOTIONS_FIXED_SIZE + i * DEMOTION_ENTRY_SIZE;
-        let nc = le32(o + 36) as usize;
+        let nc = le32(p, o + 36) as usize;
         let end = nc
             .checked_mul(8)
             .and_then(|b| b.checked_add(callers_at))
@@ -221,24 +212,24 @@ pub(crate) fn decode_demotions(p: &[u8]) -> Result<DemotionsRec, &'static str> {
             .ok_or("demotion callers exceed record length")?;
         let callers = (callers_at..end)
             .step_by(8)
-            .map(|c| Some(le64(c)).filter(|&a| a != 0))
+            .map(|c| Some(le64(p, c)).filter(|&a| a != 0))
             .collect();
         callers_at = end;
         entries.push(Demotion {
-            func: le64(o),
-            calls: le64(o + 8),
-            self_ns: le64(o + 16),
-            observed: le64(o + 24),
-            reason: le32(o + 32),
+            func: le64(p, o),
+            calls: le64(p, o + 8),
+            self_ns: le64(p, o + 16),
+            observed: le64(p, o + 24),
+            reason: le32(p, o + 32),
             callers,
         });
     }
     Ok(DemotionsRec {
         head: DemotionsHead {
-            at_ns: le64(0),
-            budget_ppm: le32(8),
-            cost_ppm: le32(12),
-            call_cost_ps: le32(16),
+            at_ns: le64(p, 0),
+            budget_ppm: le32(p, 8),
+            cost_ppm: le32(p, 12),
+            call_cost_ps: le32(p, 16),
         },
         entries,
     })

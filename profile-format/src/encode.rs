@@ -2,10 +2,11 @@
 //! past `committed_end`, then advance `committed_end`.
 
 use crate::crc::record_crc;
-use crate::decode::{
-    EdgeEntry, EventEntry, Histogram, IntervalEntry, LostRec, OsMetricEntry, SampleEntry,
-    UnwoundEntry, WakeupsRec,
+use crate::decode::sampled::{
+    EventEntry, LostRec, OsMetricEntry, OsMetricsHead, SampleEntry, SamplesHead,
 };
+use crate::decode::traced::{EdgeEntry, Histogram, IntervalEntry, UnwoundEntry, WakeupsRec};
+use crate::interval::{IntervalHead, IntervalRef};
 use crate::layers::{LayerDesc, LayerEvent, LayersHead, MAX_LAYER_NAME};
 use crate::layout::*;
 
@@ -26,76 +27,6 @@ pub struct ObjectDesc<'a> {
     pub build_id: &'a [u8],
     /// Path of the object as the dynamic loader knows it (absolute when known).
     pub path: &'a str,
-}
-
-/// Fixed fields of an [`RecordKind::Interval`] record.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct IntervalHead {
-    /// Interval start, wall-clock ns since the epoch, a multiple of `dur_ns`.
-    pub start_ns: u64,
-    /// Interval length in ns.
-    pub dur_ns: u64,
-    /// [`interval_flags`] bits.
-    pub flags: u32,
-    /// Threads that had a profile table during the interval.
-    pub threads: u32,
-    /// Stack frames dropped to recover from exits that did not match the top of the stack
-    /// (longjmp, exceptions, cancellation) during the interval.
-    pub lost_frames: u32,
-    /// Calls not accounted because a thread's shadow stack or function table was full.
-    pub overflows: u32,
-    /// Calls not traced for any other reason: made by a signal handler that interrupted a hook,
-    /// by a thread the runtime could not give a table (or that was exiting), or that returned
-    /// while the writer could not place them in an interval (it woke too late). Format
-    /// version 2; 0 in older files.
-    pub dropped: u32,
-}
-
-/// Fixed fields of a [`RecordKind::Samples`] record.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SamplesHead {
-    /// Interval start, wall-clock ns since the epoch, a multiple of `dur_ns`.
-    pub start_ns: u64,
-    /// Interval length in ns.
-    pub dur_ns: u64,
-    /// [`interval_flags`] and [`samples_flags`] bits.
-    pub flags: u32,
-    /// String id of the event name.
-    pub event_sid: u32,
-    /// Events per sample, or frequency in Hz with [`samples_flags::FREQ`].
-    pub period: u64,
-    /// Samples taken in the interval (including those not attributed to any entry).
-    pub total: u64,
-    /// Samples the kernel reported lost in the interval.
-    pub lost: u64,
-}
-
-/// Fixed fields of the records that go with an Interval record ([`RecordKind::Unwound`],
-/// [`RecordKind::Edges`], [`RecordKind::Histograms`]): the interval they belong to.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct IntervalRef {
-    /// Interval start, wall-clock ns since the epoch (the Interval record's `start_ns`).
-    pub start_ns: u64,
-    /// Interval length in ns.
-    pub dur_ns: u64,
-    /// [`interval_flags`] bits (the Interval record's).
-    pub flags: u32,
-}
-
-/// Fixed fields of a [`RecordKind::OsMetrics`] record.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct OsMetricsHead {
-    /// Interval start, wall-clock ns since the epoch, a multiple of `dur_ns`.
-    pub start_ns: u64,
-    /// Interval length in ns.
-    pub dur_ns: u64,
-    /// Time between the two reads the rates come from, ns (monotonic clock; near `dur_ns`).
-    /// Longer than `dur_ns` when the later read came late: its rates are averages over the
-    /// span, written for each interval the span covers (the sampler since format version 7;
-    /// before, such intervals were written MISSED).
-    pub span_ns: u64,
-    /// [`interval_flags`] bits.
-    pub flags: u32,
 }
 
 /// A growable buffer of encoded records.
@@ -322,7 +253,8 @@ impl RecordBuf {
 }
 
 impl RecordBuf {
-    fn interval_ref(&mut self, r: &IntervalRef) {
+    /// Writes the interval a per-interval record belongs to (its first 20 bytes).
+    pub(crate) fn interval_ref(&mut self, r: &IntervalRef) {
         self.u64(r.start_ns);
         self.u64(r.dur_ns);
         self.u32(r.flags);

@@ -103,12 +103,14 @@
 
 #![deny(unsafe_code)]
 
+mod bytes;
 pub mod cost;
 mod crc;
 pub mod decode;
 pub mod duration;
 pub mod encode;
 pub mod glob;
+pub mod interval;
 pub mod layers;
 pub mod layout;
 pub mod names;
@@ -118,6 +120,8 @@ pub mod read;
 pub mod requests;
 pub mod rotation;
 pub mod stacks;
+#[cfg(feature = "test-support")]
+pub mod synthetic;
 pub mod vocab;
 pub mod writer;
 
@@ -129,11 +133,12 @@ pub use crc::{crc32, record_crc, Crc32};
 pub use decode::{
     parse_header, pending_interval, pending_records, records_at, records_in, EdgeEntry, EdgesRec,
     EndRec, EventEntry, EventsRec, FormatError, Histogram, HistogramsRec, Info, IntervalEntry,
-    IntervalKey, IntervalRec, LostRec, ObjectRec, OsMetricEntry, OsMetricsRec, ParsedFile, Pending,
-    Record, Records, SampleEntry, SamplesRec, StackEntry, StacksRec, StringsRec, UnwoundEntry,
-    UnwoundRec, WakeupsRec,
+    IntervalRec, LostRec, ObjectRec, OsMetricEntry, OsMetricsHead, OsMetricsRec, ParsedFile,
+    Pending, Record, Records, SampleEntry, SamplesHead, SamplesRec, StackEntry, StacksRec,
+    StringsRec, UnwoundEntry, UnwoundRec, WakeupsRec,
 };
-pub use encode::{IntervalHead, IntervalRef, ObjectDesc, OsMetricsHead, RecordBuf, SamplesHead};
+pub use encode::{ObjectDesc, RecordBuf};
+pub use interval::{IntervalHead, IntervalKey, IntervalRef};
 pub use layers::{
     layer_kind, layer_level, layer_op, LayerDesc, LayerEvent, LayersHead, LayersRec,
     LAYERS_FIXED_SIZE, LAYER_EVENT_SIZE, MAX_LAYER_NAME, NO_OFFSET,

@@ -411,7 +411,8 @@ fn corrupt(offset: u64, reason: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::encode::{IntervalHead, RecordBuf};
+    use crate::encode::RecordBuf;
+    use crate::interval::IntervalHead;
     use crate::writer::header_page;
 
     /// A header page and two records; committed up to the end.

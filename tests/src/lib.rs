@@ -351,11 +351,22 @@ pub fn write_peer_samples(root: &Path, fault: bool, stop: bool) {
     write_peer_samples_with(root, fault, stop, 0.05)
 }
 
+/// Peer `n`'s samples file under `root` (`root/io<n>/`, sampler pid 100 + n), started at
+/// `start_ns` with cpu-clock sampling at 1 ms and `strings` (id 1 must be `cpu-clock`).
+pub fn peer_samples_file(
+    root: &Path,
+    n: u64,
+    start_ns: u64,
+    strings: &[(u32, &str)],
+) -> culprit_format::writer::FileWriter {
+    let info = [("event", "cpu-clock"), ("period", "1000000")];
+    let dir = root.join(format!("io{n}"));
+    culprit_format::synthetic::samples_file(&dir, start_ns, 100 + n as u32, &info, strings).unwrap()
+}
+
 /// [`write_peer_samples`] with a wobble of ±`wobble` (a fraction) instead of ±5 %.
 pub fn write_peer_samples_with(root: &Path, fault: bool, stop: bool, wobble: f64) {
-    use culprit_format::names::samples_file_name;
-    use culprit_format::writer::FileWriter;
-    use culprit_format::{end_reason, FileKind, RecordBuf, SampleEntry, SamplesHead};
+    use culprit_format::{end_reason, RecordBuf, SampleEntry, SamplesHead};
     const NS: u64 = 1_000_000_000;
     const T0: u64 = 1_704_067_200;
     let funcs = [
@@ -365,18 +376,6 @@ pub fn write_peer_samples_with(root: &Path, fault: bool, stop: bool, wobble: f64
         ("server", "libc.so.6", "memcpy", 60),
     ];
     for n in 0..4u64 {
-        let dir = root.join(format!("io{n}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut w = FileWriter::create_unique(
-            &dir,
-            |seq| samples_file_name(T0 * NS, seq),
-            FileKind::Samples,
-            T0 * NS,
-            100 + n as u32,
-        )
-        .unwrap();
-        let mut buf = RecordBuf::new();
-        buf.info([("event", "cpu-clock"), ("period", "1000000")]);
         let strings = [
             (1, "cpu-clock"),
             (2, "server"),
@@ -387,9 +386,9 @@ pub fn write_peer_samples_with(root: &Path, fault: bool, stop: bool, wobble: f64
             (7, "blk_mq_submit_bio"),
             (8, "memcpy"),
         ];
-        buf.strings(strings);
         let sid = |s: &str| strings.iter().find(|x| x.1 == s).unwrap().0;
-        w.append(&buf).unwrap();
+        let mut w = peer_samples_file(root, n, T0 * NS, &strings);
+        let mut buf = RecordBuf::new();
         let stopped = stop && n == 3;
         let intervals = if stopped { 30 } else { 36 };
         for i in 0..intervals {

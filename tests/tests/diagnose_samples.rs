@@ -1,9 +1,9 @@
 //! `culprit diagnose` / `culprit train` end to end on sample files.
 //!
 //! The sample files here are SYNTHETIC sampler output: written with the format crate's
-//! `FileWriter` exactly as `culprit sample` writes them (Info, Strings, Samples, End records),
-//! with counts drawn from a seeded generator, because the sampler has not landed yet and because
-//! a test needs a known culprit. Everything from the files on — loading, windows, scores,
+//! synthetic-file writer (`culprit_format::synthetic`) as `culprit sample` writes them (Info,
+//! Strings, Samples, End records), with counts drawn from a seeded generator, because a test
+//! needs a known culprit. Everything from the files on — loading, windows, scores,
 //! thresholds, verdicts, the JSON report, exit codes — is the real `culprit` binary.
 
 use std::path::Path;
@@ -15,11 +15,8 @@ use culprit_analysis::family::Metric;
 use culprit_analysis::missing::{Ending, Finding};
 use culprit_analysis::score::ScoreKind;
 use culprit_analysis::thresholds::{ThresholdsFile, Weighting};
-use culprit_format::names::samples_file_name;
-use culprit_format::writer::FileWriter;
-use culprit_format::{
-    end_reason, samples_flags, EventEntry, FileKind, RecordBuf, SampleEntry, SamplesHead,
-};
+use culprit_format::synthetic;
+use culprit_format::{end_reason, samples_flags, EventEntry, RecordBuf, SampleEntry, SamplesHead};
 use culprit_tests::*;
 
 mod diagnose_util;
@@ -94,25 +91,13 @@ const EVENTS: [(&str, f64); 2] = [
 
 /// Writes `DATA/<node>/samples-….cul` with `intervals` 10 s intervals from T0.
 fn write_node(root: &Path, spec: &NodeSpec, intervals: u64) {
-    let dir = root.join(&spec.name);
-    std::fs::create_dir_all(&dir).unwrap();
-    let created = T0 * NS - 3 * NS;
-    let mut w = FileWriter::create_unique(
-        &dir,
-        |seq| samples_file_name(created, seq),
-        FileKind::Samples,
-        created,
-        4242,
-    )
-    .unwrap();
-    let mut buf = RecordBuf::new();
     let freq = spec.freq.to_string();
-    buf.info([
+    let info = [
         ("node", spec.name.as_str()),
         ("event", "cpu-clock"),
         ("freq", freq.as_str()),
         ("scope", "system"),
-    ]);
+    ];
     let mut strings: Vec<(u32, &str)> = vec![(1, "cpu-clock"), (2, EVENTS[0].0), (3, EVENTS[1].0)];
     let mut id = 4;
     let mut ids = Vec::new();
@@ -127,8 +112,10 @@ fn write_node(root: &Path, spec: &NodeSpec, intervals: u64) {
         };
         ids.push((one(prog), one(image), one(func)));
     }
-    buf.strings(strings.iter().copied());
-    w.append(&buf).unwrap();
+    let created = T0 * NS - 3 * NS;
+    let mut w =
+        synthetic::samples_file(&root.join(&spec.name), created, 4242, &info, &strings).unwrap();
+    let mut buf = RecordBuf::new();
     let rate = spec.freq as f64 / 1000.0;
     for i in spec.starts_at..intervals {
         if spec.killed_after.is_some_and(|k| i >= k) {
@@ -699,18 +686,10 @@ fn thresholds_for_unknown_nodes_and_programs() {
     // Another program: same sampling, other function names.
     let other = root.join("other");
     for n in 0..4 {
+        let strings = [(1, "cpu-clock"), (2, "db"), (3, "db"), (4, "btree_seek")];
         let dir = other.join(format!("io{n}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut w = FileWriter::create_unique(
-            &dir,
-            |seq| samples_file_name(T0 * NS, seq),
-            FileKind::Samples,
-            T0 * NS,
-            1,
-        )
-        .unwrap();
+        let mut w = synthetic::samples_file(&dir, T0 * NS, 1, &[], &strings).unwrap();
         let mut buf = RecordBuf::new();
-        buf.strings([(1, "cpu-clock"), (2, "db"), (3, "db"), (4, "btree_seek")]);
         for i in 0..12u64 {
             buf.samples(
                 &SamplesHead {

@@ -23,9 +23,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use culprit_format::names::samples_file_name;
-use culprit_format::writer::FileWriter;
-use culprit_format::{end_reason, EventEntry, FileKind, RecordBuf, SampleEntry, SamplesHead};
+use culprit_format::{end_reason, EventEntry, RecordBuf, SampleEntry, SamplesHead};
 use culprit_tests::*;
 use serde_json::Value as Json;
 use tracer_util::{build, traced, Link};
@@ -70,18 +68,6 @@ fn sampler_data(root: &Path) {
         ("server", "libc.so.6", "memcpy", 60),
     ];
     for n in 0..4u64 {
-        let dir = root.join(format!("io{n}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut w = FileWriter::create_unique(
-            &dir,
-            |seq| samples_file_name(T0 * NS, seq),
-            FileKind::Samples,
-            T0 * NS,
-            100 + n as u32,
-        )
-        .unwrap();
-        let mut buf = RecordBuf::new();
-        buf.info([("event", "cpu-clock"), ("period", "1000000")]);
         let strings = [
             (1, "cpu-clock"),
             (2, "server"),
@@ -91,9 +77,9 @@ fn sampler_data(root: &Path) {
             (6, "memcpy"),
             (7, "tcp:tcp_retransmit_skb"),
         ];
-        buf.strings(strings);
         let sid = |s: &str| strings.iter().find(|x| x.1 == s).unwrap().0;
-        w.append(&buf).unwrap();
+        let mut w = peer_samples_file(root, n, T0 * NS, &strings);
+        let mut buf = RecordBuf::new();
         for i in 0..36u64 {
             buf.clear();
             let entries: Vec<SampleEntry> = funcs

@@ -7,8 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use culprit_format::names::{samples_file_name, trace_file_name};
-use culprit_format::writer::FileWriter;
+use culprit_format::names::trace_file_name;
 use culprit_format::*;
 use culprit_tests::*;
 
@@ -66,35 +65,22 @@ fn build_bin(dir: &TempDir) -> Bin {
 
 /// Writes a trace file for `node` with `n` one-second intervals; `end` adds the end marker.
 fn write_trace(root: &Path, node: &str, pid: u32, bin: &Bin, n: u64, end: bool) -> PathBuf {
-    let dir = root.join(node);
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut w = FileWriter::create_unique(
-        &dir,
-        |seq| trace_file_name(pid, T0, seq),
-        FileKind::Trace,
-        T0,
-        pid,
-    )
-    .unwrap();
-    let mut buf = RecordBuf::new();
     let pid_s = pid.to_string();
-    buf.info([
+    let info = [
         (info_keys::NODE, node),
         (info_keys::PROGRAM, "srv"),
         (info_keys::PID, pid_s.as_str()),
         (info_keys::EXE, bin.path.to_str().unwrap()),
         (info_keys::INTERVAL_NS, "1000000000"),
-    ]);
-    buf.object(&ObjectDesc {
-        id: 1,
-        flags: object_flags::MAIN,
+    ];
+    let main = synthetic::MainObject {
         bias: BIAS,
-        start: BIAS,
-        end: BIAS + 0x10_0000,
+        size: 0x10_0000,
         build_id: &bin.build_id,
         path: bin.path.to_str().unwrap(),
-    });
-    w.append(&buf).unwrap();
+    };
+    let mut w = synthetic::trace_file(&root.join(node), pid, T0, &info, Some(main)).unwrap();
+    let mut buf = RecordBuf::new();
     for i in 0..n {
         buf.clear();
         buf.interval(
@@ -275,27 +261,23 @@ fn bad_input_gives_one_line_errors() {
 #[test]
 fn sample_profiles_and_events_are_shown() {
     let dir = TempDir::new("report-samples");
-    let node = dir.join("data").join("n1");
-    std::fs::create_dir_all(&node).unwrap();
     // Sampler output written with the format writer (the sampler's own tests check the real
     // sampler writes the same records).
-    let mut w = FileWriter::create_unique(
-        &node,
-        |s| samples_file_name(T0, s),
-        FileKind::Samples,
+    let mut w = synthetic::samples_file(
+        &dir.join("data").join("n1"),
         T0,
         1,
+        &[(info_keys::NODE, "n1"), (info_keys::EVENT, "cpu-clock")],
+        &[
+            (1, "cpu-clock"),
+            (2, "dd"),
+            (3, "[kernel.kallsyms]"),
+            (4, "clear_page_erms"),
+            (5, "tcp:tcp_retransmit_skb"),
+        ],
     )
     .unwrap();
     let mut buf = RecordBuf::new();
-    buf.info([(info_keys::NODE, "n1"), (info_keys::EVENT, "cpu-clock")]);
-    buf.strings([
-        (1, "cpu-clock"),
-        (2, "dd"),
-        (3, "[kernel.kallsyms]"),
-        (4, "clear_page_erms"),
-        (5, "tcp:tcp_retransmit_skb"),
-    ]);
     for i in 0..2 {
         buf.samples(
             &SamplesHead {
@@ -347,20 +329,16 @@ fn write_lossy_samples(
     lost: u64,
     losses: &[(u64, LostRec)],
 ) {
-    let dir = root.join(node);
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut w =
-        FileWriter::create_unique(&dir, |s| samples_file_name(T0, s), FileKind::Samples, T0, 1)
-            .unwrap();
-    let mut buf = RecordBuf::new();
-    buf.info([
+    let info = [
         (info_keys::NODE, node),
         (info_keys::EVENT, "cpu-clock"),
         (info_keys::HOST, run.0),
         (info_keys::PID, run.1),
         (info_keys::PROC_START_NS, "555"),
-    ]);
-    buf.strings([(1, "cpu-clock"), (2, "srv"), (3, "srv"), (4, "work")]);
+    ];
+    let strings = [(1, "cpu-clock"), (2, "srv"), (3, "srv"), (4, "work")];
+    let mut w = synthetic::samples_file(&root.join(node), T0, 1, &info, &strings).unwrap();
+    let mut buf = RecordBuf::new();
     for i in 0..2 {
         let r = IntervalRef {
             start_ns: T0 + i * 10 * SEC,

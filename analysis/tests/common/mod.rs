@@ -1,5 +1,6 @@
-//! What the synthetic-data tests share: a node's samples file as `culprit sample` starts it,
-//! deterministic noise, and a temporary directory removed on drop.
+//! What the synthetic-data tests share: a node's samples and trace files as `culprit sample`
+//! and the runtime start them (written by `culprit_format::synthetic`), deterministic noise,
+//! and a temporary directory removed on drop.
 
 #![allow(dead_code)]
 
@@ -7,9 +8,9 @@ use std::path::{Path, PathBuf};
 
 use culprit_analysis::score::SplitMix64;
 use culprit_analysis::time::NS_PER_S;
-use culprit_format::names::{samples_file_name, trace_file_name};
+use culprit_format::synthetic::{self, MainObject};
 use culprit_format::writer::FileWriter;
-use culprit_format::{object_flags, FileKind, ObjectDesc, RecordBuf, SampleEntry, SamplesHead};
+use culprit_format::{RecordBuf, SampleEntry, SamplesHead};
 
 /// Deterministic noise in [-1, 1).
 pub fn noise(a: u64, b: u64, c: u64) -> f64 {
@@ -20,21 +21,14 @@ pub fn noise(a: u64, b: u64, c: u64) -> f64 {
 /// Node `n`'s samples file under `root` (`root/io<n>/`), started at `t0_s` (epoch seconds)
 /// with cpu-clock sampling at 1 ms and `strings` (id 1 must be `cpu-clock`, the event).
 pub fn samples_writer(root: &Path, n: u64, t0_s: u64, strings: &[(u32, &str)]) -> FileWriter {
-    let dir = root.join(format!("io{n}"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut w = FileWriter::create_unique(
-        &dir,
-        |seq| samples_file_name(t0_s * NS_PER_S, seq),
-        FileKind::Samples,
+    synthetic::samples_file(
+        &root.join(format!("io{n}")),
         t0_s * NS_PER_S,
         100 + n as u32,
+        &[("event", "cpu-clock"), ("period", "1000000")],
+        strings,
     )
-    .unwrap();
-    let mut buf = RecordBuf::new();
-    buf.info([("event", "cpu-clock"), ("period", "1000000")]);
-    buf.strings(strings.iter().copied());
-    w.append(&buf).unwrap();
-    w
+    .unwrap()
 }
 
 /// Appends to `buf` one second of cpu-clock samples (1 ms period, event string 1) starting at
@@ -66,37 +60,27 @@ pub fn trace_writer(
     bias: u64,
     info: &[(&str, &str)],
 ) -> FileWriter {
-    let dir = root.join(format!("io{n}"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let pid = 100 + n as u32;
-    let mut w = FileWriter::create_unique(
-        &dir,
-        |seq| trace_file_name(pid, t0_s * NS_PER_S, seq),
-        FileKind::Trace,
-        t0_s * NS_PER_S,
-        pid,
-    )
-    .unwrap();
-    let mut buf = RecordBuf::new();
-    let pid = pid.to_string();
+    let pid = (100 + n as u32).to_string();
     let mut pairs = vec![
         ("program", "server"),
         ("interval_ns", "1000000000"),
         ("pid", pid.as_str()),
     ];
     pairs.extend_from_slice(info);
-    buf.info(pairs);
-    buf.object(&ObjectDesc {
-        id: 1,
-        flags: object_flags::MAIN,
+    let main = MainObject {
         bias,
-        start: bias,
-        end: bias + 0x10_000,
+        size: 0x10_000,
         build_id: &[],
         path: "/nonexistent-culprit-test/server",
-    });
-    w.append(&buf).unwrap();
-    w
+    };
+    synthetic::trace_file(
+        &root.join(format!("io{n}")),
+        100 + n as u32,
+        t0_s * NS_PER_S,
+        &pairs,
+        Some(main),
+    )
+    .unwrap()
 }
 
 /// A temporary directory, removed on drop.

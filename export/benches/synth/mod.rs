@@ -18,12 +18,10 @@ use std::io;
 use std::path::Path;
 
 use culprit_analysis::synth::Scenario;
-use culprit_format::names::{samples_file_name, trace_file_name};
-use culprit_format::writer::FileWriter;
+use culprit_format::synthetic::{self, MainObject};
 use culprit_format::{
-    end_reason, info_keys, object_flags, EdgeEntry, EventEntry, FileKind, IntervalEntry,
-    IntervalHead, IntervalRef, ObjectDesc, OsMetricEntry, OsMetricsHead, RecordBuf, SampleEntry,
-    SamplesHead,
+    end_reason, info_keys, EdgeEntry, EventEntry, IntervalEntry, IntervalHead, IntervalRef,
+    OsMetricEntry, OsMetricsHead, RecordBuf, SampleEntry, SamplesHead,
 };
 
 const NS: u64 = 1_000_000_000;
@@ -116,71 +114,54 @@ pub fn write(root: &Path, spec: Spec) -> io::Result<()> {
     for n in 0..spec.nodes {
         let node = Scenario::node_name(n);
         let dir = root.join(&node);
-        std::fs::create_dir_all(&dir)?;
         let pid = 1000 + n as u32;
-        let mut t = FileWriter::create_unique(
-            &dir,
-            |seq| trace_file_name(pid, t0, seq),
-            FileKind::Trace,
-            t0,
-            pid,
-        )?;
-        let mut buf = RecordBuf::new();
         let pid_s = pid.to_string();
-        buf.info([
+        let info = [
             (info_keys::NODE, node.as_str()),
             (info_keys::PROGRAM, "synth-server"),
             (info_keys::PID, pid_s.as_str()),
             (info_keys::INTERVAL_NS, "1000000000"),
-        ]);
-        buf.object(&ObjectDesc {
-            id: 1,
-            flags: object_flags::MAIN,
+        ];
+        let main = MainObject {
             bias: BIAS,
-            start: BIAS,
-            end: BIAS + 0x100_0000,
+            size: 0x100_0000,
             build_id: &[],
             path: "/nonexistent/culprit-synth/synth-server",
-        });
-        t.append(&buf)?;
-        traces.push(t);
-        let mut s = FileWriter::create_unique(
-            &dir,
-            |seq| samples_file_name(t0, seq),
-            FileKind::Samples,
-            t0,
-            2000 + n as u32,
-        )?;
-        buf.clear();
-        buf.info([
+        };
+        traces.push(synthetic::trace_file(&dir, pid, t0, &info, Some(main))?);
+        let names: Vec<String> = (0..spec.sample_funcs).map(|i| format!("f{i:03}")).collect();
+        let strings: Vec<(u32, &str)> = [
+            (1, "cpu-clock"),
+            (2, "synth-server"),
+            (3, "tcp:tcp_retransmit_skb"),
+            (4, "block:block_rq_issue"),
+        ]
+        .into_iter()
+        .chain(
+            names
+                .iter()
+                .enumerate()
+                .map(|(i, s)| (10 + i as u32, s.as_str())),
+        )
+        .chain(
+            OS_METRICS
+                .iter()
+                .flat_map(|(n, i, u)| [Some(*n), *i, Some(*u)])
+                .flatten()
+                .map(|x| (os_sid(x), x)),
+        )
+        .collect();
+        let info = [
             (info_keys::EVENT, "cpu-clock"),
             (info_keys::PERIOD, "1000000"),
-        ]);
-        let names: Vec<String> = (0..spec.sample_funcs).map(|i| format!("f{i:03}")).collect();
-        buf.strings(
-            [
-                (1, "cpu-clock"),
-                (2, "synth-server"),
-                (3, "tcp:tcp_retransmit_skb"),
-                (4, "block:block_rq_issue"),
-            ]
-            .into_iter()
-            .chain(
-                names
-                    .iter()
-                    .enumerate()
-                    .map(|(i, s)| (10 + i as u32, s.as_str())),
-            )
-            .chain(
-                OS_METRICS
-                    .iter()
-                    .flat_map(|(n, i, u)| [Some(*n), *i, Some(*u)])
-                    .flatten()
-                    .map(|x| (os_sid(x), x)),
-            ),
-        );
-        s.append(&buf)?;
-        samples.push(s);
+        ];
+        samples.push(synthetic::samples_file(
+            &dir,
+            t0,
+            2000 + n as u32,
+            &info,
+            &strings,
+        )?);
     }
     let trace_run = Scenario {
         nodes: spec.nodes,
