@@ -206,8 +206,10 @@ pub struct Finished {
 }
 
 /// The flusher: the functions observed since before `before_ns` become demoted; returns them,
-/// oldest first.
-pub fn finish(before_ns: u64) -> Vec<Finished> {
+/// oldest first. One whose calls no thread has been seen making yet (a host so busy that the
+/// program's threads did not run meanwhile) is observed on until `give_up_ns`, so that its
+/// record names its callers when it has any.
+pub fn finish(before_ns: u64, give_up_ns: u64) -> Vec<Finished> {
     let mut out = Vec::new();
     if !any() {
         return out;
@@ -217,6 +219,7 @@ pub fn finish(before_ns: u64) -> Vec<Finished> {
         if addr == 0
             || e.state.load(Acquire) != state::OBSERVING
             || e.at_ns.load(Relaxed) >= before_ns
+            || (e.observed.load(Relaxed) == 0 && e.at_ns.load(Relaxed) >= give_up_ns)
         {
             continue;
         }
@@ -278,17 +281,25 @@ mod tests {
         assert!(observe(0x4000, 0, 3));
         assert!(!observe(0x4000, 0x2000, OBSERVE_CALLS));
         assert!(!observe(0x9000, 0x1000, 1), "not demoted");
-        // Decided at 100: not finished by a flusher pass at 100, finished at 200.
-        assert!(finish(100).is_empty());
-        let f = finish(200);
-        assert_eq!(f.len(), 2);
+        // Decided at 100: not finished by a flusher pass at 100; at 200 the observed one is,
+        // while 0x5000, whose calls no thread was seen making, is observed on until its
+        // give-up time has passed it.
+        assert!(finish(100, 0).is_empty());
+        let f = finish(200, 50);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].decided.addr, 0x4000);
+        assert_eq!(state_of(0x5000), state::OBSERVING);
+        let late = finish(200, 150);
+        assert_eq!(late.len(), 1);
+        assert_eq!((late[0].decided.addr, late[0].observed), (0x5000, 0));
+        assert!(late[0].callers.is_empty());
         let a = f.iter().find(|f| f.decided.addr == 0x4000).unwrap();
         assert_eq!(a.at_ns, 100);
         assert_eq!(a.observed, 4);
         assert_eq!(a.callers, vec![Some(0x1000), None, Some(0x2000)]);
         assert_eq!(state_of(0x4000), state::DEMOTED);
         assert!(!observe(0x4000, 0x3000, 1), "demoted: no longer observed");
-        assert!(finish(300).is_empty());
+        assert!(finish(300, 300).is_empty());
         let mut all = all();
         all.sort();
         assert_eq!(all, vec![0x4000, 0x5000]);

@@ -1081,9 +1081,14 @@ impl Flusher {
     }
 
     /// The Demotions records of the functions whose callers were looked at long enough (half
-    /// an interval or more): one per decision.
+    /// an interval or more, and until a call was seen, for at most five intervals): one per
+    /// decision.
     fn write_demotions(&mut self) {
-        let done = demote::finish(sys::realtime_ns().saturating_sub(self.cfg.interval_ns / 2));
+        let now = sys::realtime_ns();
+        let done = demote::finish(
+            now.saturating_sub(self.cfg.interval_ns / 2),
+            now.saturating_sub(self.cfg.interval_ns.saturating_mul(5)),
+        );
         let mut k = 0;
         while k < done.len() {
             let at = done[k].at_ns;
