@@ -300,14 +300,7 @@ impl Memory<'_> {
 
     /// `len` bytes of code at `addr`, when they lie in an executable segment.
     fn code<const N: usize>(&self, addr: usize) -> Option<[u8; N]> {
-        if !self.within(addr, N, true) {
-            return None;
-        }
-        let mut out = [0u8; N];
-        // SAFETY: the range lies in an executable, readable PT_LOAD segment of an object that
-        // stays loaded while the loader lock is held (we run inside dl_iterate_phdr).
-        unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, out.as_mut_ptr(), N) };
-        Some(out)
+        self.bytes(addr, N, true)?.try_into().ok()
     }
 
     /// The pointer in the GOT slot at `addr`, when it lies in a readable segment.
