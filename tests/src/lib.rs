@@ -488,7 +488,7 @@ pub fn pinned_turn() -> MachineLock {
 
 /// An exclusive `flock` on `name` in the temporary directory; each call opens the file anew,
 /// so the lock excludes other threads of this process too.
-fn flock(name: &str) -> MachineLock {
+fn flock(name: &'static str) -> MachineLock {
     let path = std::env::temp_dir().join(name);
     let f = std::fs::OpenOptions::new()
         .create(true)
@@ -497,16 +497,58 @@ fn flock(name: &str) -> MachineLock {
         .open(&path)
         .expect("open machine lock");
     use std::os::fd::AsRawFd;
+    let asked = std::time::Instant::now();
     // SAFETY: flock on a file descriptor we own; blocks until the lock is ours.
     let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
     assert_eq!(rc, 0, "flock {}", path.display());
-    MachineLock { _file: f }
+    MachineLock {
+        _file: f,
+        name,
+        asked,
+        got: std::time::Instant::now(),
+    }
 }
 
 /// Held while a test changes machine state; released on drop.
 #[derive(Debug)]
 pub struct MachineLock {
     _file: std::fs::File,
+    name: &'static str,
+    asked: std::time::Instant,
+    got: std::time::Instant,
+}
+
+impl Drop for MachineLock {
+    /// With `CULPRIT_TESTS_LOCK_LOG` set (scripts/run-tests sets it), appends how long the test
+    /// waited for the lock and held it: the runner sums them, so a run shows how much of a
+    /// lane was waiting rather than testing.
+    fn drop(&mut self) {
+        let Some(log) = std::env::var_os("CULPRIT_TESTS_LOCK_LOG") else {
+            return;
+        };
+        let binary = std::env::current_exe()
+            .ok()
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_default();
+        let binary = binary.rsplit_once('-').map_or(binary.as_str(), |(b, _)| b);
+        let test = std::thread::current().name().unwrap_or("?").to_string();
+        let line = format!(
+            "{binary}\t{test}\t{}\t{:.1}\t{:.1}\n",
+            self.name
+                .trim_start_matches("culprit-tests.")
+                .trim_end_matches(".lock"),
+            (self.got - self.asked).as_secs_f64(),
+            self.got.elapsed().as_secs_f64()
+        );
+        use std::io::Write as _;
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+        {
+            let _ = f.write_all(line.as_bytes());
+        }
+    }
 }
 
 /// Analysis options for the tests' short runs: 1 s windows every 500 ms (multiples of their

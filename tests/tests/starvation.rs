@@ -1,13 +1,13 @@
-//! A node starved of CPU, found and named (issue 29): four peers of a real multi-threaded C
-//! program (tests/c/starve_peer.c, 8 threads each, traced by libculprit_rt.so), each in its own
-//! cgroup v1 `cpu`/`cpuacct` group, equal shares of a group capped at 1.6 CPUs (the nodes'
-//! "machine"), sampled by one `culprit sample` with the groups as node rules, all beside
-//! `stress-ng --cpu 8` (a loaded host: every collector runs late). Trained on two fault-free
-//! runs; then one node's group gets a CFS quota of 5 % of a CPU (and, in a second run, another
-//! node 20 %) ten seconds into the run. Trained and untrained, that node and only it is
-//! flagged, by the white-box metrics too, and the resource is "CPU starvation"; no window of
-//! the count and time metrics is left out for any node. From the tracer's data alone (no
-//! run-queue or throttling metric), the node is "slowed as a whole".
+//! A node starved of CPU, found and named (issue 29): four peers of a real multi-threaded C program
+//! (tests/c/starve_peer.c, 8 threads each, traced by libculprit_rt.so), each in its own cgroup v1
+//! `cpu`/`cpuacct` group, equal shares of a group capped at 1.6 CPUs (the nodes' "machine"),
+//! sampled by one `culprit sample` with the groups as node rules, all beside `stress-ng --cpu 8`
+//! capped at the rest of the two CPUs (a loaded host: every collector runs late). Trained on two
+//! fault-free runs; then one node's group gets a CFS quota of 5 % of a CPU (and, in a second run,
+//! another node 20 %) ten seconds into the run. Trained and untrained, that node and only it is
+//! flagged, by the white-box metrics too, and the resource is "CPU starvation"; no window of the
+//! count and time metrics is left out for any node. From the tracer's data alone (no run-queue or
+//! throttling metric), the node is "slowed as a whole".
 //!
 //! The runtime places every call in its interval itself (a ring of 64 intervals: a flusher
 //! starved for a minute still writes each second, late), so no node's runtime misses an
@@ -40,6 +40,8 @@ const THREADS: u32 = 8;
 /// 30–45, gave each node 60–130 ms of CPU a second: a 5 % quota was hardly below that.)
 const MACHINE_CPUS: f64 = 1.6;
 const MACHINE_SHARES: u32 = 262_144;
+/// What the host's other work (the CPU hogs) may use: the rest of the two CPUs.
+const HOST_CPUS: f64 = 2.0 - MACHINE_CPUS;
 /// Each node's share of the machine (the sampler's too).
 const SHARES: u32 = 8192;
 /// When the quota is set, seconds into a faulty run.
@@ -376,19 +378,22 @@ fn a_node_under_a_cpu_quota_is_found_and_named_cpu_starvation() {
     // purpose: they would be compared under a load that falls on them unevenly.
     let _pinned = pinned_turn();
     let _lock = machine_lock();
-    // At nice 19: for the nodes' group, which weighs MACHINE_SHARES at the top, eight hogs at
-    // nice 0 or 19 are nearly the same (it gets 98.5 % or 99.98 % of a CPU it wants); what the
-    // niceness spares is the rest of the host — at nice 0 the eight hogs left CI's other tests
-    // and builds a ninth of the CPU for the four minutes this test runs.
-    let _stress = Kill(vec![own_group(&mut Command::new("nice"))
-        .args(["-n", "19", "stress-ng"])
-        .args(["--cpu", "8", "--timeout", "0", "--quiet"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start stress-ng")]);
     let rel = format!("culprit-starve-{}", std::process::id());
     let _all = Cgroups(PathBuf::from(&rel));
+    // The host's other work: eight CPU hogs in a group of their own, capped together at what
+    // the nodes' machine leaves of the two CPUs. With the nodes busy the machine is as loaded
+    // as with uncapped hogs; what the cap spares is the CPU the nodes leave unused, which
+    // uncapped hogs burnt and the host's other work (CI's other tests and builds) now gets.
+    let host_rel = format!("{rel}-host");
+    let _host = Cgroups(PathBuf::from(&host_rel));
+    let host = Group::create(&host_rel).expect("create cgroup");
+    host.set_cpu_quota(Some(HOST_CPUS)).expect("cap the hogs");
+    let mut hogs = Command::new("stress-ng");
+    hogs.args(["--cpu", "8", "--timeout", "0", "--quiet"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    join_before_exec(&mut hogs, &host);
+    let _stress = Kill(vec![own_group(&mut hogs).spawn().expect("start stress-ng")]);
     let top = Path::new("/sys/fs/cgroup/cpu").join(&rel);
     std::fs::create_dir_all(&top).unwrap();
     std::fs::write(top.join("cpu.shares"), MACHINE_SHARES.to_string()).unwrap();
