@@ -481,6 +481,37 @@ pub fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
+/// A `flock(2)` operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flock {
+    /// `LOCK_SH`, waiting for it.
+    Shared,
+    /// `LOCK_EX | LOCK_NB`: `Err(WouldBlock)` when another open description holds a lock.
+    TryExclusive,
+    /// `LOCK_UN`.
+    Unlock,
+}
+
+/// `flock(2)` on `f` (locks belong to the open file description: two opens of one file in one
+/// process conflict like two processes).
+pub fn flock(f: &File, op: Flock) -> io::Result<()> {
+    let op = match op {
+        Flock::Shared => libc::LOCK_SH,
+        Flock::TryExclusive => libc::LOCK_EX | libc::LOCK_NB,
+        Flock::Unlock => libc::LOCK_UN,
+    };
+    loop {
+        // SAFETY: flock on a descriptor `f` keeps open for the call.
+        if unsafe { libc::flock(f.as_raw_fd(), op) } == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
 /// `mount -t tracefs nodev <target>`.
 pub fn mount_tracefs(target: &std::path::Path) -> io::Result<()> {
     use std::os::unix::ffi::OsStrExt as _;
