@@ -154,7 +154,7 @@ impl Watchdog {
                     cpu: cpu(),
                     at: from,
                 };
-                let what = loop {
+                let (what, releasing) = loop {
                     if d.load(Ordering::SeqCst) {
                         return;
                     }
@@ -162,14 +162,16 @@ impl Watchdog {
                     seen.note(now, crate::progress::beats(), cpu());
                     let releasing = crate::progress::is_releasing();
                     if let Some(what) = overdue(now - from, now - seen.at, releasing) {
-                        break what;
+                        break (what, releasing);
                     }
                     std::thread::sleep(Duration::from_millis(10));
                 };
-                eprintln!(
-                    "culprit: sample {what} after {why}: exiting now (the data written so far \
-                     stays readable; the files have no end marker)"
-                );
+                let files = if releasing {
+                    "the files are ended"
+                } else {
+                    "the data written so far stays readable; the files have no end marker"
+                };
+                eprintln!("culprit: sample {what} after {why}: exiting now ({files})");
                 eprintln!("culprit: where its threads were: {}", thread_states());
                 crate::os::delayacct::restore_now();
                 std::process::exit(2);
