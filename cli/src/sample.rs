@@ -111,7 +111,8 @@ pub struct Args {
     pub os_interval: Option<Duration>,
     /// Turn on the kernel's delay accounting (kernel.task_delayacct, host-wide) for the run, so
     /// the OS metrics have each node's block-I/O delay; the previous setting is restored when
-    /// the sampler ends (also on SIGINT/SIGTERM).
+    /// the last sampler counting on it ends (also on SIGINT/SIGTERM; overlapping samplers
+    /// share it through /run/culprit-delayacct).
     #[arg(long, conflicts_with = "no_os_metrics")]
     pub delayacct: bool,
     /// Convert a perf.data file (from `perf record -a`) into profiles instead of sampling.

@@ -13,7 +13,7 @@
 //!
 //! | offset | field |
 //! | --- | --- |
-//! | 0 | `span_start_ns` u64: wall-clock start of the stretch |
+//! | 0 | `span_start_ns` u64: wall-clock start of the stretch (≤ every event's time) |
 //! | 8 | `span_end_ns` u64: its end |
 //! | 16 | `flags` u32 (none defined; zero) |
 //! | 20 | `n_layers` u32 |
@@ -177,9 +177,11 @@ impl LayerEvent {
 /// Fixed fields of a [`RecordKind::Layers`](crate::RecordKind::Layers) record.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LayersHead {
-    /// Wall-clock start of the stretch the events were collected over.
+    /// Wall-clock start of the stretch the events were collected over, at or before every
+    /// event's time: where the writer's previous stretch ended, or its earliest event when an
+    /// event was stamped before it was collected (a call's start, pushed at its return).
     pub span_start_ns: u64,
-    /// Its end.
+    /// Its end, at or after every event's time.
     pub span_end_ns: u64,
     /// Events the writer lost in the stretch.
     pub dropped: u32,

@@ -91,11 +91,19 @@ pub fn run(sampler: Sampler, cfg: &Config, stop: &'static AtomicBool, beside: Be
     }
 }
 
-/// How long the run may go without progress ([`crate::progress`]) after a signal or the end
-/// of `--duration`: the sampler ends its run within [`crate::FINISH_BUDGET`] on a host that
-/// lets it run, so this is reached only when a thread is stuck where nothing should be (a
-/// kernel call that never returns).
+/// How long the run may go without progress after a signal or the end of `--duration`: no
+/// beat ([`crate::progress`]) and no [`COMPUTING`] of CPU on the sampler's thread. The sampler
+/// ends its run within [`crate::FINISH_BUDGET`] on a host that lets it run, so this is reached
+/// only when a thread is stuck where nothing should be (a kernel call that never returns).
+/// Not applied while the run gives its perf events back ([`crate::progress::releasing`]: the
+/// kernel's grace periods, which an exit would wait for too).
 pub const GRACE: Duration = Duration::from_millis(850);
+
+/// CPU time of the sampler's thread that counts as progress, as a beat does: a thread blocked
+/// in the kernel takes microseconds (its wake-ups), one that computes (naming every location of
+/// a last 10 s interval, a large image among them) takes this within the grace even where the
+/// host gives it one percent of a CPU.
+pub const COMPUTING: Duration = Duration::from_millis(5);
 
 /// The most a run that keeps making progress may take to end after a signal or the end of
 /// `--duration`: on a host so loaded the sampler gets little CPU, ending it slowly (files ended,
@@ -104,6 +112,7 @@ pub const HARD_CAP: Duration = Duration::from_secs(10);
 
 /// Ends the process should the run not end after a signal or the end of `--duration`: once it
 /// has made no progress for [`GRACE`] (stuck), or [`HARD_CAP`] after (slow beyond reason).
+/// Armed on the thread that runs the sampler, whose CPU time counts as progress.
 /// SIGTERM and SIGINT end `culprit sample` within a second on a host that lets it run, and
 /// `--duration` is then a deadline, whatever a thread is doing. The files keep what was
 /// committed (readers see a writer that stopped); delay accounting is put back as it was.
@@ -119,6 +128,8 @@ impl Watchdog {
         let done = Arc::new(AtomicBool::new(false));
         let d = done.clone();
         let deadline = duration.map(|t| Instant::now() + t);
+        let runner = crate::sys::ThreadClock::current();
+        let cpu = move || runner.and_then(|c| c.ns());
         let _ = std::thread::Builder::new()
             .name("culprit-watchdog".into())
             .spawn(move || {
@@ -138,28 +149,30 @@ impl Watchdog {
                     std::thread::sleep(Duration::from_millis(50));
                 };
                 let from = Instant::now();
-                let (mut beats, mut last_beat) = (crate::progress::beats(), from);
-                let what = loop {
+                let mut seen = Seen {
+                    beats: crate::progress::beats(),
+                    cpu: cpu(),
+                    at: from,
+                };
+                let (what, releasing) = loop {
                     if d.load(Ordering::SeqCst) {
                         return;
                     }
                     let now = Instant::now();
-                    let b = crate::progress::beats();
-                    if b != beats {
-                        (beats, last_beat) = (b, now);
-                    }
-                    if now - last_beat >= GRACE {
-                        break format!("made no progress for {} ms", GRACE.as_millis());
-                    }
-                    if now - from >= HARD_CAP {
-                        break format!("did not end within {} s", HARD_CAP.as_secs());
+                    seen.note(now, crate::progress::beats(), cpu());
+                    let releasing = crate::progress::is_releasing();
+                    if let Some(what) = overdue(now - from, now - seen.at, releasing) {
+                        break (what, releasing);
                     }
                     std::thread::sleep(Duration::from_millis(10));
                 };
-                eprintln!(
-                    "culprit: sample {what} after {why}: exiting now (the data written so far \
-                     stays readable; the files have no end marker)"
-                );
+                let files = if releasing {
+                    "the files are ended"
+                } else {
+                    "the data written so far stays readable; the files have no end marker"
+                };
+                eprintln!("culprit: sample {what} after {why}: exiting now ({files})");
+                eprintln!("culprit: where its threads were: {}", thread_states());
                 crate::os::delayacct::restore_now();
                 std::process::exit(2);
             });
@@ -170,5 +183,125 @@ impl Watchdog {
 impl Drop for Watchdog {
     fn drop(&mut self) {
         self.done.store(true, Ordering::SeqCst);
+    }
+}
+
+/// The last progress the watchdog saw.
+#[derive(Debug)]
+struct Seen {
+    /// Beats then.
+    beats: u64,
+    /// CPU time of the sampler's thread then, ns (`None`: unknown).
+    cpu: Option<u64>,
+    /// When.
+    at: Instant,
+}
+
+impl Seen {
+    /// Notes a reading at `now`: progress when the beats moved, or the sampler's thread took
+    /// [`COMPUTING`] of CPU since the last progress.
+    fn note(&mut self, now: Instant, beats: u64, cpu: Option<u64>) {
+        let computed = cpu
+            .zip(self.cpu)
+            .is_some_and(|(c, then)| c.saturating_sub(then) >= COMPUTING.as_nanos() as u64);
+        if beats != self.beats || computed {
+            *self = Seen {
+                beats,
+                cpu,
+                at: now,
+            };
+        }
+    }
+}
+
+/// Why the watchdog ends the run, `since_stop` after the signal or the end of `--duration` and
+/// `since_progress` after its last progress, `releasing` its perf events; `None` while it may
+/// go on.
+fn overdue(since_stop: Duration, since_progress: Duration, releasing: bool) -> Option<String> {
+    if since_progress >= GRACE && !releasing {
+        return Some(format!("made no progress for {} ms", GRACE.as_millis()));
+    }
+    (since_stop >= HARD_CAP).then(|| format!("did not end within {} s", HARD_CAP.as_secs()))
+}
+
+/// Each thread of this process as `name (state in kernel function)`, from `/proc/self/task`
+/// (`R` running, `S` sleeping, `D` in a kernel call that cannot be interrupted), for the
+/// watchdog's last words: which thread held the run up, and where.
+fn thread_states() -> String {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return "unknown (/proc/self/task cannot be read)".into();
+    };
+    let mut out = Vec::new();
+    for t in tasks.flatten() {
+        let read = |f: &str| std::fs::read_to_string(t.path().join(f)).unwrap_or_default();
+        let stat = read("stat");
+        // The state follows the name, which is in parentheses and may hold any byte.
+        let state = stat.rsplit_once(')').map_or("?", |(_, rest)| {
+            rest.split_whitespace().next().unwrap_or("?")
+        });
+        let wchan = read("wchan");
+        let at = match wchan.trim() {
+            "" | "0" => String::new(),
+            w => format!(" in {w}"),
+        };
+        out.push(format!("{} ({state}{at})", read("comm").trim()));
+    }
+    out.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: fn(u64) -> Duration = Duration::from_millis;
+
+    #[test]
+    fn a_run_without_progress_is_ended_after_the_grace() {
+        assert_eq!(overdue(MS(300), MS(300), false), None);
+        let why = overdue(MS(900), GRACE, false).expect("stuck");
+        assert_eq!(why, "made no progress for 850 ms");
+    }
+
+    /// Giving the perf events back waits for the kernel's grace periods (more than 850 ms at
+    /// times beside `stress-ng --hdd 1`); an exit would wait for them too, so only the hard cap
+    /// applies.
+    #[test]
+    fn releasing_the_events_is_not_called_stuck() {
+        assert_eq!(overdue(MS(2_400), MS(1_500), true), None);
+        assert_eq!(
+            overdue(HARD_CAP, MS(1_500), true).as_deref(),
+            Some("did not end within 10 s")
+        );
+    }
+
+    #[test]
+    fn a_beat_or_computing_is_progress_and_waiting_is_not() {
+        let t0 = Instant::now();
+        let mut seen = Seen {
+            beats: 7,
+            cpu: Some(1_000_000),
+            at: t0,
+        };
+        // Blocked: a wake-up's microseconds of CPU.
+        let t1 = t0 + MS(400);
+        seen.note(t1, 7, Some(1_050_000));
+        assert_eq!(seen.at, t0);
+        // Computing.
+        seen.note(t1, 7, Some(1_000_000 + COMPUTING.as_nanos() as u64));
+        assert_eq!(seen.at, t1);
+        // The thread's CPU time unknown (it ended): only beats count.
+        let t2 = t1 + MS(400);
+        seen.note(t2, 7, None);
+        assert_eq!(seen.at, t1);
+        seen.note(t2, 8, None);
+        assert_eq!(seen.at, t2);
+    }
+
+    #[test]
+    fn the_threads_are_named_with_their_state() {
+        let s = thread_states();
+        // This test's own thread is running while it reads.
+        assert!(s.contains("(R"), "{s}");
+        assert!(!s.starts_with("unknown"), "{s}");
     }
 }

@@ -264,18 +264,41 @@ pub fn poll_rings(rings: &[Ring], timeout_ms: i32) {
     }
 }
 
-/// Reads clock `id` in nanoseconds.
+/// Reads clock `id` in nanoseconds (0 should it not exist).
 fn clock_ns(id: libc::clockid_t) -> u64 {
+    try_clock_ns(id).unwrap_or(0)
+}
+
+/// Reads clock `id` in nanoseconds; `None` when the clock does not exist (a thread's CPU
+/// clock once the thread has ended).
+fn try_clock_ns(id: libc::clockid_t) -> Option<u64> {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: clock_gettime writes one timespec through a valid pointer; the clocks used here
-    // always exist on Linux.
-    unsafe {
-        libc::clock_gettime(id, &mut ts);
+    // SAFETY: clock_gettime writes one timespec through a valid pointer.
+    let rc = unsafe { libc::clock_gettime(id, &mut ts) };
+    (rc == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+}
+
+/// The CPU-time clock of one thread, readable from every thread of the process.
+#[derive(Clone, Copy, Debug)]
+pub struct ThreadClock(libc::clockid_t);
+
+impl ThreadClock {
+    /// The calling thread's clock.
+    pub fn current() -> Option<ThreadClock> {
+        let mut id: libc::clockid_t = 0;
+        // SAFETY: pthread_self() names the calling thread, alive during the call;
+        // pthread_getcpuclockid writes one clockid_t through a valid pointer.
+        let rc = unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &mut id) };
+        (rc == 0).then_some(ThreadClock(id))
     }
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+
+    /// The thread's CPU time so far, ns; `None` once it has ended.
+    pub fn ns(&self) -> Option<u64> {
+        try_clock_ns(self.0)
+    }
 }
 
 /// CLOCK_MONOTONIC in ns (the clock perf timestamps use with `use_clockid`).
@@ -456,6 +479,37 @@ pub fn kill(pid: u32, sig: i32) -> io::Result<()> {
 pub fn euid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() }
+}
+
+/// A `flock(2)` operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flock {
+    /// `LOCK_SH`, waiting for it.
+    Shared,
+    /// `LOCK_EX | LOCK_NB`: `Err(WouldBlock)` when another open description holds a lock.
+    TryExclusive,
+    /// `LOCK_UN`.
+    Unlock,
+}
+
+/// `flock(2)` on `f` (locks belong to the open file description: two opens of one file in one
+/// process conflict like two processes).
+pub fn flock(f: &File, op: Flock) -> io::Result<()> {
+    let op = match op {
+        Flock::Shared => libc::LOCK_SH,
+        Flock::TryExclusive => libc::LOCK_EX | libc::LOCK_NB,
+        Flock::Unlock => libc::LOCK_UN,
+    };
+    loop {
+        // SAFETY: flock on a descriptor `f` keeps open for the call.
+        if unsafe { libc::flock(f.as_raw_fd(), op) } == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
 }
 
 /// `mount -t tracefs nodev <target>`.
@@ -681,5 +735,32 @@ impl DiagSocket {
                 return Err(e);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Another thread reads a thread's CPU clock: it grows while the thread computes, and is
+    /// gone once the thread has ended.
+    #[test]
+    fn a_thread_s_cpu_clock_is_read_from_another_thread() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            tx.send(ThreadClock::current().expect("a clock")).unwrap();
+            while wait.try_recv().is_err() {
+                std::hint::spin_loop();
+            }
+        });
+        let clock = rx.recv().unwrap();
+        let first = clock.ns().expect("the thread runs");
+        while clock.ns().unwrap() - first < 10_000_000 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        go.send(()).unwrap();
+        t.join().unwrap();
+        assert_eq!(clock.ns(), None, "the clock of an ended thread");
     }
 }

@@ -10,6 +10,10 @@
  *   aio     N           N aio_read of FILE outstanding at once, then aio_suspend + aio_return
  *   burst   N           N marks at once in one thread (more than a thread's buffer holds)
  *   signals SECS        marks in a loop while SIGALRM handlers mark too, for SECS seconds
+ *   held    N           pread on FILE in a loop while a signal handler holds the thread for
+ *                       300 ms now and then, until N preads were held inside (the runtime
+ *                       stamps a call's ISSUE when it starts and pushes it when it returns,
+ *                       drains in between); prints how many calls were held
  */
 #define _GNU_SOURCE
 #include <aio.h>
@@ -222,6 +226,70 @@ static int signals(int secs)
     return 0;
 }
 
+static volatile sig_atomic_t holds;
+static volatile sig_atomic_t looping = 1;
+static pthread_t holder_target;
+
+static void on_hold(int sig)
+{
+    (void)sig;
+    int e = errno;
+    struct timespec ts = {0, 300000000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+    holds++;
+    errno = e;
+}
+
+/* Signals the pread loop every 2 ms, one signal per hold. */
+static void *holder(void *arg)
+{
+    (void)arg;
+    while (looping) {
+        sig_atomic_t seen = holds;
+        usleep(2000);
+        pthread_kill(holder_target, SIGUSR1);
+        while (looping && holds == seen)
+            usleep(1000);
+    }
+    return NULL;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int held(int n)
+{
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0)
+        fail("open");
+    static char buf[4096];
+    if (pwrite(fd, buf, sizeof buf, 0) != (ssize_t)sizeof buf)
+        fail("pwrite");
+    struct sigaction sa = {.sa_handler = on_hold, .sa_flags = SA_RESTART};
+    sigaction(SIGUSR1, &sa, NULL);
+    holder_target = pthread_self();
+    pthread_t t;
+    if (pthread_create(&t, NULL, holder, NULL) != 0)
+        fail("pthread_create");
+    int inside = 0;
+    for (long i = 0; inside < n && i < 10000000; i++) {
+        double t0 = now_s();
+        if (pread(fd, buf, sizeof buf, 0) != (ssize_t)sizeof buf)
+            fail("pread");
+        inside += now_s() - t0 >= 0.25;
+    }
+    looping = 0;
+    pthread_join(t, NULL);
+    close(fd);
+    printf("held %d\n", inside);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3)
@@ -242,6 +310,8 @@ int main(int argc, char **argv)
         return burst(atol(argv[2]));
     if (!strcmp(mode, "signals"))
         return signals(atoi(argv[2]));
+    if (!strcmp(mode, "held"))
+        return held(atoi(argv[2]));
     fail("unknown mode");
     return 2;
 }

@@ -94,6 +94,33 @@ fn layers_json(data: &Path) -> serde_json::Value {
     ))
 }
 
+/// Every Layers record in the sampler's files of `node_dir` spans all of its events (a system
+/// call's ISSUE, its entry, may precede the interval it ended in).
+fn spans_cover_their_events(node_dir: &Path) {
+    let mut events = 0;
+    for entry in std::fs::read_dir(node_dir).unwrap().flatten() {
+        if !entry.file_name().to_string_lossy().starts_with("samples-") {
+            continue;
+        }
+        let bytes = std::fs::read(entry.path()).unwrap();
+        let pf = culprit_format::ParsedFile::parse(&bytes).unwrap();
+        for rec in pf.records() {
+            if let culprit_format::Record::Layers(l) = rec.unwrap() {
+                for e in l.events() {
+                    events += 1;
+                    assert!(
+                        l.span_start_ns <= e.t_ns && e.t_ns <= l.span_end_ns,
+                        "{e:?} outside {}..{}",
+                        l.span_start_ns,
+                        l.span_end_ns
+                    );
+                }
+            }
+        }
+    }
+    assert!(events > 0, "no layer events in {}", node_dir.display());
+}
+
 #[test]
 fn without_the_sampler_the_layers_are_shown_and_nothing_is_named() {
     let dir = TempDir::new("layers-aio-rt");
@@ -190,6 +217,9 @@ fn glibc_aio_serialisation_is_named_from_the_syscall_tracepoints() {
         let _ = std::fs::remove_file(dir.join(format!("{n}.file")));
     }
 
+    for n in ["n1", "n2", "n3"] {
+        spans_cover_their_events(&data.join(n));
+    }
     let r = layers_json(&data);
     let aio = process(&r, "n1");
     let above_block = |p: &serde_json::Value| {

@@ -413,6 +413,93 @@ fn ns_dev(ns: &str) -> HashMap<String, (u64, u64)> {
         .collect()
 }
 
+const DELAYACCT: &str = "/proc/sys/kernel/task_delayacct";
+
+fn delayacct_on() -> bool {
+    std::fs::read_to_string(DELAYACCT).unwrap().trim() != "0"
+}
+
+/// Puts the host's delay accounting switch back as the test found it.
+struct RestoreDelayacct(String);
+
+impl Drop for RestoreDelayacct {
+    fn drop(&mut self) {
+        let _ = std::fs::write(DELAYACCT, &self.0);
+    }
+}
+
+/// The samplers' bookkeeping (`/run/culprit-delayacct`) cleared of any mark, when no sampler
+/// counts on delay accounting now; false when one does (the switch is not the test's then).
+fn no_sampler_counts_on_delayacct() -> bool {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let Ok(f) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open("/run/culprit-delayacct")
+    else {
+        return true; // never used on this host since boot
+    };
+    use std::os::fd::AsRawFd as _;
+    // SAFETY: flock on a descriptor `f` keeps open; released when `f` is closed below.
+    let free = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
+    if free {
+        // A mark left by a killed sampler would make the test's "on before" culprit's.
+        f.set_len(0).unwrap();
+    }
+    free
+}
+
+/// Two `culprit sample --delayacct` overlapping on one host: the first to end leaves delay
+/// accounting on while the second runs (before, it turned it off under the second, whose new
+/// tasks were then not accounted); the second puts it back as it was before both — off, or on.
+#[test]
+#[ignore = "needs privileges (root or perf access): scripts/test runs it with --include-ignored"]
+fn overlapping_samplers_keep_delay_accounting_until_the_last_ends() {
+    if !require(is_root(), "root (kernel.task_delayacct, /run)") {
+        return;
+    }
+    if !require(
+        Path::new(DELAYACCT).exists(),
+        "kernel.task_delayacct (Linux 5.14+ with CONFIG_TASK_DELAY_ACCT)",
+    ) {
+        return;
+    }
+    let _lock = machine_lock();
+    if !require(
+        no_sampler_counts_on_delayacct(),
+        "no other culprit sampler counting on delay accounting (one holds /run/culprit-delayacct)",
+    ) {
+        return;
+    }
+    let _restore = RestoreDelayacct(std::fs::read_to_string(DELAYACCT).unwrap());
+    for before in [false, true] {
+        std::fs::write(DELAYACCT, if before { "1\n" } else { "0\n" }).unwrap();
+        let data = TempDir::new("os-delayacct");
+        let args = |node: &'static str| ["--delayacct", "--node", node];
+        let a = start_sampler(data.path(), &args("da"), "da");
+        assert!(delayacct_on(), "--delayacct turns it on");
+        let b = start_sampler(data.path(), &args("db"), "db");
+        assert!(delayacct_on());
+        let (code, err_a) = a.stop();
+        assert_eq!(code, 0, "{err_a}");
+        assert!(
+            delayacct_on(),
+            "on before: {before}; turned off while another sampler ran:\n{err_a}"
+        );
+        let (code, err_b) = b.stop();
+        assert_eq!(code, 0, "{err_b}");
+        assert_eq!(delayacct_on(), before, "{err_a}\n{err_b}");
+        if !before {
+            assert!(
+                err_a.contains("(delay accounting turned on for the run)"),
+                "{err_a}"
+            );
+            assert!(err_b.contains("(delay accounting on)"), "{err_b}");
+        }
+    }
+}
+
 #[test]
 #[ignore = "needs privileges (root or perf access): scripts/test runs it with --include-ignored"]
 fn a_node_in_its_own_namespace_shows_its_own_traffic_and_connections() {

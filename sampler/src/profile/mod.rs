@@ -20,7 +20,7 @@ mod namer;
 mod output;
 
 pub use intervals::{Closed, Gaps, Intervals, Loss, LAYER_EVENTS_MAX};
-pub use namer::Namer;
+pub use namer::{Namer, NamingDeadline};
 pub(crate) use output::datadir_error;
 pub use output::{clocksource, NodeSummary, Output, RunInfo};
 

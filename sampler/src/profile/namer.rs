@@ -1,6 +1,7 @@
 //! Naming locations: (image, function), once per distinct location, with a long-lived cache.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use culprit_format::vocab::{is_culprit_runtime, CULPRIT_RUNTIME, KERNEL_IMAGE, UNKNOWN};
@@ -15,12 +16,36 @@ pub struct Namer {
     symbolizer: Symbolizer,
     /// Past this, new user-space locations are named `image+0xoffset` without reading the
     /// image (the run is ending and must end on time).
-    deadline: Option<std::time::Instant>,
+    deadline: Arc<NamingDeadline>,
     cache: FxHashMap<Loc, (Arc<str>, Arc<str>)>,
     kernel_image: Arc<str>,
     unknown: Arc<str>,
     /// Distinct locations named so far.
     pub named: u64,
+}
+
+/// A time past which a [`Namer`] reads no more images, set from any thread.
+#[derive(Debug, Default)]
+pub struct NamingDeadline {
+    /// CLOCK_MONOTONIC ns; 0: none.
+    at_ns: AtomicU64,
+}
+
+impl NamingDeadline {
+    /// Sets the deadline to `mono_ns` (CLOCK_MONOTONIC), unless an earlier one is set.
+    pub fn set(&self, mono_ns: u64) {
+        let _ = self
+            .at_ns
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |d| {
+                (d == 0 || mono_ns < d).then_some(mono_ns.max(1))
+            });
+    }
+
+    /// True once the deadline has passed.
+    pub fn passed(&self) -> bool {
+        let d = self.at_ns.load(Ordering::SeqCst);
+        d != 0 && crate::sys::monotonic_ns() >= d
+    }
 }
 
 /// Beyond this many cached locations the cache starts over (a bound for week-long runs).
@@ -37,7 +62,7 @@ impl Namer {
     pub fn new(symbolizer: Symbolizer) -> Namer {
         Namer {
             symbolizer,
-            deadline: None,
+            deadline: Arc::default(),
             cache: FxHashMap::default(),
             kernel_image: Arc::from(KERNEL_IMAGE),
             unknown: Arc::from(UNKNOWN),
@@ -45,15 +70,15 @@ impl Namer {
         }
     }
 
-    /// After `at`, new user-space locations are named `image+0xoffset` without reading their
-    /// images.
-    pub fn set_deadline(&mut self, at: Option<std::time::Instant>) {
-        self.deadline = at;
+    /// The namer's deadline: past it, new user-space locations are named `image+0xoffset`
+    /// without reading their images. Another thread may set it (the sampler's ring reader, as
+    /// soon as it sees the run end, while this thread names a long interval).
+    pub fn deadline(&self) -> Arc<NamingDeadline> {
+        self.deadline.clone()
     }
 
     fn out_of_time(&self) -> bool {
-        self.deadline
-            .is_some_and(|d| std::time::Instant::now() >= d)
+        self.deadline.passed()
     }
 
     /// Drops what is cached about images whose files were replaced.

@@ -464,9 +464,12 @@ impl Output {
                 );
             }
             if !missed && (!n.layers.is_empty() || n.layers_dropped > 0) {
+                // The span covers every event: a system call is kept in the interval it ended
+                // in, and its ISSUE (its entry) may be in an earlier one.
+                let earliest = n.layers.iter().map(|e| e.t_ns).min();
                 self.buf.layers(
                     &LayersHead {
-                        span_start_ns: c.start_ns,
+                        span_start_ns: earliest.map_or(c.start_ns, |t| t.min(c.start_ns)),
                         span_end_ns: c.start_ns + c.dur_ns,
                         dropped: n.layers_dropped.min(u64::from(u32::MAX)) as u32,
                     },

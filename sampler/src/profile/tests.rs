@@ -60,3 +60,20 @@ fn missed_intervals_are_those_wholly_inside_the_gap() {
     assert_eq!(c.len(), 3);
     assert_eq!(c[2].flags, 0);
 }
+
+/// The ring reader sets the namer's deadline while the main thread names: the earliest holds.
+#[test]
+fn a_naming_deadline_set_from_another_thread_keeps_the_earliest() {
+    let d = std::sync::Arc::new(super::NamingDeadline::default());
+    assert!(!d.passed());
+    let far = crate::sys::monotonic_ns() + 3_600_000_000_000;
+    d.set(far);
+    assert!(!d.passed());
+    let other = d.clone();
+    std::thread::spawn(move || other.set(crate::sys::monotonic_ns()))
+        .join()
+        .unwrap();
+    assert!(d.passed());
+    d.set(far);
+    assert!(d.passed(), "a later deadline replaced an earlier one");
+}

@@ -175,7 +175,10 @@ impl Sampler {
                 }
                 if oc.delayacct {
                     match os::delayacct::Guard::enable() {
-                        Ok(g) => delayacct = Some(g),
+                        Ok(g) => {
+                            warnings.extend(g.warning().map(String::from));
+                            delayacct = Some(g);
+                        }
                         Err(w) => warnings.push(w),
                     }
                 }

@@ -11,7 +11,7 @@ use crate::nodes::ProcFacts;
 use crate::os::{self, Collector, NodePids, OsInterval, OsStats};
 use crate::priority;
 use crate::procs::{self, Tracker};
-use crate::profile::{Gaps, Intervals, Namer, Output};
+use crate::profile::{Gaps, Intervals, Namer, NamingDeadline, Output};
 use crate::sys::{self, PerfFd, Ring};
 
 use super::config::{io_err, Error, FINISH_BUDGET, TICK};
@@ -71,11 +71,22 @@ impl Sampler {
         let mut reader_cpu_ns = 0u64;
         let abort_flag = AtomicBool::new(false);
         let abort = &abort_flag;
+        // The reader borrows the events: they are closed here, after the files are ended.
+        let (ring_refs, tp_refs) = (&mut rings, &tp_fds);
+        // Set by the reader the moment it sees the run end, even while this thread is naming.
+        let naming_deadline = namer.deadline();
+        let reader_naming = &*naming_deadline;
         let result = std::thread::scope(|scope| -> Result<(bool, u64), Error> {
             let reader = std::thread::Builder::new()
                 .name("culprit-rings".into())
                 .spawn_scoped(scope, move || {
-                    read_rings(&mut rings, &tp_fds, &tx, stop, deadline, abort, facts);
+                    let ends = Ends {
+                        stop,
+                        deadline,
+                        abort,
+                        naming: reader_naming,
+                    };
+                    read_rings(ring_refs, tp_refs, &tx, &ends, facts);
                     sys::thread_cpu_ns()
                 })
                 .map_err(io_err("start the ring reader thread"))?;
@@ -147,7 +158,7 @@ impl Sampler {
                     && (stop.load(Ordering::SeqCst) || deadline.is_some_and(|d| now >= d))
                 {
                     finish_by = Some(now + FINISH_BUDGET.as_nanos() as u64);
-                    namer.set_deadline(Some(std::time::Instant::now() + FINISH_BUDGET));
+                    naming_deadline.set(now + FINISH_BUDGET.as_nanos() as u64);
                 }
                 if finish_by.is_some_and(|f| now > f) {
                     let u = unprocessed.get_or_insert((prev_round, 0));
@@ -252,6 +263,20 @@ impl Sampler {
         let nodes = output
             .finish(sys::realtime_ns(), stopped)
             .map_err(io_err("end the profile files"))?;
+        // Last, with every file ended: closing the last event of a tracepoint waits for the
+        // kernel's grace periods (`crate::progress`), on a busy host the slowest step of the
+        // end. The kernel closes them one at a time (under its `event_mutex`): closing them on
+        // several threads at once was measured no faster.
+        let releasing = crate::progress::releasing();
+        for ring in rings {
+            drop(ring);
+            crate::progress::beat();
+        }
+        for fd in tp_fds {
+            drop(fd);
+            crate::progress::beat();
+        }
+        drop(releasing);
         let cpu1 = sys::self_cpu_ns();
         let s = engine.stats;
         Ok(Summary {
@@ -308,17 +333,34 @@ enum Round {
     },
 }
 
+/// What ends a run, as the ring reader sees it.
+struct Ends<'a> {
+    /// Set by a signal.
+    stop: &'a AtomicBool,
+    /// The end of `--duration`, CLOCK_MONOTONIC ns.
+    deadline: Option<u64>,
+    /// Set by the main loop on an error.
+    abort: &'a AtomicBool,
+    /// Set to [`FINISH_BUDGET`] after the end, once seen: the main thread may be naming a
+    /// long interval's locations then, and stops reading images on time.
+    naming: &'a NamingDeadline,
+}
+
 /// The ring reader: enables the events, drains every ring each tick (or when one is half
 /// full), and on stop or deadline disables them, drains once more and says it is the end.
 fn read_rings(
     rings: &mut [Ring],
     tp_fds: &[PerfFd],
     tx: &std::sync::mpsc::Sender<Round>,
-    stop: &AtomicBool,
-    deadline: Option<u64>,
-    abort: &AtomicBool,
+    ends: &Ends<'_>,
     facts_needed: Option<(bool, bool)>,
 ) {
+    let Ends {
+        stop,
+        deadline,
+        abort,
+        naming,
+    } = *ends;
     // Draining must not wait behind the work it samples: on a machine whose CPUs are all
     // busy, a reader at the default priority can be kept off a CPU long enough for the rings
     // to fill. It does little work, so it runs ahead of the load, capped (`crate::priority`).
@@ -363,6 +405,7 @@ fn read_rings(
         let stopped = stop.load(Ordering::SeqCst);
         let done = stopped || deadline.is_some_and(|d| time >= d) || abort.load(Ordering::SeqCst);
         if done {
+            naming.set(time + FINISH_BUDGET.as_nanos() as u64);
             for fd in rings.iter().map(|r| r.fd()).chain(tp_fds.iter()) {
                 let _ = fd.disable();
             }

@@ -384,6 +384,13 @@ pub fn request_event(m: RequestMark) -> bool {
 /// it names), when there is anything. `span_start` is where the previous record's span ended;
 /// times are converted with `cal` (ticks → ns) against the wall clock now.
 /// `sample_every` is the request sampling rate Requests records carry.
+///
+/// A record's span covers every event it carries: it starts where the previous one ended, or
+/// at its earliest event when that is earlier. An event is stamped when it happened but
+/// pushed when its call returned — a C-library call's ISSUE at the call's start, an AIO
+/// request's ADMIT before `aio_read` (which may start a thread), a request's call at its
+/// entry — so it may reach a drain after the one whose stretch it happened in (seen 94 ms
+/// before its record's span beside CI's load).
 pub fn drain_into(
     buf: &mut RecordBuf,
     cal: &Calibration,
@@ -430,9 +437,10 @@ pub fn drain_into(
     let wall = |t: u64| now_wall.saturating_sub(cal.to_ns(now_t.saturating_sub(t)));
     let wrote_requests = !reqs.is_empty();
     if wrote_requests {
+        let earliest = reqs.iter().map(|(_, e)| wall(e.t)).min();
         buf.requests(
             &RequestsHead {
-                span_start_ns: from,
+                span_start_ns: earliest.map_or(from, |t| t.min(from)),
                 span_end_ns: now_wall,
                 dropped: dropped.min(u32::MAX as u64) as u32,
                 sample_every,
@@ -478,9 +486,10 @@ pub fn drain_into(
             })
         })
         .collect();
+    let earliest = events.iter().map(|e| e.t_ns).min();
     buf.layers(
         &LayersHead {
-            span_start_ns: from,
+            span_start_ns: earliest.map_or(from, |t| t.min(from)),
             span_end_ns: now_wall,
             dropped: dropped.min(u32::MAX as u64) as u32,
         },
