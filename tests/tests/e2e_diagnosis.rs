@@ -1,6 +1,6 @@
 //! The whole product on the emulated cluster: 4 PVFS-like servers traced by libculprit_rt.so
 //! (LD_PRELOAD, one CULPRIT_NODE each), the machine sampled by one `culprit sample` assigning
-//! samples to nodes, `culprit train` on three fault-free runs, then `culprit diagnose` on a fourth
+//! samples to nodes, `culprit train` on two fault-free runs, then `culprit diagnose` on a second
 //! fault-free run (nothing may be flagged), on a run whose node io2 has its disk throttled to a
 //! quarter (io2 and only io2 flagged, with its blocking writes on top of the time metric, the
 //! resource named "slow disk" from its OS metrics, and its disk named as the lowest anomalous
@@ -8,15 +8,14 @@
 //! io0's network (io0 and only io0 flagged, the resource a network hog).
 //!
 //! Shortened windows (WinSize 10 s, WinShift 5 s, k = 3; 1 s intervals); the algorithm is seed
-//! 000's, the OS metrics and the resource checklist seed 001's. The six runs are made two at a
-//! time, on clusters of their own: about four minutes.
+//! 000's, the OS metrics and the resource checklist seed 001's. Budget: about six minutes.
 //! Needs root (CI provides it).
 
 use culprit_analysis::family::Metric;
 use culprit_analysis::resource::{Class, Kind};
 use culprit_analysis::Diagnosis;
 use culprit_testbed::cluster;
-use culprit_testbed::run::{run_once, Instrument, Phases, RunPlan, RunRecord};
+use culprit_testbed::run::{run_once, Instrument, Phases, RunPlan};
 use culprit_testbed::tools::{Tools, Verdicts, Windows};
 use culprit_testbed::*;
 use culprit_tests::*;
@@ -63,37 +62,14 @@ fn margins(d: &Diagnosis, nodes: &[&str]) -> String {
     out.join(", ")
 }
 
-/// Runs two plans at the same time, each on a cluster of its own (namespaces, cgroups and disk
-/// limits of its own, its own `culprit sample`), and returns their records in order.
-///
-/// Two clusters side by side take this test's six runs from eight minutes to under four. Each
-/// run is compared with the peers of its own cluster, which share its load.
-fn pair(plans: [RunPlan; 2], programs: &Programs, tools: &Tools, dir: &TempDir) -> [RunRecord; 2] {
-    std::thread::scope(|s| {
-        plans
-            .map(|plan| {
-                s.spawn(move || {
-                    run_once(
-                        &plan,
-                        programs,
-                        Some(tools),
-                        &dir.join(&plan.id),
-                        &mut |line: &str| eprintln!("{line}"),
-                    )
-                    .unwrap_or_else(|e| panic!("{} run: {e}", plan.id))
-                })
-            })
-            .map(|run| run.join().expect("a run's thread"))
-    })
-}
-
-/// Diagnoses `run` (one fault on one node) with `thresholds` and prints the margins of the
-/// faulty node and of the others; returns the verdicts and the human report.
-fn diagnose_faulty(
+/// Runs `plan` (one fault on one node), diagnoses it with `thresholds` and prints the margins of
+/// the faulty node and of the others; returns the verdicts and the human report.
+fn run_faulty(
     plan: &RunPlan,
-    run: &RunRecord,
+    programs: &Programs,
     tools: &Tools,
     thresholds: &std::path::Path,
+    dir: &TempDir,
 ) -> (Verdicts, String) {
     let (_, node) = plan.fault.expect("a faulty run");
     let faulty = format!("io{node}");
@@ -101,6 +77,14 @@ fn diagnose_faulty(
         .filter(|&i| i != node)
         .map(|i| format!("io{i}"))
         .collect();
+    let run = run_once(
+        plan,
+        programs,
+        Some(tools),
+        &dir.join(&plan.id),
+        &mut |s: &str| eprintln!("{s}"),
+    )
+    .unwrap_or_else(|e| panic!("{} run: {e}", plan.id));
     let v = tools
         .diagnose(&run.data_dir, Some(thresholds), Windows::SHORT)
         .unwrap_or_else(|e| panic!("diagnose {} run: {e}", plan.id));
@@ -158,6 +142,7 @@ fn diagnosis_flags_the_faulty_node_and_nothing_without_a_fault() {
     let dir = TempDir::new("e2e-diagnosis");
     let programs = Programs::build(&dir.join("bin")).expect("build C programs");
     let windows = Windows::SHORT;
+    let mut say = |s: &str| eprintln!("{s}");
     // 40 s: 10 s windows every 5 s on a grid of their own leave a 30 s run 3–5 complete windows,
     // and a loaded machine that delays a record makes it 2 — "not enough data" (3 needed), no
     // verdict, which is what diagnose must say then but not what this test is about.
@@ -168,7 +153,7 @@ fn diagnosis_flags_the_faulty_node_and_nothing_without_a_fault() {
         after_s: 0.0,
     };
 
-    // Three fault-free training runs (seed 000 trains on several): a single 30 s run (5 windows)
+    // Two fault-free training runs (seed 000 trains on several): a single 30 s run (5 windows)
     // missed the ordinary variation of the throttled disks' service times, and a fault-free run
     // was then flagged on time. 60 s each: the OS metrics' windows are 30 s (per-second values
     // need enough of them per window), and 40 s runs gave each node only 3 of them to train on
@@ -177,58 +162,31 @@ fn diagnosis_flags_the_faulty_node_and_nothing_without_a_fault() {
         before_s: 60.0,
         ..clean
     };
-    // 40 s of fault, as in the experiment: the OS metrics compare 30 s windows, and a 30 s fault
-    // left the slow disk's I/O delay (236× its threshold) too few whole windows to be faulty on
-    // a loaded machine whose sampler missed some seconds.
-    let faulty = Phases {
-        settle_s: 2.0,
-        before_s: 10.0,
-        fault_s: 40.0,
-        after_s: 10.0,
-    };
-    let slow_disk = plan("faulty", Some((FaultKind::SlowDisk, 2)), faulty, &dir);
-    let net_hog = plan("nethog", Some((FaultKind::WriteNetHog, 0)), faulty, &dir);
-
-    // Every run is recorded beside one other, on a cluster of its own (see `run_together`), so
-    // each was made under the load of two clusters: the thresholds are learnt under the load
-    // the diagnosed runs see. (A fault-free run made alone, diagnosed with thresholds learnt
-    // two clusters at a time, was flagged on count: a node with the machine to itself made
-    // 4.5× the calls of its peers to its receive loop, a variation the busier training runs
-    // never showed.)
-    let [train0, train1] = pair(
-        [
-            plan("train0", None, training, &dir),
-            plan("train1", None, training, &dir),
-        ],
-        &programs,
-        &tools,
-        &dir,
-    );
-    let [ok, train2] = pair(
-        [
-            plan("clean", None, clean, &dir),
-            plan("train2", None, training, &dir),
-        ],
-        &programs,
-        &tools,
-        &dir,
-    );
-    let [slow_disk_run, net_hog_run] = pair(
-        [slow_disk.clone(), net_hog.clone()],
-        &programs,
-        &tools,
-        &dir,
-    );
-
+    let mut train_dirs = Vec::new();
+    for id in ["train0", "train1"] {
+        let r = run_once(
+            &plan(id, None, training, &dir),
+            &programs,
+            Some(&tools),
+            &dir.join(id),
+            &mut say,
+        )
+        .expect("training run");
+        train_dirs.push(r.data_dir);
+    }
     let thresholds = dir.join("thresholds.json");
     tools
-        .train(
-            &[train0.data_dir, train1.data_dir, train2.data_dir],
-            &thresholds,
-            windows,
-        )
+        .train(&train_dirs, &thresholds, windows)
         .expect("culprit train");
 
+    let ok = run_once(
+        &plan("clean", None, clean, &dir),
+        &programs,
+        Some(&tools),
+        &dir.join("clean"),
+        &mut say,
+    )
+    .expect("fault-free run");
     let v = tools
         .diagnose(&ok.data_dir, Some(&thresholds), windows)
         .expect("diagnose clean run");
@@ -252,7 +210,22 @@ fn diagnosis_flags_the_faulty_node_and_nothing_without_a_fault() {
         );
     }
 
-    let (v, report) = diagnose_faulty(&slow_disk, &slow_disk_run, &tools, &thresholds);
+    // 40 s of fault, as in the experiment: the OS metrics compare 30 s windows, and a 30 s fault
+    // left the slow disk's I/O delay (236× its threshold) too few whole windows to be faulty on
+    // a loaded machine whose sampler missed some seconds.
+    let faulty = Phases {
+        settle_s: 2.0,
+        before_s: 10.0,
+        fault_s: 40.0,
+        after_s: 10.0,
+    };
+    let (v, report) = run_faulty(
+        &plan("faulty", Some((FaultKind::SlowDisk, 2)), faulty, &dir),
+        &programs,
+        &tools,
+        &thresholds,
+        &dir,
+    );
     assert!(
         v.flagged["combined"].contains("io2"),
         "the slow-disk node is flagged: {:?}\n{report}",
@@ -292,7 +265,13 @@ fn diagnosis_flags_the_faulty_node_and_nothing_without_a_fault() {
     // A network fault on another node, diagnosed with the same thresholds: a third party floods
     // a sink on io0 (seed 000's write-network-hog). The checklist must name the network, not
     // the disk or the CPU the hog's traffic also costs.
-    let (v, report) = diagnose_faulty(&net_hog, &net_hog_run, &tools, &thresholds);
+    let (v, report) = run_faulty(
+        &plan("nethog", Some((FaultKind::WriteNetHog, 0)), faulty, &dir),
+        &programs,
+        &tools,
+        &thresholds,
+        &dir,
+    );
     assert_resource(
         &v,
         "io0",
