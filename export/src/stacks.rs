@@ -100,57 +100,63 @@ struct EdgeSum {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct TraceCalls {
     edges: HashMap<(Option<FuncId>, FuncId), EdgeSum>,
-    flat: HashMap<FuncId, TraceValues>,
-    depth: Depth,
+    /// Each function's calls over the selection, from the intervals' entries.
+    totals: HashMap<FuncId, TraceValues>,
+    /// What the edges hold of each function over the selection.
+    covered: HashMap<FuncId, TraceValues>,
 }
 
 impl TraceCalls {
-    /// Adds one interval.
+    /// Adds one interval. Its edges are not matched with its own entries: the runtime writes
+    /// the edges it has taken with the interval it is writing, flagged `LATE` when that is a
+    /// later one than the calls' (a flusher that ran late), so what the edges do not cover is
+    /// reckoned over the whole selection, not interval by interval (which counted a late
+    /// interval's calls twice: one frame deep in their interval, and along their paths in the
+    /// next).
     pub fn add(&mut self, iv: &TraceInterval) {
-        let Some(edges) = &iv.edges else {
-            if !iv.entries.is_empty() {
-                self.depth.trace_flat = true;
-            }
-            for e in &iv.entries {
-                self.flat.entry(e.func).or_default().add(TraceValues {
-                    calls: e.calls,
-                    self_ns: e.excl_ns,
-                });
-            }
-            return;
-        };
-        // What the edges hold of each function; the rest (calls whose edge found no room)
-        // stays one frame deep.
-        let mut covered: HashMap<FuncId, TraceValues> = HashMap::new();
-        for e in edges {
-            let s = self.edges.entry((e.caller, e.callee)).or_default();
-            s.calls += e.calls;
-            s.excl_ns += e.excl_ns;
-            covered.entry(e.callee).or_default().add(TraceValues {
+        for e in &iv.entries {
+            self.totals.entry(e.func).or_default().add(TraceValues {
                 calls: e.calls,
                 self_ns: e.excl_ns,
             });
         }
-        for e in &iv.entries {
-            let c = covered.get(&e.func).copied().unwrap_or_default();
-            let rest = TraceValues {
-                calls: e.calls.saturating_sub(c.calls),
-                self_ns: e.excl_ns.saturating_sub(c.self_ns),
-            };
-            if rest != TraceValues::default() {
-                self.flat.entry(e.func).or_default().add(rest);
-            }
+        for e in iv.edges.iter().flatten() {
+            let s = self.edges.entry((e.caller, e.callee)).or_default();
+            s.calls += e.calls;
+            s.excl_ns += e.excl_ns;
+            self.covered.entry(e.callee).or_default().add(TraceValues {
+                calls: e.calls,
+                self_ns: e.excl_ns,
+            });
         }
+    }
+
+    /// Each function's calls the edges do not cover (calls whose edge found no room, a process
+    /// traced without edges, edges outside the selection): one frame deep.
+    fn flat(&self) -> impl Iterator<Item = (FuncId, TraceValues)> + '_ {
+        self.totals.iter().filter_map(|(&f, t)| {
+            let c = self.covered.get(&f).copied().unwrap_or_default();
+            let rest = TraceValues {
+                calls: t.calls.saturating_sub(c.calls),
+                self_ns: t.self_ns.saturating_sub(c.self_ns),
+            };
+            (rest != TraceValues::default()).then_some((f, rest))
+        })
     }
 
     /// True when no call was added.
     pub fn is_empty(&self) -> bool {
-        self.edges.is_empty() && self.flat.is_empty()
+        self.edges.is_empty() && self.totals.is_empty()
     }
 
-    /// Which of its data was one frame deep.
+    /// Which of its data was one frame deep: a process that recorded no edge at all was traced
+    /// without `CULPRIT_GRAPH=1` (an interval without edges alone is not that: its edges may
+    /// have been written with a later one).
     pub fn depth(&self) -> Depth {
-        self.depth
+        Depth {
+            trace_flat: self.edges.is_empty() && !self.totals.is_empty(),
+            samples_flat: false,
+        }
     }
 
     /// The process's stacks (root first, leaf last) with their values; each stack once.
@@ -162,7 +168,7 @@ impl TraceCalls {
             e.0 += v.calls as f64;
             e.1 += v.self_ns as f64;
         };
-        for (&f, &v) in &self.flat {
+        for (f, v) in self.flat() {
             add(vec![f], v);
         }
         let mut out: Vec<(Vec<FuncId>, (f64, f64))> = out.into_iter().collect();
@@ -486,6 +492,24 @@ mod tests {
         t.add(&interval(Some(edges), entries));
         t.add(&interval(None, entries_of(&[edge(None, 7, 3, 9)])));
         assert_eq!(stacks(&t), vec![(vec![0], 3, 15), (vec![7], 3, 9)]);
-        assert!(t.depth().trace_flat);
+        // Edges in the process: traced with CULPRIT_GRAPH=1.
+        assert!(!t.depth().trace_flat);
+        let mut flat = TraceCalls::default();
+        flat.add(&interval(None, entries_of(&[edge(None, 7, 3, 9)])));
+        assert_eq!(stacks(&flat), vec![(vec![7], 3, 9)]);
+        assert!(flat.depth().trace_flat);
+    }
+
+    /// A flusher that ran late writes the edges it took with the next interval (flagged
+    /// `LATE`), not with the interval of their calls: the calls are counted once, along their
+    /// paths (beside CI's load, a process's every call came out twice, once one frame deep).
+    #[test]
+    fn edges_written_with_a_later_interval_count_their_calls_once() {
+        let edges = vec![edge(None, 0, 1, 10), edge(Some(0), 1, 4, 20)];
+        let mut t = TraceCalls::default();
+        t.add(&interval(None, entries_of(&edges)));
+        t.add(&interval(Some(edges), Vec::new()));
+        assert_eq!(stacks(&t), vec![(vec![0], 1, 10), (vec![0, 1], 4, 20)]);
+        assert!(!t.depth().trace_flat);
     }
 }
