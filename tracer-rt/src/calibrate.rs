@@ -11,6 +11,7 @@
 //! of what a traced call costs there.
 
 use crate::block::ThreadBlock;
+use crate::entry::Hooks;
 use crate::sys::{self, Publish};
 
 static COST: Publish<CallCost> = Publish::new();
@@ -47,12 +48,12 @@ impl CallCost {
 
 /// A made-up function address: this module's own code, never instrumented.
 fn fake_addr() -> usize {
-    measure as *const () as usize
+    fake_addr as *const () as usize
 }
 
-/// Measures [`CallCost`] on this thread (start-up, before the program runs). All zero when no
-/// block can be mapped, or off x86-64 (no fast path).
-pub fn measure() -> CallCost {
+/// Measures [`CallCost`] of `hooks` on this thread (start-up, before the program runs). All
+/// zero when no block can be mapped, or off x86-64 (no fast path).
+pub fn measure(hooks: &Hooks) -> CallCost {
     if !cfg!(target_arch = "x86_64") {
         return CallCost::default();
     }
@@ -76,11 +77,11 @@ pub fn measure() -> CallCost {
     let run = |quiet: bool| {
         b.prepare_calibration(addr, quiet);
         sys::set_tls_cur(b as *const ThreadBlock as usize);
-        let t = best(sys::hooks::enter_exit);
+        let t = best(hooks.pair);
         sys::set_tls_cur(saved);
         t
     };
-    let nop = best(sys::hooks::enter_exit_nop);
+    let nop = best(hooks.nop_pair);
     let traced_ns = (run(false) - nop).max(0.0);
     let quiet_ns = (run(true) - nop).max(0.0);
     let _ = b.forget_all();

@@ -8,7 +8,7 @@
 //! directory, in the format of the `culprit-format` crate; on request also caller → callee
 //! edges and call-duration histograms. The semantics are seed 000's (§"Function-call
 //! tracing"); see [`block`] for the per-thread data and the two paths of the hooks,
-//! [`sys::hooks`] for the fast path, and [`flusher`] for intervals and files.
+//! [`ffi::hooks`] for the fast path, and [`flusher`] for intervals and files.
 //!
 //! # Environment
 //!
@@ -50,9 +50,11 @@
 //! * **Nothing lost silently**: calls left by `longjmp`, exceptions or cancellation are counted
 //!   (unwound when the runtime notices); calls that cannot be accounted are counted too
 //!   (`lost_frames`, `overflows`, `dropped` in every interval).
-//! * **`unsafe` lives in [`sys`] only** (and the `unsafe impl` markers of the zeroable types in
-//!   [`pool`] and [`block`]); `sys` knows no domain type, except [`sys::hooks`], the fast path
-//!   in assembly, which reads and writes the block through the offsets [`block::hot`] gives.
+//! * **`unsafe` lives in two layers only** (and in the `unsafe impl` markers of the zeroable
+//!   types in [`pool`] and [`block`]): [`sys`] at the bottom, which knows no domain type, and
+//!   [`ffi`] at the top, the exported C functions — among them [`ffi::hooks`], the fast path in
+//!   assembly, which reads and writes the block through the offsets [`block::hot`] gives. No
+//!   module names one of a layer above its own (`scripts/check-cycles --layers`).
 //! * **Accounting is at exit**: a call counts in the interval in which it returns; calls still
 //!   running when the process ends (e.g. `main` when the program calls `exit()`) are not
 //!   counted.
@@ -70,6 +72,7 @@ pub mod control;
 pub mod decide;
 pub mod demote;
 pub mod elf;
+pub mod entry;
 pub mod flusher;
 pub mod glob;
 pub mod intervals;
@@ -82,3 +85,7 @@ pub mod requests;
 pub mod runtime;
 #[allow(unsafe_code)]
 pub mod sys;
+
+// The layer above the runtime: the exported C functions.
+#[allow(unsafe_code)]
+pub mod ffi;

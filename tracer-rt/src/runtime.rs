@@ -10,6 +10,7 @@ use crate::control::{
     self, req, state, CURRENT_FILE, CURRENT_NODE, DONE, FLUSHER_TID, NODE_REQUEST, PENDING,
     PROGRESS, REQ, STATE,
 };
+use crate::entry::Hooks;
 use crate::flusher::{Flusher, Origin};
 use crate::output::WriteError;
 use crate::sys::{self, Publish};
@@ -19,6 +20,8 @@ static CONFIG: Publish<Config> = Publish::new();
 
 /// Ticks-to-ns calibration start, shared with forked children.
 static CALIBRATION: Publish<Calibration> = Publish::new();
+/// The hooks the runtime lives behind (given at start; a forked child's flusher needs them).
+static HOOKS: Publish<Hooks> = Publish::new();
 /// Wall-clock ns at which the runtime started in this process (or forked child).
 static START_NS: AtomicU64 = AtomicU64::new(0);
 /// Process the flusher thread runs in. A child made without fork's atfork handlers (`vfork`,
@@ -50,8 +53,9 @@ fn say(msg: &str) {
 ///
 /// Under secure execution (a set-user-id program run by another user, see
 /// [`sys::secure_execution`]) the environment (`CULPRIT_DIR`, `CULPRIT_NODE`) comes from the
-/// caller and cannot be trusted: the runtime does not trace, silently.
-pub fn start() {
+/// caller and cannot be trusted: the runtime does not trace, silently. `hooks` describes the
+/// hooks the runtime lives behind (the constructor's, `crate::ffi`).
+pub fn start(hooks: Hooks) {
     if STATE.load(Acquire) != state::UNINIT {
         return;
     }
@@ -101,7 +105,8 @@ pub fn start() {
     }
     block::mode::set(modes);
     // What a call costs the hooks, for the cost budget (before the program runs: ~2 ms).
-    crate::calibrate::set(crate::calibrate::measure());
+    crate::calibrate::set(crate::calibrate::measure(&hooks));
+    HOOKS.set(hooks);
     if !cfg.patch {
         sys::patch::disable();
     }
@@ -115,7 +120,7 @@ pub fn start() {
     CONFIG.set(cfg);
     let cfg = CONFIG.get().expect("just set");
     CURRENT_NODE.set(cfg.node.clone());
-    let mut flusher = Flusher::new(cfg, cfg.node.clone(), cal, start_ns, origin);
+    let mut flusher = Flusher::new(cfg, cfg.node.clone(), cal, start_ns, origin, hooks);
     if let Err(e) = flusher.open_file() {
         match e {
             WriteError::Refused(why) => say(&format!("{why}; running untraced")),
@@ -312,7 +317,7 @@ extern "C" fn after_fork_child() {
     if STATE.load(Acquire) != state::ACTIVE {
         return;
     }
-    let (Some(cfg), Some(cal)) = (CONFIG.get(), CALIBRATION.get()) else {
+    let (Some(cfg), Some(cal), Some(hooks)) = (CONFIG.get(), CALIBRATION.get(), HOOKS.get()) else {
         return;
     };
     let start_ns = sys::realtime_ns();
@@ -331,7 +336,7 @@ extern "C" fn after_fork_child() {
     };
     START_NS.store(start_ns, Relaxed);
     OWNER_PID.store(std::process::id(), Relaxed);
-    let flusher = Flusher::new(cfg, node, *cal, start_ns, origin);
+    let flusher = Flusher::new(cfg, node, *cal, start_ns, origin, *hooks);
     if !sys::spawn_detached::<block::ThreadBlock>(Box::new(move || flusher.run())) {
         STATE.store(state::OFF, Release);
     }

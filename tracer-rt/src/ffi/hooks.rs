@@ -17,9 +17,10 @@
 
 #[cfg(target_arch = "x86_64")]
 use crate::block::hot;
+use crate::entry::Hooks;
 use crate::pool;
 
-// The fast path's thread-local word (read and written in `super::tls` by name too). Its initial
+// The fast path's thread-local word (read and written in `crate::sys` by name too). Its initial
 // value, copied into every new thread, is the "no block" stand-in (the loader relocates the
 // TLS image before any thread copies it).
 #[cfg(target_arch = "x86_64")]
@@ -197,6 +198,18 @@ pub extern "C-unwind" fn __cyg_profile_func_exit(func: *mut u8, call_site: *mut 
     )
 }
 
+/// What the runtime needs of these hooks, given to it at start.
+pub fn described() -> Hooks {
+    Hooks {
+        addresses: [
+            __cyg_profile_func_enter as *const () as usize,
+            __cyg_profile_func_exit as *const () as usize,
+        ],
+        pair: enter_exit,
+        nop_pair: enter_exit_nop,
+    }
+}
+
 /// One enter/exit pair of the hooks for `func`, as instrumented code makes it (the cost
 /// budget's calibration, `crate::calibrate`).
 #[inline(never)]
@@ -229,12 +242,12 @@ pub fn enter_exit_nop(func: usize) {
 #[cfg(not(target_arch = "x86_64"))]
 #[no_mangle]
 pub extern "C-unwind" fn __cyg_profile_func_enter(func: *mut u8, _call_site: *mut u8) {
-    pool::enter_slow(func as usize, super::stack_pointer());
+    pool::enter_slow(func as usize, crate::sys::stack_pointer());
 }
 
 /// Exit hook where there is no fast path: always the general path.
 #[cfg(not(target_arch = "x86_64"))]
 #[no_mangle]
 pub extern "C-unwind" fn __cyg_profile_func_exit(func: *mut u8, _call_site: *mut u8) {
-    pool::exit_slow(func as usize, super::stack_pointer());
+    pool::exit_slow(func as usize, crate::sys::stack_pointer());
 }

@@ -1,6 +1,6 @@
-//! The exported C functions: the C API of `include/culprit.h`, `_exit`/`_Exit`, and the
-//! constructor (the two `-finstrument-functions` hooks are in [`super::hooks`]). Each is a thin shell over safe
-//! code; none lets a Rust panic or error cross the C boundary (the C API returns codes).
+//! The C API of `include/culprit.h`, `_exit`/`_Exit`, and the constructor (the two
+//! `-finstrument-functions` hooks are in [`super::hooks`]). Each is a thin shell over safe code;
+//! none lets a Rust panic or error cross the C boundary (the C API returns codes).
 
 use std::ffi::{c_char, c_int, CStr};
 
@@ -14,14 +14,14 @@ use crate::runtime;
 #[no_mangle]
 pub extern "C" fn _exit(status: c_int) -> ! {
     let _ = std::panic::catch_unwind(runtime::before_exit);
-    super::exit_group(status)
+    crate::sys::exit_group(status)
 }
 
 /// `_Exit(3)`: the same as [`_exit`].
 #[no_mangle]
 pub extern "C" fn _Exit(status: c_int) -> ! {
     let _ = std::panic::catch_unwind(runtime::before_exit);
-    super::exit_group(status)
+    crate::sys::exit_group(status)
 }
 
 /// See `culprit_flush` in include/culprit.h.
@@ -87,8 +87,8 @@ pub extern "C" fn culprit_version() -> *const c_char {
 }
 
 extern "C" fn constructor() {
-    if std::panic::catch_unwind(runtime::start).is_err() {
-        super::stderr_line("culprit: internal error while starting; running untraced");
+    if std::panic::catch_unwind(|| runtime::start(super::hooks::described())).is_err() {
+        crate::sys::stderr_line("culprit: internal error while starting; running untraced");
     }
 }
 

@@ -2,7 +2,7 @@
 //! `include/culprit.h`) and the C library's I/O functions the runtime interposes (`read`,
 //! `write`, `pread`, `pwrite`, `preadv`, `pwritev` and their `64` and `_chk` names, `aio_read`,
 //! `aio_write`, `aio_return`, and `close`, `dup2`, `dup3`, which forget a descriptor). Each is
-//! a thin shell: the C library's function (resolved at load, [`super::io::real`]) does the
+//! a thin shell: the C library's function (resolved at load, [`crate::sys::io::real`]) does the
 //! work, `crate::io` decides what to record (nothing unless `CULPRIT_IO=1`) and keeps `errno`.
 //! Nothing here can panic or unwind across the C boundary.
 
@@ -10,8 +10,8 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 
 use culprit_format::{layer_kind, NO_OFFSET};
 
-use super::io::real;
 use crate::io;
+use crate::sys::io::real;
 
 /// See `culprit_io_layer` in include/culprit.h.
 ///
@@ -259,9 +259,9 @@ unsafe fn aio_submit(write: bool, wide: bool, cb: *mut libc::aiocb) -> c_int {
     // SAFETY: the caller's contract.
     let rc = unsafe { real::aio_submit(write, wide, cb) };
     if let Some(a) = admit {
-        let saved = super::io::errno();
+        let saved = crate::sys::io::errno();
         io::aio_submitted(a, rc);
-        super::io::set_errno(saved);
+        crate::sys::io::set_errno(saved);
     }
     rc
 }
@@ -301,9 +301,9 @@ unsafe fn aio_ret(wide: bool, cb: *mut libc::aiocb) -> isize {
     let is_write = unsafe { (*cb).aio_lio_opcode } == libc::LIO_WRITE;
     // SAFETY: the caller's contract.
     let r = unsafe { real::aio_return(wide, cb) };
-    let saved = super::io::errno();
+    let saved = crate::sys::io::errno();
     io::aio_returned(cb as usize, fd, off, is_write, r);
-    super::io::set_errno(saved);
+    crate::sys::io::set_errno(saved);
     r
 }
 
