@@ -28,8 +28,8 @@
 //!   to a diagnosis or a thresholds file, offline or following a run in progress;
 //!   [`thresholds`] — the thresholds file;
 //! * [`requests`] — seed 004's request categories and robust PCA (`diagnose --requests`);
-//! * [`feed`] — a dataset into the analyzer; [`synth`] — generated peer groups (tests,
-//!   benchmarks); [`time`] — times and durations as people read them.
+//! * [`feed`] — a dataset into the analyzer; `synth` — generated peer groups (tests,
+//!   benchmarks: the `synth` feature); [`time`] — times and durations as people read them.
 //!
 //! The analysis knows nothing of command lines: `culprit` resolves options into a
 //! [`setup::Setup`] and renders the [`Diagnosis`]. docs/architecture.md says where to add a
@@ -68,6 +68,7 @@ pub mod score;
 pub mod session;
 pub mod setup;
 pub mod stacks;
+#[cfg(any(test, feature = "synth"))]
 pub mod synth;
 pub mod thresholds;
 pub mod time;

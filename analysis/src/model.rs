@@ -4,7 +4,7 @@
 //! Everything here is independent of files: the [`crate::analyzer::Analyzer`] is fed per-node,
 //! per-metric intervals (sparse or dense per-component values on aligned interval starts, or an
 //! explicit "missed" marker) by the metric families' readers ([`crate::feed`] for data
-//! directories) or by generated data ([`crate::synth`], the benchmarks).
+//! directories) or by generated data (`crate::synth`, the `synth` feature: tests and benchmarks).
 
 use std::fmt;
 use std::sync::Arc;

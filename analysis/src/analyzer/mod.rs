@@ -14,7 +14,7 @@
 //! cause.
 //!
 //! The analyzer knows nothing of files: [`crate::feed`] feeds it from a dataset through the
-//! metric families, [`crate::synth`] and the benchmarks from generated data.
+//! metric families, `crate::synth` (the `synth` feature) and the benchmarks from generated data.
 
 use std::collections::HashMap;
 
