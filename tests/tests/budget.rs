@@ -15,7 +15,7 @@ mod diagnose_util;
 mod tracer_util;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 
 use culprit_analysis::combine::Verdict;
 use culprit_format::demotion_reason;
@@ -414,27 +414,11 @@ const SERVE_S: &str = "14";
 /// `leaf` demoted, ~0.6 %, under it — so the budget demotes `leaf` and only `leaf`.
 const RATE: &str = "30";
 
-/// One peer of `budget serve`, pinned to one CPU with the others; as root at real-time
-/// priority (`chrt --fifo 1`), else like diagnose_real.rs's servers (nice −10).
-///
-/// Why real-time: four peers on one CPU wake at the same 10 ms ticks, and at normal priority
-/// they preempt one another in the middle of their functions; which one loses most depends on
-/// the scheduler's order of them, which held for a whole run, so a healthy peer's wall-clock
-/// times came out 10–13 % longer in most windows and it was flagged (3 of 6 runs beside
-/// `stress-ng`, and beside builds). FIFO peers at one priority never preempt one another, and
-/// the machine's other work preempts none of them, so each request's functions run as on a
-/// server of its own — which is what peers are.
+/// One peer of `budget serve`, pinned to one CPU with the others at real-time priority as
+/// root (`pinned`: four peers waking at the same 10 ms ticks preempted one another at normal
+/// priority, and a healthy one was flagged).
 fn peer(exe: &Path, data: &Path, node: &str, budget: &str) -> Child {
-    let mut cmd = if is_root() {
-        let p = pinned(exe);
-        let mut c = Command::new("chrt");
-        c.args(["--fifo", "1"])
-            .arg(p.get_program())
-            .args(p.get_args());
-        c
-    } else {
-        pinned(exe)
-    };
+    let mut cmd = pinned(exe);
     cmd.args(["serve", SERVE_S, RATE])
         .env("CULPRIT_DIR", data)
         .env("CULPRIT_NODE", node)

@@ -11,6 +11,9 @@ use std::process::Command;
 
 use culprit_format::{ParsedFile, Record, RequestEvent};
 use culprit_tests::*;
+use diagnose_util::pinned;
+
+mod diagnose_util;
 
 const NODES: usize = 4;
 const SLOW: usize = 2;
@@ -43,11 +46,14 @@ fn build(dir: &Path) -> PathBuf {
     exe
 }
 
-/// Runs the four nodes at once (n2 slow); returns each node's "sampled S of N" count.
+/// Runs the four nodes at once (n2 slow); returns each node's "sampled S of N" count. They
+/// run as a pinned group (`pinned`, `pinned_turn`): at normal priority beside `stress-ng --cpu
+/// 2` and builds, preemptions blamed a healthy node's `disk_read`.
 fn run_nodes(exe: &Path, data: &Path, sample: &str) -> Vec<usize> {
+    let _turn = pinned_turn();
     let children: Vec<_> = (0..NODES)
         .map(|i| {
-            let mut cmd = Command::new(exe);
+            let mut cmd = pinned(exe);
             cmd.args([&i.to_string(), &REQUESTS.to_string(), "2"])
                 .env("CULPRIT_DIR", data)
                 .env("CULPRIT_NODE", format!("n{i}"))
@@ -223,10 +229,11 @@ fn healthy_nodes_rank_nothing_and_no_marks_say_so() {
     let tmp = TempDir::new("requests-ok");
     let exe = build(tmp.path());
     let data = tmp.join("data");
-    // Every request recorded (one in one), no node slow.
+    // Every request recorded (one in one), no node slow; a pinned group as in `run_nodes`.
+    let turn = pinned_turn();
     let children: Vec<_> = (0..NODES)
         .map(|i| {
-            Command::new(&exe)
+            pinned(&exe)
                 .args([&i.to_string(), "300", "2"])
                 .env("CULPRIT_DIR", &data)
                 .env("CULPRIT_NODE", format!("n{i}"))
@@ -240,6 +247,7 @@ fn healthy_nodes_rank_nothing_and_no_marks_say_so() {
         let o = c.wait_with_output().unwrap();
         assert_eq!(String::from_utf8_lossy(&o.stdout), "sampled 300 of 300\n");
     }
+    drop(turn);
     let o = culprit()
         .arg("diagnose")
         .arg(&data)
