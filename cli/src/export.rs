@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use culprit_export::{Format, Request, Selection, Value};
 
 use crate::features::{self, Part};
+use crate::select::DataSelection;
 
 /// Arguments of `culprit export`.
 #[derive(Debug, clap::Args)]
@@ -15,9 +16,9 @@ use crate::features::{self, Part};
     culprit export DATA --format csv -o prof.csv      # and prof.os.csv\n  \
     culprit export DATA --format parquet -o history/  # node=…/day=… partitions")]
 pub struct Args {
-    /// Data directories (a root holding NODE/ directories, or node directories).
-    #[arg(value_name = "DATA", default_value = "culprit-data")]
-    pub data: Vec<PathBuf>,
+    /// The data directories and what of them to export.
+    #[command(flatten)]
+    pub select: DataSelection,
     /// Output format.
     #[arg(long, short = 'f', value_enum)]
     pub format: Format,
@@ -31,28 +32,6 @@ pub struct Args {
     /// Chrome: draw this diagnosis (culprit diagnose --json) with the data.
     #[arg(long, value_name = "FILE.json")]
     pub diagnosis: Option<PathBuf>,
-    /// Only this node (repeatable).
-    #[arg(long = "node", value_name = "NAME")]
-    pub nodes: Vec<String>,
-    /// Only this program (repeatable; traced processes by program, samples by the program
-    /// they ran in).
-    #[arg(long = "program", value_name = "NAME")]
-    pub programs: Vec<String>,
-    /// Only this traced process (repeatable).
-    #[arg(long = "pid", value_name = "PID")]
-    pub pids: Vec<u32>,
-    /// Start of the time range, as in culprit report (ISO, epoch seconds, +DURATION).
-    #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
-    pub from: Option<String>,
-    /// End of the time range (exclusive), as in culprit report (also -DURATION).
-    #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
-    pub to: Option<String>,
-    /// Also export samples that belong to no node (the `_unassigned` directory).
-    #[arg(long)]
-    pub all: bool,
-    /// Read binaries under this root instead of / (like perf report --symfs).
-    #[arg(long, value_name = "DIR")]
-    pub symfs: Option<PathBuf>,
     /// Folded and pprof: leave out the node and program frames that start every stack (nodes
     /// and programs then merge in a flame graph).
     #[arg(long)]
@@ -64,16 +43,17 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     if args.format == Format::Parquet {
         features::require(Part::Parquet)?;
     }
-    let mut req = Request::new(args.data, args.format);
+    let select = args.select;
+    let mut req = Request::new(select.data, args.format);
     req.selection = Selection {
-        nodes: args.nodes,
-        programs: args.programs,
-        pids: args.pids,
-        from: args.from,
-        to: args.to,
+        nodes: select.nodes,
+        programs: select.programs,
+        pids: select.pids,
+        from: select.from,
+        to: select.to,
     };
-    req.include_unassigned = args.all;
-    req.symfs = args.symfs;
+    req.include_unassigned = select.all;
+    req.symfs = select.symfs;
     req.output = args.output;
     req.value = args.value;
     req.diagnosis = args.diagnosis;

@@ -42,6 +42,7 @@ pub mod prune;
 pub mod record;
 pub mod report;
 pub mod sample;
+pub mod select;
 pub mod ship;
 pub mod uprobes;
 

@@ -6,7 +6,6 @@
 //! module parses the options.
 
 use std::io::Write as _;
-use std::path::PathBuf;
 
 use anyhow::bail;
 
@@ -16,6 +15,8 @@ use culprit_analysis::report::{self, ReportOptions};
 pub use culprit_analysis::report::{Only, SortKey, SCHEMA};
 use culprit_analysis::{stacks, time};
 use culprit_text::report::Show;
+
+use crate::select::DataSelection;
 
 /// Arguments of `culprit report`.
 #[derive(Debug, clap::Args)]
@@ -31,27 +32,9 @@ use culprit_text::report::Show;
     culprit report DATA --exclude-flags      # gcc flags leaving the costliest hooks out\n\n\
     With CULPRIT_HIST=1 at record time the function tables show p50/p90/p99/max call durations.")]
 pub struct Args {
-    /// Data directories (a root holding NODE/ directories, or node directories).
-    #[arg(value_name = "DATA", default_value = "culprit-data")]
-    pub data: Vec<PathBuf>,
-    /// Only this node (repeatable).
-    #[arg(long = "node", value_name = "NAME")]
-    pub nodes: Vec<String>,
-    /// Only this program (repeatable; traced processes by program name, samples by the
-    /// program they ran in).
-    #[arg(long = "program", value_name = "NAME")]
-    pub programs: Vec<String>,
-    /// Only this process id (repeatable).
-    #[arg(long = "pid", value_name = "PID")]
-    pub pids: Vec<u32>,
-    /// Start of the time range: ISO time (2026-11-22T13:05:00Z), epoch seconds, or +DURATION
-    /// after the data's start. Intervals starting at or after it are included.
-    #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
-    pub from: Option<String>,
-    /// End of the time range (exclusive): same forms as --from, or -DURATION before the data's
-    /// end.
-    #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
-    pub to: Option<String>,
+    /// The data directories and what of them to show.
+    #[command(flatten)]
+    pub select: DataSelection,
     /// Sort functions by: self (exclusive time), total (inclusive time), calls, avg (self time
     /// per call), name.
     #[arg(long, value_enum, default_value_t = SortKey::Self_)]
@@ -68,12 +51,6 @@ pub struct Args {
     /// With --json: also list every OS metric's per-interval values (`series`).
     #[arg(long)]
     pub os_series: bool,
-    /// Also show samples that belong to no node (the `_unassigned` directory).
-    #[arg(long)]
-    pub all: bool,
-    /// Read binaries under this root instead of / (like perf report --symfs).
-    #[arg(long, value_name = "DIR")]
-    pub symfs: Option<PathBuf>,
     /// Where each thread is: every traced process's current stack (its last, if it is gone)
     /// with how long each open call has been running.
     #[arg(long)]
@@ -107,15 +84,15 @@ pub struct Args {
 
 /// Runs `culprit report`.
 pub fn run(args: Args) -> anyhow::Result<i32> {
-    if args.data.is_empty() {
+    if args.select.data.is_empty() {
         bail!("no data directory given");
     }
     let ds = Dataset::open(
-        &args.data,
+        &args.select.data,
         LoadOptions {
-            include_unassigned: args.all,
-            symfs: args.symfs.clone(),
-            nodes: args.nodes.clone(),
+            include_unassigned: args.select.all,
+            symfs: args.select.symfs.clone(),
+            nodes: args.select.nodes.clone(),
             ..LoadOptions::default()
         },
     )?;
@@ -132,11 +109,11 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         return Ok(0);
     }
     let parse = |t: &Option<String>| t.as_deref().map(time::parse_time).transpose();
-    let (from, to) = (parse(&args.from)?, parse(&args.to)?);
+    let (from, to) = (parse(&args.select.from)?, parse(&args.select.to)?);
     if args.layers {
         let opts = LayersOptions {
-            pids: args.pids.clone(),
-            programs: args.programs.clone(),
+            pids: args.select.pids.clone(),
+            programs: args.select.programs.clone(),
             series: args.layer_series,
             ..LayersOptions::default()
         };
@@ -151,8 +128,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         return Ok(0);
     }
     let opts = ReportOptions {
-        programs: args.programs.clone(),
-        pids: args.pids.clone(),
+        programs: args.select.programs.clone(),
+        pids: args.select.pids.clone(),
         from,
         to,
         sort: args.sort,
