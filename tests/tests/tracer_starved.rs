@@ -1,5 +1,5 @@
 //! The tracer when its flusher runs late: the hooks place every call in its interval
-//! themselves (the ring of intervals, `tracer-rt/src/intervals.rs`), so a flusher that is
+//! themselves (the ring of intervals, `rt/src/intervals.rs`), so a flusher that is
 //! starved or stopped writes every interval late, in order, exactly — never missed, never
 //! merged — as long as it is less than the ring (64 intervals) behind; beyond, the intervals
 //! it could not keep are written MISSED with their calls counted as dropped. Also: thousands

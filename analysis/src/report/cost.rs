@@ -15,7 +15,7 @@ use crate::data::{Dataset, FuncId, TraceFile};
 pub const DEFAULT_BUDGET: f64 = 0.02;
 /// A function whose self time per call is above this does real work: it is suggested for
 /// exclusion only when the budget cannot be met without it. The runtime's demotion rule
-/// uses the same limit (`tracer-rt/src/budget.rs`).
+/// uses the same limit (`rt/src/budget.rs`).
 pub const WORK_NS_PER_CALL: f64 = 1_000.0;
 
 /// One process's tracing cost over the report's range.
