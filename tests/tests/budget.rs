@@ -415,10 +415,10 @@ const SERVE_S: &str = "14";
 const RATE: &str = "30";
 
 /// One peer of `budget serve`, pinned to one CPU with the others at real-time priority as
-/// root (`pinned`: four peers waking at the same 10 ms ticks preempted one another at normal
-/// priority, and a healthy one was flagged).
+/// root (`pinned_realtime`: four light peers waking at the same 10 ms ticks preempted one
+/// another at normal priority, and a healthy one was flagged).
 fn peer(exe: &Path, data: &Path, node: &str, budget: &str) -> Child {
-    let mut cmd = pinned(exe);
+    let mut cmd = pinned_realtime(exe);
     cmd.args(["serve", SERVE_S, RATE])
         .env("CULPRIT_DIR", data)
         .env("CULPRIT_NODE", node)

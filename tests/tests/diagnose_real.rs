@@ -55,15 +55,16 @@ fn ok(name: &str) -> Node<'_> {
     Node { name, fault: None }
 }
 
-/// Starts one node. As root the servers run at real-time priority (`pinned`; at nice −10
-/// before): this machine is shared, and a server waiting for a CPU taken by unrelated work
-/// shows more wall-clock time in whatever function it was in — the emulation of a node's own
-/// CPU that keeps the peers comparable (measured at nice −10: benches/diagnose/real_eval.sh
-/// with NICE=-10). And all of them run on one CPU, so that what
-/// the machine's other work and the servers' own do to one server they do to all: spread over
-/// the two CPUs beside `stress-ng --cpu 2`, the scheduler kept one server alone beside a CPU hog
-/// (which it preempts) and the others together (which preempt each other mid-request), and the
-/// lone one was flagged for "less time in checksum_payload" in 8 of 12 windows.
+/// Starts one node. As root the servers run at nice −10: this machine is shared, and a server
+/// waiting for a CPU taken by unrelated work shows more wall-clock time in whatever function it
+/// was in — the emulation of a node's own CPU share that keeps the peers comparable (measured:
+/// benches/diagnose/real_eval.sh with NICE=-10; not real-time priority: see `pinned_realtime`
+/// for why not with a fault that makes a peer CPU-bound). And all of them run on one CPU, so
+/// that what the machine's other work and the servers' own do to one server they do to all:
+/// spread over the two CPUs beside `stress-ng --cpu 2`, the scheduler kept one server alone
+/// beside a CPU hog (which it preempts) and the others together (which preempt each other
+/// mid-request), and the lone one was flagged for "less time in checksum_payload" in 8 of 12
+/// windows.
 fn spawn(exe: &Path, data: &Path, node: &Node<'_>, secs: &str) -> Child {
     spawn_every(exe, data, node, secs, INTERVAL_MS)
 }

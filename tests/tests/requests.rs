@@ -11,7 +11,7 @@ use std::process::Command;
 
 use culprit_format::{ParsedFile, Record, RequestEvent};
 use culprit_tests::*;
-use diagnose_util::pinned;
+use diagnose_util::pinned_realtime;
 
 mod diagnose_util;
 
@@ -47,13 +47,14 @@ fn build(dir: &Path) -> PathBuf {
 }
 
 /// Runs the four nodes at once (n2 slow); returns each node's "sampled S of N" count. They
-/// run as a pinned group (`pinned`, `pinned_turn`): at normal priority beside `stress-ng --cpu
-/// 2` and builds, preemptions blamed a healthy node's `disk_read`.
+/// run as a pinned group of light peers (`pinned_realtime`, `pinned_turn`): unpinned at normal
+/// priority beside `stress-ng --cpu 2` and builds, preemptions blamed a healthy node's
+/// `disk_read`.
 fn run_nodes(exe: &Path, data: &Path, sample: &str) -> Vec<usize> {
     let _turn = pinned_turn();
     let children: Vec<_> = (0..NODES)
         .map(|i| {
-            let mut cmd = pinned(exe);
+            let mut cmd = pinned_realtime(exe);
             cmd.args([&i.to_string(), &REQUESTS.to_string(), "2"])
                 .env("CULPRIT_DIR", data)
                 .env("CULPRIT_NODE", format!("n{i}"))
@@ -233,7 +234,7 @@ fn healthy_nodes_rank_nothing_and_no_marks_say_so() {
     let turn = pinned_turn();
     let children: Vec<_> = (0..NODES)
         .map(|i| {
-            pinned(&exe)
+            pinned_realtime(&exe)
                 .args([&i.to_string(), "300", "2"])
                 .env("CULPRIT_DIR", &data)
                 .env("CULPRIT_NODE", format!("n{i}"))

@@ -13,30 +13,39 @@ use culprit_tests::*;
 use std::path::Path;
 use std::process::Command;
 
-/// A command running `exe` pinned to the first CPU this process may run on with the other
-/// peers of its group: what the machine's other work does to one server of a group it then
-/// does to all (diagnose_real.rs says what happened without). As root at real-time priority
-/// (`chrt --fifo 1`), else at nice −10 (as root before; kept where `chrt` is refused).
-///
-/// Why real-time: peers on one CPU at normal priority are preempted in the middle of their
-/// functions by the machine's other work and by one another, and which one loses most depends
-/// on the scheduler's order of them, which can hold for a whole run: a healthy peer's
-/// wall-clock times came out 10–13 % longer in most windows and it was flagged (budget.rs, 3 of
-/// 6 runs beside `stress-ng`), and at nice −10 beside `stress-ng --cpu 2` and builds a healthy
-/// server of diagnose_real.rs was still flagged in 2 of its 11 tests. FIFO peers at one priority
-/// never preempt one another, and the machine's other work preempts none of them, so each
-/// request's functions run as on a server of its own — which is what peers are. The servers
-/// are light (diagnose_real.rs's five use ~0.4 of a CPU), and the kernel's real-time throttling
-/// leaves the CPU's other work 5 % of it even if one spun.
+/// A command running `exe` pinned to the first CPU this process may run on, at nice −10 when
+/// root: what the machine's other work does to one server of a group it then does to all
+/// (diagnose_real.rs says what happened without).
 pub fn pinned(exe: &Path) -> Command {
     let mut cmd = Command::new("taskset");
     cmd.args(["-c", &first_cpu()]);
-    if is_root() && fifo_allowed() {
-        cmd.args(["chrt", "--fifo", "1"]);
-    } else if is_root() {
+    if is_root() {
         cmd.args(["nice", "-n", "-10"]);
     }
     cmd.arg(exe);
+    cmd
+}
+
+/// [`pinned`] at real-time priority as root (`chrt --fifo 1`), for a group of *light* peers
+/// none of which a fault makes CPU-bound.
+///
+/// Why real-time there: peers on one CPU at normal priority are preempted in the middle of
+/// their functions by the machine's other work and by one another, and which one loses most
+/// depends on the scheduler's order of them, which can hold for a whole run: a healthy peer's
+/// wall-clock times came out 10–13 % longer in most windows and it was flagged (budget.rs, 3 of
+/// 6 runs beside `stress-ng`). FIFO peers at one priority never preempt one another, and the
+/// machine's other work preempts none of them, so each request's functions run as on a server
+/// of its own. Why not for every group: a FIFO peer that stays runnable is never preempted by
+/// its peers either. A faulty server doing 16× the work of its peers kept the CPU, its healthy
+/// peers ran in bursts when it let go, and one of them was flagged for "more samples" in 4 of
+/// 14 windows (diagnose_real.rs's samples_from_the_real_sampler, in CI).
+pub fn pinned_realtime(exe: &Path) -> Command {
+    if !(is_root() && fifo_allowed()) {
+        return pinned(exe);
+    }
+    let mut cmd = Command::new("taskset");
+    cmd.args(["-c", &first_cpu(), "chrt", "--fifo", "1"])
+        .arg(exe);
     cmd
 }
 
