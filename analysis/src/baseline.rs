@@ -165,10 +165,12 @@ impl BaselineSpan {
 
     /// Where the span ends in data that starts where `data` does (for a rolling baseline, its
     /// first stretch), however far the data goes.
-    pub fn end_in(&self, data: Span) -> u64 {
+    pub fn end_in(&self, data: DataSpan) -> u64 {
+        let begun = data;
+        let data = data.span;
         match *self {
             BaselineSpan::First(Amount::Duration(d)) | BaselineSpan::Last(d) => {
-                data.start_ns.saturating_add(d)
+                begun.start_for(d).saturating_add(d)
             }
             BaselineSpan::First(Amount::Fraction(x)) => {
                 data.start_ns + ((data.end_ns - data.start_ns) as f64 * x).round() as u64
@@ -180,13 +182,18 @@ impl BaselineSpan {
     /// The stretch of wall-clock time the baseline covers in data spanning `data` (for a
     /// rolling baseline: its first stretch). An error when it holds no data, or leaves none
     /// after it to diagnose.
-    pub fn resolve(&self, data: Span) -> Result<Span> {
+    pub fn resolve(&self, data: DataSpan) -> Result<Span> {
+        let begun = data;
+        let data = data.span;
         let len = data.end_ns.saturating_sub(data.start_ns);
         let span = match *self {
-            BaselineSpan::First(Amount::Duration(d)) | BaselineSpan::Last(d) => Span {
-                start_ns: data.start_ns,
-                end_ns: data.start_ns.saturating_add(d),
-            },
+            BaselineSpan::First(Amount::Duration(d)) | BaselineSpan::Last(d) => {
+                let start_ns = begun.start_for(d);
+                Span {
+                    start_ns,
+                    end_ns: start_ns.saturating_add(d),
+                }
+            }
             BaselineSpan::First(Amount::Fraction(x)) => Span {
                 start_ns: data.start_ns,
                 end_ns: data.start_ns + (len as f64 * x).round() as u64,
@@ -218,6 +225,39 @@ impl BaselineSpan {
             start_ns: start,
             end_ns: end,
         })
+    }
+}
+
+/// The data a baseline is placed in: its span, and when every node's data had begun.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DataSpan {
+    /// The earliest interval start to the latest end.
+    pub span: Span,
+    /// The latest of the nodes' first interval starts.
+    pub all_begun_ns: u64,
+}
+
+impl DataSpan {
+    /// Data whose nodes all begin at its start.
+    pub fn together(span: Span) -> Self {
+        DataSpan {
+            span,
+            all_begun_ns: span.start_ns,
+        }
+    }
+
+    /// Where a span of `len` placed from the data's start begins (`first DUR`, a rolling
+    /// baseline's first stretch): when every node's data has begun, if that is within `len` of
+    /// the earliest start — peers started a few seconds apart, and a baseline from the first
+    /// one's start would give the last fewer windows than the others, too few for a role
+    /// (crate::roles) — else at the earliest start (a node that joined later has no baseline,
+    /// as it had no data then).
+    pub fn start_for(&self, len: u64) -> u64 {
+        if self.all_begun_ns < self.span.start_ns.saturating_add(len) {
+            self.all_begun_ns.max(self.span.start_ns)
+        } else {
+            self.span.start_ns
+        }
     }
 }
 
@@ -359,11 +399,16 @@ pub struct Learned {
 }
 
 /// Opens the data `source` makes and returns its span (earliest interval start to latest
-/// end).
-pub fn data_span(source: Box<dyn Source>, setup: &Setup) -> Result<Span> {
+/// end) and when every node's data had begun.
+pub fn data_span(source: Box<dyn Source>, setup: &Setup) -> Result<DataSpan> {
     let ds = Dataset::open_source(source, setup.load.clone())?;
-    ds.span()
-        .ok_or_else(|| Error::Data("the data holds no interval to learn a baseline from".into()))
+    let span = ds
+        .span()
+        .ok_or_else(|| Error::Data("the data holds no interval to learn a baseline from".into()))?;
+    Ok(DataSpan {
+        span,
+        all_begun_ns: ds.all_begun().unwrap_or(span.start_ns),
+    })
 }
 
 /// Learns the baseline `spec` of the data `source` makes (called once for the span, once for
@@ -385,7 +430,7 @@ fn learn_whole(
     setup: &Setup,
     source: Box<dyn Source>,
     spec: BaselineSpan,
-    data: Span,
+    data: DataSpan,
     rules: Rules,
     progress: &mut dyn Progress,
 ) -> Result<Learned> {
@@ -420,7 +465,7 @@ pub fn learn_following(
         // No node yet (a run just starting) is not an error while waiting.
         if let Ok(data) = data_span(source(), setup) {
             let end = spec.end_in(data);
-            if data.end_ns > end {
+            if data.span.end_ns > end {
                 let quiet = &mut crate::plan::Quiet;
                 return learn_whole(setup, source(), spec, data, rules, quiet);
             }
@@ -693,7 +738,7 @@ mod tests {
 
     #[test]
     fn resolved_against_the_data() {
-        let data = sp(1000, 1090);
+        let data = DataSpan::together(sp(1000, 1090));
         let first = |a| BaselineSpan::First(a).resolve(data);
         assert_eq!(first(Amount::Duration(30 * S)).unwrap(), sp(1000, 1030));
         assert_eq!(first(Amount::Fraction(1.0 / 3.0)).unwrap(), sp(1000, 1030));
@@ -712,6 +757,33 @@ mod tests {
         assert!(e.contains("holds nothing"), "{e}");
         assert!(!BaselineSpan::First(Amount::Fraction(0.5)).known_before_the_end());
         assert!(BaselineSpan::Last(S).known_before_the_end());
+    }
+
+    #[test]
+    fn a_span_from_the_start_begins_when_every_node_has() {
+        // The last peer's data began 3 s after the first's: the first 30 s are its first 30 s
+        // too, and a rolling baseline's first stretch likewise.
+        let staggered = DataSpan {
+            span: sp(1000, 1090),
+            all_begun_ns: 1003 * S,
+        };
+        let first = BaselineSpan::First(Amount::Duration(30 * S));
+        assert_eq!(first.resolve(staggered).unwrap(), sp(1003, 1033));
+        assert_eq!(first.end_in(staggered), 1033 * S);
+        assert_eq!(
+            BaselineSpan::Last(20 * S).resolve(staggered).unwrap(),
+            sp(1003, 1023)
+        );
+        // A fraction of the data and given times are placed in the data as it is.
+        let third = BaselineSpan::First(Amount::Fraction(1.0 / 3.0));
+        assert_eq!(third.resolve(staggered).unwrap(), sp(1000, 1030));
+        // A node that joined after the span would have ended has no baseline: the span starts
+        // with the data.
+        let late = DataSpan {
+            span: sp(1000, 1090),
+            all_begun_ns: 1040 * S,
+        };
+        assert_eq!(first.resolve(late).unwrap(), sp(1000, 1030));
     }
 
     #[test]

@@ -261,23 +261,46 @@ impl Dataset {
     pub fn span(&self) -> Option<Span> {
         let mut lo = u64::MAX;
         let mut hi = 0u64;
+        for n in &self.nodes {
+            if let Some(s) = Self::node_span(n) {
+                lo = lo.min(s.start_ns);
+                hi = hi.max(s.end_ns);
+            }
+        }
+        (lo <= hi).then_some(Span {
+            start_ns: lo,
+            end_ns: hi,
+        })
+    }
+
+    /// When every node's data had begun: the latest of the nodes' first interval starts
+    /// (`None` without data).
+    pub fn all_begun(&self) -> Option<u64> {
+        self.nodes
+            .iter()
+            .filter_map(|n| Self::node_span(n).map(|s| s.start_ns))
+            .max()
+    }
+
+    /// One node's span: its earliest interval start to its latest end, over every kind.
+    fn node_span(n: &NodeData) -> Option<Span> {
+        let mut lo = u64::MAX;
+        let mut hi = 0u64;
         let mut see = |start_ns: u64, dur_ns: u64| {
             lo = lo.min(start_ns);
             hi = hi.max(start_ns + dur_ns);
         };
-        for n in &self.nodes {
-            for t in &n.traces {
-                t.intervals
-                    .iter()
-                    .for_each(|iv| see(iv.start_ns, iv.dur_ns));
-            }
-            for s in &n.samples {
-                s.intervals
-                    .iter()
-                    .for_each(|iv| see(iv.start_ns, iv.dur_ns));
-                s.events.iter().for_each(|iv| see(iv.start_ns, iv.dur_ns));
-                s.os.iter().for_each(|iv| see(iv.start_ns, iv.dur_ns));
-            }
+        for t in &n.traces {
+            t.intervals
+                .iter()
+                .for_each(|iv| see(iv.start_ns, iv.dur_ns));
+        }
+        for s in &n.samples {
+            s.intervals
+                .iter()
+                .for_each(|iv| see(iv.start_ns, iv.dur_ns));
+            s.events.iter().for_each(|iv| see(iv.start_ns, iv.dur_ns));
+            s.os.iter().for_each(|iv| see(iv.start_ns, iv.dur_ns));
         }
         (lo <= hi).then_some(Span {
             start_ns: lo,
