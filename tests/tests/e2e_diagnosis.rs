@@ -133,13 +133,6 @@ fn diagnosis_flags_the_faulty_node_and_nothing_without_a_fault() {
     ) {
         return;
     }
-    // The pinned peers' turn too, before the lock: no group of pinned peer servers (the free
-    // lane's diagnose_real, verdicts, requests) runs beside this cluster and its system-wide
-    // sampler. Since the runner started those groups after the lock lane's pinned tests, they
-    // ran beside this test, and diagnose_real flagged a healthy server or learnt no role in 3
-    // of 3 CI runs that got that far, while passing alone, quiet or beside `stress-ng --cpu
-    // 2`.
-    let _pinned = pinned_turn();
     let _lock = machine_lock();
     let tools = Tools {
         culprit: culprit_bin(),
