@@ -724,8 +724,10 @@ fn follow_reports_as_windows_close() {
 /// train --from DATA --span`) keeps the role, and diagnosing with it finds the same, and so
 /// does a rolling baseline of 12 s. The servers may start a second or two apart on a loaded
 /// machine: the first 10 s are counted from when every node's data has begun (from the first
-/// node's start, the last one's 8 windows fell to 6, fewer than the 2k − 1 a role needs, and no
-/// role was learnt: "srv1 is another role: []" in 4 CI runs). Budget: ~45 s.
+/// node's start, the last one's 8 windows could fall to 6, fewer than the 2k − 1 a role needs).
+/// Known flaky in CI, cause not found: "srv1 is another role: []" in every CI run of
+/// 2026-11-29 (also after that change, and with no end-to-end test beside it), never in runs of
+/// this file alone, quiet or beside `stress-ng --cpu 2`. Budget: ~45 s.
 #[test]
 fn baseline_knows_another_role() {
     let _turn = turn();
