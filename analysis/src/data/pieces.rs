@@ -9,7 +9,8 @@
 //! and Info (the identity), so everything downstream — `report`, `diagnose` and `--follow`'s
 //! cursors (by path and interval index: folding only appends), the exports — sees one writer.
 //! A rotated piece whose successor is not readable yet is shown as open (running), never as
-//! ended.
+//! ended. A writer killed after making a new piece and before marking the old one continued
+//! leaves the old piece open: a rotation successor (piece 1 on) joins it all the same.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -91,10 +92,21 @@ pub(super) fn join<T: Piece>(files: &mut Vec<T>) {
         if i == j {
             continue;
         }
-        let ready = slots[i].as_mut().is_some_and(|h| h.rotated_end().is_some());
+        // A rotation successor (piece 1 on) of a predecessor without an end marker: the
+        // writer makes the new piece first and marks the old one continued only then, so a
+        // writer killed in between (or a reader in between) leaves the old piece open. Every
+        // interval before the new piece's start is in the old one: they join all the same.
+        let rotation_successor = slots[j]
+            .as_ref()
+            .and_then(|n| n.info_value(info_keys::PIECE))
+            .and_then(|v| v.parse::<u32>().ok())
+            .is_some_and(|n| n >= 1);
+        let ready = slots[i].as_mut().is_some_and(|h| {
+            h.rotated_end().is_some() || (rotation_successor && *h.status() == FileStatus::Open)
+        });
         if !ready {
-            // The predecessor was not marked continued (yet): a file replaced under the
-            // writer, or one read before its end marker was written. Both stay apart.
+            // The continuation of a file replaced under the writer (a new history, piece 0),
+            // or of a damaged or ended one: they stay apart.
             continue;
         }
         let Some(next) = slots[j].take() else {
@@ -266,6 +278,27 @@ mod tests {
         assert_eq!(head.status, FileStatus::Open);
         assert!(joined(&mut files, Path::new("/d/trace-7-1.r000001.cul")));
         assert!(!joined(&mut files, Path::new("/d/trace-7-1.cul")));
+    }
+
+    #[test]
+    fn a_writer_killed_between_its_new_piece_and_the_old_one_s_end_marker_reads_as_one() {
+        // The old piece has no end marker (open); the new one says it continues it.
+        let p0 = piece("trace-7-1.cul", None, 0, &[0, 1]);
+        let p1 = piece("trace-7-1.r000001.cul", Some("trace-7-1.cul"), 1, &[2]);
+        let mut files = vec![p1, p0];
+        join(&mut files);
+        assert_eq!(files.len(), 1);
+        let starts: Vec<u64> = files[0].intervals.iter().map(|i| i.start_ns).collect();
+        assert_eq!(starts, vec![0, 1, 2]);
+        // An ended or damaged predecessor is not continued by rotation: apart.
+        for status in [FileStatus::Ended, FileStatus::Damaged("cut".into())] {
+            let mut p0 = piece("trace-7-1.cul", None, 0, &[0, 1]);
+            p0.status = status;
+            let p1 = piece("trace-7-1.r000001.cul", Some("trace-7-1.cul"), 1, &[2]);
+            let mut files = vec![p0, p1];
+            join(&mut files);
+            assert_eq!(files.len(), 2);
+        }
     }
 
     #[test]
