@@ -486,6 +486,14 @@ pub fn pinned_turn() -> MachineLock {
     flock("culprit-tests.pinned.lock")
 }
 
+/// The turn of a test that loads the machine on purpose (`stress-ng`, CPU hogs, a starved
+/// cgroup): the pinned peers' turn ([`pinned_turn`]), so that no group of pinned peers runs
+/// beside it. scripts/run-tests runs these tests last in its lock lane, after the free lane's
+/// tests are done, so that no other test runs beside the load either.
+pub fn loading_turn() -> MachineLock {
+    pinned_turn()
+}
+
 /// An exclusive `flock` on `name` in the temporary directory; each call opens the file anew,
 /// so the lock excludes other threads of this process too.
 fn flock(name: &'static str) -> MachineLock {

@@ -88,7 +88,7 @@ fn beside_a_cpu_load_and_a_traced_group_nothing_is_lost() {
     }
     // No group of pinned peers (pinned_turn) runs while this test loads the machine on
     // purpose: they would be compared under a load that falls on them unevenly.
-    let _pinned = pinned_turn();
+    let _turn = loading_turn();
     let _lock = machine_lock();
     let Some(load) = CpuLoad::start(8, Duration::from_secs(120)) else {
         return;

@@ -383,7 +383,7 @@ fn a_node_under_a_cpu_quota_is_found_and_named_cpu_starvation() {
     let _ = culprit_bin();
     // No group of pinned peers (pinned_turn) runs while this test loads the machine on
     // purpose: they would be compared under a load that falls on them unevenly.
-    let _pinned = pinned_turn();
+    let _turn = loading_turn();
     let _lock = machine_lock();
     let rel = format!("culprit-starve-{}", std::process::id());
     let _all = Cgroups(PathBuf::from(&rel));

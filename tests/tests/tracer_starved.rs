@@ -355,7 +355,7 @@ fn starved_by_a_quota(tag: &str, cpus: f64) {
     }
     // No group of pinned peers (pinned_turn) runs while this test loads the machine on
     // purpose: they would be compared under a load that falls on them unevenly.
-    let _pinned = pinned_turn();
+    let _turn = loading_turn();
     let _machine = machine_lock();
     let tmp = TempDir::new(&format!("rt-quota-{tag}"));
     let exe = build_starve(tmp.path());
@@ -428,7 +428,7 @@ impl Drop for Stress {
 #[test]
 fn two_thousand_children_that_exit_at_once_each_leave_exact_counts() {
     // Not beside a group of pinned peers: see starved_by_a_quota.
-    let _pinned = pinned_turn();
+    let _turn = loading_turn();
     let tmp = TempDir::new("rt-mass");
     let exe = build(tmp.path(), "mass_exit.c", "mass", "-O2", Link::Preload);
     let data = tmp.join("d");

@@ -232,7 +232,7 @@ fn uprobe_counts_beside_a_cpu_load_are_exact() {
     let data = tmp.join("data");
     // No group of pinned peers (pinned_turn) runs while this test loads the machine on
     // purpose: they would be compared under a load that falls on them unevenly.
-    let _pinned = pinned_turn();
+    let _turn = loading_turn();
     let _lock = machine_lock();
     let Some(load) = CpuLoad::start(4, Duration::from_secs(120)) else {
         return;
