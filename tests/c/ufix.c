@@ -37,14 +37,19 @@ __attribute__((noinline)) unsigned long leaf_b(unsigned long x)
     return sink;
 }
 
+/* Written by the main thread only: `sink` is written by both threads, and a depth() that read
+ * it back returned the worker's value whenever the worker wrote between the store and the load
+ * (a preempted main thread on a loaded host), so the checksum depended on timing. */
+static volatile unsigned long depth_sink;
+
 /* Recursion GCC cannot turn into a loop (the volatile store after the call), so the plain and
  * the instrumented builds make the same calls. */
 __attribute__((noinline)) unsigned long depth(unsigned n)
 {
     if (n == 0)
         return 0;
-    sink = depth(n - 1) + 1;
-    return sink;
+    depth_sink = depth(n - 1) + 1;
+    return depth_sink;
 }
 
 __attribute__((noinline)) void middle(unsigned long i)
