@@ -54,9 +54,18 @@ pub struct Config {
     pub demote_raw: String,
     /// `CULPRIT_PATCH=0` turns off rewriting untraced functions' hook call sites to NOPs.
     pub patch: bool,
-    /// [`STALL_VAR`] (tests only): the flusher stops working for `.1` ms once `.0` ms have
-    /// passed since it started, as a starved flusher would.
-    pub test_stall_ms: Option<(u64, u64)>,
+    /// [`STALL_VAR`] (tests only): what the flusher does once `.0` ms have passed since it
+    /// started.
+    pub test_stall_ms: Option<(u64, TestStall)>,
+}
+
+/// What [`STALL_VAR`] makes the flusher do (tests only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TestStall {
+    /// Stop working for this many ms, as a starved flusher would (the hooks go on).
+    Sleep(u64),
+    /// Panic, as a bug in it would: the thread ends, and the program must not notice.
+    Panic,
 }
 
 /// The default `CULPRIT_BUDGET`: 2 % of the process's CPU time.
@@ -86,7 +95,8 @@ fn budget(warnings: &mut Vec<String>) -> (Option<f64>, String) {
 }
 
 /// For tests of a late flusher without cgroups: `AFTER_MS,FOR_MS` makes the flusher sleep
-/// for `FOR_MS` once `AFTER_MS` have passed (the hooks go on meanwhile). Not for users.
+/// for `FOR_MS` once `AFTER_MS` have passed (the hooks go on meanwhile); `AFTER_MS,panic`
+/// makes it panic then. Not for users.
 pub const STALL_VAR: &str = "CULPRIT_TEST_FLUSHER_STALL_MS";
 
 /// A rotation setting: `None` when unset or empty; an invalid value is warned about and
@@ -169,7 +179,11 @@ impl Config {
         let patch = !matches!(var("CULPRIT_PATCH").as_deref().map(str::trim), Some("0"));
         let test_stall_ms = var(STALL_VAR).and_then(|v| {
             let (a, b) = v.split_once(',')?;
-            Some((a.trim().parse().ok()?, b.trim().parse().ok()?))
+            let then = match b.trim() {
+                "panic" => TestStall::Panic,
+                ms => TestStall::Sleep(ms.parse().ok()?),
+            };
+            Some((a.trim().parse().ok()?, then))
         });
         let include_raw = var("CULPRIT_INCLUDE").unwrap_or_default();
         let exclude_raw = var("CULPRIT_EXCLUDE").unwrap_or_default();

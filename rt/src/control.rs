@@ -3,7 +3,7 @@
 //! import this module; the flusher never imports the runtime (the runtime starts the flusher).
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
-use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 
 use crate::sys::Publish;
 
@@ -55,6 +55,13 @@ pub static CURRENT_NODE: Publish<String> = Publish::new();
 pub static PROGRESS: AtomicU64 = AtomicU64::new(0);
 /// Kernel thread id of the flusher (0 before it runs).
 pub static FLUSHER_TID: AtomicU32 = AtomicU32::new(0);
+
+/// Set when the flusher thread has ended: after the exit's records, or after a panic in it (a
+/// bug; see `Flusher::run`). From then on nothing writes this process's records: requesters —
+/// the exit handler among them — stop waiting for it at once, instead of waiting out
+/// `EXIT_STALL_MAX_NS` for progress that will never come (a thread that is gone and a busy one
+/// look alike in /proc).
+pub static FLUSHER_GONE: AtomicBool = AtomicBool::new(false);
 
 /// The flusher made a step.
 pub fn progress() {

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 use crate::clock::{self, Calibration};
 use crate::config::Config;
 use crate::control::{
-    self, req, state, CURRENT_FILE, CURRENT_NODE, DONE, FLUSHER_TID, NODE_REQUEST, PENDING,
-    PROGRESS, REQ, STATE,
+    self, req, state, CURRENT_FILE, CURRENT_NODE, DONE, FLUSHER_GONE, FLUSHER_TID, NODE_REQUEST,
+    PENDING, PROGRESS, REQ, STATE,
 };
 use crate::entry::Hooks;
 use crate::flusher::{Flusher, Origin};
@@ -207,6 +207,9 @@ fn request(bits: u32, wait: Wait) -> bool {
         if done.wrapping_sub(mine) as i32 >= 0 {
             return true;
         }
+        if FLUSHER_GONE.load(Acquire) {
+            return false;
+        }
         let now = sys::monotonic_ns();
         let slice = match wait {
             Wait::Upto(ns) if now >= start + ns => return false,
@@ -295,8 +298,9 @@ extern "C" fn at_exit() {
 /// progress, or waits for a CPU or the disk: thousands of processes that exit at once on a
 /// loaded host each leave their last records, however long their flushers wait (a fixed
 /// limit of 3 s ran out there). It gives up on a flusher that sleeps without progress for
-/// `EXIT_STALL_NS` (a lock it cannot get), or that makes none for `EXIT_STALL_MAX_NS`. Does
-/// nothing in a child without a flusher (with vfork, ENDED would stop the parent's tracing).
+/// `EXIT_STALL_NS` (a lock it cannot get), or that makes none for `EXIT_STALL_MAX_NS`, and at
+/// once on a flusher that has ended ([`FLUSHER_GONE`]). Does nothing in a child without a
+/// flusher (with vfork, ENDED would stop the parent's tracing).
 ///
 /// The flusher does the writing, not the exiting thread (which has the CPU): `_exit` may be
 /// called from a signal handler that interrupted `malloc`, and writing the records allocates.
@@ -326,6 +330,9 @@ extern "C" fn after_fork_child() {
     PENDING.store(0, Relaxed);
     REQ.store(0, Relaxed);
     DONE.store(0, Relaxed);
+    // The parent's flusher is not this process's: the child's own starts below.
+    FLUSHER_TID.store(0, Relaxed);
+    FLUSHER_GONE.store(false, Relaxed);
     let node = CURRENT_NODE
         .get()
         .cloned()

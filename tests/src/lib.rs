@@ -584,6 +584,13 @@ pub fn run_ok(cmd: &mut Command) -> Output {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     );
+    // A panic in one of a tool's threads can leave the command's status 0: a bug all the
+    // same. (The runtime's flusher notes its own in the data: `assert_well_formed`.)
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !err.contains("panicked at"),
+        "{cmd:?} succeeded, but something in it panicked:\n{err}"
+    );
     o
 }
 

@@ -210,6 +210,47 @@ fn a_flusher_late_within_the_ring_writes_every_interval_exactly() {
 }
 
 #[test]
+fn a_flusher_that_dies_never_holds_the_program_at_its_exit() {
+    // A bug that panics in the flusher ends its thread (the panic never reaches the program).
+    // The exit handler used to wait for its progress up to 60 s (`EXIT_STALL_MAX_NS`),
+    // because a thread that is gone and one that is busy look alike in /proc. It must not
+    // wait at all (nothing will write the records), and the data must say what happened.
+    let tmp = TempDir::new("rt-flusher-dies");
+    let exe = build_starve(tmp.path());
+    let data = tmp.join("d");
+    let started = std::time::Instant::now();
+    let o = traced(&exe, Link::Preload, &data, "n1")
+        .env("CULPRIT_INTERVAL_MS", "100")
+        .env("CULPRIT_TEST_FLUSHER_STALL_MS", "300,panic")
+        .args(["2", "1", "100"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run starve");
+    let took = started.elapsed();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{}: {err}", o.status);
+    // After start-up the runtime prints nothing: descriptor 2 may be the program's own file.
+    assert_eq!(err, "", "nothing on the program's stderr");
+    // The program's own output is whole: its totals and its batch line come last.
+    let counted = Counted::parse(&stdout(&o));
+    assert!(counted.total() > 0, "{counted:?}");
+    // 1 s of work; the exit handler's waits for a stalled flusher are 5 s and more.
+    assert!(
+        took < std::time::Duration::from_secs(4),
+        "the program's exit waited for a flusher that was gone: {took:?}"
+    );
+    let report = stdout(&run(Command::new(culprit_bin()).arg("report").arg(&data)));
+    assert!(
+        report.contains(
+            "the flusher thread failed (CULPRIT_TEST_FLUSHER_STALL_MS asked the flusher to \
+             panic); the records after this are lost"
+        ) && report.contains("stopped without end marker"),
+        "{report}"
+    );
+}
+
+#[test]
 fn a_late_flusher_with_the_monotonic_clock_writes_every_interval_exactly() {
     // The general path checks the boundary in Rust (every call takes it with this clock).
     let tmp = TempDir::new("rt-late-mono");

@@ -75,6 +75,7 @@
 //! `culprit-datadir`) stops the writing, silently.
 
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 
 use culprit_format::procfs::Proc;
 use culprit_format::stacks::{
@@ -92,9 +93,10 @@ use crate::bodies::Bodies;
 use crate::budget::{self, FuncCost};
 use crate::calibrate::{self, CallCost};
 use crate::clock::{self, Calibration};
-use crate::config::Config;
+use crate::config::{Config, TestStall, STALL_VAR};
 use crate::control::{
-    self, req, CURRENT_FILE, CURRENT_NODE, DONE, FLUSHER_TID, NODE_REQUEST, PENDING, REQ,
+    self, req, CURRENT_FILE, CURRENT_NODE, DONE, FLUSHER_GONE, FLUSHER_TID, NODE_REQUEST, PENDING,
+    REQ,
 };
 use crate::demote::{self, Decided};
 use crate::entry::Hooks;
@@ -195,7 +197,7 @@ pub struct Flusher {
     waits_ran_out: bool,
     /// Tests only ([`crate::config::STALL_VAR`]): when (wall-clock ns) to stop working, and
     /// for how long (ns).
-    stall: Option<(u64, u64)>,
+    stall: Option<(u64, TestStall)>,
     /// Encoded records not yet committed (kept while writes fail).
     queue: Vec<u8>,
     /// Since when, and why, writes fail.
@@ -263,7 +265,7 @@ impl Flusher {
             waits_ran_out: false,
             stall: cfg
                 .test_stall_ms
-                .map(|(after, dur)| (start_ns + after * 1_000_000, dur * 1_000_000)),
+                .map(|(after, then)| (start_ns + after * 1_000_000, then)),
             queue: Vec::new(),
             failing: None,
             idle: Vec::new(),
@@ -350,9 +352,34 @@ impl Flusher {
     /// Requesters set a [`PENDING`] bit, then bump [`REQ`]; the flusher acknowledges by
     /// storing in [`DONE`] the value of `REQ` it read before taking the bits. It sleeps only
     /// when every request it has seen is acknowledged, so none waits for the next interval.
+    ///
+    /// A panic in it (a bug) ends the thread, never the program: what it was is noted in the
+    /// data if the file can still take it (`culprit report`: "trouble at …: the flusher thread
+    /// failed (…)"), and the records after it are lost. Nothing is printed (see the module
+    /// docs).
     pub fn run(mut self) {
         io::flusher_thread(sys::own_fd_table());
         FLUSHER_TID.store(sys::gettid(), Release);
+        if let Err(p) = std::panic::catch_unwind(AssertUnwindSafe(|| self.serve())) {
+            let why = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".to_string());
+            let _ = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                self.note(
+                    sys::realtime_ns(),
+                    &format!("the flusher thread failed ({why}); the records after this are lost"),
+                );
+                self.commit();
+            }));
+        }
+        FLUSHER_GONE.store(true, Release);
+        sys::futex_wake_all(&DONE);
+    }
+
+    /// The loop of [`Self::run`], until the process exits.
+    fn serve(&mut self) {
         let start = sys::realtime_ns();
         let mut next_checkpoint = (start / CHECKPOINT_NS + 1) * CHECKPOINT_NS;
         let mut rng = Probe::new(start ^ u64::from(std::process::id()));
@@ -363,10 +390,14 @@ impl Flusher {
             control::progress();
             let seen = REQ.load(Acquire);
             let now = sys::realtime_ns();
-            if let Some((_, dur)) = self.stall.take_if(|&mut (at, _)| now >= at) {
+            match self.stall.take_if(|&mut (at, _)| now >= at) {
                 // A starved flusher, for tests: the hooks go on meanwhile.
-                sys::sleep_ns(dur);
-                continue;
+                Some((_, TestStall::Sleep(ms))) => {
+                    sys::sleep_ns(ms * 1_000_000);
+                    continue;
+                }
+                Some((_, TestStall::Panic)) => panic!("{STALL_VAR} asked the flusher to panic"),
+                None => {}
             }
             let deadline = (self.open_start + self.cfg.interval_ns)
                 .min(next_checkpoint)

@@ -259,8 +259,9 @@ pub fn load_one(node_dir: &Path) -> Proc {
 pub fn assert_well_formed(p: &Proc) {
     assert!(
         p.ended && p.end_record,
-        "{}: not cleanly ended",
-        p.file.display()
+        "{}: not cleanly ended (trouble noted: {:?})",
+        p.file.display(),
+        p.info.get("trouble")
     );
     assert_contiguous(p);
 }
