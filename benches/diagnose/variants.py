@@ -3,6 +3,7 @@
 
     python3 benches/diagnose/variants.py [--culprit BIN] [--exp DIR] [--train-args "..."]
         [--diagnose-args "..."] [--training all|N] [--cross-validate] [--untrained]
+        [--per-metric]
 
 Default: per workload, `culprit train` on the fault-free training runs (`train-W-*`), then
 `culprit diagnose` of every fault-free test run and faulty run of that workload; prints
@@ -10,7 +11,9 @@ combined TP per fault class and FP (runs where a healthy node was flagged). `--t
 the first N training runs. `--cross-validate` instead trains on every pair of the workload's
 fault-free runs (training and test) and diagnoses the others: FP and the largest score /
 threshold seen on fault-free data (how close to a false alarm). `--untrained` diagnoses every
-run without thresholds.
+run without thresholds. `--per-metric` also prints, for the white-box metrics (samples, count,
+time), how often the faulty node was faulty on that metric and how often a healthy node was —
+what the root-cause tables rest on, which the combined verdict can hide.
 
 The windows and keep rules are those of `culprit experiment`'s shortened protocol. Used for the
 figures in docs/thresholds.md ("Pooled by default", "Variance weighting", "Functions training
@@ -24,6 +27,7 @@ import subprocess
 WINDOWS = ["--win-size", "10s", "--win-shift", "5s", "--k", "3",
            "--min-time", "167ms", "--min-samples", "16.7"]
 WORKLOADS = ["ddw", "ddr", "postmark"]
+WHITE_BOX = ["samples", "count", "time"]
 
 
 def read_truth(exp):
@@ -48,6 +52,7 @@ def main():
     ap.add_argument("--training", default="all")
     ap.add_argument("--cross-validate", action="store_true")
     ap.add_argument("--untrained", action="store_true")
+    ap.add_argument("--per-metric", action="store_true")
     a = ap.parse_args()
     variants = a.diagnose_args or [""]
     runs = f"{a.exp}/runs"
@@ -94,6 +99,8 @@ def main():
                   f"threshold: median {r[len(r) // 2]:.2f}, max {r[-1]:.2f}")
         return
     per = {v: {} for v in variants}
+    # (metric) -> [faulty node faulty, faulty runs, healthy nodes faulty, healthy nodes]
+    white = {v: {m: [0, 0, 0, 0] for m in WHITE_BOX} for v in variants}
     for w in WORKLOADS:
         ids = sorted(r for r in truth if truth[r][0] == w and r.startswith("train"))
         if a.training != "all":
@@ -110,6 +117,18 @@ def main():
                 s[0] += int(bool(node) and node in culprits)
                 s[1] += int(bool(culprits - {node}))
                 s[2] += 1
+                for m in j.get("metrics", []):
+                    if m["metric"] not in WHITE_BOX:
+                        continue
+                    w_ = white[v][m["metric"]]
+                    for nd in m["nodes"]:
+                        bad = nd.get("verdict") == "faulty"
+                        if nd["node"] == node:
+                            w_[0] += bad
+                            w_[1] += 1
+                        else:
+                            w_[2] += bad
+                            w_[3] += 1
     for v in variants:
         p = per[v]
         print(f"[{v or 'defaults'}] " + " ".join(
@@ -118,6 +137,10 @@ def main():
         n = sum(x[2] for k, x in p.items() if k != "none")
         fp = sum(x[1] for x in p.values())
         print(f"[{v or 'defaults'}] combined TP {tp}/{n}, FP {fp}/{sum(x[2] for x in p.values())}")
+        if a.per_metric:
+            print(f"[{v or 'defaults'}] per metric: " + ", ".join(
+                f"{m} faulty node {x[0]}/{x[1]}, healthy nodes {x[2]}/{x[3]}"
+                for m, x in white[v].items()))
 
 
 if __name__ == "__main__":
