@@ -361,13 +361,11 @@ mod tests {
 
     fn interval(edges: Option<Vec<TraceEdge>>, entries: Vec<TraceEntry>) -> TraceInterval {
         TraceInterval {
-            start_ns: 0,
-            dur_ns: 1,
-            flags: 0,
-            threads: 1,
-            lost_frames: 0,
-            overflows: 0,
-            dropped: 0,
+            head: culprit_format::IntervalHead {
+                dur_ns: 1,
+                threads: 1,
+                ..culprit_format::IntervalHead::default()
+            },
             entries,
             edges,
             edge_drops: 0,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use culprit_format::names::NodeInfo;
 use culprit_format::procfs::process_alive;
-use culprit_format::{info_keys, interval_flags, DATA_OFFSET};
+use culprit_format::{info_keys, interval_flags, IntervalHead, DATA_OFFSET};
 
 use super::names::{EventId, FuncId, OsMetricId, ProgramId};
 use super::symbols::Object;
@@ -105,24 +105,12 @@ pub struct TraceHist {
     pub counts: [u64; culprit_format::HIST_BUCKETS],
 }
 
-/// One interval of a traced process.
+/// One interval of a traced process: the record's fixed fields (read through `Deref`:
+/// `iv.start_ns`, `iv.flags`, …) and what the reader made of its entries.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TraceInterval {
-    /// Start, wall-clock ns since the epoch (aligned to `dur_ns`).
-    pub start_ns: u64,
-    /// Length, ns.
-    pub dur_ns: u64,
-    /// `interval_flags` bits (MISSED: no data; PARTIAL: partly covered).
-    pub flags: u32,
-    /// Threads with a table in the interval.
-    pub threads: u32,
-    /// Frames dropped recovering from mismatched exits.
-    pub lost_frames: u32,
-    /// Calls not accounted for lack of room.
-    pub overflows: u32,
-    /// Calls not traced for other reasons (a signal handler inside a hook, a thread without
-    /// a table, calls the runtime could not place in an interval).
-    pub dropped: u32,
+    /// Start, length, flags, threads and what was not accounted, as the record has them.
+    pub head: IntervalHead,
     /// Per-function counters (functions with the same name are merged).
     pub entries: Vec<TraceEntry>,
     /// Caller → callee edges, when the process was traced with `CULPRIT_GRAPH=1` (`None`
@@ -135,6 +123,20 @@ pub struct TraceInterval {
     /// The process's CPU time and the runtime's estimate of its own share (format version 7;
     /// `None` in older files).
     pub cost: Option<culprit_format::CostRec>,
+}
+
+impl std::ops::Deref for TraceInterval {
+    type Target = IntervalHead;
+
+    fn deref(&self) -> &IntervalHead {
+        &self.head
+    }
+}
+
+impl std::ops::DerefMut for TraceInterval {
+    fn deref_mut(&mut self) -> &mut IntervalHead {
+        &mut self.head
+    }
 }
 
 impl TraceInterval {

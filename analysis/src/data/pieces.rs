@@ -222,13 +222,12 @@ mod tests {
         t.intervals = starts
             .iter()
             .map(|&s| TraceInterval {
-                start_ns: s,
-                dur_ns: 1,
-                flags: 0,
-                threads: 1,
-                lost_frames: 0,
-                overflows: 0,
-                dropped: 0,
+                head: culprit_format::IntervalHead {
+                    start_ns: s,
+                    dur_ns: 1,
+                    threads: 1,
+                    ..culprit_format::IntervalHead::default()
+                },
                 entries: Vec::new(),
                 edges: None,
                 edge_drops: 0,

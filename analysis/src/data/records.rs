@@ -234,13 +234,7 @@ impl Dataset {
         }
         merge_trace_entries(&mut entries);
         TraceInterval {
-            start_ns: iv.start_ns,
-            dur_ns: iv.dur_ns,
-            flags: iv.flags,
-            threads: iv.threads,
-            lost_frames: iv.lost_frames,
-            overflows: iv.overflows,
-            dropped: iv.dropped,
+            head: iv.head,
             entries,
             edges: None,
             edge_drops: 0,
