@@ -126,25 +126,33 @@ pub(super) fn join<T: Piece>(files: &mut Vec<T>) {
     }
 }
 
+/// The accessors of [`Piece`] that both kinds of file have under the same names: their
+/// fields `path`, `pieces`, `rotated_end`, `status` and methods `current_path`, `info`.
+macro_rules! same_named_fields {
+    () => {
+        fn first(&self) -> &Path {
+            &self.path
+        }
+        fn pieces(&mut self) -> &mut Vec<PathBuf> {
+            &mut self.pieces
+        }
+        fn current(&self) -> &Path {
+            self.current_path()
+        }
+        fn info_value(&self, key: &str) -> Option<&str> {
+            self.info(key)
+        }
+        fn rotated_end(&mut self) -> &mut Option<u64> {
+            &mut self.rotated_end
+        }
+        fn status(&mut self) -> &mut FileStatus {
+            &mut self.status
+        }
+    };
+}
+
 impl Piece for TraceFile {
-    fn first(&self) -> &Path {
-        &self.path
-    }
-    fn pieces(&mut self) -> &mut Vec<PathBuf> {
-        &mut self.pieces
-    }
-    fn current(&self) -> &Path {
-        self.current_path()
-    }
-    fn info_value(&self, key: &str) -> Option<&str> {
-        self.info(key)
-    }
-    fn rotated_end(&mut self) -> &mut Option<u64> {
-        &mut self.rotated_end
-    }
-    fn status(&mut self) -> &mut FileStatus {
-        &mut self.status
-    }
+    same_named_fields!();
     fn absorb(&mut self, mut next: Self) {
         // Records of the pieces between, in order; a provisional checkpoint stays last.
         self.intervals.append(&mut next.intervals);
@@ -170,24 +178,7 @@ impl Piece for TraceFile {
 }
 
 impl Piece for SampleFile {
-    fn first(&self) -> &Path {
-        &self.path
-    }
-    fn pieces(&mut self) -> &mut Vec<PathBuf> {
-        &mut self.pieces
-    }
-    fn current(&self) -> &Path {
-        self.current_path()
-    }
-    fn info_value(&self, key: &str) -> Option<&str> {
-        self.info(key)
-    }
-    fn rotated_end(&mut self) -> &mut Option<u64> {
-        &mut self.rotated_end
-    }
-    fn status(&mut self) -> &mut FileStatus {
-        &mut self.status
-    }
+    same_named_fields!();
     fn absorb(&mut self, mut next: Self) {
         self.intervals.append(&mut next.intervals);
         self.events.append(&mut next.events);
