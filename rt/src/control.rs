@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 
-use crate::sys::Publish;
+use crate::sys::{self, Publish};
 
 /// Lifecycle of the runtime in this process ([`STATE`]).
 pub mod state {
@@ -62,6 +62,21 @@ pub static FLUSHER_TID: AtomicU32 = AtomicU32::new(0);
 /// `EXIT_STALL_MAX_NS` for progress that will never come (a thread that is gone and a busy one
 /// look alike in /proc).
 pub static FLUSHER_GONE: AtomicBool = AtomicBool::new(false);
+
+/// Makes a panic on the flusher thread print nothing (the runtime's panics only: this library
+/// has a panic hook of its own): its message would go to descriptor 2 — /dev/null in the
+/// flusher's own descriptor table, but the program's own stderr, maybe one of its files, where
+/// the kernel refused that table. `Flusher::run` notes the panic in the data instead. Called
+/// at start-up, before the program runs: installing the hook takes locks that a `fork` made
+/// meanwhile by another thread would leave held in the child.
+pub fn quiet_flusher_panics() {
+    let others = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if sys::gettid() != FLUSHER_TID.load(Acquire) {
+            others(info);
+        }
+    }));
+}
 
 /// The flusher made a step.
 pub fn progress() {

@@ -145,6 +145,7 @@ pub fn start(hooks: Hooks) {
         return;
     }
     crate::requests::set_sample_every(cfg.request_sample);
+    control::quiet_flusher_panics();
     STATE.store(state::ACTIVE, Release);
     if !io::enable(cfg.io) && cfg.io {
         say("cannot set up I/O layer events; recording function calls only");

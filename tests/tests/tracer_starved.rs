@@ -235,9 +235,10 @@ fn a_flusher_that_dies_never_holds_the_program_at_its_exit() {
     // The program's own output is whole: its totals and its batch line come last.
     let counted = Counted::parse(&stdout(&o));
     assert!(counted.total() > 0, "{counted:?}");
-    // 1 s of work; the exit handler's waits for a stalled flusher are 5 s and more.
+    // 1 s of work; the exit handler's wait for a flusher that is busy but makes no progress
+    // is 60 s (and this is far from it on a loaded machine).
     assert!(
-        took < std::time::Duration::from_secs(4),
+        took < std::time::Duration::from_secs(20),
         "the program's exit waited for a flusher that was gone: {took:?}"
     );
     let report = stdout(&run(Command::new(culprit_bin()).arg("report").arg(&data)));

@@ -367,6 +367,8 @@ impl Flusher {
                 .or_else(|| p.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "a panic".to_string());
             let _ = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                // What was encoded but not committed may be cut short by the panic.
+                self.buf.clear();
                 self.note(
                     sys::realtime_ns(),
                     &format!("the flusher thread failed ({why}); the records after this are lost"),

@@ -456,14 +456,8 @@ fn build_id_in_notes(addr: usize, len: usize) -> Option<Vec<u8>> {
     None
 }
 
-unsafe extern "C" fn collect_object(
-    info: *mut libc::dl_phdr_info,
-    _size: usize,
-    data: *mut c_void,
-) -> c_int {
-    // SAFETY: dl_iterate_phdr passes a valid info for the duration of the call; data is the
-    // Vec passed by loaded_objects.
-    let (info, out) = unsafe { (&*info, &mut *(data as *mut Vec<LoadedObject>)) };
+/// The object `info` describes (inside [`for_each_object`]); `None` without a loaded segment.
+fn loaded_object(info: &libc::dl_phdr_info) -> Option<LoadedObject> {
     let name = if info.dlpi_name.is_null() {
         String::new()
     } else {
@@ -502,41 +496,72 @@ unsafe extern "C" fn collect_object(
             _ => {}
         }
     }
-    if o.start < o.end {
-        out.push(o);
+    (o.start < o.end).then_some(o)
+}
+
+/// Calls `f` with each loaded object's `dl_phdr_info` (and the size the loader gives it), in
+/// link-map order, inside `dl_iterate_phdr` — the loader lock held throughout, so no object
+/// is unloaded meanwhile; the lock is recursive, so `f` may iterate again — until `f`
+/// returns false. A panic in `f` stops the iteration and goes on once the loader's frames
+/// are left: a panic may not unwind through C frames (Rust aborts the process at an
+/// `extern "C"` boundary), and the runtime catches its panics above this (the flusher's and
+/// the constructor's `catch_unwind`) so that they never end the program.
+pub fn for_each_object(mut f: impl FnMut(&libc::dl_phdr_info, usize) -> bool) {
+    type Visit<'a> = &'a mut dyn FnMut(&libc::dl_phdr_info, usize) -> bool;
+    struct Iteration<'a> {
+        visit: Visit<'a>,
+        panic: Option<Box<dyn std::any::Any + Send>>,
     }
-    0
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        size: usize,
+        data: *mut c_void,
+    ) -> c_int {
+        // SAFETY: data is the Iteration of for_each_object, alive for the whole iteration;
+        // dl_iterate_phdr passes a valid info for the duration of the call.
+        let (it, info) = unsafe { (&mut *(data as *mut Iteration<'_>), &*info) };
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (it.visit)(info, size))) {
+            Ok(true) => 0,
+            Ok(false) => 1,
+            Err(p) => {
+                it.panic = Some(p);
+                1
+            }
+        }
+    }
+    let mut it = Iteration {
+        visit: &mut f,
+        panic: None,
+    };
+    // SAFETY: `each` matches dl_iterate_phdr's contract and only touches `it`.
+    unsafe { libc::dl_iterate_phdr(Some(each), &mut it as *mut _ as *mut c_void) };
+    if let Some(p) = it.panic {
+        std::panic::resume_unwind(p);
+    }
 }
 
 /// The process's loaded objects, in link-map order.
 pub fn loaded_objects() -> Vec<LoadedObject> {
     let mut v: Vec<LoadedObject> = Vec::new();
-    // SAFETY: the callback matches dl_iterate_phdr's contract and only touches `v`.
-    unsafe { libc::dl_iterate_phdr(Some(collect_object), &mut v as *mut _ as *mut c_void) };
-    v
-}
-
-unsafe extern "C" fn read_counts(
-    info: *mut libc::dl_phdr_info,
-    size: usize,
-    data: *mut c_void,
-) -> c_int {
-    // SAFETY: as in collect_object; data is the (u64, u64) of link_map_counts. The
-    // dlpi_adds/dlpi_subs fields exist when `size` covers them.
-    unsafe {
-        let out = &mut *(data as *mut (u64, u64));
-        if size >= std::mem::offset_of!(libc::dl_phdr_info, dlpi_subs) + 8 {
-            *out = ((*info).dlpi_adds, (*info).dlpi_subs);
+    for_each_object(|info, _| {
+        if let Some(o) = loaded_object(info) {
+            v.push(o);
         }
-    }
-    1
+        true
+    });
+    v
 }
 
 /// The loader's (loads, unloads) counters: they change on `dlopen` / `dlclose`.
 pub fn link_map_counts() -> (u64, u64) {
     let mut c = (0u64, 0u64);
-    // SAFETY: the callback matches dl_iterate_phdr's contract and only touches `c`.
-    unsafe { libc::dl_iterate_phdr(Some(read_counts), &mut c as *mut _ as *mut c_void) };
+    for_each_object(|info, size| {
+        // The dlpi_adds/dlpi_subs fields exist when `size` covers them.
+        if size >= std::mem::offset_of!(libc::dl_phdr_info, dlpi_subs) + 8 {
+            c = (info.dlpi_adds, info.dlpi_subs);
+        }
+        false
+    });
     c
 }
 

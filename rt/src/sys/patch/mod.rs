@@ -48,7 +48,6 @@
 //! hooks must then accept an entry whose exit is gone, and an exit whose entry is gone (the
 //! runtime's general path does: see `block`).
 
-use std::ffi::c_void;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
 
 mod noted;
@@ -119,9 +118,11 @@ pub fn apply(hooks: &[usize], functions: &mut dyn Functions) -> u32 {
         bodies,
         inlined,
     };
-    // SAFETY: `locked` matches dl_iterate_phdr's contract and only touches `job`, the site
-    // set and the pages it checks; it stops the iteration after its first call.
-    unsafe { libc::dl_iterate_phdr(Some(locked), &mut job as *mut _ as *mut c_void) };
+    // Inside the loader lock, once (the first object's call stops the iteration).
+    crate::sys::for_each_object(|_, _| {
+        locked(&mut job);
+        false
+    });
     stats().patched.saturating_sub(before)
 }
 

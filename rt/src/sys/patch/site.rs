@@ -388,18 +388,13 @@ pub(super) fn prove(mem: &Memory<'_>, unit: &[(usize, usize)]) -> Option<crate::
     crate::callsite::analyse(&pieces, &short, &read)
 }
 
-unsafe extern "C" fn collect_segments(
-    info: *mut libc::dl_phdr_info,
-    _size: usize,
-    data: *mut c_void,
-) -> c_int {
-    // SAFETY: dl_iterate_phdr passes a valid info for the duration of the call; data is the
-    // Vec passed by `locked`.
-    let (info, out) = unsafe { (&*info, &mut *(data as *mut Vec<Segment>)) };
+/// The `PT_LOAD` segments of the object `info` describes (inside `for_each_object`).
+fn segments_of(info: &libc::dl_phdr_info, out: &mut Vec<Segment>) {
     if info.dlpi_phdr.is_null() {
-        return 0;
+        return;
     }
-    // SAFETY: dlpi_phdr points to dlpi_phnum program headers.
+    // SAFETY: dlpi_phdr points to dlpi_phnum program headers, valid while the loader lock is
+    // held (inside for_each_object).
     let phdrs = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
     for ph in phdrs.iter().filter(|p| p.p_type == libc::PT_LOAD) {
         let start = info.dlpi_addr.wrapping_add(ph.p_vaddr) as usize;
@@ -410,26 +405,17 @@ unsafe extern "C" fn collect_segments(
             read: ph.p_flags & libc::PF_R != 0,
         });
     }
-    0
 }
 
-/// Runs once, inside the outer `dl_iterate_phdr` (the loader lock held throughout, so no
-/// object is unloaded meanwhile; the lock is recursive, the inner iteration takes it again).
-pub(super) unsafe extern "C" fn locked(
-    _info: *mut libc::dl_phdr_info,
-    _size: usize,
-    data: *mut c_void,
-) -> c_int {
-    // SAFETY: data is the Job passed by `apply`.
-    let job = unsafe { &mut *(data as *mut Job<'_>) };
+/// Runs once, inside the outer iteration over the loaded objects (`for_each_object`: the
+/// loader lock held throughout, so no object is unloaded meanwhile; the lock is recursive,
+/// the inner iteration takes it again).
+pub(super) fn locked(job: &mut Job<'_>) {
     let mut segments: Vec<Segment> = Vec::new();
-    // SAFETY: the callback matches dl_iterate_phdr's contract and only touches `segments`.
-    unsafe {
-        libc::dl_iterate_phdr(
-            Some(collect_segments),
-            &mut segments as *mut _ as *mut c_void,
-        )
-    };
+    crate::sys::for_each_object(|info, _| {
+        segments_of(info, &mut segments);
+        true
+    });
     let mem = Memory {
         segments: &segments,
     };
@@ -519,7 +505,6 @@ pub(super) unsafe extern "C" fn locked(
             }
         }
     }
-    1
 }
 
 /// Makes `page` writable (keeping `prot`), swaps the NOPs in, gives the page `prot` back.
