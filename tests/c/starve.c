@@ -11,6 +11,8 @@
  *   fn mid N / fn leaf_a N / fn leaf_b N     the exact totals
  *   slot S N                                 calls of the three functions in slot S
  *                                            (S = wall-clock ms / SLOT_MS)
+ *   active A                                 culprit_is_active() at the end (1 tracing,
+ *                                            0 not), when the runtime is loaded
  *   batch B                                  the batch size (the slots' uncertainty)
  *
  * Only mid, leaf_a and leaf_b are instrumented (the rest is no_instrument_function), so a
@@ -25,6 +27,9 @@
 #define NOTRACE __attribute__((no_instrument_function))
 #define BATCH 100
 #define MAX_SLOTS 4096
+
+/* The runtime's C API (include/culprit.h), weak: the program runs without the runtime too. */
+int culprit_is_active(void) __attribute__((weak));
 
 static volatile long sink;
 
@@ -84,6 +89,8 @@ NOTRACE int main(int argc, char **argv) {
     printf("fn mid %lld\nfn leaf_a %lld\nfn leaf_b %lld\n", counts[0], counts[1], counts[2]);
     for (int s = 0; s < MAX_SLOTS; s++)
         if (slots[s]) printf("slot %lld %lld\n", first_slot + s, slots[s]);
+    /* The runtime's own word on whether it traces (its C API, when it is loaded). */
+    if (culprit_is_active) printf("active %d\n", culprit_is_active());
     printf("batch %d\n", BATCH);
     return 0;
 }

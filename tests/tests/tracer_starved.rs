@@ -20,12 +20,14 @@ use culprit_format::{interval_flags, ParsedFile, Record};
 use culprit_tests::*;
 use tracer_util::*;
 
-/// What `starve` printed: exact totals per function, calls per slot, the batch size.
+/// What `starve` printed: exact totals per function, calls per slot, the batch size, and
+/// whether the runtime said it was tracing at the end (`None` without the runtime).
 #[derive(Debug, Default)]
 struct Counted {
     functions: BTreeMap<String, u64>,
     slots: BTreeMap<u64, u64>,
     batch: u64,
+    active: Option<bool>,
 }
 
 impl Counted {
@@ -41,6 +43,7 @@ impl Counted {
                     c.slots.insert(s.parse().unwrap(), n.parse().unwrap());
                 }
                 ["batch", b] => c.batch = b.parse().unwrap(),
+                ["active", a] => c.active = Some(a == "1"),
                 _ => {}
             }
         }
@@ -235,6 +238,12 @@ fn a_flusher_that_dies_never_holds_the_program_at_its_exit() {
     // The program's own output is whole: its totals and its batch line come last.
     let counted = Counted::parse(&stdout(&o));
     assert!(counted.total() > 0, "{counted:?}");
+    // With nothing left to write the records, the runtime stops tracing and says so.
+    assert_eq!(
+        counted.active,
+        Some(false),
+        "culprit_is_active() after the flusher died"
+    );
     // 1 s of work; the exit handler's wait for a flusher that is busy but makes no progress
     // is 60 s (and this is far from it on a loaded machine).
     assert!(
@@ -267,6 +276,8 @@ fn a_late_flusher_with_the_monotonic_clock_writes_every_interval_exactly() {
     let f = check_exact(&data, &counted, 2, false);
     assert_none_missed(&f);
     assert!(f.max_written_late_ns >= 1_000_000_000, "{f:#?}");
+    // A late flusher is not a dead one: the runtime still traces.
+    assert_eq!(counted.active, Some(true), "culprit_is_active() at the end");
 }
 
 #[test]

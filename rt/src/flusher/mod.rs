@@ -375,6 +375,12 @@ impl Flusher {
                 );
                 self.commit();
             }));
+            // Nothing writes this process's records any more: tracing stops, so the program
+            // stops paying for it where it can. Threads that start now get no block,
+            // `culprit_is_active()` says 0 and the exit waits for nothing. (Threads already
+            // traced keep their blocks: their hooks still count, into memory nobody reads.)
+            let on = control::state::ACTIVE;
+            let _ = control::STATE.compare_exchange(on, control::state::OFF, AcqRel, Acquire);
         }
         FLUSHER_GONE.store(true, Release);
         sys::futex_wake_all(&DONE);
