@@ -10,8 +10,9 @@
 //! Built in: [`sampler::Samples`] and [`sampler::Events`] (from `culprit sample`),
 //! [`tracer::Count`] and [`tracer::Time`] (from the tracing runtime), [`tracer::Latency`], and
 //! [`layers::Layers`] (layer-boundary I/O events). A new family implements
-//! [`MetricFamily`] (and a [`FamilyReader`] for its records), gets a [`Metric`] name, and is
-//! listed in [`builtin::all`] and [`Metric::BUILTIN`].
+//! [`MetricFamily`]: what it is, declared once in an [`About`] (its [`Metric`] name, unit,
+//! words, comparison…), its keep rule and a [`FamilyReader`] for its records; and is listed in
+//! [`builtin::all`] and [`Metric::BUILTIN`].
 
 use culprit_format::interval_flags;
 use serde::{Deserialize, Serialize};
