@@ -19,7 +19,7 @@
 //!   process was stopped by a signal is **paused** (`crate::paused`): both culprits, and they
 //!   take precedence (paused first), since they say what the metrics' deviations are about.
 //!
-//! Metrics corroborate each other by *family* ([`crate::family::MetricFamily::group`]): the OS
+//! Metrics corroborate each other by *family* ([`crate::family::About::group`]): the OS
 //! metrics are many views of a few resources (`disk.rd_sec`, `disk.tps` and `proc.rd_bytes` all
 //! count the same reads), so all of them together are one family, `os`, and one OS metric
 //! cannot corroborate another. Every family's part in the verdict is reported

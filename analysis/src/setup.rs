@@ -305,7 +305,7 @@ impl Setup {
                 .into_iter()
                 .map(|inner| {
                     if inner.comparison() == Comparison::Sums {
-                        Arc::new(Distributions { inner, smoothing }) as Arc<dyn MetricFamily>
+                        Arc::new(Distributions::new(inner, smoothing)) as Arc<dyn MetricFamily>
                     } else {
                         inner
                     }

@@ -19,7 +19,7 @@ use culprit_analysis::data::NodeData;
 use culprit_analysis::diagnosis::MetricStatus;
 use culprit_analysis::family::sampler::Samples;
 use culprit_analysis::family::{
-    Comparison, FamilyReader, KeepRule, KeepSettings, Metric, MetricFamily, Windows, Words,
+    About, Comparison, FamilyReader, KeepRule, KeepSettings, Metric, MetricFamily, Windows,
 };
 use culprit_analysis::plan::Quiet;
 use culprit_analysis::session::{self, DiagnoseRequest};
@@ -38,33 +38,28 @@ const FAULT_FROM: u64 = 120;
 #[derive(Debug)]
 struct SamplesPerSecond;
 
+impl SamplesPerSecond {
+    /// What `samples` is, but per second, compared as distributions in its own windows (and
+    /// unlike it not recording how nodes were sampled).
+    const ABOUT: About = About {
+        metric: Metric::new("samples-per-second"),
+        unit: "samples/s",
+        comparison: Comparison::Cdf { max_bins: 1000 },
+        windows: Some(Windows {
+            size_ns: 10 * NS_PER_S,
+            shift_ns: 5 * NS_PER_S,
+        }),
+        sampled: false,
+        ..Samples::ABOUT
+    };
+}
+
 impl MetricFamily for SamplesPerSecond {
-    fn metric(&self) -> Metric {
-        Metric::new("samples-per-second")
-    }
-    fn unit(&self) -> &'static str {
-        "samples/s"
-    }
-    fn words(&self) -> Words {
-        Words {
-            more: "more samples",
-            less: "fewer samples",
-        }
+    fn about(&self) -> &About {
+        &Self::ABOUT
     }
     fn keep_rule(&self, _keep: &KeepSettings) -> KeepRule {
         KeepRule::All
-    }
-    fn comparison(&self) -> Comparison {
-        Comparison::Cdf { max_bins: 1000 }
-    }
-    fn windows(&self) -> Option<Windows> {
-        Some(Windows {
-            size_ns: 10 * NS_PER_S,
-            shift_ns: 5 * NS_PER_S,
-        })
-    }
-    fn how_to_record(&self) -> &'static str {
-        Samples.how_to_record()
     }
     fn has_data(&self, node: &NodeData) -> bool {
         Samples.has_data(node)

@@ -503,7 +503,7 @@ pub(super) struct MetricState {
     /// Keep every node's score of every window.
     pub(super) keep_scores: bool,
     /// Distribution families: the value of a slot without data — 0, or NaN where absent is not
-    /// zero ([`MetricFamily::absent_is_zero`]).
+    /// zero ([`crate::family::About::absent_is_zero`]).
     pub(super) slot_fill: f64,
     /// Per node, a node of another role's adjusted components ([`MetricConfig::roles`]),
     /// sorted by component.

@@ -20,7 +20,8 @@ use crate::model::{CompIdx, CompLabel, CompValue, Interval, IntervalData};
 use crate::time::fmt_dur;
 
 use super::{
-    FamilyReader, IntervalSink, KeepHint, KeepRule, KeepSettings, Metric, MetricFamily, Words,
+    About, Comparison, FamilyReader, IntervalSink, KeepHint, KeepRule, KeepSettings, Metric,
+    MetricFamily, Words,
 };
 
 /// Per layer: time, queue time and time below of the requests completed, per second, ms.
@@ -50,18 +51,32 @@ fn extent(node: &NodeData) -> Option<(u64, u64)> {
     (lo <= hi).then(|| (lo / SLOT_NS * SLOT_NS, hi / SLOT_NS * SLOT_NS))
 }
 
-impl MetricFamily for Layers {
-    fn metric(&self) -> Metric {
-        Metric::LAYERS
-    }
-    fn unit(&self) -> &'static str {
-        "ms"
-    }
-    fn words(&self) -> Words {
-        Words {
+impl Layers {
+    /// What it is.
+    pub const ABOUT: About = About {
+        metric: Metric::LAYERS,
+        group: None,
+        unit: "ms",
+        words: Words {
             more: "more time",
             less: "less time",
-        }
+        },
+        how_to_record: "mark the program's layers with culprit_io_admit & co. (culprit.h), or \
+                        trace with CULPRIT_IO=1",
+        comparison: Comparison::Sums,
+        resolution: 1.0,
+        windows: None,
+        smoothing: 1,
+        absent_is_zero: true,
+        rare: false,
+        sampled: false,
+        demoted: crate::demoted::Rule::Unaffected,
+    };
+}
+
+impl MetricFamily for Layers {
+    fn about(&self) -> &About {
+        &Self::ABOUT
     }
     fn keep_rule(&self, keep: &KeepSettings) -> KeepRule {
         KeepRule::AtLeast(keep.min_time_ms)
@@ -74,10 +89,6 @@ impl MetricFamily for Layers {
             ),
             by: super::KeepBy::Time,
         })
-    }
-    fn how_to_record(&self) -> &'static str {
-        "mark the program's layers with culprit_io_admit & co. (culprit.h), or trace with \
-         CULPRIT_IO=1"
     }
     fn has_data(&self, node: &NodeData) -> bool {
         stretches(node).any(|s| !s.events.is_empty())

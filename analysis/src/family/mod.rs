@@ -10,8 +10,9 @@
 //! Built in: [`sampler::Samples`] and [`sampler::Events`] (from `culprit sample`),
 //! [`tracer::Count`] and [`tracer::Time`] (from the tracing runtime), [`tracer::Latency`], and
 //! [`layers::Layers`] (layer-boundary I/O events). A new family implements
-//! [`MetricFamily`] (and a [`FamilyReader`] for its records), gets a [`Metric`] name, and is
-//! listed in [`builtin::all`] and [`Metric::BUILTIN`].
+//! [`MetricFamily`]: what it is, declared once in an [`About`] (its [`Metric`] name, unit,
+//! words, comparison…), its keep rule and a [`FamilyReader`] for its records; and is listed in
+//! [`builtin::all`] and [`Metric::BUILTIN`].
 
 use culprit_format::interval_flags;
 use serde::{Deserialize, Serialize};
@@ -280,70 +281,65 @@ pub struct KeepHint {
     pub by: KeepBy,
 }
 
-/// A metric family. See the module documentation.
-pub trait MetricFamily: fmt::Debug + Send + Sync {
+/// What a family is, declared once by each family ([`MetricFamily::about`]): its identity, its
+/// unit and words, how it is recorded and how its values are compared. Callers read it through
+/// the readers of `dyn MetricFamily` (`family.unit()`).
+#[derive(Clone, Copy, Debug)]
+pub struct About {
     /// Its identity.
-    fn metric(&self) -> Metric;
-
+    pub metric: Metric,
+    /// The family this metric belongs to when metrics corroborate each other, when not itself:
+    /// [`Metric::OS`] for every OS metric (so `disk.rd_sec` cannot corroborate `disk.tps`).
+    pub group: Option<Metric>,
     /// Unit of its values, of its Manhattan distances and of its thresholds.
-    fn unit(&self) -> &'static str;
-
+    pub unit: &'static str,
     /// Words for a deviation above / below the median node.
-    fn words(&self) -> Words;
-
+    pub words: Words,
+    /// How a user gets this family's data (`run \`culprit sample\``).
+    pub how_to_record: &'static str,
+    /// How values are compared across nodes.
+    pub comparison: Comparison,
     /// The smallest difference worth counting, in the unit: variance weighting never divides
-    /// by less.
-    fn resolution(&self) -> f64 {
-        1.0
-    }
+    /// by less (1 for counts).
+    pub resolution: f64,
+    /// Its own WinSize and WinShift, when the analysis' do not suit it.
+    pub windows: Option<Windows>,
+    /// Distribution families: width of the moving average applied to each node's per-slot
+    /// values before their distribution is taken (seed 001 §3.3; 1: none).
+    pub smoothing: usize,
+    /// True when a component without a value in an interval had none (0 calls, 0 samples);
+    /// false when it is *absent* — the node could not observe it (an OS metric's `await`
+    /// without requests) — and must never be read as zero.
+    pub absent_is_zero: bool,
+    /// True when the functions the keep rule leaves out are still compared for a node that
+    /// runs one orders of magnitude more often than its peers ([`crate::rare`]; count).
+    pub rare: bool,
+    /// True when values are counts of samples, which compare only between nodes sampled alike
+    /// (a thresholds file records the sampling: [`MetricFamily::sampling`]).
+    pub sampled: bool,
+    /// How its components are compared once a tracer demoted functions on some node
+    /// ([`crate::demoted`]): unaffected unless it reads the tracer's function calls.
+    pub demoted: crate::demoted::Rule,
+}
+
+/// A metric family: what it is ([`About`]), which components it keeps, and its records. See the
+/// module documentation.
+pub trait MetricFamily: fmt::Debug + Send + Sync {
+    /// What it is.
+    fn about(&self) -> &About;
 
     /// The keep rule under these settings.
     fn keep_rule(&self, keep: &KeepSettings) -> KeepRule;
-
-    /// True when the functions the keep rule leaves out are still compared for a node that
-    /// runs one orders of magnitude more often than its peers ([`crate::rare`]; count).
-    fn rare(&self) -> bool {
-        false
-    }
 
     /// What the keep rule asks for, when it can keep nothing.
     fn keep_hint(&self, _keep: &KeepSettings) -> Option<KeepHint> {
         None
     }
 
-    /// How values are compared across nodes.
-    fn comparison(&self) -> Comparison {
-        Comparison::Sums
-    }
-
-    /// Its own WinSize and WinShift, when the analysis' do not suit it.
-    fn windows(&self) -> Option<Windows> {
-        None
-    }
-
-    /// Distribution families: width of the moving average applied to each node's per-slot
-    /// values before their distribution is taken (seed 001 §3.3; 1: none).
-    fn smoothing(&self) -> usize {
-        1
-    }
-
-    /// True when a component without a value in an interval had none (0 calls, 0 samples);
-    /// false when it is *absent* — the node could not observe it (an OS metric's `await`
-    /// without requests) — and must never be read as zero.
-    fn absent_is_zero(&self) -> bool {
-        true
-    }
-
-    /// The family this metric belongs to when metrics corroborate each other: itself, or
-    /// [`Metric::OS`] for every OS metric (so `disk.rd_sec` cannot corroborate `disk.tps`).
-    fn group(&self) -> Metric {
-        self.metric()
-    }
-
     /// Unit of its scores and thresholds under `distance` (`weighted`: variance weighting;
     /// `profiles`: the scorer compares profiles, seed 002).
     fn score_unit(&self, distance: Distance, weighted: bool, profiles: bool) -> &'static str {
-        if profiles && self.comparison() == Comparison::Sums && distance != Distance::SymKl {
+        if profiles && self.about().comparison == Comparison::Sums && distance != Distance::SymKl {
             return PROFILE_UNIT;
         }
         self.cause_unit(distance, weighted)
@@ -351,31 +347,17 @@ pub trait MetricFamily: fmt::Debug + Send + Sync {
 
     /// Unit of its root-cause distances (components compared as they are, never as profiles).
     fn cause_unit(&self, distance: Distance, weighted: bool) -> &'static str {
-        match (self.comparison(), distance) {
+        let about = self.about();
+        match (about.comparison, distance) {
             (Comparison::Cdf { .. } | Comparison::Histograms, _) => CDF_UNIT,
             (_, Distance::Manhattan | Distance::Scaled) if weighted => WEIGHTED_UNIT,
-            (_, d) => d.unit(self.unit()),
+            (_, d) => d.unit(about.unit),
         }
     }
 
-    /// True when values are counts of samples, which compare only between nodes sampled alike
-    /// (a thresholds file records the sampling).
-    fn sampled(&self) -> bool {
-        false
-    }
-
     /// Calls `see` with how each of `node`'s records of this family was sampled, for a
-    /// [`MetricFamily::sampled`] family.
+    /// [`About::sampled`] family.
     fn sampling(&self, _node: &NodeData, _see: &mut dyn FnMut(Sampling)) {}
-
-    /// How its components are compared once a tracer demoted functions on some node
-    /// ([`crate::demoted`]): unaffected unless it reads the tracer's function calls.
-    fn demoted(&self) -> crate::demoted::Rule {
-        crate::demoted::Rule::Unaffected
-    }
-
-    /// How a user gets this family's data (`run \`culprit sample\``).
-    fn how_to_record(&self) -> &'static str;
 
     /// True when `node` has records of this family.
     fn has_data(&self, node: &NodeData) -> bool;
@@ -385,6 +367,76 @@ pub trait MetricFamily: fmt::Debug + Send + Sync {
 
     /// A reader of this family's records; `by_program` keys function components by program too.
     fn reader(&self, by_program: bool) -> Box<dyn FamilyReader>;
+}
+
+/// Readers of [`About`], on the trait object so that no family can answer apart from its
+/// declaration.
+impl dyn MetricFamily + '_ {
+    /// [`About::metric`].
+    pub fn metric(&self) -> Metric {
+        self.about().metric
+    }
+
+    /// [`About::group`], or the metric itself.
+    pub fn group(&self) -> Metric {
+        let about = self.about();
+        about.group.unwrap_or(about.metric)
+    }
+
+    /// [`About::unit`].
+    pub fn unit(&self) -> &'static str {
+        self.about().unit
+    }
+
+    /// [`About::words`].
+    pub fn words(&self) -> Words {
+        self.about().words
+    }
+
+    /// [`About::how_to_record`].
+    pub fn how_to_record(&self) -> &'static str {
+        self.about().how_to_record
+    }
+
+    /// [`About::comparison`].
+    pub fn comparison(&self) -> Comparison {
+        self.about().comparison
+    }
+
+    /// [`About::resolution`].
+    pub fn resolution(&self) -> f64 {
+        self.about().resolution
+    }
+
+    /// [`About::windows`].
+    pub fn windows(&self) -> Option<Windows> {
+        self.about().windows
+    }
+
+    /// [`About::smoothing`].
+    pub fn smoothing(&self) -> usize {
+        self.about().smoothing
+    }
+
+    /// [`About::absent_is_zero`].
+    pub fn absent_is_zero(&self) -> bool {
+        self.about().absent_is_zero
+    }
+
+    /// [`About::rare`].
+    pub fn rare(&self) -> bool {
+        self.about().rare
+    }
+
+    /// [`About::sampled`].
+    pub fn sampled(&self) -> bool {
+        self.about().sampled
+    }
+
+    /// [`About::demoted`].
+    pub fn demoted(&self) -> crate::demoted::Rule {
+        self.about().demoted
+    }
 }
 
 /// Turns a dataset's records into one family's intervals, remembering what it pushed: offline

@@ -9,7 +9,7 @@
 //!
 //! A metric's components are its instances (a block device, a network interface; one component
 //! for node-wide metrics), matched across nodes by name. A value the node could not provide is
-//! absent, never zero ([`MetricFamily::absent_is_zero`]). Which metrics exist depends on the
+//! absent, never zero ([`About::absent_is_zero`]). Which metrics exist depends on the
 //! data (a whole machine has `disk.*`, servers sharing a host `cg.*` and `proc.*`), so the
 //! families are made for a dataset: [`families`].
 
@@ -24,8 +24,8 @@ use crate::error::Result;
 use crate::model::{CompIdx, CompLabel, CompValue};
 
 use super::{
-    Comparison, Cursors, FamilyReader, IntervalSink, KeepRule, KeepSettings, Metric, MetricFamily,
-    Windows, Words,
+    About, Comparison, Cursors, FamilyReader, IntervalSink, KeepRule, KeepSettings, Metric,
+    MetricFamily, Windows, Words,
 };
 
 /// OS metrics not compared unless asked for by name (`--metrics cg.wr_ios`), with the reason.
@@ -74,11 +74,9 @@ pub const HOW: &str = "run `culprit sample` (it records OS metrics unless --no-o
 /// One OS metric of one dataset.
 #[derive(Clone, Debug)]
 pub struct Os {
-    def: &'static MetricDef,
+    about: About,
     /// The dataset's ids of this metric (one per instance), sorted, and each one's label.
     ids: Vec<(OsMetricId, CompLabel)>,
-    windows: Option<Windows>,
-    smoothing: usize,
 }
 
 /// The OS metrics of `ds` that the catalogue knows, in catalogue order, each with these windows
@@ -124,10 +122,8 @@ pub fn families(
             let mut ids = by_name.remove(def.name)?;
             ids.sort_by_key(|(id, _)| *id);
             Some(Arc::new(Os {
-                def,
+                about: about(def, windows, smoothing),
                 ids,
-                windows,
-                smoothing,
             }) as Arc<dyn MetricFamily>)
         })
         .collect();
@@ -154,6 +150,28 @@ pub fn resolution(unit: &str) -> f64 {
     }
 }
 
+/// What the OS metric `def` is, in these windows and with this moving-average width.
+fn about(def: &'static MetricDef, windows: Option<Windows>, smoothing: usize) -> About {
+    About {
+        metric: Metric::new(def.name),
+        group: Some(Metric::OS),
+        unit: def.unit,
+        words: Words {
+            more: "higher",
+            less: "lower",
+        },
+        how_to_record: HOW,
+        comparison: Comparison::Cdf { max_bins: MAX_BINS },
+        resolution: resolution(def.unit),
+        windows,
+        smoothing,
+        absent_is_zero: false,
+        rare: false,
+        sampled: false,
+        demoted: crate::demoted::Rule::Unaffected,
+    }
+}
+
 impl Os {
     fn position(&self, id: OsMetricId) -> Option<usize> {
         self.ids.binary_search_by_key(&id, |(i, _)| *i).ok()
@@ -169,41 +187,11 @@ impl Os {
 }
 
 impl MetricFamily for Os {
-    fn metric(&self) -> Metric {
-        Metric::new(self.def.name)
-    }
-    fn unit(&self) -> &'static str {
-        self.def.unit
-    }
-    fn words(&self) -> Words {
-        Words {
-            more: "higher",
-            less: "lower",
-        }
-    }
-    fn resolution(&self) -> f64 {
-        resolution(self.def.unit)
+    fn about(&self) -> &About {
+        &self.about
     }
     fn keep_rule(&self, _keep: &KeepSettings) -> KeepRule {
         KeepRule::All
-    }
-    fn comparison(&self) -> Comparison {
-        Comparison::Cdf { max_bins: MAX_BINS }
-    }
-    fn windows(&self) -> Option<Windows> {
-        self.windows
-    }
-    fn smoothing(&self) -> usize {
-        self.smoothing
-    }
-    fn absent_is_zero(&self) -> bool {
-        false
-    }
-    fn group(&self) -> Metric {
-        Metric::OS
-    }
-    fn how_to_record(&self) -> &'static str {
-        HOW
     }
     fn has_data(&self, node: &NodeData) -> bool {
         self.present(node)

@@ -17,9 +17,10 @@ use crate::model::{CompIdx, CompLabel, CompValue};
 
 use super::tracer::function;
 use super::{
-    Cursors, FamilyReader, IntervalSink, KeepHint, KeepRule, KeepSettings, Metric, MetricFamily,
-    Sampling, Words,
+    About, Comparison, Cursors, FamilyReader, IntervalSink, KeepHint, KeepRule, KeepSettings,
+    Metric, MetricFamily, Sampling, Words,
 };
+use crate::demoted::Rule;
 
 const HOW: &str = "run `culprit sample`";
 
@@ -31,18 +32,53 @@ pub struct Samples;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Events;
 
-impl MetricFamily for Samples {
-    fn metric(&self) -> Metric {
-        Metric::SAMPLES
-    }
-    fn unit(&self) -> &'static str {
-        "samples"
-    }
-    fn words(&self) -> Words {
-        Words {
+impl Samples {
+    /// What it is.
+    pub const ABOUT: About = About {
+        metric: Metric::SAMPLES,
+        group: None,
+        unit: "samples",
+        words: Words {
             more: "more samples",
             less: "fewer samples",
-        }
+        },
+        how_to_record: HOW,
+        comparison: Comparison::Sums,
+        resolution: 1.0,
+        windows: None,
+        smoothing: 1,
+        absent_is_zero: true,
+        rare: false,
+        sampled: true,
+        demoted: Rule::Unaffected,
+    };
+}
+
+impl Events {
+    /// What it is.
+    pub const ABOUT: About = About {
+        metric: Metric::EVENTS,
+        group: None,
+        unit: "events",
+        words: Words {
+            more: "more events",
+            less: "fewer events",
+        },
+        how_to_record: HOW,
+        comparison: Comparison::Sums,
+        resolution: 1.0,
+        windows: None,
+        smoothing: 1,
+        absent_is_zero: true,
+        rare: false,
+        sampled: false,
+        demoted: Rule::Unaffected,
+    };
+}
+
+impl MetricFamily for Samples {
+    fn about(&self) -> &About {
+        &Self::ABOUT
     }
     fn keep_rule(&self, keep: &KeepSettings) -> KeepRule {
         KeepRule::AtLeast(keep.min_samples)
@@ -52,9 +88,6 @@ impl MetricFamily for Samples {
             minimum: format!("{} samples", keep.min_samples),
             by: super::KeepBy::Samples,
         })
-    }
-    fn sampled(&self) -> bool {
-        true
     }
     fn sampling(&self, node: &NodeData, see: &mut dyn FnMut(Sampling)) {
         for f in &node.samples {
@@ -66,9 +99,6 @@ impl MetricFamily for Samples {
                 });
             }
         }
-    }
-    fn how_to_record(&self) -> &'static str {
-        HOW
     }
     fn has_data(&self, node: &NodeData) -> bool {
         !node.samples.is_empty()
@@ -90,23 +120,11 @@ impl MetricFamily for Samples {
 }
 
 impl MetricFamily for Events {
-    fn metric(&self) -> Metric {
-        Metric::EVENTS
-    }
-    fn unit(&self) -> &'static str {
-        "events"
-    }
-    fn words(&self) -> Words {
-        Words {
-            more: "more events",
-            less: "fewer events",
-        }
+    fn about(&self) -> &About {
+        &Self::ABOUT
     }
     fn keep_rule(&self, _keep: &KeepSettings) -> KeepRule {
         KeepRule::All
-    }
-    fn how_to_record(&self) -> &'static str {
-        HOW
     }
     fn has_data(&self, node: &NodeData) -> bool {
         !node.samples.is_empty()

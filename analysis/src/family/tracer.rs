@@ -22,8 +22,8 @@ use crate::model::{CompIdx, CompLabel, CompValue};
 use crate::time::fmt_dur;
 
 use super::{
-    Comparison, Cursors, FamilyReader, IntervalSink, KeepHint, KeepRule, KeepSettings, Metric,
-    MetricFamily, Words,
+    About, Comparison, Cursors, FamilyReader, IntervalSink, KeepHint, KeepRule, KeepSettings,
+    Metric, MetricFamily, Words,
 };
 
 const HOW: &str = "run the servers under `culprit record` or with libculprit_rt.so";
@@ -51,33 +51,37 @@ fn trace_lengths(node: &NodeData, see: &mut dyn FnMut(u64)) {
     }
 }
 
-impl MetricFamily for Count {
-    fn metric(&self) -> Metric {
-        Metric::COUNT
-    }
-    fn unit(&self) -> &'static str {
-        "calls"
-    }
-    fn words(&self) -> Words {
-        Words {
+impl Count {
+    /// What it is.
+    pub const ABOUT: About = About {
+        metric: Metric::COUNT,
+        group: None,
+        unit: "calls",
+        words: Words {
             more: "more calls",
             less: "fewer calls",
-        }
+        },
+        how_to_record: HOW,
+        comparison: Comparison::Sums,
+        resolution: 1.0,
+        windows: None,
+        smoothing: 1,
+        absent_is_zero: true,
+        rare: true,
+        sampled: false,
+        demoted: Rule::Drop,
+    };
+}
+
+impl MetricFamily for Count {
+    fn about(&self) -> &About {
+        &Self::ABOUT
     }
     fn keep_rule(&self, _keep: &KeepSettings) -> KeepRule {
         KeepRule::SameAs(Metric::TIME)
     }
-    fn rare(&self) -> bool {
-        true
-    }
     fn keep_hint(&self, keep: &KeepSettings) -> Option<KeepHint> {
         time_hint(keep)
-    }
-    fn demoted(&self) -> Rule {
-        Rule::Drop
-    }
-    fn how_to_record(&self) -> &'static str {
-        HOW
     }
     fn has_data(&self, node: &NodeData) -> bool {
         !node.traces.is_empty()
@@ -90,30 +94,37 @@ impl MetricFamily for Count {
     }
 }
 
-impl MetricFamily for Time {
-    fn metric(&self) -> Metric {
-        Metric::TIME
-    }
-    fn unit(&self) -> &'static str {
-        "ms"
-    }
-    fn words(&self) -> Words {
-        Words {
+impl Time {
+    /// What it is.
+    pub const ABOUT: About = About {
+        metric: Metric::TIME,
+        group: None,
+        unit: "ms",
+        words: Words {
             more: "more time",
             less: "less time",
-        }
+        },
+        how_to_record: HOW,
+        comparison: Comparison::Sums,
+        resolution: 1.0,
+        windows: None,
+        smoothing: 1,
+        absent_is_zero: true,
+        rare: false,
+        sampled: false,
+        demoted: Rule::Merge,
+    };
+}
+
+impl MetricFamily for Time {
+    fn about(&self) -> &About {
+        &Self::ABOUT
     }
     fn keep_rule(&self, keep: &KeepSettings) -> KeepRule {
         KeepRule::AtLeast(keep.min_time_ms)
     }
     fn keep_hint(&self, keep: &KeepSettings) -> Option<KeepHint> {
         time_hint(keep)
-    }
-    fn demoted(&self) -> Rule {
-        Rule::Merge
-    }
-    fn how_to_record(&self) -> &'static str {
-        HOW
     }
     fn has_data(&self, node: &NodeData) -> bool {
         !node.traces.is_empty()
@@ -297,27 +308,34 @@ pub struct EdgeCount;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct EdgeTime;
 
+impl EdgeCount {
+    /// What it is: [`Count`] per edge, without its rare-function comparison.
+    pub const ABOUT: About = About {
+        how_to_record: HOW_EDGES,
+        rare: false,
+        demoted: Rule::DropEdges,
+        ..Count::ABOUT
+    };
+}
+
+impl EdgeTime {
+    /// What it is: [`Time`] per edge.
+    pub const ABOUT: About = About {
+        how_to_record: HOW_EDGES,
+        demoted: Rule::DropEdges,
+        ..Time::ABOUT
+    };
+}
+
 impl MetricFamily for EdgeCount {
-    fn metric(&self) -> Metric {
-        Metric::COUNT
-    }
-    fn unit(&self) -> &'static str {
-        "calls"
-    }
-    fn words(&self) -> Words {
-        Count.words()
+    fn about(&self) -> &About {
+        &Self::ABOUT
     }
     fn keep_rule(&self, _keep: &KeepSettings) -> KeepRule {
         KeepRule::SameAs(Metric::TIME)
     }
     fn keep_hint(&self, keep: &KeepSettings) -> Option<KeepHint> {
         time_hint(keep)
-    }
-    fn demoted(&self) -> Rule {
-        Rule::DropEdges
-    }
-    fn how_to_record(&self) -> &'static str {
-        HOW_EDGES
     }
     fn has_data(&self, node: &NodeData) -> bool {
         has_edges(node)
@@ -331,26 +349,14 @@ impl MetricFamily for EdgeCount {
 }
 
 impl MetricFamily for EdgeTime {
-    fn metric(&self) -> Metric {
-        Metric::TIME
-    }
-    fn unit(&self) -> &'static str {
-        "ms"
-    }
-    fn words(&self) -> Words {
-        Time.words()
+    fn about(&self) -> &About {
+        &Self::ABOUT
     }
     fn keep_rule(&self, keep: &KeepSettings) -> KeepRule {
         KeepRule::AtLeast(keep.min_time_ms)
     }
     fn keep_hint(&self, keep: &KeepSettings) -> Option<KeepHint> {
         time_hint(keep)
-    }
-    fn demoted(&self) -> Rule {
-        Rule::DropEdges
-    }
-    fn how_to_record(&self) -> &'static str {
-        HOW_EDGES
     }
     fn has_data(&self, node: &NodeData) -> bool {
         has_edges(node)
@@ -441,33 +447,37 @@ impl FamilyReader for EdgeReader {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Latency;
 
-impl MetricFamily for Latency {
-    fn metric(&self) -> Metric {
-        Metric::LATENCY
-    }
-    fn unit(&self) -> &'static str {
-        "ms"
-    }
-    fn words(&self) -> Words {
-        Words {
+impl Latency {
+    /// What it is.
+    pub const ABOUT: About = About {
+        metric: Metric::LATENCY,
+        group: None,
+        unit: "ms",
+        words: Words {
             more: "slower calls",
             less: "faster calls",
-        }
+        },
+        how_to_record: HOW_HIST,
+        comparison: Comparison::Histograms,
+        resolution: 1.0,
+        windows: None,
+        smoothing: 1,
+        absent_is_zero: true,
+        rare: false,
+        sampled: false,
+        demoted: Rule::Drop,
+    };
+}
+
+impl MetricFamily for Latency {
+    fn about(&self) -> &About {
+        &Self::ABOUT
     }
     fn keep_rule(&self, keep: &KeepSettings) -> KeepRule {
         KeepRule::AtLeast(keep.min_time_ms)
     }
     fn keep_hint(&self, keep: &KeepSettings) -> Option<KeepHint> {
         time_hint(keep)
-    }
-    fn comparison(&self) -> Comparison {
-        Comparison::Histograms
-    }
-    fn demoted(&self) -> Rule {
-        Rule::Drop
-    }
-    fn how_to_record(&self) -> &'static str {
-        HOW_HIST
     }
     fn has_data(&self, node: &NodeData) -> bool {
         node.traces
