@@ -10,7 +10,7 @@
 //! a front end shows a setting in its own spelling (the CLI as its flag, `--` and the name).
 //!
 //! Where each option goes after it is given: [`crate::setup::Setup::resolve`] resolves the
-//! recorded ones with [`Settings::resolve`] (the value given, else the one the thresholds file
+//! recorded ones with `Settings::resolve` (the value given, else the one the thresholds file
 //! was trained with — a given one that differs is refused — else the default), then checks the
 //! whole; `culprit train` writes the result as the file's `settings`; a report echoes the
 //! values the analysis ran with in its `settings` ([`ReportedSettings`], filled by
