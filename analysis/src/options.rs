@@ -18,37 +18,44 @@
 //!
 //! # Adding an option
 //!
-//! One entry in the `options!` invocation below, plus the code that uses its value:
+//! One entry in the `options!` invocation below, plus the code that uses its value. An option
+//! a thresholds file records and reports echo (`file(…)`: the file's field, its default, and
+//! its fallback for files written before it; `report(…)`: the report's field):
 //!
 //! ```text
-//! /// Help text, as `--help` shows it [default: 4]
-//! Depth "depth" Number,
-//! depth: Option<usize>, arg(value_name = "N"),
+//! /// Fewest nodes an analysis domain may hold (--domain) [default: 4]
+//! MinPeers "min-peers" Number,
+//! min_peers: Option<usize>, arg(value_name = "N"),
 //! file(
-//!     /// What the field holds (files written before it existed: none, the default).
-//!     #[serde(default, skip_serializing_if = "Option::is_none")]
-//!     depth: Option<usize> = DEFAULT_DEPTH
+//!     /// Fewest nodes of an analysis domain (files written before it existed: 4).
+//!     #[serde(default = "min_nodes", skip_serializing_if = "is_min_nodes")]
+//!     min_peers: usize = MIN_NODES
 //! ),
 //! report(
-//!     /// What the report shows.
-//!     depth: usize
+//!     /// Fewest nodes of an analysis domain (reports before it existed: 4).
+//!     #[serde(default = "min_nodes", skip_serializing_if = "is_min_nodes")]
+//!     min_peers: usize
 //! );
 //! ```
 //!
+//! (with `fn min_nodes() -> usize` and `fn is_min_nodes(n: &usize) -> bool` beside
+//! `is_functions` below), and its uses: `setup.settings.min_peers` where the analysis needs it,
+//! and `min_peers` filled where [`crate::Diagnosis::build`] makes the [`ReportedSettings`] (from
+//! its `ReportInput`).
+//!
 //! - Leave out `file(…)` when thresholds do not depend on it (a diagnosis may then differ from
-//!   training in it), `report(…)` when reports need not echo it.
-//! - A recorded field must let the files written before it load, and should leave the files
-//!   trained at its default as they were (tests/golden/thresholds*.json check it): an
-//!   `Option` (resolved, it is always `Some`) or a `#[serde(default)]` field, skipped when
-//!   serialized at its default. Its JSON name is the field's name (or `#[serde(rename)]`).
-//!   Fields follow the entries' order, which is the JSON's: never reorder entries that carry
-//!   `file` or `report`.
+//!   training in it; read it from the [`Overrides`]), `report(…)` when reports need not echo
+//!   it.
+//! - A new field must let the files and reports written before it load, and leave those
+//!   written at its default byte for byte as they were (tests/golden/ checks both): a serde
+//!   `default` and a `skip_serializing_if` at the default, as above. Its JSON name is the
+//!   field's name (or `#[serde(rename)]`). Fields follow the entries' order, which is the
+//!   JSON's: add entries at the end of those with `file` or `report`, never reorder them.
 //! - `, given |v| …` after the default converts a given value to the file's unit (`--min-time`
 //!   is given in ns, recorded in ms).
-//! - Its use: read `setup.settings.depth` (recorded) or the [`Overrides`]' `depth` (not
-//!   recorded); fill `depth` where [`crate::Diagnosis::build`] makes the [`ReportedSettings`]
-//!   (reported); check its bounds in [`crate::setup::Setup::resolve`] if it has any.
-//! - A value type new to options needs `Shown`: how messages show it.
+//! - The default is the declaration's; its bounds, if any, are checked in
+//!   [`crate::setup::Setup::resolve`]; a value type new to options needs `Shown` (how messages
+//!   show it).
 
 use std::fmt;
 use std::path::PathBuf;
