@@ -1,6 +1,7 @@
 //! Golden tests of `culprit diagnose`'s two output formats on a fixed, synthetic dataset
 //! (synthetic sampler output written with the format crate, deterministic noise): the human
-//! report and the JSON report must match tests/golden/ byte for byte. After an intended change,
+//! report and the JSON report must match tests/golden/ byte for byte, and so must the thresholds
+//! files `culprit train` writes from the same dataset. After an intended change,
 //! regenerate with `CULPRIT_BLESS=1 cargo test -p culprit-tests --test diagnose_golden` and
 //! review the diff.
 
