@@ -9,41 +9,27 @@ use crate::data::LoadOptions;
 use crate::distance::Distance;
 use crate::error::{Error, Result};
 use crate::family::distributions::Distributions;
-use crate::family::{self, Comparison, Features, Metric, MetricFamily, Windows};
+use crate::family::{self, Comparison, Metric, MetricFamily, Windows};
 pub use crate::options::Overrides;
-use crate::options::{settings_message, Setting, Shown};
+use crate::options::{settings_message, Picker, Setting};
 use crate::score::{Peers, ScoreKind, DEFAULT_DOMAIN, PAIRWISE_EXACT_MAX};
 use crate::thresholds::{Settings, ThresholdsFile, Weighting};
 use crate::time::{fmt_dur, NS_PER_S};
 
-/// Default WinSize (seed 000).
-pub const DEFAULT_WIN_SIZE: u64 = 60 * NS_PER_S;
-/// Default WinShift (seed 000).
-pub const DEFAULT_WIN_SHIFT: u64 = 30 * NS_PER_S;
-/// Default k of the k-of-(2k − 1) filter (seed 000).
-pub const DEFAULT_K: usize = 3;
+pub use crate::options::{
+    DEFAULT_K, DEFAULT_MIN_SAMPLES, DEFAULT_MIN_TIME_MS, DEFAULT_SCORE, DEFAULT_SMOOTHING,
+    DEFAULT_WEIGHTING, DEFAULT_WIN_SHIFT, DEFAULT_WIN_SIZE,
+};
 /// Largest k: 2k − 1 windows of history per node (a day of 30 s windows is under 3,000).
 pub const MAX_K: usize = 10_000;
-/// Default samples dimensionality rule, samples per window at the reference rate (seed 000).
-pub const DEFAULT_MIN_SAMPLES: f64 = 100.0;
-/// Default time dimensionality rule, ms of exclusive time per window (seed 000).
-pub const DEFAULT_MIN_TIME_MS: f64 = 1000.0;
-/// Default score of trained analyses and of training (docs/thresholds.md, "Which score").
-pub const DEFAULT_SCORE: ScoreKind = ScoreKind::MedianNode;
 /// Default score without trained thresholds: seed 002's suspect score over profiles
 /// (docs/thresholds.md, "Without training").
 pub const UNTRAINED_SCORE: ScoreKind = ScoreKind::Suspect;
-/// Default weighting (docs/thresholds.md says why).
-pub const DEFAULT_WEIGHTING: Weighting = Weighting::Variance;
 /// Shortest default window of the OS metrics: a histogram of per-second values needs enough of
 /// them (seed 001 §4.7.2: all WinSizes of 48 samples and more compared alike; it used 60 and
 /// 64). The OS metrics' WinSize is the analysis' WinSize or this, whichever is longer (rounded
 /// up to a multiple of WinShift); docs/accuracy.md has the measurements behind the value.
 pub const DEFAULT_OS_MIN_WIN_SIZE: u64 = 30 * NS_PER_S;
-/// Default width of the moving average over per-second values before distributions are
-/// compared: seed 001 §4.7.2's choice for the lab (5 points: least false positives; 9 lost
-/// true positives, none let noise through). docs/accuracy.md has our measurement.
-pub const DEFAULT_SMOOTHING: usize = 5;
 
 impl Overrides {
     /// How the data are loaded: these nodes, the binaries under `symfs`.
@@ -96,37 +82,6 @@ pub struct Setup {
     pub windows_fixed: bool,
 }
 
-/// Picks each option: the one given, else the value trained (a given one that differs is
-/// refused), else the default.
-struct Picker<'a> {
-    /// The thresholds file's name.
-    file: Option<&'a str>,
-}
-
-impl Picker<'_> {
-    fn pick<T: PartialEq + Clone + Shown>(
-        &self,
-        setting: Setting,
-        given: Option<T>,
-        trained: Option<T>,
-        default: T,
-    ) -> Result<T> {
-        match (given, trained) {
-            (Some(g), Some(t)) if g != t => Err(Error::Settings(settings_message!(
-                "{}: thresholds were trained with {} {}, not {}; diagnose with the same \
-                 settings or train again",
-                self.file.unwrap_or("thresholds"),
-                @(setting),
-                setting.show(&t),
-                setting.show(&g)
-            ))),
-            (Some(g), _) => Ok(g),
-            (None, Some(t)) => Ok(t),
-            (None, None) => Ok(default),
-        }
-    }
-}
-
 impl Setup {
     /// Settings of a diagnosis: options resolved against the thresholds file (unset ones taken
     /// from it, contradicting ones refused); without one, the score defaults to
@@ -155,66 +110,13 @@ impl Setup {
         let p = Picker {
             file: trained.map(|t| t.name.as_str()),
         };
-        let min_time_ms = o.min_time_ns.map(|ns| ns as f64 / 1e6);
-        let mut settings = Settings {
-            win_size_ns: p.pick(
-                S::WinSize,
-                o.win_size_ns,
-                t.map(|t| t.win_size_ns),
-                DEFAULT_WIN_SIZE,
-            )?,
-            win_shift_ns: p.pick(
-                S::WinShift,
-                o.win_shift_ns,
-                t.map(|t| t.win_shift_ns),
-                DEFAULT_WIN_SHIFT,
-            )?,
-            k: p.pick(S::K, o.k, t.map(|t| t.k), DEFAULT_K)?,
-            score: p.pick(S::Score, o.score, t.map(|t| t.score), default_score)?,
-            distance: p.pick(
-                S::Distance,
-                o.distance,
-                t.map(|t| t.distance),
-                Distance::Manhattan,
-            )?,
-            by_program: p.pick(
-                S::ByProgram,
-                o.by_program.then_some(true),
-                t.map(|t| t.by_program),
-                false,
-            )?,
-            min_samples: p.pick(
-                S::MinSamples,
-                o.min_samples,
-                t.map(|t| t.min_samples),
-                DEFAULT_MIN_SAMPLES,
-            )?,
-            min_time_ms: p.pick(
-                S::MinTime,
-                min_time_ms,
-                t.map(|t| t.min_time_ms),
-                DEFAULT_MIN_TIME_MS,
-            )?,
-            weighting: p.pick(
-                S::Weighting,
-                o.weighting,
-                t.map(|t| t.weighting),
-                DEFAULT_WEIGHTING,
-            )?,
-            features: p.pick(
-                S::Features,
-                o.features,
-                t.map(|t| t.features),
-                Features::Functions,
-            )?,
-            os_windows_ns: None,
-            smoothing: Some(p.pick(
-                S::Smoothing,
-                o.smoothing,
-                t.and_then(|t| t.smoothing),
-                DEFAULT_SMOOTHING,
-            )?),
-        };
+        let mut settings = Settings::resolve(o, t, &p)?;
+        // The score's declared default is that of trained analyses and training.
+        if trained.is_none() && o.score.is_none() {
+            settings.score = default_score;
+        }
+        // The OS metrics' windows: one field of the file holds both, and their defaults follow
+        // the analysis' windows.
         let trained_os = t.and_then(|t| t.os_windows_ns);
         let os_shift = p.pick(
             S::OsWinShift,

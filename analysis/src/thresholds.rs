@@ -9,13 +9,16 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::distance::Distance;
 use crate::error::{Error, Result};
-use crate::family::{Features, Metric, Sampling};
+use crate::family::{Metric, Sampling};
 use crate::model::CompLabel;
 use crate::policy::{Spread, Weights};
 use crate::roles::RoleEntry;
-use crate::score::{median_in_place, NormalProfiles, ScoreKind};
+use crate::score::{median_in_place, NormalProfiles};
+
+/// The analysis settings a thresholds file records, declared with the options
+/// ([`crate::options`]).
+pub use crate::options::Settings;
 
 /// Version of the thresholds file format this build writes (without roles) and reads.
 pub const THRESHOLDS_VERSION: u32 = 1;
@@ -39,45 +42,6 @@ pub struct ThresholdsFile {
     pub settings: Settings,
     /// Per metric.
     pub metrics: BTreeMap<Metric, MetricThresholds>,
-}
-
-/// Analysis settings recorded with thresholds; diagnose must use the same.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct Settings {
-    /// WinSize, ns.
-    pub win_size_ns: u64,
-    /// WinShift, ns.
-    pub win_shift_ns: u64,
-    /// k of the k-of-(2k − 1) filter.
-    pub k: usize,
-    /// Score.
-    pub score: ScoreKind,
-    /// Distance.
-    pub distance: Distance,
-    /// Components keyed per program.
-    pub by_program: bool,
-    /// Samples dimensionality rule, in samples at the reference rate.
-    pub min_samples: f64,
-    /// Time dimensionality rule, ms.
-    pub min_time_ms: f64,
-    /// Variance weighting of components (files written before it existed: none).
-    #[serde(default)]
-    pub weighting: Weighting,
-    /// The OS metrics' own WinSize and WinShift, ns (files written before OS metrics were
-    /// analysed: none).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub os_windows_ns: Option<(u64, u64)>,
-    /// Width of the moving average over per-second values before distributions are compared
-    /// (OS metrics, `--distance cdf`); files written before: none.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub smoothing: Option<usize>,
-    /// What the tracer's metrics compare (files written before it existed: functions).
-    #[serde(default, skip_serializing_if = "is_functions")]
-    pub features: Features,
-}
-
-fn is_functions(f: &Features) -> bool {
-    *f == Features::Functions
 }
 
 /// Which training score a trained threshold doubles.

@@ -4,10 +4,13 @@
 use std::collections::BTreeMap;
 
 use culprit_analysis::error::Error;
+use culprit_analysis::family::Features;
 use culprit_analysis::setup::{
     Overrides, Setup, TrainedThresholds, DEFAULT_K, DEFAULT_WIN_SHIFT, DEFAULT_WIN_SIZE,
 };
-use culprit_analysis::thresholds::{ThresholdsFile, THRESHOLDS_FORMAT, THRESHOLDS_VERSION};
+use culprit_analysis::thresholds::{
+    ThresholdsFile, Weighting, THRESHOLDS_FORMAT, THRESHOLDS_VERSION,
+};
 use culprit_analysis::time::NS_PER_S;
 
 /// The error as the CLI shows it: each setting it names spelled as its flag.
@@ -75,6 +78,34 @@ fn unset_options_come_from_the_thresholds_file_and_contradictions_are_refused() 
         "t.json: thresholds were trained with --k 4, not 3; diagnose with the same settings or \
          train again"
     );
+    // Each in its unit: the file's ms, a switch's true or false, the windows' durations.
+    let other = Overrides {
+        min_time_ns: Some(250_000_000),
+        ..Overrides::default()
+    };
+    assert_eq!(
+        err(&other, Some(&t)),
+        "t.json: thresholds were trained with --min-time 1000 ms, not 250 ms; diagnose with the \
+         same settings or train again"
+    );
+    let other = Overrides {
+        by_program: true,
+        ..Overrides::default()
+    };
+    assert_eq!(
+        err(&other, Some(&t)),
+        "t.json: thresholds were trained with --by-program false, not true; diagnose with the \
+         same settings or train again"
+    );
+    let other = Overrides {
+        os_win_shift_ns: Some(10 * NS_PER_S),
+        ..Overrides::default()
+    };
+    assert_eq!(
+        err(&other, Some(&t)),
+        "t.json: thresholds were trained with --os-win-shift 30 s, not 10 s; diagnose with the \
+         same settings or train again"
+    );
 }
 
 #[test]
@@ -132,4 +163,24 @@ fn the_library_names_settings_and_leaves_flags_to_its_caller() {
         e.render(|s| format!("<{}>", s.to_uppercase())),
         "<WIN-SIZE> (45 s) must be a multiple of <WIN-SHIFT> (30 s)"
     );
+}
+
+/// A thresholds file written before `weighting`, the OS metrics' windows, `smoothing` and
+/// `features` were recorded still loads, each taking its documented fallback: no weighting,
+/// functions, and the defaults of the rest.
+#[test]
+fn a_file_written_before_the_newer_settings_loads_with_their_fallbacks() {
+    let old = r#"{"win_size_ns": 90000000000, "win_shift_ns": 30000000000, "k": 4,
+        "score": "median-node", "distance": "manhattan", "by_program": false,
+        "min_samples": 100.0, "min_time_ms": 1000.0}"#;
+    let mut t = trained(90, 4);
+    t.file.settings = serde_json::from_str(old).unwrap();
+    let s = Setup::resolve(&Overrides::default(), Some(&t))
+        .unwrap()
+        .settings;
+    assert_eq!(s.weighting, Weighting::None);
+    assert_eq!(s.features, Features::Functions);
+    assert_eq!(s.smoothing, Some(5));
+    assert_eq!(s.os_windows_ns, Some((90 * NS_PER_S, 30 * NS_PER_S)));
+    assert_eq!((s.win_size_ns, s.k), (90 * NS_PER_S, 4));
 }

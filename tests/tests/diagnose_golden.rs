@@ -1,6 +1,7 @@
 //! Golden tests of `culprit diagnose`'s two output formats on a fixed, synthetic dataset
 //! (synthetic sampler output written with the format crate, deterministic noise): the human
-//! report and the JSON report must match tests/golden/ byte for byte. After an intended change,
+//! report and the JSON report must match tests/golden/ byte for byte, and so must the thresholds
+//! files `culprit train` writes from the same dataset. After an intended change,
 //! regenerate with `CULPRIT_BLESS=1 cargo test -p culprit-tests --test diagnose_golden` and
 //! review the diff.
 
@@ -233,4 +234,68 @@ fn not_enough_data_is_an_error() {
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
+}
+
+/// `culprit train` on the golden dataset writes tests/golden/thresholds*.json byte for byte,
+/// with the default settings and with every recorded option given; a file read back and written
+/// again has the same bytes up to its metrics (whose floats serde_json reads back to the last
+/// digit or so), and `diagnose` reads it. The files were written by the culprit that
+/// declared each option in four places (issue 34), so they pin the format it wrote.
+#[test]
+fn thresholds_files_are_written_and_read_back_byte_for_byte() {
+    use culprit_analysis::thresholds::ThresholdsFile;
+    let dir = TempDir::new("train-golden");
+    let data_dir = dir.path().join("data");
+    write_peer_samples(&data_dir, false, false);
+    let data = data_dir.to_str().unwrap();
+    let given: &[&str] = &[
+        "--win-size=40s",
+        "--win-shift=20s",
+        "--k=2",
+        "--score=pairwise",
+        "--distance=cdf",
+        "--by-program",
+        "--min-samples=50",
+        "--min-time=250ms",
+        "--weighting=none",
+        "--os-win-size=60s",
+        "--os-win-shift=20s",
+        "--smoothing=3",
+    ];
+    for (name, args) in [
+        ("thresholds.json", &[][..]),
+        ("thresholds-given.json", given),
+    ] {
+        let out = dir.path().join(name);
+        let o = culprit()
+            .args(["train", data, "--out", out.to_str().unwrap()])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let written = std::fs::read_to_string(&out).unwrap();
+        check(name, &written.replace(data, "DATA"));
+        let file = ThresholdsFile::load(&out).unwrap();
+        let again = dir.path().join(format!("again-{name}"));
+        file.save(&again).unwrap();
+        let head = |s: &str| s.split("\"metrics\"").next().unwrap().to_string();
+        let again = std::fs::read_to_string(&again).unwrap();
+        assert_eq!(head(&again), head(&written), "{name}");
+        let o = culprit()
+            .args([
+                "diagnose",
+                data,
+                "--json",
+                "--thresholds",
+                out.to_str().unwrap(),
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{name}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
 }

@@ -24,12 +24,9 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::analyzer::ScoredWindow;
 use crate::combine::{Combined, Verdict};
-use crate::distance::Distance;
 use crate::family::{Metric, Windows};
 use crate::missing::Finding;
-use crate::policy::Unsupervised;
 use crate::resource::{Levels, Resource};
-use crate::score::ScoreKind;
 
 /// Version of the JSON report schema.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -120,33 +117,8 @@ fn version<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     Ok(v)
 }
 
-/// Settings as reported.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ReportedSettings {
-    /// WinSize, seconds.
-    pub win_size_s: f64,
-    /// WinShift, seconds.
-    pub win_shift_s: f64,
-    /// k (faulty when anomalous in k of the last 2k − 1 windows).
-    pub k: usize,
-    /// Score.
-    pub score: ScoreKind,
-    /// Distance.
-    pub distance: Distance,
-    /// Pairwise peers: `all`, `rotating domains of N`, `n/a`.
-    pub peers: String,
-    /// Components keyed by program.
-    pub by_program: bool,
-    /// The unsupervised rule, for metrics without trained thresholds.
-    #[serde(deserialize_with = "Option::deserialize")]
-    pub unsupervised: Option<Unsupervised>,
-    /// The OS metrics' WinSize, seconds.
-    pub os_win_size_s: f64,
-    /// The OS metrics' WinShift, seconds.
-    pub os_win_shift_s: f64,
-    /// Moving-average width over per-second values before distributions are compared.
-    pub smoothing: usize,
-}
+/// The settings a report echoes, declared with the options ([`crate::options`]).
+pub use crate::options::ReportedSettings;
 
 /// Combined verdict on a node.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -483,10 +455,11 @@ mod tests {
 
     use super::*;
     use crate::analyzer::{Analyzer, AnalyzerConfig, MetricConfig};
+    use crate::distance::Distance;
     use crate::family::tracer::Time;
     use crate::family::{KeepRule, Windows};
-    use crate::policy::Policy;
-    use crate::score::Peers;
+    use crate::policy::{Policy, Unsupervised};
+    use crate::score::{Peers, ScoreKind};
     use crate::synth::{Fault, Scenario};
     use crate::time::NS_PER_S;
 
