@@ -12,15 +12,15 @@ use std::sync::RwLock;
 
 use jiff::civil::DateTime;
 use jiff::tz::TimeZone;
-use jiff::Timestamp;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Nanoseconds per second.
 pub const NS_PER_S: u64 = 1_000_000_000;
 const NS: u64 = NS_PER_S;
 
 /// The instant `ns` after the epoch (every `u64` is one: they end in 2554).
-fn stamp(ns: u64) -> Timestamp {
-    Timestamp::from_nanosecond(i128::from(ns)).unwrap_or(Timestamp::MAX)
+fn stamp(ns: u64) -> jiff::Timestamp {
+    jiff::Timestamp::from_nanosecond(i128::from(ns)).unwrap_or(jiff::Timestamp::MAX)
 }
 
 /// `ns` in UTC by a `strftime` pattern; `%.3f` shows milliseconds (truncated).
@@ -64,7 +64,7 @@ fn human(ns: u64, pattern: &str, zone_name: bool) -> String {
 
 /// Wall-clock now, ns since the epoch.
 pub fn now_ns() -> u64 {
-    u64::try_from(Timestamp::now().as_nanosecond()).unwrap_or(0)
+    u64::try_from(jiff::Timestamp::now().as_nanosecond()).unwrap_or(0)
 }
 
 /// `2026-11-22T13:05:00Z`, with `.mmm` when the milliseconds are not zero.
@@ -130,6 +130,50 @@ pub fn rezone(text: &str) -> String {
 /// Formats wall-clock ns as RFC 3339 with milliseconds (`YYYY-MM-DDTHH:MM:SS.fffZ`), for JSON.
 pub fn rfc3339(ns: u64) -> String {
     utc(ns, "%Y-%m-%dT%H:%M:%S%.3fZ")
+}
+
+/// A time in a report (the JSON report's times, the stretches and windows it names): ns since
+/// the epoch to the millisecond, as the report carries it, so that a report read back holds the
+/// times it was written with. Serialised as [`rfc3339`] (`2026-11-22T13:05:00.250Z`), read back
+/// from RFC 3339 (any offset, any fraction of a second, truncated to the millisecond).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Timestamp(u64);
+
+impl Timestamp {
+    /// The time `ns` after the epoch, to the millisecond (truncated, as [`rfc3339`] writes it).
+    pub fn from_ns(ns: u64) -> Self {
+        Timestamp(ns - ns % 1_000_000)
+    }
+
+    /// ns since the epoch (a whole number of milliseconds).
+    pub fn ns(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for Timestamp {
+    /// [`rfc3339`]: UTC, with milliseconds.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(&rfc3339(self.0))
+    }
+}
+
+impl Serialize for Timestamp {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&stamp(self.0).strftime("%Y-%m-%dT%H:%M:%S%.3fZ"))
+    }
+}
+
+impl<'de> Deserialize<'de> for Timestamp {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        let t = text
+            .parse::<jiff::Timestamp>()
+            .map_err(|e| serde::de::Error::custom(format!("time {text:?}: {e}")))?;
+        u64::try_from(t.as_nanosecond())
+            .map(Timestamp::from_ns)
+            .map_err(|_| serde::de::Error::custom(format!("time {text:?} is before 1970")))
+    }
 }
 
 /// A duration in ns as `1.23 s`, `45.6 ms`, `789 µs`, `12 ns`.
@@ -218,7 +262,7 @@ pub fn parse_time(s: &str) -> Result<TimeSpec, ParseError> {
 
 /// An ISO date-time with an offset, or without one (UTC).
 fn parse_iso(s: &str) -> Result<u64, String> {
-    let t = match s.parse::<Timestamp>() {
+    let t = match s.parse::<jiff::Timestamp>() {
         Ok(t) => t,
         Err(with_offset) => s
             .parse::<DateTime>()
@@ -384,6 +428,43 @@ mod tests {
         assert_eq!(fmt_dur(60 * NS), "60 s");
         assert_eq!(fmt_dur(1_500_000_000), "1.5 s");
         assert_eq!(fmt_dur(250_000_000), "250 ms");
+    }
+
+    /// A report's time writes as `rfc3339` writes it and reads back equal, fractions of a
+    /// second included; a time to finer than the millisecond is truncated, as `rfc3339` does.
+    #[test]
+    fn timestamp_round_trip() {
+        for ns in [
+            0,
+            1_795_352_700 * NS,
+            1_795_352_700 * NS + 250_000_000,
+            1_709_210_096 * NS + 999_000_000,
+        ] {
+            let t = Timestamp::from_ns(ns);
+            let json = serde_json::to_string(&t).unwrap();
+            assert_eq!(json, format!("\"{}\"", rfc3339(ns)));
+            assert_eq!(t.to_string(), rfc3339(ns));
+            assert_eq!(serde_json::from_str::<Timestamp>(&json).unwrap(), t);
+            assert_eq!(t.ns(), ns);
+        }
+        let fine = Timestamp::from_ns(1_795_352_700 * NS + 250_999_999);
+        assert_eq!(fine.ns(), 1_795_352_700 * NS + 250_000_000);
+        assert_eq!(
+            serde_json::to_string(&fine).unwrap(),
+            "\"2026-11-22T13:05:00.250Z\""
+        );
+        let read = |s: &str| serde_json::from_str::<Timestamp>(s);
+        assert_eq!(read("\"2026-11-22T14:05:00.25+01:00\"").unwrap(), fine);
+        assert_eq!(
+            read("\"2026-11-22T13:05:00Z\"").unwrap().ns(),
+            1_795_352_700 * NS
+        );
+        assert!(read("\"1969-12-31T23:59:59Z\"").is_err());
+        assert!(
+            read("\"2026-11-22T13:05:00\"").is_err(),
+            "no offset: not RFC 3339"
+        );
+        assert!(read("1795352700").is_err());
     }
 
     fn t_of(h: u64, m: u64, s: u64) -> u64 {
