@@ -20,7 +20,7 @@ use crate::combine::Verdict;
 use crate::family::Metric;
 use crate::score::median_in_place;
 use crate::stacks::OpenCall;
-use crate::time::{fmt_wall, fmt_wall_utc, rezone, rfc3339};
+use crate::time::{fmt_wall, fmt_wall_utc, rezone, Timestamp};
 
 /// How a node's data ended, judged from its files.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,7 +46,7 @@ pub enum Finding {
         /// Node.
         node: String,
         /// End of its last data.
-        at: String,
+        at: Timestamp,
         /// Same, ns.
         at_ns: u64,
         /// End of the median node's data.
@@ -106,7 +106,7 @@ pub enum Finding {
         /// Node.
         node: String,
         /// Start of its first data.
-        at: String,
+        at: Timestamp,
         /// Same, ns.
         at_ns: u64,
         /// Start of the median node's data.
@@ -453,7 +453,7 @@ pub fn findings(
         if last + grace_ns < med_last && ending(&names[n]) != Ending::Damaged {
             out.push(Finding::Stopped {
                 node: names[n].clone(),
-                at: rfc3339(last),
+                at: Timestamp::from_ns(last),
                 at_ns: last,
                 peers_until: fmt_wall_utc(med_last),
                 ending: ending(&names[n]),
@@ -463,7 +463,7 @@ pub fn findings(
         if first > med_first + grace_ns {
             out.push(Finding::LateStart {
                 node: names[n].clone(),
-                at: rfc3339(first),
+                at: Timestamp::from_ns(first),
                 at_ns: first,
                 peers_from: fmt_wall_utc(med_first),
             });

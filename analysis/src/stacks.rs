@@ -261,8 +261,8 @@ pub struct OpenCall {
     pub tid: u32,
     /// Function.
     pub function: String,
-    /// Entered at (RFC 3339).
-    pub since: String,
+    /// Entered at.
+    pub since: crate::time::Timestamp,
     /// How long it had been running at the snapshot, seconds.
     pub running_s: f64,
     /// The process was forked from another traced process of its node: it is named as a
@@ -453,7 +453,7 @@ pub fn stuck(ds: &Dataset) -> Vec<Stuck> {
                                 thread: th.serial,
                                 tid: th.tid,
                                 function,
-                                since: crate::time::rfc3339(fr.entry_ns),
+                                since: crate::time::Timestamp::from_ns(fr.entry_ns),
                                 running_s: d as f64 / 1e9,
                                 forked: forked(t),
                             },
@@ -494,7 +494,7 @@ pub fn last_call(ds: &Dataset, node: &str) -> Option<OpenCall> {
         thread: th.serial,
         tid: th.tid,
         function,
-        since: crate::time::rfc3339(fr.entry_ns),
+        since: crate::time::Timestamp::from_ns(fr.entry_ns),
         running_s: s.taken_ns.saturating_sub(fr.entry_ns) as f64 / 1e9,
         forked: forked(t),
     })

@@ -164,15 +164,24 @@ impl Serialize for Timestamp {
     }
 }
 
+impl std::str::FromStr for Timestamp {
+    type Err = ParseError;
+
+    /// RFC 3339 (`2026-11-22T13:05:00.250Z`, `2026-11-22T14:05:00+01:00`), to the millisecond.
+    fn from_str(text: &str) -> Result<Self, ParseError> {
+        let t = text
+            .parse::<jiff::Timestamp>()
+            .map_err(|e| ParseError(format!("time {text:?}: {e}")))?;
+        u64::try_from(t.as_nanosecond())
+            .map(Timestamp::from_ns)
+            .map_err(|_| ParseError(format!("time {text:?} is before 1970")))
+    }
+}
+
 impl<'de> Deserialize<'de> for Timestamp {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-        let t = text
-            .parse::<jiff::Timestamp>()
-            .map_err(|e| serde::de::Error::custom(format!("time {text:?}: {e}")))?;
-        u64::try_from(t.as_nanosecond())
-            .map(Timestamp::from_ns)
-            .map_err(|_| serde::de::Error::custom(format!("time {text:?} is before 1970")))
+        text.parse().map_err(serde::de::Error::custom)
     }
 }
 

@@ -130,10 +130,15 @@ fn other_schemas_and_versions_are_refused() {
 
 #[test]
 fn window_lines_are_typed_too() {
-    let line = r#"{"event":"window","metric":"time","start":"a","end":"b","scored":4,
-        "anomalous":["io2"],"newly_faulty":[],"incomplete":[]}"#;
+    let line = r#"{"event":"window","metric":"time","start":"2026-11-22T13:05:00.000Z",
+        "end":"2026-11-22T13:05:30.250Z","scored":4,"anomalous":["io2"],"newly_faulty":[],
+        "incomplete":[]}"#;
     let w: WindowLine = serde_json::from_str(line).unwrap();
     assert_eq!(w.anomalous, ["io2"]);
+    assert_eq!(w.end.ns() - w.start.ns(), 30_250_000_000);
     let other = line.replace("\"window\"", "\"report\"");
+    assert!(serde_json::from_str::<WindowLine>(&other).is_err());
+    // Times are times.
+    let other = line.replace("2026-11-22T13:05:00.000Z", "a");
     assert!(serde_json::from_str::<WindowLine>(&other).is_err());
 }

@@ -24,7 +24,7 @@ use std::io;
 
 use culprit_analysis::data::{EventInterval, OsInterval, SampleInterval, TraceInterval};
 use culprit_analysis::diagnosis::{Diagnosis, MetricStatus};
-use culprit_analysis::time;
+use culprit_analysis::time::Timestamp;
 
 use crate::error::{Error, Result};
 use crate::out::Out;
@@ -326,10 +326,7 @@ fn diagnosis(w: &mut Writer<'_>, d: &Diagnosis, nodes: &[String]) -> io::Result<
     let size_ns = (d.settings.win_size_s * 1e9).round() as u64;
     let shift_ns = ((d.settings.win_shift_s * 1e9).round() as u64).max(1);
     let lanes = size_ns.div_ceil(shift_ns).max(1);
-    let end_ns =
-        d.to.as_deref()
-            .and_then(|s| time::parse_time(s).ok())
-            .map(|t| t.resolve(0, 0));
+    let end_ns = d.to.map(Timestamp::ns);
     let wanted = |n: &str| nodes.is_empty() || nodes.iter().any(|x| x == n);
     let mut first_pid = None;
     for (i, node) in d.nodes.iter().enumerate().filter(|(_, n)| wanted(n)) {
@@ -372,11 +369,7 @@ fn diagnosis(w: &mut Writer<'_>, d: &Diagnosis, nodes: &[String]) -> io::Result<
                 ))?;
             }
             for e in &nr.episodes {
-                let (Ok(from), Ok(to)) = (time::parse_time(&e.from), time::parse_time(&e.to))
-                else {
-                    continue;
-                };
-                let (from, to) = (from.resolve(0, 0), to.resolve(0, 0));
+                let (from, to) = (e.from.ns(), e.to.ns());
                 w.event(&format!(
                     r#"{{"ph":"X","cat":"diagnosis","name":"faulty","pid":{pid},"tid":{faulty_tid},"ts":{},"dur":{},"args":{{"verdict":{}}}}}"#,
                     ts(from),

@@ -492,8 +492,8 @@ pub fn render(d: &Diagnosis, opts: &Options) -> Result<String, Error> {
             h,
             "<p class=\"note\" id=\"baseline\">baseline: {} ({} – {}; learnt {} time{})</p>",
             esc(&b.span),
-            esc(&b.learnt.from),
-            esc(&b.learnt.to),
+            b.learnt.from,
+            b.learnt.to,
             b.times,
             if b.times == 1 { "" } else { "s" }
         );
@@ -684,8 +684,8 @@ pub fn render(d: &Diagnosis, opts: &Options) -> Result<String, Error> {
         h,
         "<p class=\"note\">culprit {} · {} to {}</p></body></html>",
         env!("CARGO_PKG_VERSION"),
-        esc(d.from.as_deref().unwrap_or("–")),
-        esc(d.to.as_deref().unwrap_or("–"))
+        d.from.map_or("–".to_string(), |t| t.to_string()),
+        d.to.map_or("–".to_string(), |t| t.to_string())
     );
     Ok(h)
 }

@@ -114,8 +114,8 @@ fn the_baseline_and_the_roles_are_shown() {
     d.baseline = Some(BaselineReport {
         span: "the first 30 s".into(),
         learnt: Stretch {
-            from: "2026-11-22T13:00:00.000Z".into(),
-            to: "2026-11-22T13:00:30.000Z".into(),
+            from: "2026-11-22T13:00:00.000Z".parse().unwrap(),
+            to: "2026-11-22T13:00:30.000Z".parse().unwrap(),
         },
         times: 1,
         left_out: Vec::new(),

@@ -604,27 +604,6 @@ pub fn stdout_json(o: &Output) -> serde_json::Value {
     })
 }
 
-/// Nanoseconds since the epoch of an RFC 3339 UTC time as the JSON reports write it
-/// (`2024-01-01T00:00:01.5Z`; milliseconds kept).
-pub fn rfc3339_ns(s: &str) -> u128 {
-    let (date, time) = s.trim_end_matches('Z').split_once('T').unwrap();
-    let d: Vec<i64> = date.split('-').map(|x| x.parse().unwrap()).collect();
-    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
-    let t: Vec<u64> = hms.split(':').map(|x| x.parse().unwrap()).collect();
-    let (y, m) = if d[1] <= 2 {
-        (d[0] - 1, d[1] + 9)
-    } else {
-        (d[0], d[1] - 3)
-    };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * m + 2) / 5 + d[2] - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = (era * 146_097 + doe - 719_468) as u128;
-    let ms: u128 = format!("{frac:0<3}")[..3].parse().unwrap();
-    ((days * 86_400 + (t[0] * 3600 + t[1] * 60 + t[2]) as u128) * 1000 + ms) * 1_000_000
-}
-
 /// Runs a healthy traced peer group for `secs` seconds and returns its data root: `nodes`
 /// each run one process of `c/stuck.c` (three workers serving ~1 ms requests, `main` and the
 /// workers' loops open for the whole run), built at -O0 with `-finstrument-functions` and the

@@ -12,8 +12,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use culprit_analysis::time::Timestamp;
 use culprit_format::decode::parse_header;
 use culprit_tests::*;
+use serde::Deserialize;
 
 const NODES: [&str; 4] = ["srv0", "srv1", "srv2", "srv3"];
 const GROUP: &str = "e2e";
@@ -406,14 +408,14 @@ fn ships_and_follows_through_crashes() {
                 .any(|n| n == "srv2")
         })
         .unwrap_or_else(|| panic!("no window made srv2 faulty: {lines:#?}"));
-    let end = rfc3339_ns(fired["end"].as_str().unwrap());
+    let end = window_end(fired);
     eprintln!(
         "nats: srv2 reported {} ms after the end of its window",
         (*seen as i128 - end as i128) / 1_000_000
     );
     let lat: Vec<i128> = windows
         .iter()
-        .map(|(v, at)| *at as i128 - rfc3339_ns(v["end"].as_str().unwrap()) as i128)
+        .map(|(v, at)| *at as i128 - window_end(v) as i128)
         .collect();
     eprintln!(
         "nats: window end → verdict published, over {} windows: median {} ms, max {} ms",
@@ -428,6 +430,14 @@ fn ships_and_follows_through_crashes() {
     assert_eq!(stored.iter().collect::<Vec<_>>(), printed);
 
     assert_mirrored(&data, &mirror);
+}
+
+/// The end of a window line (`diagnose --follow --json`), ns since the epoch, read with the
+/// report's own time type.
+fn window_end(line: &serde_json::Value) -> u64 {
+    let end = Timestamp::deserialize(&line["end"]);
+    end.unwrap_or_else(|e| panic!("window end: {e}: {line}"))
+        .ns()
 }
 
 fn median(v: &[i128]) -> i128 {

@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::options::settings_message;
 use crate::plan::Progress;
 use crate::setup::{Setup, TrainedThresholds};
-use crate::time::{rfc3339, wall_iso};
+use crate::time::{wall_iso, Timestamp};
 use crate::train::{self, Rules, TrainingRun};
 
 use super::ranges::Ranges;
@@ -17,17 +17,17 @@ use super::span::{BaselineSpan, DataSpan};
 /// A stretch of time in a report.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stretch {
-    /// Start (RFC 3339).
-    pub from: String,
-    /// End (RFC 3339).
-    pub to: String,
+    /// Start.
+    pub from: Timestamp,
+    /// End.
+    pub to: Timestamp,
 }
 
 impl From<Span> for Stretch {
     fn from(s: Span) -> Self {
         Stretch {
-            from: rfc3339(s.start_ns),
-            to: rfc3339(s.end_ns),
+            from: Timestamp::from_ns(s.start_ns),
+            to: Timestamp::from_ns(s.end_ns),
         }
     }
 }

@@ -12,7 +12,7 @@ use crate::persistence::Persistence;
 use crate::policy::Policy;
 use crate::resource;
 use crate::score::median_in_place;
-use crate::time::rfc3339;
+use crate::time::Timestamp;
 
 use super::{
     AnomalousWindow, CauseRow, Diagnosis, EpisodeReport, MetricReport, MetricStatus, NodeReport,
@@ -239,8 +239,8 @@ impl Diagnosis {
                 os_win_shift_s: input.os.windows.shift_ns as f64 / 1e9,
                 smoothing: input.os.smoothing,
             },
-            from: from.map(rfc3339),
-            to: to.map(rfc3339),
+            from: from.map(Timestamp::from_ns),
+            to: to.map(Timestamp::from_ns),
             nodes: order.iter().map(|&n| names[n].clone()).collect(),
             culprits,
             verdicts,
@@ -519,16 +519,16 @@ fn metric_report(
                     .episodes
                     .iter()
                     .map(|e| EpisodeReport {
-                        from: rfc3339(e.first_window_ns),
-                        to: rfc3339(e.last_window_ns + size),
+                        from: Timestamp::from_ns(e.first_window_ns),
+                        to: Timestamp::from_ns(e.last_window_ns + size),
                     })
                     .collect(),
                 anomalous_windows: nm
                     .anomalous
                     .iter()
                     .map(|a| AnomalousWindow {
-                        start: rfc3339(a.start_ns),
-                        end: rfc3339(a.start_ns + size),
+                        start: Timestamp::from_ns(a.start_ns),
+                        end: Timestamp::from_ns(a.start_ns + size),
                         start_ns: a.start_ns,
                         score: a.score,
                         threshold: a.threshold,

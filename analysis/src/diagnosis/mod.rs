@@ -27,6 +27,7 @@ use crate::combine::{Combined, Verdict};
 use crate::family::{Metric, Windows};
 use crate::missing::Finding;
 use crate::resource::{Levels, Resource};
+use crate::time::Timestamp;
 
 /// Version of the JSON report schema.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -51,12 +52,12 @@ pub struct Diagnosis {
     pub thresholds_file: Option<String>,
     /// Analysis settings.
     pub settings: ReportedSettings,
-    /// First window start (RFC 3339), if any window was analysed.
+    /// First window start, if any window was analysed.
     #[serde(deserialize_with = "Option::deserialize")]
-    pub from: Option<String>,
+    pub from: Option<Timestamp>,
     /// Last window end.
     #[serde(deserialize_with = "Option::deserialize")]
-    pub to: Option<String>,
+    pub to: Option<Timestamp>,
     /// All nodes, sorted by name.
     pub nodes: Vec<String>,
     /// Nodes whose combined verdict is faulty or stopped (the exit status is 1 when not empty).
@@ -330,19 +331,19 @@ pub struct WindowRun {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EpisodeReport {
     /// Start of the window whose close made the node faulty.
-    pub from: String,
+    pub from: Timestamp,
     /// End of the last window in which it was faulty.
-    pub to: String,
+    pub to: Timestamp,
 }
 
 /// An anomalous window.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AnomalousWindow {
-    /// Start (RFC 3339).
-    pub start: String,
+    /// Start.
+    pub start: Timestamp,
     /// End.
-    pub end: String,
-    /// Start, ns since the epoch.
+    pub end: Timestamp,
+    /// Start, ns since the epoch (to the nanosecond).
     pub start_ns: u64,
     /// Score.
     pub score: f64,

@@ -6,7 +6,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use crate::analyzer::WindowEvent;
 use crate::family::Metric;
 use crate::model::PeerIdx;
-use crate::time::rfc3339;
+use crate::time::Timestamp;
 
 /// A window closed, with node names (for `--follow` and progress displays).
 #[derive(Clone, Debug, PartialEq)]
@@ -72,8 +72,8 @@ impl ClosedWindow {
         WindowLine {
             event: "window".to_string(),
             metric: self.metric,
-            start: rfc3339(self.start_ns),
-            end: rfc3339(self.end_ns),
+            start: Timestamp::from_ns(self.start_ns),
+            end: Timestamp::from_ns(self.end_ns),
             scored: self.scored,
             anomalous: self.anomalous.iter().map(|a| a.node.clone()).collect(),
             newly_faulty: self.newly_faulty.clone(),
@@ -92,9 +92,9 @@ pub struct WindowLine {
     /// Metric.
     pub metric: Metric,
     /// Window start.
-    pub start: String,
+    pub start: Timestamp,
     /// Window end.
-    pub end: String,
+    pub end: Timestamp,
     /// Nodes scored.
     pub scored: usize,
     /// Anomalous nodes.

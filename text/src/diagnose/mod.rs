@@ -11,7 +11,7 @@ use culprit_analysis::diagnosis::{
 use culprit_analysis::family::Metric;
 use culprit_analysis::resource::{Direction, Observation, Resource};
 use culprit_analysis::roles;
-use culprit_analysis::time::{fmt_dur, fmt_wall, group_digits, parse_time, TimeSpec};
+use culprit_analysis::time::{fmt_dur, fmt_wall, group_digits};
 use culprit_analysis::Diagnosis;
 
 use crate::style::verdict as paint;
@@ -162,7 +162,7 @@ fn fmt_score(v: f64) -> String {
 /// Prints the report for people.
 pub fn print_human(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
     let span = match (&r.from, &r.to) {
-        (Some(a), Some(b)) => format!("{} – {}", short(a), short(b)),
+        (Some(a), Some(b)) => format!("{} – {}", fmt_wall(a.ns()), fmt_wall(b.ns())),
         _ => "no complete window".to_string(),
     };
     writeln!(
@@ -327,7 +327,7 @@ pub fn print_human(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
                     return None;
                 }
                 let state = match nm.episodes.first() {
-                    Some(e) => format!("faulty from {}", short(&e.from)),
+                    Some(e) => format!("faulty from {}", fmt_wall(e.from.ns())),
                     None => "anomalous".to_string(),
                 };
                 let thr = nm.threshold.map_or("unsupervised".to_string(), |t| {
@@ -363,7 +363,7 @@ pub fn print_human(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
                 _ => "unsupervised threshold".to_string(),
             };
             let state = match nm.episodes.first() {
-                Some(e) => format!("faulty from the window starting {}", short(&e.from)),
+                Some(e) => format!("faulty from the window starting {}", fmt_wall(e.from.ns())),
                 None => "anomalous but not faulty".to_string(),
             };
             writeln!(
@@ -460,15 +460,15 @@ fn print_baseline(r: &Diagnosis, out: &mut impl Write) -> std::io::Result<()> {
         out,
         "thresholds: learnt from the data itself — baseline {}{times} {} – {}",
         b.span,
-        short(&b.learnt.from),
-        short(&b.learnt.to)
+        fmt_wall(b.learnt.from.ns()),
+        fmt_wall(b.learnt.to.ns())
     )?;
     for s in &b.left_out {
         writeln!(
             out,
             "  not learnt (a node was flagged or suspected): {} – {}",
-            short(&s.from),
-            short(&s.to)
+            fmt_wall(s.from.ns()),
+            fmt_wall(s.to.ns())
         )?;
     }
     for w in &b.warnings {
@@ -533,14 +533,6 @@ fn label(t: &CauseRow) -> String {
 
 fn label_len(t: &CauseRow) -> usize {
     label(t).chars().count()
-}
-
-/// `2024-01-01T10:00:30.000Z` (the JSON's form) → `2024-01-01 10:00:30Z`.
-fn short(rfc: &str) -> String {
-    match parse_time(rfc) {
-        Ok(TimeSpec::At(ns)) => fmt_wall(ns),
-        _ => rfc.to_string(),
-    }
 }
 
 /// Anomalous windows as wall-clock ranges, overlapping windows merged.

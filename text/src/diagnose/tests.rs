@@ -9,7 +9,7 @@ fn baseline_and_roles_for_people() {
     use culprit_analysis::roles::{RoleComponent, RoleMetric, RoleReport};
     let p = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/golden/diagnose.json");
     let mut d: Diagnosis = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
-    let at = |s: &str| format!("2026-11-22T13:{s}.000Z");
+    let at = |s: &str| format!("2026-11-22T13:{s}.000Z").parse().unwrap();
     d.baseline = Some(BaselineReport {
         span: "rolling, the last 60 s".into(),
         learnt: Stretch {
