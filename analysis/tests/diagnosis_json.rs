@@ -5,7 +5,7 @@
 //! version 1 after it was first published ([`ADDED_IN_V1`]) read as empty when absent, so a
 //! report of an older culprit still reads.
 
-use culprit_analysis::diagnosis::{MetricStatus, WindowLine};
+use culprit_analysis::diagnosis::{MetricStatus, Side, WindowLine};
 use culprit_analysis::family::Metric;
 use culprit_analysis::Diagnosis;
 
@@ -26,6 +26,30 @@ fn golden_report_round_trips() {
     assert_eq!(io2.top[0].function, "compress_block");
     let again = serde_json::to_string_pretty(&d).unwrap() + "\n";
     assert!(again == text, "re-serialised report differs:\n{again}");
+}
+
+/// A root-cause row's direction reads back as a side of the median node, in the family's
+/// words it was written with.
+#[test]
+fn directions_are_sides() {
+    let d: Diagnosis = serde_json::from_str(&golden()).unwrap();
+    let rows: Vec<_> = d
+        .metrics
+        .iter()
+        .flat_map(|m| &m.nodes)
+        .flat_map(|n| &n.top)
+        .collect();
+    assert!(rows.len() > 3);
+    for r in &rows {
+        let (side, word) = match r.direction.side() {
+            Side::Above => (r.deviation >= 0.0, "more samples"),
+            Side::Below => (r.deviation < 0.0, "fewer samples"),
+        };
+        assert!(side, "{r:#?}");
+        assert_eq!(r.direction.word(), word);
+        assert_eq!(r.direction.to_string(), word);
+    }
+    assert!(rows.iter().any(|r| r.direction.side() == Side::Below));
 }
 
 /// Fields added within version 1 (docs/diagnose-json.md): the ranking of suspects, the

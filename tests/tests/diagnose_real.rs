@@ -17,7 +17,7 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use culprit_analysis::combine::{Role, Verdict};
-use culprit_analysis::diagnosis::{MetricStatus, ThresholdSource, WindowLine};
+use culprit_analysis::diagnosis::{MetricStatus, Side, ThresholdSource, WindowLine};
 use culprit_analysis::family::Metric;
 use culprit_analysis::missing::{Ending, Finding};
 use culprit_analysis::thresholds::ThresholdsFile;
@@ -180,7 +180,7 @@ fn extra_work_in_one_function() {
     let t = node(metric(&r, "time"), "srv2");
     assert_eq!(t.verdict, MetricStatus::Faulty);
     assert_eq!(t.top[0].function, "checksum_payload", "{t:#?}");
-    assert_eq!(t.top[0].direction, "more time");
+    assert_eq!(t.top[0].direction.side(), Side::Above);
     assert_eq!(t.top[0].image.as_deref(), Some("srv"));
     for n in ["srv0", "srv1", "srv3", "srv4"] {
         assert_eq!(verdict(&r, n), Verdict::Ok, "{n}: {r:#?}");
@@ -246,7 +246,7 @@ fn extra_calls_and_extra_blocking() {
     let c = node(metric(&r, "count"), "srv4");
     assert_eq!(c.verdict, MetricStatus::Faulty, "{c:#?}");
     assert_eq!(c.top[0].function, "checksum_payload");
-    assert_eq!(c.top[0].direction, "more calls");
+    assert_eq!(c.top[0].direction.side(), Side::Above);
     let rel = c.top[0].relative.unwrap();
     assert!(
         rel > 1.0,
@@ -258,7 +258,7 @@ fn extra_calls_and_extra_blocking() {
     assert_eq!(r.culprits, ["srv0"], "{r:#?}");
     let t = node(metric(&r, "time"), "srv0");
     assert_eq!(t.top[0].function, "write_reply", "{t:#?}");
-    assert_eq!(t.top[0].direction, "more time");
+    assert_eq!(t.top[0].direction.side(), Side::Above);
 }
 
 /// Two worker processes per node are one node: their profiles add up, and one slow worker
@@ -382,7 +382,7 @@ fn samples_from_the_real_sampler() {
     let s = node(metric(&r, "samples"), "srv1");
     assert_eq!(s.verdict, MetricStatus::Faulty, "{s:#?}");
     assert_eq!(s.top[0].function, "checksum_payload", "{s:#?}");
-    assert_eq!(s.top[0].direction, "more samples");
+    assert_eq!(s.top[0].direction.side(), Side::Above);
     // The tracer's time sees the same fault: faulty on it too, or (on a loaded machine, where
     // fewer windows are complete on every node) corroborating the samples.
     let v = r.verdict("srv1").unwrap();
@@ -424,18 +424,10 @@ fn traced_idle_shows_both_sides() {
     let dir_of = |f: &str| {
         top.iter()
             .find(|t| t.function == f)
-            .map(|t| t.direction.clone())
+            .map(|t| t.direction.side())
     };
-    assert_eq!(
-        dir_of("checksum_payload").as_deref(),
-        Some("more time"),
-        "{top:#?}"
-    );
-    assert_eq!(
-        dir_of("wait_tick").as_deref(),
-        Some("less time"),
-        "{top:#?}"
-    );
+    assert_eq!(dir_of("checksum_payload"), Some(Side::Above), "{top:#?}");
+    assert_eq!(dir_of("wait_tick"), Some(Side::Below), "{top:#?}");
 }
 
 const FOUR: [&str; 4] = ["srv0", "srv1", "srv2", "srv3"];
@@ -478,7 +470,7 @@ fn untrained_finds_a_node_different_from_the_start() {
     let t = node(metric(&r, "time"), "srv2");
     assert_eq!(t.verdict, MetricStatus::Faulty, "{t:#?}");
     assert_eq!(t.top[0].function, "checksum_payload", "{t:#?}");
-    assert_eq!(t.top[0].direction, "more time");
+    assert_eq!(t.top[0].direction.side(), Side::Above);
     assert!(t.top[0].persistence >= 3, "{t:#?}");
     // The ranking: every node once, the culprit first with the largest persistence.
     let ranked: Vec<&str> = r.ranking.iter().map(|n| n.node.as_str()).collect();

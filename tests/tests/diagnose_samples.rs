@@ -9,7 +9,7 @@
 use std::path::Path;
 
 use culprit_analysis::combine::Verdict;
-use culprit_analysis::diagnosis::{MetricStatus, ThresholdSource, Thresholds};
+use culprit_analysis::diagnosis::{MetricStatus, Side, ThresholdSource, Thresholds};
 use culprit_analysis::distance::Distance;
 use culprit_analysis::family::Metric;
 use culprit_analysis::missing::{Ending, Finding};
@@ -205,7 +205,7 @@ fn finds_the_node_and_the_function() {
     assert_eq!(io3.verdict, MetricStatus::Faulty);
     let top = &io3.top;
     assert_eq!(top[0].function, "hot_path", "{io3:#?}");
-    assert_eq!(top[0].direction, "more samples");
+    assert_eq!(top[0].direction.side(), Side::Above);
     assert!(top[0].relative.unwrap() > 1.5, "{:#?}", top[0]);
     // The fault starts at interval 12 (2 minutes in); windows are aligned on 30 s.
     let first = io3.anomalous_windows[0].start_ns;
@@ -583,7 +583,7 @@ fn kernel_events_are_a_metric() {
     assert_eq!(io4.verdict, MetricStatus::Faulty);
     assert_eq!(io4.top[0].function, "tcp:tcp_retransmit_skb");
     assert_eq!(io4.top[0].image, None);
-    assert_eq!(io4.top[0].direction, "more events");
+    assert_eq!(io4.top[0].direction.side(), Side::Above);
     assert_eq!(node(metric(&r, "samples"), "io4").verdict, MetricStatus::Ok);
     // --metrics restricts the analysis.
     let (code, r) = diagnose_json(&[dir.path().to_str().unwrap(), "--metrics", "samples"]);

@@ -4,7 +4,7 @@
 
 use crate::analyzer::{MetricResult, Outcome};
 use crate::combine::{combine, evidence, MetricVerdict, Verdict};
-use crate::family::Metric;
+use crate::family::{Metric, Words};
 use crate::missing::Finding;
 use crate::model::PeerIdx;
 use crate::options::Setting;
@@ -15,9 +15,9 @@ use crate::score::median_in_place;
 use crate::time::Timestamp;
 
 use super::{
-    AnomalousWindow, CauseRow, Diagnosis, EpisodeReport, MetricReport, MetricStatus, NodeReport,
-    NodeVerdict, RankedNode, ReportInput, ReportedSettings, ThresholdSource, Thresholds, SCHEMA,
-    SCHEMA_VERSION,
+    AnomalousWindow, CauseDirection, CauseRow, Diagnosis, EpisodeReport, MetricReport,
+    MetricStatus, NodeReport, NodeVerdict, RankedNode, ReportInput, ReportedSettings, Side,
+    ThresholdSource, Thresholds, SCHEMA, SCHEMA_VERSION,
 };
 
 impl Diagnosis {
@@ -431,11 +431,7 @@ fn rank_reason(
         .next()
         .filter(|r| r.persistence.peak > 0)
         .map(|r| {
-            let dir = if r.cause.node >= r.cause.reference {
-                words.more
-            } else {
-                words.less
-            };
+            let dir = CauseDirection::new(Side::of(r.cause.node - r.cause.reference), words);
             format!("{dir} in {}", m.comps[r.comp as usize].name)
         });
     let anomalous = format!(
@@ -499,7 +495,7 @@ fn metric_report(
             };
             let show_top = nm.faulty() || suspects.contains(&names[n].as_str());
             let top = if show_top && !nm.anomalous.is_empty() {
-                cause_rows(m, n, top, words.more, words.less)
+                cause_rows(m, n, top, words)
             } else {
                 Vec::new()
             };
@@ -609,7 +605,7 @@ fn group(x: f64) -> String {
 }
 
 /// The root-cause table of node `n`.
-fn cause_rows(m: &MetricResult, n: PeerIdx, top: usize, more: &str, less: &str) -> Vec<CauseRow> {
+fn cause_rows(m: &MetricResult, n: PeerIdx, top: usize, words: Words) -> Vec<CauseRow> {
     m.top(n, top)
         .into_iter()
         .enumerate()
@@ -627,7 +623,7 @@ fn cause_rows(m: &MetricResult, n: PeerIdx, top: usize, more: &str, less: &str) 
                 median_total: rc.reference,
                 deviation,
                 relative: (rc.reference > 0.0).then(|| deviation / rc.reference),
-                direction: if deviation >= 0.0 { more } else { less }.to_string(),
+                direction: CauseDirection::new(Side::of(deviation), words),
                 persistence: r.persistence.peak,
                 rare: m.nodes[n].rare.contains_key(&r.comp),
             }

@@ -20,11 +20,14 @@ mod window;
 
 pub use window::{ClosedWindow, NodeScore, WindowLine};
 
-use serde::{Deserialize, Deserializer, Serialize};
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::analyzer::ScoredWindow;
 use crate::combine::{Combined, Verdict};
-use crate::family::{Metric, Windows};
+use crate::family::{Metric, Windows, Words};
 use crate::missing::Finding;
 use crate::resource::{Levels, Resource};
 use crate::time::Timestamp;
@@ -357,6 +360,7 @@ pub struct AnomalousWindow {
 
 /// One row of a root-cause table.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(from = "CauseRowJson")]
 pub struct CauseRow {
     /// 1-based rank.
     pub rank: usize,
@@ -380,8 +384,8 @@ pub struct CauseRow {
     /// `deviation / median_total`, when the median is not zero.
     #[serde(deserialize_with = "Option::deserialize")]
     pub relative: Option<f64>,
-    /// "more time", "fewer calls"…
-    pub direction: String,
+    /// Above or below the median node, in the family's words ("more time", "fewer calls"…).
+    pub direction: CauseDirection,
     /// Peak of the function's persistence accumulator (seed 001 §3.4): windows in which it
     /// alone deviated more than the window's typical node did in all functions, net of the
     /// node's other windows; the table's first sort key (added within version 1).
@@ -391,6 +395,117 @@ pub struct CauseRow {
     /// its peers' noise floor on this node.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub rare: bool,
+}
+
+/// A [`CauseRow`] as the JSON carries it: its direction in words only. Read back, the side
+/// is the sign of `deviation`, as [`Diagnosis::build`] chose it.
+#[derive(Deserialize)]
+struct CauseRowJson {
+    rank: usize,
+    function: String,
+    #[serde(deserialize_with = "Option::deserialize")]
+    image: Option<String>,
+    #[serde(deserialize_with = "Option::deserialize")]
+    program: Option<String>,
+    distance: f64,
+    node_total: f64,
+    median_total: f64,
+    deviation: f64,
+    #[serde(deserialize_with = "Option::deserialize")]
+    relative: Option<f64>,
+    direction: String,
+    #[serde(default)]
+    persistence: u32,
+    #[serde(default)]
+    rare: bool,
+}
+
+impl From<CauseRowJson> for CauseRow {
+    fn from(j: CauseRowJson) -> Self {
+        CauseRow {
+            rank: j.rank,
+            function: j.function,
+            image: j.image,
+            program: j.program,
+            distance: j.distance,
+            node_total: j.node_total,
+            median_total: j.median_total,
+            deviation: j.deviation,
+            relative: j.relative,
+            direction: CauseDirection {
+                side: Side::of(j.deviation),
+                word: Cow::Owned(j.direction),
+            },
+            persistence: j.persistence,
+            rare: j.rare,
+        }
+    }
+}
+
+/// Which side of the median node (the reference) a node's value lies on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Side {
+    /// Above it, or equal.
+    Above,
+    /// Below it.
+    Below,
+}
+
+impl Side {
+    /// The side of a deviation from the median node (`node − median`).
+    pub fn of(deviation: f64) -> Side {
+        if deviation >= 0.0 {
+            Side::Above
+        } else {
+            Side::Below
+        }
+    }
+}
+
+/// A root-cause row's direction: its [`Side`], with the words its metric family gives it
+/// ([`Words`]: "more time", "fewer calls", "higher"). Families can be defined outside this
+/// crate, so the words are the family's, not a closed set; they are what the JSON and people
+/// read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CauseDirection {
+    side: Side,
+    word: Cow<'static, str>,
+}
+
+impl CauseDirection {
+    /// `side` in a family's `words`.
+    pub fn new(side: Side, words: Words) -> Self {
+        let word = match side {
+            Side::Above => words.more,
+            Side::Below => words.less,
+        };
+        CauseDirection {
+            side,
+            word: Cow::Borrowed(word),
+        }
+    }
+
+    /// Above or below the median node.
+    pub fn side(&self) -> Side {
+        self.side
+    }
+
+    /// The family's words for it: "more time", "fewer calls"…
+    pub fn word(&self) -> &str {
+        &self.word
+    }
+}
+
+impl fmt::Display for CauseDirection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(&self.word)
+    }
+}
+
+impl Serialize for CauseDirection {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.word)
+    }
 }
 
 /// What the report says besides the analysis' outcome.
