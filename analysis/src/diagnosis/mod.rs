@@ -358,7 +358,8 @@ pub struct AnomalousWindow {
     pub rare: Option<f64>,
 }
 
-/// One row of a root-cause table.
+/// One row of a root-cause table (read through `CauseRowJson`, which says which fields are
+/// required).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(from = "CauseRowJson")]
 pub struct CauseRow {
@@ -367,10 +368,8 @@ pub struct CauseRow {
     /// Function (or event) name.
     pub function: String,
     /// Image, if a function.
-    #[serde(deserialize_with = "Option::deserialize")]
     pub image: Option<String>,
     /// Program, with `--by-program`.
-    #[serde(deserialize_with = "Option::deserialize")]
     pub program: Option<String>,
     /// Σ component distance to the reference over the anomalous windows (the metric's
     /// `distance_unit`).
@@ -382,18 +381,16 @@ pub struct CauseRow {
     /// `node_total − median_total`.
     pub deviation: f64,
     /// `deviation / median_total`, when the median is not zero.
-    #[serde(deserialize_with = "Option::deserialize")]
     pub relative: Option<f64>,
     /// Above or below the median node, in the family's words ("more time", "fewer calls"…).
     pub direction: CauseDirection,
     /// Peak of the function's persistence accumulator (seed 001 §3.4): windows in which it
     /// alone deviated more than the window's typical node did in all functions, net of the
     /// node's other windows; the table's first sort key (added within version 1).
-    #[serde(default)]
     pub persistence: u32,
     /// A rare function (`crate::rare`): below the keep rule, counted orders of magnitude above
     /// its peers' noise floor on this node.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub rare: bool,
 }
 
