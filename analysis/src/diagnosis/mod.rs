@@ -180,7 +180,9 @@ pub struct MetricReport {
     pub metric: Metric,
     /// Its family for corroboration: itself, or `os` for every OS metric.
     pub family: Metric,
-    /// Unit of values.
+    /// Unit of values: the family's ([`crate::family::About::unit`]), an open set —
+    /// families can be defined outside this crate and an OS metric's unit is its catalogue
+    /// entry's — so it stays a string, as do the units of scores and distances made from it.
     pub unit: String,
     /// Unit of scores and thresholds.
     pub score_unit: String,
