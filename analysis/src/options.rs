@@ -67,7 +67,6 @@ use crate::error::{Error, Result, SettingsMessage};
 use crate::family::Features;
 use crate::policy::Unsupervised;
 use crate::score::ScoreKind;
-use crate::thresholds::Weighting;
 #[cfg(feature = "clap")]
 use crate::time::parse_duration_ns;
 use crate::time::NS_PER_S;
@@ -596,6 +595,36 @@ impl Picker<'_> {
             (Some(g), _) => Ok(g),
             (None, Some(t)) => Ok(t),
             (None, None) => Ok(default),
+        }
+    }
+}
+
+/// Whether components are weighted by their fault-free variability.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "kebab-case")]
+pub enum Weighting {
+    /// Raw values (seed 000).
+    #[default]
+    #[cfg_attr(feature = "clap", value(help = "compare raw values (seed 000)"))]
+    None,
+    /// Each component divided by its typical fault-free deviation from the median node, learned
+    /// in training (seed 000 §"Future work"); untrained metrics compare raw values.
+    #[cfg_attr(
+        feature = "clap",
+        value(
+            help = "divide each function by its fault-free deviation from the median node,                     learned in training"
+        )
+    )]
+    Variance,
+}
+
+impl Weighting {
+    /// The name users type and read.
+    pub fn name(self) -> &'static str {
+        match self {
+            Weighting::None => "none",
+            Weighting::Variance => "variance",
         }
     }
 }

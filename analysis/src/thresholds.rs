@@ -18,7 +18,7 @@ use crate::score::{median_in_place, NormalProfiles};
 
 /// The analysis settings a thresholds file records, declared with the options
 /// ([`crate::options`]).
-pub use crate::options::Settings;
+pub use crate::options::{Settings, Weighting};
 
 /// Version of the thresholds file format this build writes (without roles) and reads.
 pub const THRESHOLDS_VERSION: u32 = 1;
@@ -75,36 +75,6 @@ impl ThresholdRule {
         match self {
             ThresholdRule::Window => "window",
             ThresholdRule::Flagged => "flagged",
-        }
-    }
-}
-
-/// Whether components are weighted by their fault-free variability.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
-#[serde(rename_all = "kebab-case")]
-pub enum Weighting {
-    /// Raw values (seed 000).
-    #[default]
-    #[cfg_attr(feature = "clap", value(help = "compare raw values (seed 000)"))]
-    None,
-    /// Each component divided by its typical fault-free deviation from the median node, learned
-    /// in training (seed 000 §"Future work"); untrained metrics compare raw values.
-    #[cfg_attr(
-        feature = "clap",
-        value(
-            help = "divide each function by its fault-free deviation from the median node,                     learned in training"
-        )
-    )]
-    Variance,
-}
-
-impl Weighting {
-    /// The name users type and read.
-    pub fn name(self) -> &'static str {
-        match self {
-            Weighting::None => "none",
-            Weighting::Variance => "variance",
         }
     }
 }
