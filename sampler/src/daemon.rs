@@ -111,7 +111,8 @@ pub const COMPUTING: Duration = Duration::from_millis(5);
 pub const HARD_CAP: Duration = Duration::from_secs(10);
 
 /// Ends the process should the run not end after a signal or the end of `--duration`: once it
-/// has made no progress for [`GRACE`] (stuck), or [`HARD_CAP`] after (slow beyond reason).
+/// has made no progress for [`GRACE`] (stuck), or [`HARD_CAP`] after (slow beyond reason) —
+/// unless its files are ended and it is giving its perf events back ([`overdue`]).
 /// Armed on the thread that runs the sampler, whose CPU time counts as progress.
 /// SIGTERM and SIGINT end `culprit sample` within a second on a host that lets it run, and
 /// `--duration` is then a deadline, whatever a thread is doing. The files keep what was
@@ -154,24 +155,35 @@ impl Watchdog {
                     cpu: cpu(),
                     at: from,
                 };
-                let (what, releasing) = loop {
+                let mut said_slow_release = false;
+                // Once the release began the files are ended; what follows it is the run's
+                // summary, microseconds before this watchdog is disarmed.
+                let mut released = false;
+                let what = loop {
                     if d.load(Ordering::SeqCst) {
                         return;
                     }
                     let now = Instant::now();
                     seen.note(now, crate::progress::beats(), cpu());
-                    let releasing = crate::progress::is_releasing();
-                    if let Some(what) = overdue(now - from, now - seen.at, releasing) {
-                        break (what, releasing);
+                    released |= crate::progress::is_releasing();
+                    if let Some(what) = overdue(now - from, now - seen.at, released) {
+                        break what;
+                    }
+                    if released && now - from >= HARD_CAP && !said_slow_release {
+                        said_slow_release = true;
+                        eprintln!(
+                            "culprit: sample: the files are ended; the kernel is still taking \
+                             its perf events back ({} s after {why}: its grace periods on a \
+                             busy host), which an exit would wait for too",
+                            HARD_CAP.as_secs()
+                        );
                     }
                     std::thread::sleep(Duration::from_millis(10));
                 };
-                let files = if releasing {
-                    "the files are ended"
-                } else {
-                    "the data written so far stays readable; the files have no end marker"
-                };
-                eprintln!("culprit: sample {what} after {why}: exiting now ({files})");
+                eprintln!(
+                    "culprit: sample {what} after {why}: exiting now (the data written so far \
+                     stays readable; the files have no end marker)"
+                );
                 eprintln!("culprit: where its threads were: {}", thread_states());
                 crate::os::delayacct::restore_now();
                 std::process::exit(2);
@@ -216,9 +228,15 @@ impl Seen {
 
 /// Why the watchdog ends the run, `since_stop` after the signal or the end of `--duration` and
 /// `since_progress` after its last progress, `releasing` its perf events; `None` while it may
-/// go on.
+/// go on. A run giving its events back (or done with that) is never ended: its files are ended, and an exit would
+/// wait for the kernel's grace periods just the same (and turn a complete run into a failure:
+/// beside `stress-ng --cpu 2`, the release of `--layers`' syscall tracepoints once took over
+/// 10 s).
 fn overdue(since_stop: Duration, since_progress: Duration, releasing: bool) -> Option<String> {
-    if since_progress >= GRACE && !releasing {
+    if releasing {
+        return None;
+    }
+    if since_progress >= GRACE {
         return Some(format!("made no progress for {} ms", GRACE.as_millis()));
     }
     (since_stop >= HARD_CAP).then(|| format!("did not end within {} s", HARD_CAP.as_secs()))
@@ -263,13 +281,15 @@ mod tests {
     }
 
     /// Giving the perf events back waits for the kernel's grace periods (more than 850 ms at
-    /// times beside `stress-ng --hdd 1`); an exit would wait for them too, so only the hard cap
-    /// applies.
+    /// times beside `stress-ng --hdd 1`, more than 10 s beside `stress-ng --cpu 2`); an exit
+    /// would wait for them too, so neither the grace nor the hard cap applies then. Before the
+    /// release, the hard cap does.
     #[test]
     fn releasing_the_events_is_not_called_stuck() {
         assert_eq!(overdue(MS(2_400), MS(1_500), true), None);
+        assert_eq!(overdue(HARD_CAP * 3, MS(1_500), true), None);
         assert_eq!(
-            overdue(HARD_CAP, MS(1_500), true).as_deref(),
+            overdue(HARD_CAP, MS(10), false).as_deref(),
             Some("did not end within 10 s")
         );
     }
