@@ -112,7 +112,7 @@ pub const HARD_CAP: Duration = Duration::from_secs(10);
 
 /// Ends the process should the run not end after a signal or the end of `--duration`: once it
 /// has made no progress for [`GRACE`] (stuck), or [`HARD_CAP`] after (slow beyond reason) —
-/// unless its files are ended and it is giving its perf events back ([`overdue`]).
+/// unless its files are ended and it is giving its perf events back (see `overdue`).
 /// Armed on the thread that runs the sampler, whose CPU time counts as progress.
 /// SIGTERM and SIGINT end `culprit sample` within a second on a host that lets it run, and
 /// `--duration` is then a deadline, whatever a thread is doing. The files keep what was
