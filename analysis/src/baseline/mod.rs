@@ -16,6 +16,23 @@ mod ranges;
 mod rolling;
 mod span;
 
+/// The unit tests' spans: whole seconds.
+#[cfg(test)]
+mod test_span {
+    use crate::data::Span;
+    use crate::time::NS_PER_S;
+
+    pub const S: u64 = NS_PER_S;
+
+    /// From `a` s to `b` s after the epoch.
+    pub fn sp(a: u64, b: u64) -> Span {
+        Span {
+            start_ns: a * S,
+            end_ns: b * S,
+        }
+    }
+}
+
 pub use learn::{data_span, learn, learn_following, learn_in, BaselineReport, Learned, Stretch};
 pub use ranges::Ranges;
 pub use rolling::{relearn_every, suspect_ranges, Rolling};

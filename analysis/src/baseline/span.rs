@@ -249,16 +249,7 @@ impl DataSpan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::time::NS_PER_S;
-
-    const S: u64 = NS_PER_S;
-
-    fn sp(a: u64, b: u64) -> Span {
-        Span {
-            start_ns: a * S,
-            end_ns: b * S,
-        }
-    }
+    use crate::baseline::test_span::{sp, S};
 
     #[test]
     fn the_syntax() {
