@@ -5,6 +5,10 @@
  *                                  calls `mid` 100 times; `mid` calls the tiny `leaf` 50 times
  *                                  and `inl` (a static inline helper, inlined at -O2 and still
  *                                  instrumented) once. Prints the calls it made of each.
+ *   budget late ROUNDS             `early` calls the inlined `inl` 1000 times, then ROUNDS rounds
+ *                                  of `late_round`, which calls `late_mid` 100 times; `late_mid`
+ *                                  calls `inl` 50 times: its own inlined copy, whose hook calls
+ *                                  first run after the runtime saw 1000 calls of `inl`.
  *   budget serve SECONDS RATE      a rate-limited "server": every 10 ms tick it serves RATE
  *                                  requests (`serve_one` → `parse` + `mid`…), the same work per
  *                                  second on every node while it keeps up; idle time is spent in
@@ -39,6 +43,18 @@ NOINLINE void round_(unsigned long r) {
 }
 
 static long rounds;
+
+NOINLINE void early(void) {
+    for (unsigned long k = 0; k < 1000; k++) sink += inl(k);
+}
+
+NOINLINE void late_mid(unsigned long i) {
+    for (unsigned long k = 0; k < 50; k++) sink += inl(i + k);
+}
+
+NOINLINE void late_round(unsigned long r) {
+    for (unsigned long i = 0; i < 100; i++) late_mid(r * 100 + i);
+}
 
 NOINLINE void *worker(void *arg) {
     (void)arg;
@@ -86,6 +102,13 @@ int main(int argc, char **argv) {
         printf("round=%ld mid=%ld leaf=%ld\n", threads * rounds, mids, mids * 50);
         return 0;
     }
+    if (argc >= 3 && strcmp(argv[1], "late") == 0) {
+        long n = atol(argv[2]);
+        early();
+        for (long r = 0; r < n; r++) late_round((unsigned long)r);
+        printf("late_round=%ld late_mid=%ld\n", n, n * 100);
+        return 0;
+    }
     if (argc >= 4 && strcmp(argv[1], "serve") == 0) {
         long secs = atol(argv[2]), rate = atol(argv[3]);
         unsigned long n = 0;
@@ -100,6 +123,6 @@ int main(int argc, char **argv) {
         fflush(stdout);
         exit(0);
     }
-    fprintf(stderr, "usage: budget hot THREADS ROUNDS | budget serve SECONDS RATE\n");
+    fprintf(stderr, "usage: budget hot THREADS ROUNDS | budget late ROUNDS | budget serve SECONDS RATE\n");
     return 2;
 }

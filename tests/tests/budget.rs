@@ -212,6 +212,43 @@ fn an_inlined_copy_s_hook_calls_are_patched_when_the_code_proves_them() {
     }
 }
 
+/// An inlined copy whose hook calls first run after the function's calls turned quiet (the
+/// hooks then return at their first check and no longer take the general path, where sites
+/// are noted): `late_mid`'s copy of `inl` runs only after `early` made 1000 calls of it. One
+/// quiet call in 4,096 still takes the general path, so that copy's sites are noted and
+/// patched too: an interval after that has (nearly) no untraced hook call for its traced ones
+/// (before, 100 for each `late_mid`, for as long as the program ran).
+#[test]
+fn sites_first_run_after_the_calls_turned_quiet_are_patched_too() {
+    let _turn = one_at_a_time();
+    let tmp = TempDir::new("budget-late");
+    let exe = build(tmp.path(), "budget.c", "b", "-O2", Link::Preload);
+    let data = tmp.join("d");
+    let rounds = 20_000;
+    let out = run(traced(&exe, Link::Preload, &data, "n1")
+        .env("CULPRIT_EXCLUDE", "inl")
+        .env("CULPRIT_BUDGET", "off")
+        .env("CULPRIT_INTERVAL_MS", "100")
+        .args(["late", &rounds.to_string()]));
+    assert_eq!(
+        stdout(&out),
+        format!("late_round={rounds} late_mid={}\n", rounds * 100)
+    );
+    let p = load_one(&data.join("n1"));
+    assert_well_formed(&p);
+    assert_eq!(p.func("inl").calls, 0, "excluded");
+    assert_eq!(p.func("late_mid").calls, rounds * 100);
+    assert_eq!(p.func("early").calls, 1);
+    assert_nothing_lost(&p);
+    let by_interval = quiet_by_interval(&p);
+    assert!(
+        by_interval
+            .iter()
+            .any(|&(traced, quiet)| traced >= 20_000 && quiet <= traced),
+        "(traced, untraced hook calls) by interval: {by_interval:?}"
+    );
+}
+
 /// `CULPRIT_PATCH=0`: nothing is patched, the calls are still untraced (quiet) and the counts
 /// the same.
 #[test]

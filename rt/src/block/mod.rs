@@ -117,6 +117,13 @@ pub const TAGS: usize = SLOW_KEY | QUIET_KEY;
 /// Calls of an untraced function a thread's general path looks at (noting their call sites
 /// for patching, a demoted function's callers) before its key turns quiet.
 pub const QUIET_AFTER: u32 = crate::demote::OBSERVE_CALLS as u32;
+/// One quiet call in this many (per thread, by its `quiet` count) still takes the general path,
+/// which notes its call site for patching: a quiet function's calls from sites the general
+/// path never saw (an inlined copy first run after the key turned quiet, a caller that came
+/// later) are found in proportion to what they cost, and patched in turn. Costs the quiet
+/// calls of sites that stay (not patchable) one general-path visit in 4,096.
+pub const QUIET_NOTE_EVERY: u64 = 4096;
+const _: () = assert!(QUIET_NOTE_EVERY.is_power_of_two() && QUIET_NOTE_EVERY <= 1 << 31);
 
 /// Caller → callee edges per thread (`CULPRIT_GRAPH`).
 const EDGE_BITS: u32 = 13;
@@ -325,6 +332,9 @@ pub mod hot {
     pub const QUIET: usize = offset_of!(ThreadBlock, quiet);
     /// Bit of [`super::QUIET_KEY`].
     pub const QUIET_BIT: u32 = super::QUIET_KEY.trailing_zeros();
+    /// The low bits of `ThreadBlock::quiet` that are 0 on a quiet call the general path sees
+    /// ([`super::QUIET_NOTE_EVERY`]).
+    pub const QUIET_NOTE_MASK: u64 = super::QUIET_NOTE_EVERY - 1;
     /// Offset of the table.
     pub const TABLE: usize = offset_of!(ThreadBlock, table);
     /// Size of a frame.

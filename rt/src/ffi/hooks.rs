@@ -54,9 +54,9 @@ extern "C-unwind" fn exit_slow(func: usize, _call_site: usize, sp: usize) {
 /// Fast path: the top frame can be the caller (its stack pointer is at or above ours), the
 /// function's home slot or the one after holds it (untagged), there is room for a frame: push
 /// it. An untraced function whose key is quiet there returns at once (counted in the block's
-/// `quiet`). The new top
-/// is committed right after the frame's stack pointer is written, before its slot and times
-/// (see `block`, "Signals and re-entrancy").
+/// `quiet`; one such call in [`crate::block::QUIET_NOTE_EVERY`] takes the general path, which
+/// notes its call site for patching). The new top is committed right after the frame's stack
+/// pointer is written, before its slot and times (see `block`, "Signals and re-entrancy").
 #[cfg(target_arch = "x86_64")]
 #[unsafe(naked)]
 #[no_mangle]
@@ -102,13 +102,19 @@ pub extern "C-unwind" fn __cyg_profile_func_enter(func: *mut u8, call_site: *mut
         "2:",
         "mov rdx, rsp",
         "jmp {slow}",
+        // Counted; one in `QUIET_NOTE_EVERY` goes on to the general path, which notes its
+        // call site for patching (read back after the `inc`: a signal handler's quiet call in
+        // between only moves which call that is).
         "5:",
         "inc qword ptr [rcx + {quiet}]",
+        "test dword ptr [rcx + {quiet}], {note_mask}",
+        "jz 2b",
         "ret",
         ".cfi_endproc",
         top = const hot::TOP,
         quiet = const hot::QUIET,
         quiet_bit = const hot::QUIET_BIT,
+        note_mask = const hot::QUIET_NOTE_MASK,
         f_sp = const hot::F_SP,
         f_slot = const hot::F_SLOT,
         f_t = const hot::F_T,
@@ -176,13 +182,19 @@ pub extern "C-unwind" fn __cyg_profile_func_exit(func: *mut u8, call_site: *mut 
         "2:",
         "mov rdx, rsp",
         "jmp {slow}",
+        // Counted; one in `QUIET_NOTE_EVERY` goes on to the general path, which notes its
+        // call site for patching (read back after the `inc`: a signal handler's quiet call in
+        // between only moves which call that is).
         "5:",
         "inc qword ptr [rcx + {quiet}]",
+        "test dword ptr [rcx + {quiet}], {note_mask}",
+        "jz 2b",
         "ret",
         ".cfi_endproc",
         top = const hot::TOP,
         quiet = const hot::QUIET,
         quiet_bit = const hot::QUIET_BIT,
+        note_mask = const hot::QUIET_NOTE_MASK,
         home_mask = const hot::HOME_MASK,
         boundary = const hot::BOUNDARY,
         f_slot = const hot::F_SLOT,

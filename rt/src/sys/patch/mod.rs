@@ -6,7 +6,8 @@
 //! * **Noting** ([`note_site`], from a hook's general path): a hook call whose function is not
 //!   traced (excluded, or demoted by the cost budget) hands its return address over. It goes
 //!   into a process-wide set (lock-free, fixed size, no allocation, no system call); a site
-//!   already there costs one hash probe.
+//!   already there costs one hash probe. The general path sees an untraced function's first
+//!   calls in each thread, then one of its quiet calls in `block::QUIET_NOTE_EVERY`.
 //! * **Patching** ([`apply`], from the flusher thread, where system calls and allocation are
 //!   fine): every site noted since is checked again and rewritten, while the loader lock is
 //!   held (inside `dl_iterate_phdr`), so no `dlclose` can unmap the code meanwhile.
@@ -27,8 +28,10 @@
 //! then executes either the whole old call or the whole NOP, never a mix — the rule HotSpot's
 //! JIT follows for the call sites it patches while threads run (`NativeCall::
 //! set_destination_mt_safe`). The store is a compare-and-swap against the bytes just checked, so
-//! code changed meanwhile (by anyone) is left alone. A site that fits neither is left as it is
-//! (its calls keep reaching the hooks, which return at once).
+//! code changed meanwhile (by anyone) is left alone. A site that fits neither gets a short form
+//! in the word of its first bytes: a 2-byte `jmp` over the rest, or, when only its first byte
+//! is in that word, a new opcode that makes the same bytes an instruction of the same length
+//! writing only what a call clobbers (`site::short_form`).
 //!
 //! The page is made writable with `mprotect`, **keeping** its read and execute rights (never
 //! removing execute from a page other threads may run), and given back exactly the rights
@@ -244,7 +247,7 @@ mod tests {
         assert!(tail_jumps(&mem, (base + 340, base + 360), &[hook]).is_empty());
         assert!(tail_jumps(&mem, (base + 300, base + 320), &[hook + 16]).is_empty());
         // It becomes `ret` and padding.
-        let (at, width) = block_of(found[0]).unwrap();
+        let (at, width) = block_of(found[0]);
         assert!(swap_in_nop(found[0], at, width));
         let after: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
         assert_eq!(after[315..320], RET5);
@@ -259,14 +262,14 @@ mod tests {
             len: 5,
             tail: false,
         };
-        let (at, width) = block_of(site).unwrap();
+        let (at, width) = block_of(site);
         assert!(swap_in_nop(site, at, width));
         let site6 = Site {
             addr: base + 192,
             len: 6,
             tail: false,
         };
-        let (at, width) = block_of(site6).unwrap();
+        let (at, width) = block_of(site6);
         assert!(swap_in_nop(site6, at, width));
         words[0] = words[0].wrapping_add(0); // keep the buffer alive and mutable
         let after: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
@@ -284,7 +287,7 @@ mod tests {
                 len: 5,
                 tail: false,
             };
-            let (at, width) = block_of(site).unwrap();
+            let (at, width) = block_of(site);
             assert_eq!(width, 16);
             assert!(swap_in_nop(site, at, width));
             let b = words[32].to_le_bytes();
@@ -301,13 +304,58 @@ mod tests {
             tail: false,
         };
         let before: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-        let (at, width) = block_of(site).unwrap();
+        let (at, width) = block_of(site);
         assert_eq!((at, width), (base + off - 4, 8));
         assert!(swap_in_nop(site, at, width));
         let after: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
         assert_eq!(after[off..off + 2], [0xeb, 0x03]);
         assert_eq!(after[off + 2..], before[off + 2..]);
         assert_eq!(after[..off], before[..off]);
+    }
+
+    /// A call whose first byte is the last of a 16-byte block: its opcode alone changes, and
+    /// the bytes then read as one instruction of the call's length that only writes what a
+    /// call may clobber (the flags; `%rdx`).
+    #[test]
+    fn a_call_split_after_its_first_byte_changes_its_opcode_alone() {
+        use iced_x86::{Decoder, DecoderOptions, Mnemonic, Register};
+        let (words, base) = code(1);
+        // Copies of the two calls (`e8` at 128, `ff 15` at 192) with their first byte at
+        // offset 15 of a 16-byte block.
+        let bytes = |w: &Vec<u64>| -> Vec<u8> { w.iter().flat_map(|w| w.to_le_bytes()).collect() };
+        let mut b = bytes(&words);
+        let at5 = (320..336).find(|o| (base + o) % 16 == 15).unwrap();
+        let at6 = (352..368).find(|o| (base + o) % 16 == 15).unwrap();
+        b.copy_within(128..133, at5);
+        b.copy_within(192..198, at6);
+        let mut words: Vec<u64> = b
+            .chunks(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        let base = words.as_mut_ptr() as usize;
+        for (off, len, op, mnemonic, writes) in [
+            (at5, 5, 0x3d, Mnemonic::Cmp, None),
+            (at6, 6, 0x8d, Mnemonic::Lea, Some(Register::EDX)),
+        ] {
+            let site = Site {
+                addr: base + off,
+                len,
+                tail: false,
+            };
+            let (at, width) = block_of(site);
+            assert_eq!((at, width), (base + off - 7, 8));
+            let before = bytes(&words);
+            assert!(swap_in_nop(site, at, width));
+            let after = bytes(&words);
+            assert_eq!(after[off], op);
+            assert_eq!(after[..off], before[..off]);
+            assert_eq!(after[off + 1..], before[off + 1..]);
+            let mut d = Decoder::with_ip(64, &after[off..off + len], 0, DecoderOptions::NONE);
+            let i = d.decode();
+            assert!(!i.is_invalid());
+            assert_eq!((i.len(), i.mnemonic()), (len, mnemonic));
+            assert_eq!(i.op0_register(), writes.unwrap_or(Register::EAX));
+        }
     }
 
     /// `lock cmpxchg16b` stores when the block holds the old value, and not otherwise (in
@@ -337,25 +385,27 @@ mod tests {
             len,
             tail: false,
         };
-        assert_eq!(block_of(s(0x1000, 5)), Some((0x1000, 8)));
-        assert_eq!(block_of(s(0x1003, 5)), Some((0x1000, 8)));
-        assert_eq!(block_of(s(0x1002, 6)), Some((0x1000, 8)));
-        assert_eq!(block_of(s(0x100b, 5)), Some((0x1008, 8)));
+        assert_eq!(block_of(s(0x1000, 5)), (0x1000, 8));
+        assert_eq!(block_of(s(0x1003, 5)), (0x1000, 8));
+        assert_eq!(block_of(s(0x1002, 6)), (0x1000, 8));
+        assert_eq!(block_of(s(0x100b, 5)), (0x1008, 8));
         if has_cx16() {
-            assert_eq!(block_of(s(0x1004, 5)), Some((0x1000, 16)));
-            assert_eq!(block_of(s(0x1006, 5)), Some((0x1000, 16)));
+            assert_eq!(block_of(s(0x1004, 5)), (0x1000, 16));
+            assert_eq!(block_of(s(0x1006, 5)), (0x1000, 16));
         }
         // Across both: the word of its first two bytes (a short jmp over the rest).
-        assert_eq!(block_of(s(0x100c, 5)), Some((0x1008, 8)));
-        assert_eq!(block_of(s(0x100e, 6)), Some((0x1008, 8)));
-        // Its first byte alone at the end of a 16-byte block: no atomic store can patch it.
-        assert_eq!(block_of(s(0x100f, 5)), None);
+        assert_eq!(block_of(s(0x100c, 5)), (0x1008, 8));
+        assert_eq!(block_of(s(0x100e, 6)), (0x1008, 8));
+        // Its first byte alone at the end of a 16-byte block: the word of that byte (its
+        // opcode alone changes, see `short_form`).
+        assert_eq!(block_of(s(0x100f, 5)), (0x1008, 8));
+        assert_eq!(block_of(s(0x100f, 6)), (0x1008, 8));
         // A tail jump needs one byte (`ret`).
         let tail = Site {
             addr: 0x100f,
             len: 5,
             tail: true,
         };
-        assert_eq!(block_of(tail), Some((0x1008, 8)));
+        assert_eq!(block_of(tail), (0x1008, 8));
     }
 }

@@ -233,18 +233,35 @@ pub(super) fn tail_jumps(
 
 /// The aligned block (8 or 16 bytes) stored atomically to patch an instruction: one that holds
 /// it whole (it becomes a NOP, or `ret` and padding), or else the 8-byte word holding its first
-/// bytes, which become a short form: a 2-byte `jmp` over the rest of the call (`eb 03` /
-/// `eb 04`), or a 1-byte `ret` for a tail jump; the bytes after it are left as they were and
-/// never run. Another thread runs the old instruction or the new one, never a mix.
-pub(super) fn block_of(site: Site) -> Option<(usize, usize)> {
-    if site.addr % 8 + site.len <= 8 {
-        return Some((site.addr & !7, 8));
+/// bytes, which become a short form ([`short_form`]); the bytes after it are left as they
+/// were. Another thread runs the old instruction or the new one, never a mix.
+pub(super) fn block_of(site: Site) -> (usize, usize) {
+    if site.addr % 16 + site.len <= 16 && site.addr % 8 + site.len > 8 && has_cx16() {
+        (site.addr & !15, 16)
+    } else {
+        (site.addr & !7, 8)
     }
-    if site.addr % 16 + site.len <= 16 && has_cx16() {
-        return Some((site.addr & !15, 16));
+}
+
+/// What replaces the first bytes of `site` when its block holds only `room` of them:
+///
+/// * a tail jump to the exit hook: a 1-byte `ret` (the bytes after it never run);
+/// * a call, 2 bytes or more of room: a 2-byte `jmp` over the rest (`eb 03` / `eb 04`);
+/// * a call whose first byte is the last of its word: its opcode alone, so that the same bytes
+///   read as an instruction of the same length that does nothing a call does not already do —
+///   `call rel32` (`e8`) becomes `cmp $imm32, %eax` (`3d`: only the flags change, which no
+///   call preserves), `call *disp32(%rip)` (`ff 15`) becomes `lea disp32(%rip), %edx` (`8d
+///   15`: only `%rdx` changes, which no call preserves either). One byte is always stored
+///   whole, so these sites need no wider atomic store (before, they stayed as they were; on
+///   SQLite they were 26–29 sites, among the hottest of the untraced calls left).
+pub(super) fn short_form(site: Site, room: usize) -> &'static [u8] {
+    match (site.tail, site.len) {
+        (true, _) => &RET5[..1],
+        (false, 5) if room >= 2 => &[0xeb, 3],
+        (false, _) if room >= 2 => &[0xeb, 4],
+        (false, 5) => &[0x3d],
+        (false, _) => &[0x8d],
     }
-    let short = if site.tail { 1 } else { 2 };
-    (site.addr % 8 + short <= 8).then_some((site.addr & !7, 8))
 }
 
 pub(super) fn has_cx16() -> bool {
@@ -263,10 +280,8 @@ pub(super) fn has_cx16() -> bool {
 /// compare-and-swap against the bytes read just before. False when the bytes changed.
 pub(super) fn swap_in_nop(site: Site, at: usize, width: usize) -> bool {
     let off = site.addr - at;
-    let short_jmp = [0xeb, site.len as u8 - 2];
     let nop: &[u8] = match (site.len, site.tail) {
-        _ if off + site.len > width && site.tail => &RET5[..1],
-        _ if off + site.len > width => &short_jmp,
+        _ if off + site.len > width => short_form(site, width - off),
         (5, false) => &NOP5,
         (_, false) => &NOP6,
         (5, true) => &RET5,
@@ -366,6 +381,23 @@ pub(super) struct Planned {
     pub(super) inlined: bool,
 }
 
+impl Planned {
+    /// `site`, with the block it is patched in ([`block_of`]); `set` is its index in the set of
+    /// noted sites (`usize::MAX`: a tail jump found in a body), `inlined` whether it lies in
+    /// another function's body.
+    pub(super) fn new(site: Site, set: usize, inlined: bool) -> Self {
+        let (at, width) = block_of(site);
+        Planned {
+            page: at & !4095,
+            set,
+            site,
+            at,
+            width,
+            inlined,
+        }
+    }
+}
+
 /// Largest function analysed for inlined copies' sites (bytes of code).
 pub(super) const MAX_UNIT: usize = 1 << 20;
 
@@ -422,17 +454,7 @@ pub(super) fn locked(job: &mut Job<'_>) {
     // Sites by page, each with its block.
     let mut plan: Vec<Planned> = Vec::new();
     for &(i, ret) in &job.todo {
-        let planned = check_site(&mem, ret, job.hooks).and_then(|site| {
-            let (at, width) = block_of(site)?;
-            Some(Planned {
-                page: at & !4095,
-                set: i,
-                site,
-                at,
-                width,
-                inlined: false,
-            })
-        });
+        let planned = check_site(&mem, ret, job.hooks).map(|site| Planned::new(site, i, false));
         match planned {
             Some(p) => plan.push(p),
             None => STATE[i].store(st::KEPT, Release),
@@ -451,17 +473,7 @@ pub(super) fn locked(job: &mut Job<'_>) {
                     .and_then(|p| p.rdi_at(site.addr as u64))
                     .is_some_and(|f| f == n.func as u64)
             })
-            .and_then(|site| {
-                let (at, width) = block_of(site)?;
-                Some(Planned {
-                    page: at & !4095,
-                    set: n.set,
-                    site,
-                    at,
-                    width,
-                    inlined: true,
-                })
-            });
+            .map(|site| Planned::new(site, n.set, true));
         match planned {
             Some(p) => plan.push(p),
             None => STATE[n.set].store(st::KEPT, Release),
@@ -469,16 +481,7 @@ pub(super) fn locked(job: &mut Job<'_>) {
     }
     for &body in &job.bodies {
         for site in tail_jumps(&mem, body, job.hooks) {
-            if let Some((at, width)) = block_of(site) {
-                plan.push(Planned {
-                    page: at & !4095,
-                    set: usize::MAX,
-                    site,
-                    at,
-                    width,
-                    inlined: false,
-                });
-            }
+            plan.push(Planned::new(site, usize::MAX, false));
         }
     }
     plan.sort_unstable_by_key(|p| p.page);
