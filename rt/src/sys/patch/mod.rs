@@ -378,6 +378,23 @@ mod tests {
         assert_eq!(b.0, u128::MAX - 5);
     }
 
+    /// A hook reached by an untraced function's tail jump returns to its caller: the address
+    /// noted is that of a call of the function itself (not kept: the tail jump is patched).
+    #[test]
+    fn returns_from_the_function_itself_are_told_apart() {
+        let hook = 0x7f00_1234_5670usize;
+        let (_words, base) = code(hook);
+        let seg = code_segment(base);
+        let mem = Memory { segments: &seg };
+        // `call stub` (the stub's GOT slot holds `hook`), `call *GOT`, `call base+32`.
+        assert!(returns_from(&mem, base + 133, hook));
+        assert!(returns_from(&mem, base + 198, hook));
+        assert!(returns_from(&mem, base + 261, base + 32));
+        assert!(!returns_from(&mem, base + 261, hook));
+        assert!(!returns_from(&mem, base + 133, hook + 16));
+        assert!(!returns_from(&mem, base + 140, hook), "no call ends there");
+    }
+
     #[test]
     fn blocks() {
         let s = |addr, len| Site {

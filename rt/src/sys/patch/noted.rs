@@ -16,8 +16,12 @@ pub(super) mod st {
     pub const QUEUED: u8 = 0;
     /// Rewritten to a NOP.
     pub const PATCHED: u8 = 1;
-    /// Looked at and left as it is (not a hook call site, not patchable atomically, refused).
+    /// Looked at and left as it is (not a hook call site, not proven, refused).
     pub const KEPT: u8 = 2;
+    /// Not a hook call site: the return address of a call of the function itself, noted when
+    /// its exit hook was reached by the tail jump that ends its body (`site::returns_from`;
+    /// that jump is rewritten with the body). Not counted as kept.
+    pub const RETURN: u8 = 3;
 }
 
 pub(super) static SITE: [AtomicUsize; SITES] = [const { AtomicUsize::new(0) }; SITES];
@@ -109,8 +113,9 @@ pub fn return_address(sp: usize) -> usize {
 pub struct Stats {
     /// Call sites rewritten to NOPs (and tail jumps to the exit hook to `ret`).
     pub patched: u32,
-    /// Sites left as they were (not provably a hook call, not within one aligned word, or
-    /// `mprotect` refused).
+    /// Sites left as they were (not provably a hook call, an inlined copy's `%rdi` not proven,
+    /// or `mprotect` refused). Return addresses of untraced functions whose exit hook is a tail
+    /// jump are not counted (`st::RETURN`).
     pub kept: u32,
     /// Sites that found no room in the set (their calls keep reaching the hooks).
     pub full: u32,

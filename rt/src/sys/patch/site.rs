@@ -142,7 +142,25 @@ pub(super) fn plt_slot(mem: &Memory<'_>, at: usize) -> Option<usize> {
 
 /// The hook call site that returns to `ret`, if the bytes prove it is one.
 pub(super) fn check_site(mem: &Memory<'_>, ret: usize, hooks: &[usize]) -> Option<Site> {
-    let is_hook = |a: usize| hooks.contains(&a);
+    call_returning_to(mem, ret, |a| hooks.contains(&a))
+}
+
+/// True when `ret` is the return address of a call *of* `func` (direct, through its PLT stub or
+/// through the GOT): a hook noted there for `func` was reached by the tail jump to the exit hook
+/// that ends `func`'s body (the hook then returns to `func`'s caller). That jump is what is
+/// rewritten, with the body ([`tail_jumps`]); the noted address is no hook call site.
+pub(super) fn returns_from(mem: &Memory<'_>, ret: usize, func: usize) -> bool {
+    call_returning_to(mem, ret, |a| a == func).is_some()
+}
+
+/// The call that returns to `ret`, when the bytes prove it calls a function `is_target`
+/// accepts: `call rel32` to it or to its PLT stub, or `call *disp32(%rip)` through a GOT slot
+/// holding it.
+fn call_returning_to(
+    mem: &Memory<'_>,
+    ret: usize,
+    is_hook: impl Fn(usize) -> bool,
+) -> Option<Site> {
     let site = ret.checked_sub(5)?;
     if let Some(b) = mem.code::<5>(site) {
         if b[0] == 0xe8 {
@@ -381,6 +399,16 @@ pub(super) struct Planned {
     pub(super) inlined: bool,
 }
 
+/// The state of a noted site that is not patched: a return from `func` itself
+/// ([`returns_from`]), or kept.
+fn not_patched(mem: &Memory<'_>, ret: usize, func: usize) -> u8 {
+    if returns_from(mem, ret, func) {
+        st::RETURN
+    } else {
+        st::KEPT
+    }
+}
+
 impl Planned {
     /// `site`, with the block it is patched in ([`block_of`]); `set` is its index in the set of
     /// noted sites (`usize::MAX`: a tail jump found in a body), `inlined` whether it lies in
@@ -457,7 +485,7 @@ pub(super) fn locked(job: &mut Job<'_>) {
         let planned = check_site(&mem, ret, job.hooks).map(|site| Planned::new(site, i, false));
         match planned {
             Some(p) => plan.push(p),
-            None => STATE[i].store(st::KEPT, Release),
+            None => STATE[i].store(not_patched(&mem, ret, FUNC[i].load(Relaxed)), Release),
         }
     }
     let mut proofs: std::collections::HashMap<usize, Option<crate::callsite::Proven>> =
@@ -476,7 +504,7 @@ pub(super) fn locked(job: &mut Job<'_>) {
             .map(|site| Planned::new(site, n.set, true));
         match planned {
             Some(p) => plan.push(p),
-            None => STATE[n.set].store(st::KEPT, Release),
+            None => STATE[n.set].store(not_patched(&mem, n.ret, n.func), Release),
         }
     }
     for &body in &job.bodies {
