@@ -159,17 +159,17 @@ pub(super) fn returns_from(mem: &Memory<'_>, ret: usize, func: usize) -> bool {
 fn call_returning_to(
     mem: &Memory<'_>,
     ret: usize,
-    is_hook: impl Fn(usize) -> bool,
+    is_target: impl Fn(usize) -> bool,
 ) -> Option<Site> {
     let site = ret.checked_sub(5)?;
     if let Some(b) = mem.code::<5>(site) {
         if b[0] == 0xe8 {
             let rel = i32::from_le_bytes(b[1..5].try_into().ok()?) as isize;
             let target = ret.wrapping_add_signed(rel);
-            let ok = is_hook(target)
+            let ok = is_target(target)
                 || plt_slot(mem, target)
                     .and_then(|g| mem.word(g))
-                    .is_some_and(is_hook);
+                    .is_some_and(is_target);
             return ok.then_some(Site {
                 addr: site,
                 len: 5,
@@ -182,7 +182,7 @@ fn call_returning_to(
     if b[0] == 0xff && b[1] == 0x15 {
         let disp = i32::from_le_bytes(b[2..6].try_into().ok()?) as isize;
         let slot = ret.wrapping_add_signed(disp);
-        if mem.word(slot).is_some_and(is_hook) {
+        if mem.word(slot).is_some_and(is_target) {
             return Some(Site {
                 addr: site,
                 len: 6,
